@@ -1,0 +1,174 @@
+"""Runledger settings.
+
+`DATABASE_URL` selects the database (postgres://… or sqlite:///path); without it the embedded
+default is a SQLite file next to the project. Every interval is a `RUNLEDGER_*` setting, each also
+readable from the environment variable of the same name, so tests can make them short.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        # sqlite:///relative.db or sqlite:////absolute/path.db
+        name = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        return sqlite_database(Path(name) if name else BASE_DIR / "runledger.sqlite3")
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL scheme {parts.scheme!r} is not supported")
+    query = dict(parse_qsl(parts.query))
+    options: dict[str, Any] = {
+        # Fail fast when the server is unreachable, so a request answers 503 instead of hanging.
+        "connect_timeout": int(query.pop("connect_timeout", _env_int("RUNLEDGER_DB_CONNECT_TIMEOUT", 3))),
+        **query,
+    }
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "runledger",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "OPTIONS": options,
+        "CONN_MAX_AGE": 0,
+        "CONN_HEALTH_CHECKS": True,
+        "TEST": {"NAME": os.environ.get("RUNLEDGER_TEST_DB_NAME", "test_runledger")},
+    }
+
+
+def sqlite_database(path: Path) -> dict[str, Any]:
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        # IMMEDIATE takes the write lock at BEGIN, so read-check-write transactions serialise
+        # instead of failing with "database is locked" when they upgrade; the timeout is the wait.
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": _env_float("RUNLEDGER_SQLITE_TIMEOUT", 20),
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        # A file, never :memory: — the in-memory test database ignores the busy timeout.
+        "TEST": {"NAME": str(path.with_name(path.stem + "-test" + path.suffix))},
+    }
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "runledger-dev-only-insecure-key-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "runs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": database_from_url(os.environ["DATABASE_URL"])
+    if os.environ.get("DATABASE_URL")
+    else sqlite_database(BASE_DIR / "runledger.sqlite3")
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/runs/"
+
+# Bodies larger than this are refused with 413 before any parsing.
+DATA_UPLOAD_MAX_MEMORY_SIZE = _env_int("RUNLEDGER_MAX_BODY_BYTES", 256 * 1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Runledger API",
+    "DESCRIPTION": "Durable agent runs: events, streams, cancel, stop, pause and resume.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("RUNLEDGER_LOG_LEVEL", "WARNING")},
+    "loggers": {"runs": {"level": os.environ.get("RUNLEDGER_LOG_LEVEL", "INFO")}},
+}
+
+# Intervals (seconds). Each is also read from the environment variable of the same name.
+RUNLEDGER_LEASE_SECONDS = _env_float("RUNLEDGER_LEASE_SECONDS", 30)
+RUNLEDGER_HEARTBEAT_SECONDS = _env_float("RUNLEDGER_HEARTBEAT_SECONDS", 10)
+RUNLEDGER_POLL_SECONDS = _env_float("RUNLEDGER_POLL_SECONDS", 2)
+RUNLEDGER_SQLITE_POLL_SECONDS = _env_float("RUNLEDGER_SQLITE_POLL_SECONDS", 0.2)
+RUNLEDGER_SWEEP_SECONDS = _env_float("RUNLEDGER_SWEEP_SECONDS", 5)
+RUNLEDGER_SHUTDOWN_GRACE_SECONDS = _env_float("RUNLEDGER_SHUTDOWN_GRACE_SECONDS", 10)
+RUNLEDGER_SSE_KEEPALIVE_SECONDS = _env_float("RUNLEDGER_SSE_KEEPALIVE_SECONDS", 15)
+RUNLEDGER_SSE_RETRY_MS = _env_int("RUNLEDGER_SSE_RETRY_MS", 2000)
+RUNLEDGER_LISTEN_RECONNECT_SECONDS = _env_float("RUNLEDGER_LISTEN_RECONNECT_SECONDS", 1)
+RUNLEDGER_IDEMPOTENCY_TTL_SECONDS = _env_int("RUNLEDGER_IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
+RUNLEDGER_DEFAULT_MAX_ATTEMPTS = _env_int("RUNLEDGER_DEFAULT_MAX_ATTEMPTS", 3)

@@ -1,0 +1,189 @@
+"""Runs, their ordered events and their execution attempts: data and constraints only.
+
+Every write goes through `runs.services`; the constraints below are the last line of defence
+for what must never be stored, whatever code path tried.
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from runs.transitions import TERMINAL, CancelCode, FailCode, Status, StopCode
+
+
+def _default_max_attempts() -> int:
+    return int(settings.RUNLEDGER_DEFAULT_MAX_ATTEMPTS)
+
+
+# Sorted plain strings, so the generated migration is stable.
+_TERMINAL = sorted(s.value for s in TERMINAL)
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    agent = models.CharField(max_length=64)
+    input = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in Status], default=Status.QUEUED.value)
+    end_code = models.CharField(max_length=32, blank=True, default="")
+    end_reason = models.TextField(blank=True, default="")
+    ended_by = models.CharField(max_length=150, blank=True, default="")
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    last_seq = models.BigIntegerField(default=0)
+    # Generation of the current (or last) attempt; appends must name it.
+    generation = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=_default_max_attempts)
+    lost_attempts = models.PositiveIntegerField(default=0)
+    resume_ticket = models.CharField(max_length=64, blank=True, default="")
+    pause_requested_at = models.DateTimeField(null=True, blank=True)
+    max_steps = models.PositiveIntegerField(null=True, blank=True)
+    max_events = models.PositiveIntegerField(null=True, blank=True)
+    # Budget usage, counted across attempts.
+    steps_used = models.PositiveIntegerField(default=0)
+    events_used = models.PositiveIntegerField(default=0)
+    deadline = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [
+            ("cancel_run", "Can cancel any visible run"),
+            ("stop_run", "Can stop runs"),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="run_status_created"),
+            models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
+            models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
+            models.Index(fields=["-created_at"], name="run_created"),
+            # The claim query: oldest queued first, over the queued rows only.
+            models.Index(fields=["created_at", "id"], name="run_queued", condition=Q(status="queued")),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                name="run_terminal_has_ended_at",
+                condition=Q(status__in=_TERMINAL, ended_at__isnull=False)
+                | (~Q(status__in=_TERMINAL) & Q(ended_at__isnull=True)),
+            ),
+            models.CheckConstraint(
+                name="run_end_code_matches_status",
+                condition=Q(status=Status.COMPLETED.value, end_code="")
+                | Q(status=Status.FAILED.value, end_code__in=sorted(c.value for c in FailCode))
+                | Q(status=Status.CANCELLED.value, end_code__in=sorted(c.value for c in CancelCode))
+                | Q(status=Status.STOPPED.value, end_code__in=sorted(c.value for c in StopCode))
+                | (~Q(status__in=_TERMINAL) & Q(end_code="")),
+            ),
+            models.CheckConstraint(
+                name="run_stopped_has_reason", condition=~Q(status=Status.STOPPED.value) | ~Q(end_reason="")
+            ),
+            models.CheckConstraint(
+                name="run_ticket_only_when_waiting",
+                condition=Q(status=Status.WAITING.value) | Q(resume_ticket=""),
+            ),
+            models.CheckConstraint(name="run_last_seq_nonnegative", condition=Q(last_seq__gte=0)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} run {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+class RunEvent(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=64)
+    data = models.JSONField(default=dict)
+    # Generation of the attempt that wrote it; null for commands and the sweeper.
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_run_seq"),
+            models.CheckConstraint(name="runevent_seq_positive", condition=Q(seq__gte=1)),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+    def as_dict(self) -> dict[str, object]:
+        """The event object of DESIGN §2: the same in JSON pages and in SSE `data:`."""
+        return {
+            "seq": self.seq,
+            "type": self.type,
+            "data": self.data,
+            "created_at": self.created_at.isoformat().replace("+00:00", "Z"),
+            "attempt": self.attempt,
+        }
+
+
+class AttemptOutcome(models.TextChoices):
+    RUNNING = "", "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STOPPED = "stopped"
+    WAITING = "waiting"
+    SHUTDOWN = "shutdown"
+    LOST = "lost"
+    ABANDONED = "abandoned"
+
+
+class RunAttempt(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    generation = models.PositiveIntegerField()
+    worker = models.CharField(max_length=200)
+    claimed_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    lease_expires_at = models.DateTimeField()
+    # When the worker stopped executing it. The outcome is set when the run leaves this attempt's
+    # hands (terminal, waiting, requeued), which for a cancel is before the worker has stopped.
+    released_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices, blank=True, default="")
+
+    class Meta:
+        ordering = ["run", "generation"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "generation"], name="runattempt_unique_generation"),
+            models.CheckConstraint(name="runattempt_generation_positive", condition=Q(generation__gte=1)),
+            # An attempt whose outcome is still open is the run's current one; there is at most one.
+            models.UniqueConstraint(fields=["run"], condition=Q(outcome=""), name="runattempt_one_open_per_run"),
+        ]
+        indexes = [
+            models.Index(fields=["lease_expires_at"], name="runattempt_open_lease", condition=Q(outcome="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} attempt {self.generation}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first successful response to a create carrying an `Idempotency-Key`, per user, for 24 h."""
+
+    id = models.BigAutoField(primary_key=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_body = models.JSONField()
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_unique_user_key")]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.key}"

@@ -1,0 +1,44 @@
+"""The one place that knows the cross-process notification channels and their payloads.
+
+On PostgreSQL a notification is `pg_notify` inside the writing transaction, so it is delivered
+only if, and when, that transaction commits. Notifications only wake readers: the database rows
+are the authority, and every listener also re-reads on a timer, so a lost one delays, never loses.
+On SQLite there is no cross-process channel; readers and workers poll.
+"""
+
+from uuid import UUID
+
+from django.db import connection
+
+# payload "<run_id>:<last_seq>" — new events were committed
+EVENTS = "runledger_events"
+# payload "<run_id>" — the run's control state changed (terminal, pause requested)
+CONTROL = "runledger_control"
+# payload "<run_id>" — a run became queued
+QUEUE = "runledger_queue"
+
+CHANNELS = (EVENTS, CONTROL, QUEUE)
+
+
+def _send(channel: str, payload: str) -> None:
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+
+
+def events_committed(run_id: UUID, last_seq: int) -> None:
+    _send(EVENTS, f"{run_id}:{last_seq}")
+
+
+def control_changed(run_id: UUID) -> None:
+    _send(CONTROL, str(run_id))
+
+
+def run_queued(run_id: UUID) -> None:
+    _send(QUEUE, str(run_id))
+
+
+def parse_events_payload(payload: str) -> tuple[str, int]:
+    run_id, _, seq = payload.rpartition(":")
+    return run_id, int(seq)

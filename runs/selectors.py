@@ -1,0 +1,80 @@
+"""Every non-trivial read of runs and events, with the visibility rule of DESIGN §6."""
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import AbstractUser, AnonymousUser
+from django.db.models import QuerySet
+
+from runs.exceptions import NotFound
+from runs.models import Run, RunAttempt, RunEvent
+
+AnyUser = AbstractUser | AnonymousUser
+
+
+def run_visible(*, user: AnyUser) -> QuerySet[Run]:
+    """Runs the user may see: their own, or all with `runs.view_run`."""
+    if not user.is_authenticated:
+        return Run.objects.none()
+    if user.has_perm("runs.view_run"):
+        return Run.objects.all()
+    return Run.objects.filter(owner_id=user.pk)
+
+
+def run_get(*, run_id: UUID | str, user: AnyUser | None = None) -> Run:
+    """A run by id; with a user, only if visible to them (else NotFound, never a 403)."""
+    qs = Run.objects.all() if user is None else run_visible(user=user)
+    try:
+        return qs.select_related("owner").get(pk=run_id)
+    except (Run.DoesNotExist, ValueError) as exc:
+        raise NotFound(f"run {run_id} not found") from exc
+
+
+def run_list(
+    *,
+    user: AnyUser,
+    status: str | None = None,
+    agent: str | None = None,
+    parent: UUID | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[Run]:
+    qs = run_visible(user=user).select_related("owner")
+    filters: dict[str, Any] = {}
+    if status:
+        filters["status"] = status
+    if agent:
+        filters["agent"] = agent
+    if parent:
+        filters["parent_id"] = parent
+    if created_after:
+        filters["created_at__gte"] = created_after
+    if created_before:
+        filters["created_at__lt"] = created_before
+    return qs.filter(**filters).order_by("-created_at", "id")
+
+
+def run_current_attempt(*, run: Run) -> RunAttempt | None:
+    if run.generation == 0:
+        return None
+    return RunAttempt.objects.filter(run_id=run.pk, generation=run.generation).first()
+
+
+def run_events_after(*, run_id: UUID | str, after_seq: int, limit: int) -> list[RunEvent]:
+    """Stored events with seq > after_seq, in order — the only source of every stream and page."""
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit])
+
+
+def run_events_all(*, run_id: UUID | str) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run_id=run_id).order_by("seq"))
+
+
+def run_descendants(*, run_id: UUID | str) -> list[Run]:
+    found: list[Run] = []
+    frontier = [run_id]
+    while frontier:
+        children = list(Run.objects.filter(parent_id__in=frontier).order_by("created_at", "id"))
+        found.extend(children)
+        frontier = [c.pk for c in children]
+    return found
