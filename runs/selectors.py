@@ -5,6 +5,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import AbstractUser, AnonymousUser
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 
 from runs.exceptions import NotFound
@@ -27,7 +28,7 @@ def run_get(*, run_id: UUID | str, user: AnyUser | None = None) -> Run:
     qs = Run.objects.all() if user is None else run_visible(user=user)
     try:
         return qs.select_related("owner").get(pk=run_id)
-    except (Run.DoesNotExist, ValueError) as exc:
+    except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
 
 

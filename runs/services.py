@@ -16,6 +16,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -84,7 +85,7 @@ def _username(actor: User | None) -> str:
 def _lock(run_id: UUID | str) -> Run:
     try:
         return Run.objects.select_for_update(no_key=True).get(pk=run_id)
-    except (Run.DoesNotExist, ValueError) as exc:
+    except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
 
 

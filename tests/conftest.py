@@ -7,6 +7,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
+pytest_plugins = ["tests.procs"]
+
 ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 
 

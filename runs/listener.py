@@ -1,0 +1,98 @@
+"""One PostgreSQL LISTEN connection per process, reconnecting by itself.
+
+Notifications only wake local waiters; every consumer also re-reads durable state on a timer, and
+on every (re)connect `on_connect` runs so consumers re-read whatever they may have missed while
+the connection was down. On SQLite there is nothing to listen to and `run()` returns at once.
+"""
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import psycopg
+from django.conf import settings
+from django.db import connections
+
+from runs import notify
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME_PREFIX = "runledger-listen"
+
+
+def conninfo(alias: str = "default", *, application_name: str = "runledger") -> dict[str, Any]:
+    """psycopg connection keywords for Django's database `alias`, outside Django's handling."""
+    db = connections[alias].settings_dict
+    params: dict[str, Any] = {
+        "dbname": db["NAME"],
+        "user": db["USER"] or None,
+        "password": db["PASSWORD"] or None,
+        "host": db["HOST"] or None,
+        "port": db["PORT"] or None,
+        "connect_timeout": db["OPTIONS"].get("connect_timeout", 3),
+        "application_name": application_name,
+    }
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class Listener:
+    def __init__(
+        self,
+        *,
+        role: str,
+        on_notify: Callable[[str, str], None],
+        on_connect: Callable[[], None] = lambda: None,
+        channels: Iterable[str] = notify.CHANNELS,
+        alias: str = "default",
+    ) -> None:
+        self.role = role
+        self.on_notify = on_notify
+        self.on_connect = on_connect
+        self.channels = tuple(channels)
+        self.alias = alias
+        self.connected = asyncio.Event()
+        self._stopping = False
+        self.connects = 0
+
+    @property
+    def application_name(self) -> str:
+        # Tests find (and kill) a process's listening connection by this name.
+        return f"{APPLICATION_NAME_PREFIX}:{self.role}:{os.getpid()}"
+
+    @property
+    def enabled(self) -> bool:
+        return connections[self.alias].vendor == "postgresql"
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    async def run(self) -> None:
+        if not self.enabled:
+            return
+        retry = float(settings.RUNLEDGER_LISTEN_RECONNECT_SECONDS)
+        # A silent peer (a network cut without a FIN) is found by a liveness query this often.
+        probe = max(float(settings.RUNLEDGER_POLL_SECONDS), 0.5)
+        while not self._stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    **conninfo(self.alias, application_name=self.application_name), autocommit=True
+                ) as conn:
+                    for channel in self.channels:
+                        await conn.execute(f'LISTEN "{channel}"')
+                    self.connects += 1
+                    self.connected.set()
+                    self.on_connect()
+                    while not self._stopping:
+                        async for note in conn.notifies(timeout=probe):
+                            self.on_notify(note.channel, note.payload)
+                        await conn.execute("SELECT 1")
+            except (psycopg.Error, OSError) as exc:
+                self.connected.clear()
+                if self._stopping:
+                    break
+                log.warning("%s listener lost its connection (%s); reconnecting", self.role, exc)
+                await asyncio.sleep(retry)
+            finally:
+                self.connected.clear()

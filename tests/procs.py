@@ -1,0 +1,157 @@
+"""Real processes for tests: uvicorn web processes and workers, each stopped by its PID.
+
+Tests that start processes use the `procs` fixture, which stops whatever they started, whatever
+happens. Subprocesses reach the test database through `subprocess_env()`.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_database_url() -> str:
+    """The URL of the database the tests are using (pytest-django's test database)."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+# Short intervals so tests that wait on them finish fast.
+FAST_INTERVALS = {
+    "RUNLEDGER_LEASE_SECONDS": "2",
+    "RUNLEDGER_HEARTBEAT_SECONDS": "0.4",
+    "RUNLEDGER_POLL_SECONDS": "0.5",
+    "RUNLEDGER_SQLITE_POLL_SECONDS": "0.1",
+    "RUNLEDGER_SWEEP_SECONDS": "0.5",
+    "RUNLEDGER_SHUTDOWN_GRACE_SECONDS": "3",
+    "RUNLEDGER_SSE_KEEPALIVE_SECONDS": "1",
+    "RUNLEDGER_LISTEN_RECONNECT_SECONDS": "0.2",
+}
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(FAST_INTERVALS)
+    env["DATABASE_URL"] = test_database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    port: int | None = None
+    stopped: bool = field(default=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def url(self) -> str:
+        assert self.port is not None
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no cleanup runs, as when a machine dies."""
+        if self.popen.poll() is None:
+            os.killpg(self.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
+        self.stopped = True
+
+    def stop(self, timeout: float = 10) -> int | None:
+        """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+        if self.popen.poll() is None:
+            os.killpg(self.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
+        self.stopped = True
+        return self.popen.returncode
+
+
+class Procs:
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[Proc] = []
+
+    def start(self, name: str, args: list[str], env: dict[str, str], port: int | None = None) -> Proc:
+        log_path = self.log_dir / f"{name}-{len(self.started)}.log"
+        with log_path.open("wb") as log_file:
+            popen = subprocess.Popen(
+                args, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        proc = Proc(name=name, popen=popen, log_path=log_path, port=port)
+        self.started.append(proc)
+        return proc
+
+    def uvicorn(self, *, env: dict[str, str] | None = None, port: int | None = None) -> Proc:
+        port = port or free_port()
+        args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
+        args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+        proc = self.start("uvicorn", args, env or subprocess_env(), port=port)
+        wait_http_ok(proc, "/healthz/")
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started):
+            if not proc.stopped:
+                proc.stop(timeout=5)
+
+
+def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+        try:
+            with urllib.request.urlopen(proc.url + path, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{proc.name} did not answer {path} within {timeout}s:\n{proc.log()}")
+        time.sleep(0.05)  # polling for readiness; the deadline above bounds it
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    registry = Procs(tmp_path)
+    try:
+        yield registry
+    finally:
+        registry.stop_all()
