@@ -1,6 +1,7 @@
 from django.urls import include, path
+from django.views.generic import RedirectView
 
-from runs import health, sse
+from runs import health, pages, sse
 
 urlpatterns = [
     path("healthz/", health.healthz, name="healthz"),
@@ -8,4 +9,7 @@ urlpatterns = [
     # A plain async view, not DRF: it streams for as long as the run lives (runs/sse.py).
     path("api/runs/<str:run_id>/stream/", sse.run_stream, name="run-stream"),
     path("api/", include("runs.api.urls")),
+    path("", RedirectView.as_view(pattern_name="run-list"), name="home"),
+    path("runs/", pages.run_list_page, name="run-list"),
+    path("runs/<str:run_id>/", pages.run_watch_page, name="run-watch"),
 ]
