@@ -33,6 +33,14 @@ def database_from_url(url: str) -> dict[str, Any]:
     options: dict[str, Any] = {
         # Fail fast when the server is unreachable, so a request answers 503 instead of hanging.
         "connect_timeout": int(query.pop("connect_timeout", _env_int("RUNLEDGER_DB_CONNECT_TIMEOUT", 3))),
+        # A server that vanished without a FIN or RST (a network cut, a dead machine) is noticed
+        # within about 20 s instead of the kernel's hours, so a worker's connection waiting on it
+        # fails and reconnects (libpq keywords; the URL's query overrides them).
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 20_000,
         **query,
     }
     return {
@@ -80,6 +88,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "runs",
 ]
 
@@ -142,6 +151,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON in and out; the parser refuses what could not be stored or served back (runs/api/parsers.py).
+    "DEFAULT_PARSER_CLASSES": ["runs.api.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # Every error in the shape of DESIGN §6.
+    "EXCEPTION_HANDLER": "runs.api.errors.exception_handler",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -150,6 +165,19 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # The schema and its docs page are public: credentials sent to them are ignored, not checked.
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.api.serializers.RUN_STATUSES"},
+    # The docs page's scripts are served by this app (no CDN: it must work offline).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # The SSE stream is a plain async view that spectacular cannot see; the hook documents it.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "runs.sse_schema.document_run_stream",
+    ],
 }
 
 LOGGING = {
@@ -172,3 +200,15 @@ RUNLEDGER_SSE_RETRY_MS = _env_int("RUNLEDGER_SSE_RETRY_MS", 2000)
 RUNLEDGER_LISTEN_RECONNECT_SECONDS = _env_float("RUNLEDGER_LISTEN_RECONNECT_SECONDS", 0.5)
 RUNLEDGER_IDEMPOTENCY_TTL_SECONDS = _env_int("RUNLEDGER_IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 RUNLEDGER_DEFAULT_MAX_ATTEMPTS = _env_int("RUNLEDGER_DEFAULT_MAX_ATTEMPTS", 3)
+
+# Workers (`manage.py runworker`). Each is also read from the environment variable of the same name.
+# Runs one worker process executes at once (its asyncio tasks); `--concurrency` overrides it.
+RUNLEDGER_WORKER_CONCURRENCY = _env_int("RUNLEDGER_WORKER_CONCURRENCY", 4)
+# LISTEN/NOTIFY wake-ups on PostgreSQL; 0 relies on polling alone (e.g. behind a transaction-pooling
+# PgBouncer, where LISTEN does not work).
+RUNLEDGER_WORKER_LISTEN = os.environ.get("RUNLEDGER_WORKER_LISTEN", "1") not in ("0", "false", "no", "")
+# How long a cancelled attempt's agent gets to unwind before the worker abandons it.
+RUNLEDGER_CANCEL_GRACE_SECONDS = _env_float("RUNLEDGER_CANCEL_GRACE_SECONDS", 0.5)
+# Most events one append transaction carries; events emitted while an append is in flight are
+# batched into the next one.
+RUNLEDGER_APPEND_BATCH_MAX = _env_int("RUNLEDGER_APPEND_BATCH_MAX", 200)

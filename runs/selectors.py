@@ -6,7 +6,7 @@ from uuid import UUID
 
 from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import QuerySet
+from django.db.models import F, FilteredRelation, Q, QuerySet
 
 from runs.exceptions import NotFound
 from runs.models import Run, RunAttempt, RunEvent
@@ -79,3 +79,29 @@ def run_descendants(*, run_id: UUID | str) -> list[Run]:
         found.extend(children)
         frontier = [c.pk for c in children]
     return found
+
+
+# --- staff console (admin) ------------------------------------------------------------------
+
+
+def run_admin_list() -> QuerySet[Run]:
+    """Runs with what the staff list shows, in one query: the owner and the current attempt joined
+    (never a query per row). (run, generation) is unique, so the join adds no rows; a join rather
+    than a correlated subquery, because deep pages make PostgreSQL compute the skipped rows too."""
+    return (
+        Run.objects.select_related("owner")
+        .annotate(current_attempt=FilteredRelation("attempts", condition=Q(attempts__generation=F("generation"))))
+        .annotate(current_heartbeat_at=F("current_attempt__heartbeat_at"))
+    )
+
+
+def run_events_seq_range(*, run_id: UUID | str, first_seq: int, last_seq: int) -> list[RunEvent]:
+    """Events with first_seq <= seq <= last_seq. Seqs are gap-free, so a page of the timeline is a
+    range on the (run, seq) index — no OFFSET, no COUNT, however many events the run has."""
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gte=first_seq, seq__lte=last_seq).order_by("seq"))
+
+
+def run_children_page(*, run_id: UUID, limit: int) -> tuple[int, list[Run]]:
+    """How many direct children a run has, and the first `limit` of them (oldest first)."""
+    children = Run.objects.filter(parent_id=run_id)
+    return children.count(), list(children.order_by("created_at", "id")[:limit])

@@ -1,0 +1,35 @@
+"""Who may do what to a run they can see (DESIGN §6).
+
+Visibility itself is `selectors.run_visible`: a run the caller cannot see is a 404 before any of
+these is asked, so they only ever turn a visible run into a 403.
+"""
+
+from django.contrib.auth.models import AbstractUser, AnonymousUser
+
+from runs.models import Run
+
+AnyUser = AbstractUser | AnonymousUser
+
+
+def _owns(user: AnyUser, run: Run) -> bool:
+    return user.is_authenticated and user.pk == run.owner_id
+
+
+def can_cancel(user: AnyUser, run: Run) -> bool:
+    """Owners cancel their runs; `runs.cancel_run` cancels any visible run (as staff)."""
+    return _owns(user, run) or user.has_perm("runs.cancel_run")
+
+
+def can_stop(user: AnyUser, run: Run) -> bool:
+    """Stop is the host's or staff's policy end: `runs.stop_run` only, even for the owner."""
+    return user.has_perm("runs.stop_run")
+
+
+def can_pause_resume(user: AnyUser, run: Run) -> bool:
+    """Owners pause and resume their runs; `runs.change_run` may for any visible run."""
+    return _owns(user, run) or user.has_perm("runs.change_run")
+
+
+def can_see_ticket(user: AnyUser, run: Run) -> bool:
+    """The resume ticket is shown to exactly those who may resume with it."""
+    return can_pause_resume(user, run)

@@ -1,0 +1,307 @@
+"""The REST API of DESIGN §3 and §6: one class per operation (per URL where one URL carries two
+methods), each validating its input, calling one service or selector, and serialising the result.
+
+Checks run in the order of DESIGN §6: authentication (401, `IsAuthenticated`), visibility (404,
+`run_get` with the caller), permission (403, the object permission of the class), input (400),
+then state (200/202/409, from the service).
+"""
+
+import re
+from typing import Any
+
+from django.contrib.auth.models import AbstractUser
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from runs.api.pagination import RunPagination, paginated_response
+from runs.api.permissions import CanCancel, CanPauseResume, CanStop
+from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, responses
+from runs.api.selectors import run_events_page, run_with_current_attempt
+from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunOutputSerializer
+from runs.models import Run
+from runs.selectors import run_get, run_list
+from runs.services import run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
+from runs.transitions import CALLER_STOP_CODES, StopCode
+
+# PositiveIntegerField's range on every backend.
+MAX_INT = 2_147_483_647
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer given as plain decimal digits (a cursor, a page): no sign, no "1.0", no spaces."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not re.fullmatch(r"[0-9]{1,30}", data):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+def _caller(request: Request) -> AbstractUser:
+    user = request.user
+    # IsAuthenticated has run: this is a real user.
+    assert isinstance(user, AbstractUser)
+    return user
+
+
+def _run_data(run: Run, request: Request) -> dict[str, Any]:
+    return dict(RunOutputSerializer(run, context={"request": request}).data)
+
+
+@extend_schema_serializer(component_name="RunPage")
+class RunPageSerializer(serializers.Serializer[Any]):
+    """A page of runs (what `paginated_response` answers)."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = RunOutputSerializer(many=True)
+
+
+# One URL, two operations: each method has its own input serializer and schema.
+class RunCollectionApi(APIView):
+    @extend_schema_serializer(component_name="RunListFilter")
+    class FilterSerializer(serializers.Serializer[Any]):
+        status = serializers.ChoiceField(choices=RUN_STATUSES, required=False)
+        agent = serializers.CharField(max_length=64, required=False)
+        parent = serializers.UUIDField(required=False)  # type: ignore[assignment]  # DRF pops declared fields
+        created_after = serializers.DateTimeField(required=False, help_text="created at or after (ISO 8601)")
+        created_before = serializers.DateTimeField(required=False, help_text="created before (ISO 8601)")
+        page = StrictIntegerField(min_value=1, required=False, help_text="1-based; past the last page is a 404")
+        page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
+
+    @extend_schema_serializer(component_name="RunCreateInput")
+    class InputSerializer(serializers.Serializer[Any]):
+        agent = serializers.CharField(max_length=64, help_text="a registered agent name, e.g. `demo`")
+        input = serializers.DictField(help_text="the agent's input, a JSON object")
+        parent = serializers.UUIDField(  # type: ignore[assignment]  # DRF pops declared fields
+            required=False, allow_null=True, help_text="a run visible to the caller"
+        )
+        max_steps = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
+        max_events = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
+        max_attempts = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
+        deadline = serializers.DateTimeField(required=False, allow_null=True, help_text="absolute time (ISO 8601)")
+
+    @extend_schema_serializer(component_name="RunCreateHeaders")
+    class HeaderSerializer(serializers.Serializer[Any]):
+        idempotency_key = serializers.RegexField(r"^[\x21-\x7e]{1,255}$", required=False)
+
+    @extend_schema(
+        operation_id="runs_list",
+        summary="List the runs you can see",
+        description="Newest first, 50 a page (`page_size` up to 500). Your own runs; all runs with "
+        "`runs.view_run`. A malformed filter is a 400.",
+        parameters=[FilterSerializer],
+        responses=responses({200: RunPageSerializer}, 400, 404),
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        data = filters.validated_data
+        runs = run_list(
+            user=_caller(request),
+            status=data.get("status"),
+            agent=data.get("agent"),
+            parent=data.get("parent"),
+            created_after=data.get("created_after"),
+            created_before=data.get("created_before"),
+        )
+        return paginated_response(
+            pagination_class=RunPagination,
+            serializer_class=RunOutputSerializer,
+            queryset=run_with_current_attempt(runs=runs),
+            request=request,
+            view=self,
+        )
+
+    @extend_schema(
+        operation_id="runs_create",
+        summary="Create a run",
+        description="201 with the run. An unknown agent or a parent you cannot see is a 400; a terminal "
+        "parent is a 409 with the parent as `run`. With `Idempotency-Key`, retries replay the first success.",
+        request=InputSerializer,
+        parameters=[IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED],
+        responses=responses({201: RunOutputSerializer}, 400, 409, 413, 415, 422),
+    )
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        key = request.headers.get("Idempotency-Key")
+        headers = self.HeaderSerializer(data={} if key is None else {"idempotency_key": key})
+        headers.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = run_create_idempotent(
+            owner=_caller(request),
+            key=headers.validated_data.get("idempotency_key"),
+            request_body=request.data,
+            render=lambda run: _run_data(run, request),
+            agent=data["agent"],
+            input=data["input"],
+            parent_id=data.get("parent"),
+            max_steps=data.get("max_steps"),
+            max_events=data.get("max_events"),
+            max_attempts=data.get("max_attempts"),
+            deadline=data.get("deadline"),
+        )
+        return Response(
+            result.body, status=result.status, headers={"Idempotent-Replayed": "true"} if result.replayed else None
+        )
+
+
+# Base of the operations on one run: visibility (404), then the class's object permission (403).
+class RunObjectApi(APIView):
+    def get_run(self, request: Request, run_id: str) -> Run:
+        run = run_get(run_id=run_id, user=_caller(request))
+        self.check_object_permissions(request, run)
+        return run
+
+
+class RunDetailApi(RunObjectApi):
+    @extend_schema(
+        operation_id="runs_retrieve",
+        summary="Read a run",
+        description="The run's facts and its current attempt (null before the first claim).",
+        parameters=[RUN_ID],
+        responses=responses({200: RunOutputSerializer}, 404),
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(_run_data(self.get_run(request, run_id), request))
+
+
+class RunEventsApi(RunObjectApi):
+    @extend_schema_serializer(component_name="RunEventsFilter")
+    class FilterSerializer(serializers.Serializer[Any]):
+        after_seq = StrictIntegerField(min_value=0, required=False, default=0, help_text="at most the run's last_seq")
+        limit = StrictIntegerField(min_value=1, max_value=1000, required=False, default=100)
+
+    @extend_schema_serializer(component_name="RunEventsPage")
+    class OutputSerializer(serializers.Serializer[Any]):
+        results = EventOutputSerializer(many=True, source="events")
+        next_after_seq = serializers.IntegerField(help_text="the last seq returned, or after_seq on an empty page")
+        last_seq = serializers.IntegerField()
+        run_status = serializers.ChoiceField(choices=RUN_STATUSES)
+        end_of_stream = serializers.BooleanField(help_text="the run is terminal and this page reaches its last event")
+
+    @extend_schema(
+        operation_id="runs_events",
+        summary="Read a page of a run's events",
+        description="Events with `seq > after_seq`, in order, at most `limit` (default 100, at most 1000). "
+        "A cursor past `last_seq` is a 400. Continue from `next_after_seq` until `end_of_stream`.",
+        parameters=[RUN_ID, FilterSerializer],
+        responses=responses({200: OutputSerializer}, 400, 404),
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        page = run_events_page(
+            run=run, after_seq=filters.validated_data["after_seq"], limit=filters.validated_data["limit"]
+        )
+        return Response(self.OutputSerializer(page).data)
+
+
+class RunCancelApi(RunObjectApi):
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanCancel]
+
+    @extend_schema_serializer(component_name="RunCancelInput")
+    class InputSerializer(serializers.Serializer[Any]):
+        note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+    @extend_schema(
+        operation_id="runs_cancel",
+        summary="Cancel a run",
+        parameters=[RUN_ID],
+        request=InputSerializer,
+        responses=responses({200: RunOutputSerializer}, 400, 403, 404, 409, 413, 415),
+        description="Cancel a queued, running or waiting run (committed at once). Already cancelled: 200, "
+        "nothing written. Ended otherwise: 409 with the run.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        result = run_cancel(run_id=run.pk, actor=_caller(request), note=serializer.validated_data["note"])
+        return Response(_run_data(result.run, request))
+
+
+class RunStopApi(RunObjectApi):
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanStop]
+
+    @extend_schema_serializer(component_name="RunStopInput")
+    class InputSerializer(serializers.Serializer[Any]):
+        code = serializers.ChoiceField(choices=sorted(CALLER_STOP_CODES), required=False, default=StopCode.STAFF.value)
+        reason = serializers.CharField(max_length=10_000)
+
+    @extend_schema(
+        operation_id="runs_stop",
+        summary="Stop a run",
+        parameters=[RUN_ID],
+        request=InputSerializer,
+        responses=responses({200: RunOutputSerializer}, 400, 403, 404, 409, 413, 415),
+        description="Stop a run (needs runs.stop_run). Already stopped: 200, nothing written. Ended otherwise: "
+        "409 with the run.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = run_stop(run_id=run.pk, actor=_caller(request), code=data["code"], reason=data["reason"])
+        return Response(_run_data(result.run, request))
+
+
+class RunPauseApi(RunObjectApi):
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanPauseResume]
+
+    @extend_schema(
+        operation_id="runs_pause",
+        summary="Pause a run",
+        parameters=[RUN_ID],
+        request=None,
+        responses=responses(
+            {
+                200: RunOutputSerializer,
+                202: RunOutputSerializer,
+            },
+            403,
+            404,
+            409,
+        ),
+        description="Queued: parked as waiting at once (200). Running: the pause is recorded and the worker "
+        "parks the run at its next safe boundary (202, also on a repeat). Waiting: 200, no change. "
+        "Terminal: 409.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        result = run_pause(run_id=run.pk)
+        return Response(_run_data(result.run, request), status=202 if result.pending else 200)
+
+
+class RunResumeApi(RunObjectApi):
+    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanPauseResume]
+
+    @extend_schema_serializer(component_name="RunResumeInput")
+    class InputSerializer(serializers.Serializer[Any]):
+        # A ticket is URL-safe ASCII; anything else cannot be one (and cannot be compared in constant time).
+        ticket = serializers.RegexField(r"^[\x21-\x7e]{1,256}$", help_text="the run's current resume_ticket")
+        input = serializers.JSONField(required=False, allow_null=True, default=None, help_text="passed to the agent")
+
+    @extend_schema(
+        operation_id="runs_resume",
+        summary="Resume a waiting run",
+        parameters=[RUN_ID],
+        request=InputSerializer,
+        responses=responses({200: RunOutputSerializer}, 400, 403, 404, 409, 413, 415),
+        description="Waiting → queued with the input. A stale, used or invalidated ticket is a 409 "
+        "`stale_ticket`; nothing changes.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = self.get_run(request, run_id)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        resumed = run_resume(run_id=run.pk, ticket=data["ticket"], input=data["input"])
+        return Response(_run_data(resumed, request))

@@ -1,0 +1,58 @@
+"""The documented responses every operation shares: the error shape under each status code."""
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+
+from runs.api.serializers import ConflictSerializer, ErrorSerializer
+
+_ERRORS: dict[int, OpenApiResponse] = {
+    400: OpenApiResponse(ErrorSerializer, description="`validation_error`: a malformed body, query or header"),
+    401: OpenApiResponse(ErrorSerializer, description="`not_authenticated`: no or bad credentials"),
+    403: OpenApiResponse(
+        ErrorSerializer, description="`permission_denied`: the run is visible but the action is not allowed"
+    ),
+    404: OpenApiResponse(ErrorSerializer, description="`not_found`: no such run, or not visible to the caller"),
+    409: OpenApiResponse(
+        ConflictSerializer,
+        description="`invalid_transition` or `stale_ticket`: the run's committed state does not allow it; "
+        "`run` is that state",
+    ),
+    413: OpenApiResponse(ErrorSerializer, description="`payload_too_large`: the body is over the size limit"),
+    415: OpenApiResponse(ErrorSerializer, description="`unsupported_media_type`: send application/json"),
+    422: OpenApiResponse(
+        ErrorSerializer, description="`idempotency_mismatch`: the Idempotency-Key was used with another body"
+    ),
+    503: OpenApiResponse(ErrorSerializer, description="`database_unavailable`: retry later"),
+}
+
+
+def responses(success: dict[int, Any], *errors: int) -> dict[int, Any]:
+    """`success` plus the error shape for each of `errors` and for 401 and 503, which any
+    operation can answer."""
+    codes = sorted({401, 503, *errors})
+    return {**success, **{code: _ERRORS[code] for code in codes}}
+
+
+RUN_ID = OpenApiParameter(
+    "run_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="the run's id; a malformed id is a 404"
+)
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Retry-safe create: a retry with the same key and the same JSON body within 24 h answers "
+    "the first success again (and creates nothing); another body is a 422. Up to 255 printable ASCII "
+    "characters, scoped to the caller.",
+)
+
+IDEMPOTENT_REPLAYED = OpenApiParameter(
+    "Idempotent-Replayed",
+    str,
+    OpenApiParameter.HEADER,
+    response=[201],
+    description="`true` when the response is the stored first answer to this Idempotency-Key",
+)

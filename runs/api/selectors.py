@@ -1,0 +1,50 @@
+"""Reads the API composes from `runs.selectors` (visibility stays there).
+
+They could move into `runs/selectors.py`; they live here because only the API uses them so far.
+"""
+
+from dataclasses import dataclass
+
+from django.db.models import F, Prefetch, QuerySet
+
+from runs.exceptions import ValidationFailed
+from runs.models import Run, RunAttempt, RunEvent
+from runs.selectors import run_events_after
+from runs.transitions import is_terminal
+
+
+def run_with_current_attempt(*, runs: QuerySet[Run]) -> QuerySet[Run]:
+    """Prefetch each run's current attempt into `current_attempts` (0 or 1 item): one query for
+    a whole page instead of one per run."""
+    current = RunAttempt.objects.filter(generation=F("run__generation"))
+    return runs.prefetch_related(Prefetch("attempts", queryset=current, to_attr="current_attempts"))
+
+
+@dataclass(frozen=True)
+class EventsPage:
+    events: list[RunEvent]
+    next_after_seq: int
+    last_seq: int
+    run_status: str
+    end_of_stream: bool
+
+
+def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
+    """Events with seq > after_seq (DESIGN §5 JSON pages) of a run the caller may see."""
+    if after_seq > run.last_seq:
+        raise ValidationFailed(
+            f"after_seq {after_seq} is past the run's last event ({run.last_seq})",
+            detail={"after_seq": [f"must be at most {run.last_seq}"]},
+        )
+    events = run_events_after(run_id=run.pk, after_seq=after_seq, limit=limit)
+    # The run's state is read after its events: last_seq then covers every event returned, and a
+    # terminal status means the terminal event is stored, so end_of_stream is never early.
+    status, last_seq = Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()
+    next_after_seq = events[-1].seq if events else after_seq
+    return EventsPage(
+        events=events,
+        next_after_seq=next_after_seq,
+        last_seq=last_seq,
+        run_status=status,
+        end_of_stream=is_terminal(status) and next_after_seq >= last_seq,
+    )
