@@ -11,14 +11,17 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -44,6 +47,9 @@ FAST_INTERVALS = {
     "RUNLEDGER_SQLITE_POLL_SECONDS": "0.1",
     "RUNLEDGER_SWEEP_SECONDS": "0.5",
     "RUNLEDGER_SHUTDOWN_GRACE_SECONDS": "3",
+    # Short, so that an attempt's self-fencing (lease, less unwinding time) leaves room for
+    # several renewals within the short lease.
+    "RUNLEDGER_CANCEL_GRACE_SECONDS": "0.2",
     "RUNLEDGER_SSE_KEEPALIVE_SECONDS": "1",
     "RUNLEDGER_LISTEN_RECONNECT_SECONDS": "0.2",
 }
@@ -126,6 +132,21 @@ class Procs:
         wait_http_ok(proc, "/healthz/")
         return proc
 
+    def worker(
+        self,
+        worker_id: str,
+        *,
+        concurrency: int = 1,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 30,
+    ) -> Proc:
+        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL)."""
+        cmd = [sys.executable, "manage.py", "runworker", "--worker-id", worker_id, "--concurrency", str(concurrency)]
+        proc = self.start(f"worker-{worker_id}", cmd + (args or []), env or subprocess_env())
+        wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
+        return proc
+
     def stop_all(self) -> None:
         for proc in reversed(self.started):
             if not proc.stopped:
@@ -146,6 +167,27 @@ def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{proc.name} did not answer {path} within {timeout}s:\n{proc.log()}")
         time.sleep(0.05)  # polling for readiness; the deadline above bounds it
+
+
+def wait_until(predicate: Callable[[], T], *, timeout: float = 15, what: str = "the condition") -> T:
+    """Poll `predicate` (e.g. a database read) until it returns something truthy, within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout}s")
+        time.sleep(0.02)  # polling a condition; the deadline above bounds it
+    return value
+
+
+def wait_log_line(proc: Proc, text: str, timeout: float = 30) -> None:
+    """Wait until `text` appears in the process's log (it must keep running meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while text not in proc.log():
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{proc.name} did not log {text!r} within {timeout}s:\n{proc.log()}")
+        time.sleep(0.05)  # polling a log file; the deadline above bounds it
 
 
 @pytest.fixture

@@ -2,20 +2,34 @@
 
 An agent is an async generator function taking an `AgentContext` and yielding directives:
 `Emit` (an event to append), `Step` (one unit of the `max_steps` budget: a model turn or a tool
-call), `Wait` (park the run for input), `Complete` or `Fail`. It observes `ctx.token` and stops at
-its next await once the token trips. A new attempt gets the run's stored events in `ctx.events`,
-so it continues from them instead of re-emitting what is already stored.
+call), `Wait` (park the run for input), `Complete` or `Fail`. A generator that ends without
+`Complete` or `Fail` completes with no output.
+
+Cancellation is cooperative first, forced second. The worker runs the agent in a task: when the
+attempt's token trips it cancels that task, so the agent stops at its next await; code that must
+not be cancelled half-way (or work running in a thread) races itself against `ctx.token` with
+`token.race(...)`. An agent that ignores both is abandoned — the worker stops awaiting it and its
+late results are never committed (appends are fenced by the attempt's generation).
+
+A new attempt gets the run's stored events in `ctx.events`, so it continues from them instead of
+re-emitting what is already stored.
 """
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
+
+T = TypeVar("T")
+
+
+class Cancelled(Exception):
+    """The attempt's token tripped while the agent awaited something it raced against it."""
 
 
 class CancellationToken:
-    """Trips once; awaiting code races its work against `wait()`."""
+    """Trips once, for the one attempt it belongs to; awaiting code races its work against it."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
@@ -32,6 +46,26 @@ class CancellationToken:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+    async def race(self, awaitable: Awaitable[T]) -> T:
+        """Await `awaitable` unless the token trips first; then cancel it and raise `Cancelled`."""
+        if self.tripped:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise Cancelled(self.reason)
+        work = asyncio.ensure_future(awaitable)
+        tripped = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({work, tripped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            tripped.cancel()
+            if not work.done():
+                work.cancel()
+                # Let it unwind (close what it opened) before the caller goes on.
+                await asyncio.wait({work})
+        if work.done() and not work.cancelled():
+            return work.result()
+        raise Cancelled(self.reason)
 
 
 @dataclass(frozen=True)
@@ -70,16 +104,24 @@ class StoredEvent:
     seq: int
     type: str
     data: dict[str, Any]
+    attempt: int | None = None
 
 
 class AgentContext(Protocol):
     run_id: UUID
+    # The generation of this attempt (1 for the first).
+    generation: int
     input: dict[str, Any]
+    # Every event stored for the run when this attempt started, in seq order.
     events: Sequence[StoredEvent]
     token: CancellationToken
     is_child: bool
 
-    def spawn_child(self, input: dict[str, Any]) -> Awaitable[UUID]: ...
+    def spawn_child(self, input: dict[str, Any]) -> Awaitable[UUID]:
+        """Create a child run of the same agent, owned by this run's owner. The parent's
+        `child.spawned` event records it in the same transaction, so a later attempt sees it in
+        `events` and never spawns it twice."""
+        ...
 
 
 Agent = Callable[[AgentContext], AsyncIterator[Directive]]

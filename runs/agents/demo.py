@@ -1,18 +1,148 @@
-"""The built-in `demo` agent: makes every execution path visible without network access.
+"""The built-in `demo` agent: makes every execution path visible and testable without a network.
 
-Input (defaults): {"deltas": 40, "delay_ms": 100, "tool": null, "ask": null, "children": 0}.
+Input (defaults): {"deltas": 40, "delay_ms": 100, "tool": null, "ask": null, "children": 0}
+- `deltas` text chunks (`output.delta`), `delay_ms` apart — the "model stream";
+- `tool`: "slow" (a tool that honours cancellation) or "stubborn" (one that ignores it), called
+  halfway with `tool.started` / `tool.finished`; it takes `tool_ms` (default 5000) milliseconds;
+- `ask`: a prompt; halfway the run goes `waiting` (`input_required`), and the resume input is
+  echoed in the output as `answer`;
+- `children`: that many child demo runs spawned first, each with the same input but no children;
+  `child_input` (an object), if given, overrides keys of the children's input (e.g. to make the
+  children outlast their parent).
+
+Every attempt continues from the stored events: deltas, tool calls, the question and spawned
+children already stored are not produced again, so after a requeue or resume the stored text is
+exactly what one uninterrupted run produces (`demo_text(deltas)`).
 """
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
-from runs.agents.base import AgentContext, Complete, Directive, Emit, register
+from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, StoredEvent, Wait, register
+
+TOOL_CALL_ID = "call-1"
+TOOLS = ("slow", "stubborn")
+
+
+def delta_text(i: int) -> str:
+    return f"chunk {i} "
+
+
+def demo_text(deltas: int) -> str:
+    """The text one uninterrupted demo run with `deltas` chunks produces."""
+    return "".join(delta_text(i) for i in range(deltas))
+
+
+async def slow_tool(ctx: AgentContext, seconds: float) -> dict[str, Any]:
+    # Honours cancellation: it races its wait against the token, as a well-behaved client would.
+    await ctx.token.race(asyncio.sleep(seconds))
+    return {"slept_ms": round(seconds * 1000)}
+
+
+async def stubborn_tool(seconds: float) -> dict[str, Any]:
+    # Ignores cancellation on purpose, as a blocking client library or a careless tool does: it
+    # swallows CancelledError and goes on until its work is done. The worker must abandon it.
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while (left := end - loop.time()) > 0:
+        try:
+            await asyncio.sleep(left)
+        except asyncio.CancelledError:
+            continue
+    return {"slept_ms": round(seconds * 1000), "ignored_cancellation": True}
+
+
+def _int(input: dict[str, Any], key: str, default: int) -> int:
+    value = input.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{key} must be a non-negative number")
+    return int(value)
+
+
+class _Stored:
+    """What earlier attempts of this run already stored."""
+
+    def __init__(self, events: Sequence[StoredEvent]) -> None:
+        self.deltas = sum(1 for e in events if e.type == "output.delta")
+        self.children = [e.data.get("run_id") for e in events if e.type == "child.spawned"]
+        self.tool_started = any(e.type == "tool.started" and e.data.get("call_id") == TOOL_CALL_ID for e in events)
+        finished = [e for e in events if e.type == "tool.finished" and e.data.get("call_id") == TOOL_CALL_ID]
+        self.tool_finished = bool(finished)
+        self.tool_result: Any = finished[0].data.get("result") if finished else None
+        # The answer to our question: the input of the first resume after an input_required wait.
+        self.asked = False
+        self.answered = False
+        self.answer: Any = None
+        for e in events:
+            if e.type == "run.waiting" and e.data.get("reason") == "input_required":
+                self.asked = True
+            elif e.type == "run.resumed" and self.asked and not self.answered:
+                self.answered = True
+                self.answer = e.data.get("input")
 
 
 @register("demo")
 async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
-    # The full behaviour (pacing, tools, input, children, continuation) arrives with the worker.
-    deltas = int(ctx.input.get("deltas", 40))
-    done = sum(1 for e in ctx.events if e.type == "output.delta")
-    for i in range(done, deltas):
-        yield Emit("output.delta", {"text": f"chunk {i} "})
-    yield Complete({"deltas": deltas})
+    try:
+        deltas = _int(ctx.input, "deltas", 40)
+        delay = _int(ctx.input, "delay_ms", 100) / 1000
+        tool_seconds = _int(ctx.input, "tool_ms", 5000) / 1000
+        children = 0 if ctx.is_child else _int(ctx.input, "children", 0)
+    except ValueError as exc:
+        yield Fail(str(exc), {"input": ctx.input})
+        return
+    tool = ctx.input.get("tool")
+    if tool is not None and tool not in TOOLS:
+        yield Fail(f"unknown tool {tool!r}", {"tools": list(TOOLS)})
+        return
+    ask = ctx.input.get("ask")
+    stored = _Stored(ctx.events)
+    tool_result = stored.tool_result
+
+    overrides = ctx.input.get("child_input") or {}
+    if not isinstance(overrides, dict):
+        yield Fail("child_input must be an object", {"input": ctx.input})
+        return
+    child_ids = list(stored.children)
+    for _ in range(len(child_ids), children):
+        child_input = {k: v for k, v in ctx.input.items() if k != "child_input"} | overrides | {"children": 0}
+        child_ids.append(str(await ctx.spawn_child(child_input)))
+
+    half = deltas // 2
+    # One model turn before the halfway point and one after it; a turn already under way in an
+    # earlier attempt (some of its deltas are stored) is not counted again.
+    if stored.deltas == 0 and half > 0:
+        yield Step("model")
+    for i in range(deltas):
+        if i == half:
+            if tool is not None and not stored.tool_finished:
+                arguments = {"seconds": tool_seconds}
+                if not stored.tool_started:
+                    yield Step("tool")
+                    yield Emit("tool.started", {"call_id": TOOL_CALL_ID, "name": tool, "arguments": arguments})
+                if tool == "slow":
+                    tool_result = await slow_tool(ctx, tool_seconds)
+                else:
+                    tool_result = await stubborn_tool(tool_seconds)
+                yield Emit("tool.finished", {"call_id": TOOL_CALL_ID, "name": tool, "result": tool_result})
+            if ask is not None and not stored.asked:
+                yield Wait("input_required", str(ask))
+                return
+            if stored.deltas <= i:
+                yield Step("model")
+        if i < stored.deltas:
+            continue
+        await asyncio.sleep(delay)
+        yield Emit("output.delta", {"text": delta_text(i)})
+
+    output: dict[str, Any] = {"text": demo_text(deltas), "deltas": deltas}
+    if tool is not None:
+        output["tool_result"] = tool_result
+    if ask is not None:
+        output["answer"] = stored.answer
+    if child_ids:
+        output["children"] = child_ids
+    yield Complete(output)

@@ -1,0 +1,28 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from runs.worker import Worker
+
+
+class Command(BaseCommand):
+    help = "Claim queued runs and execute them until stopped (SIGTERM/SIGINT: finish at safe boundaries)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true", help="exit once no queued run is left and none is running")
+        parser.add_argument("--max-runs", type=int, default=None, help="exit after executing this many runs")
+        parser.add_argument(
+            "--concurrency", type=int, default=None, help="runs executed at once (default RUNLEDGER_WORKER_CONCURRENCY)"
+        )
+        parser.add_argument("--worker-id", default=None, help="the id recorded on attempts (default host:pid)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        worker = Worker(
+            worker_id=options["worker_id"],
+            concurrency=options["concurrency"],
+            once=options["once"],
+            max_runs=options["max_runs"],
+            on_ready=lambda w: self.stdout.write(f"runworker {w.worker_id} ready", ending="\n"),
+        )
+        finished = worker.run()
+        self.stdout.write(f"runworker {worker.worker_id} stopped after {finished} runs")

@@ -1,0 +1,345 @@
+"""The worker: claims queued runs and executes them, at most `concurrency` at a time.
+
+One asyncio loop per process. It waits on *a notification OR a poll timeout OR stop*, so it never
+depends on NOTIFY alone:
+- `runledger_queue` wakes the claim loop, which also tries every poll interval;
+- `runledger_control` makes the worker re-read that run's durable state and trip the attempt's
+  token when the run is no longer this attempt's (terminal, or moved on), or note a pause
+  request; every poll interval it re-reads the state of all runs it holds — the backstop that
+  makes a lost notification delay, never lose, a cancellation — and it re-reads them all again
+  whenever the LISTEN connection (re)connects.
+On SQLite there is no notification channel and the worker polls every RUNLEDGER_SQLITE_POLL_SECONDS.
+
+Every worker also sweeps, every RUNLEDGER_SWEEP_SECONDS (`services.runs_sweep`): it requeues runs
+whose lease lapsed — their worker died, stalled or lost the database — or fails them once
+`max_attempts` are lost, and stops live runs past their deadline. Sweeps in several workers at
+once are safe: each run is handled under its row lock, taken with SKIP LOCKED, and re-checked.
+
+Claims are `FOR NO KEY UPDATE SKIP LOCKED` (`services.run_claim`); the agents run outside any
+lock. SIGTERM/SIGINT: stop claiming, let the attempts reach a safe boundary within
+RUNLEDGER_SHUTDOWN_GRACE_SECONDS and requeue them (`worker_shutdown`, not a lost attempt); then
+force what is left. A second signal exits at once; those runs come back through lease expiry.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+
+from runs import notify, services
+from runs.listener import Listener
+from runs.models import Run
+from runs.transitions import Status
+from runs.worker.attempt import AttemptConfig, Execution
+from runs.worker.db import Db
+from runs.worker.registry import AttemptRegistry
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _run_states(run_ids: list[UUID]) -> dict[UUID, tuple[str, int, datetime | None]]:
+    rows = Run.objects.filter(pk__in=run_ids).values_list("id", "status", "generation", "pause_requested_at")
+    return {run_id: (status, generation, pause) for run_id, status, generation, pause in rows}
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        worker_id: str | None = None,
+        concurrency: int | None = None,
+        once: bool = False,
+        max_runs: int | None = None,
+        listen: bool | None = None,
+        on_ready: Callable[["Worker"], None] | None = None,
+    ) -> None:
+        self.worker_id = worker_id or default_worker_id()
+        self.concurrency = max(1, concurrency or int(settings.RUNLEDGER_WORKER_CONCURRENCY))
+        self.once = once
+        self.max_runs = max_runs
+        self.on_ready = on_ready
+        self.sqlite = connection.vendor == "sqlite"
+        self.listen = (not self.sqlite) and (settings.RUNLEDGER_WORKER_LISTEN if listen is None else listen)
+        self.poll_seconds = float(
+            settings.RUNLEDGER_SQLITE_POLL_SECONDS if self.sqlite else settings.RUNLEDGER_POLL_SECONDS
+        )
+        self.attempt_config = AttemptConfig(
+            heartbeat_seconds=float(settings.RUNLEDGER_HEARTBEAT_SECONDS),
+            lease_seconds=float(settings.RUNLEDGER_LEASE_SECONDS),
+            cancel_grace_seconds=float(settings.RUNLEDGER_CANCEL_GRACE_SECONDS),
+            batch_max=int(settings.RUNLEDGER_APPEND_BATCH_MAX),
+        )
+        self.shutdown_grace_seconds = float(settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS)
+        self.sweep_seconds = float(settings.RUNLEDGER_SWEEP_SECONDS)
+        if self.attempt_config.fence_after < 2 * self.attempt_config.heartbeat_seconds:
+            log.warning(
+                "RUNLEDGER_LEASE_SECONDS %ss leaves %.2fs between renewals once the unwinding time is set aside "
+                "(RUNLEDGER_HEARTBEAT_SECONDS %ss, RUNLEDGER_CANCEL_GRACE_SECONDS %ss): one slow renewal stops "
+                "an attempt",
+                self.attempt_config.lease_seconds,
+                self.attempt_config.fence_after,
+                self.attempt_config.heartbeat_seconds,
+                self.attempt_config.cancel_grace_seconds,
+            )
+        # Counters, for --max-runs and for whoever embeds a worker.
+        self.claimed = 0
+        self.finished = 0
+        self._registry: AttemptRegistry[Execution] = AttemptRegistry()
+        self._executions: dict[tuple[UUID, int], asyncio.Task[Any]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+        self._signals = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._db: Db | None = None
+        self._listener: Listener | None = None
+
+    def __repr__(self) -> str:
+        return f"<worker {self.worker_id}>"
+
+    # --- running ---------------------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Run until stopped (or, with --once / --max-runs, until done); returns the runs finished."""
+        loop = asyncio.new_event_loop()
+        switch = sys.getswitchinterval()
+        # The loop thread (notifications, token trips) competes for the GIL with the database
+        # threads; a shorter switch interval bounds how long a cancellation waits for it.
+        sys.setswitchinterval(min(switch, 0.001))
+        try:
+            return loop.run_until_complete(self._main(install_signals))
+        finally:
+            sys.setswitchinterval(switch)
+            # An abandoned agent may ignore cancellation for a long time; it does not hold up exit.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=1))
+            loop.run_until_complete(asyncio.wait([loop.create_task(loop.shutdown_asyncgens())], timeout=1))
+            loop.close()
+
+    def stop(self) -> None:
+        """Ask the worker to stop gracefully; callable from any thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._request_stop)
+
+    async def _main(self, install_signals: bool) -> int:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._db = Db(work_threads=min(max(2, self.concurrency), 4))
+        poller: asyncio.Task[None] | None = None
+        sweeper: asyncio.Task[None] | None = None
+        listening: asyncio.Task[None] | None = None
+        try:
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.add_signal_handler(sig, self._on_signal, sig)
+            if self.listen:
+                self._listener = Listener(
+                    role="worker",
+                    on_notify=self._on_notify,
+                    on_connect=self._on_listener_connect,
+                    channels=(notify.QUEUE, notify.CONTROL),
+                )
+                listening = asyncio.create_task(self._listener.run(), name="listener")
+                try:
+                    await asyncio.wait_for(self._listener.connected.wait(), timeout=10)
+                except TimeoutError:
+                    log.warning("%s: LISTEN connection not up yet; polling meanwhile", self)
+            log.info(
+                "%s ready: concurrency %d, %s every %ss",
+                self,
+                self.concurrency,
+                "LISTEN/NOTIFY and a re-read" if self.listen else "polling",
+                self.poll_seconds,
+            )
+            if self.on_ready is not None:
+                self.on_ready(self)
+            poller = asyncio.create_task(self._poll_loop(), name="poll")
+            sweeper = asyncio.create_task(self._sweep_loop(), name="sweep")
+            await self._claim_loop()
+            await self._shutdown()
+        finally:
+            for task in (poller, sweeper):
+                if task is not None:
+                    task.cancel()
+            if self._listener is not None:
+                self._listener.stop()
+            if listening is not None:
+                listening.cancel()
+                await asyncio.wait([listening], timeout=2)
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(sig)
+            # Blocking joins, but each thread is idle or about to be.
+            self._db.stop()
+        return self.finished
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("%s: second %s; exiting now", self, signal.Signals(sig).name)
+            os._exit(1)
+        log.info("%s: %s; finishing at safe boundaries", self, signal.Signals(sig).name)
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+        assert self._wake is not None
+        self._wake.set()
+
+    # --- claiming --------------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        assert self._wake is not None
+        while not self._stopping:
+            self._wake.clear()
+            queue_empty = await self._claim_free_slots()
+            if not self._executions and (
+                (self.once and queue_empty) or (self.max_runs is not None and self.claimed >= self.max_runs)
+            ):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+
+    async def _claim_free_slots(self) -> bool:
+        """Claim until the slots are full; True when the queue had nothing left for us."""
+        assert self._db is not None and self._loop is not None
+        while len(self._executions) < self.concurrency and not self._stopping:
+            if self.max_runs is not None and self.claimed >= self.max_runs:
+                return False
+            claimed_at = self._loop.time()
+            try:
+                claimed = await self._db.work.call(services.run_claim, worker=self.worker_id)
+            except DatabaseError as exc:
+                log.warning("%s: could not claim (%s); retrying later", self, exc)
+                return False
+            if claimed is None:
+                return True
+            self.claimed += 1
+            self._start(*claimed, claimed_at=claimed_at)
+        return False
+
+    def _start(self, run: Run, attempt: Any, *, claimed_at: float) -> None:
+        assert self._db is not None
+        execution = Execution(run=run, attempt=attempt, db=self._db, config=self.attempt_config, claimed_at=claimed_at)
+        self._registry.register(execution)
+        task = asyncio.create_task(execution.run(), name=repr(execution))
+        self._executions[(execution.run_id, execution.generation)] = task
+        task.add_done_callback(lambda t: self._execution_done(execution, t))
+        log.info("%s: claimed %s", self, execution)
+
+    def _execution_done(self, execution: Execution, task: asyncio.Task[Any]) -> None:
+        # Only this attempt's own entry goes: a newer attempt of the same run stays registered.
+        self._registry.unregister(execution.run_id, execution.generation)
+        self._executions.pop((execution.run_id, execution.generation), None)
+        self.finished += 1
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: %s ended with an error", self, execution, exc_info=task.exception())
+        assert self._wake is not None
+        self._wake.set()  # a slot is free
+
+    # --- control: notifications, the periodic re-read --------------------------------------------
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        assert self._wake is not None
+        if channel == notify.QUEUE:
+            self._wake.set()
+        elif channel == notify.CONTROL:
+            try:
+                run_id = UUID(payload)
+            except ValueError:
+                return
+            held = self._registry.get(run_id)
+            if held is not None:
+                self._spawn(self._recheck([(held.run_id, held.generation)], via="notification"))
+
+    def _on_listener_connect(self) -> None:
+        # Whatever happened while the connection was down was not heard: re-read it all.
+        assert self._wake is not None
+        self._wake.set()
+        held = [(h.run_id, h.generation) for h in self._registry]
+        if held:
+            self._spawn(self._recheck(held, via="reconnect"))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            held = [(h.run_id, h.generation) for h in self._registry]
+            if held:
+                await self._recheck(held, via="poll")
+
+    async def _recheck(self, held: list[tuple[UUID, int]], *, via: str) -> None:
+        """Re-read the durable state of runs this worker holds and act on it: the database, not
+        the notification, says whether an attempt must stop."""
+        assert self._db is not None
+        try:
+            states = await self._db.control.call(_run_states, [run_id for run_id, _ in held])
+        except DatabaseError as exc:
+            log.warning("%s: could not re-read run states (%s)", self, exc)
+            return
+        for run_id, generation in held:
+            status, current, pause_requested_at = states.get(run_id, ("deleted", 0, None))
+            execution = self._registry.get(run_id, generation)
+            if execution is None:
+                continue  # it ended meanwhile, or a newer attempt holds the run: not for it
+            if status != Status.RUNNING or current != generation:
+                execution.stop(f"the run is {status} (attempt {current})", via=via)
+            elif pause_requested_at is not None:
+                execution.request_pause()
+
+    # --- the sweeper -----------------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        assert self._db is not None
+        while True:
+            try:
+                swept = await self._db.sweep.call(services.runs_sweep)
+            except DatabaseError as exc:
+                log.warning("%s: could not sweep (%s)", self, exc)
+            else:
+                if swept:
+                    log.info(
+                        "%s swept: requeued %s, failed (worker_lost) %s, stopped (deadline) %s",
+                        self,
+                        [str(r) for r in swept.requeued],
+                        [str(r) for r in swept.failed],
+                        [str(r) for r in swept.stopped],
+                    )
+            # Jittered, so the sweeps of workers started together spread out.
+            await asyncio.sleep(self.sweep_seconds * random.uniform(0.8, 1.2))
+
+    # --- stopping --------------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        if not self._executions:
+            return
+        log.info("%s: waiting up to %ss for %d attempts", self, self.shutdown_grace_seconds, len(self._executions))
+        for execution in self._registry:
+            execution.request_shutdown()
+        await asyncio.wait(list(self._executions.values()), timeout=self.shutdown_grace_seconds)
+        for execution in self._registry:
+            execution.request_shutdown(force=True)
+        if self._executions:
+            await asyncio.wait(list(self._executions.values()), timeout=10)
