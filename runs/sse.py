@@ -1,7 +1,183 @@
-"""The SSE stream of a run's events (DESIGN §5). Arrives with the SSE issue."""
+"""The SSE stream of a run's events (DESIGN §5): a plain async view, read-only.
 
-from django.http import HttpRequest, HttpResponse
+`GET /api/runs/{id}/stream/?after_seq=N` replays the stored events with seq > N, then follows new
+ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
+`EventSource` sends on reconnect), else `after_seq`, else 0, and each SSE `id:` is the bare seq,
+so a reconnect resumes exactly after the last event the client fully received. Where the frames
+come from, and how many watchers share one read, is `runs.streams`.
+
+Checks run in the order of DESIGN §6: authentication (401), visibility (404), cursor (400), state
+(204 for a finished run already read to its end, 400 for a cursor past a live run's end).
+Closing the stream only stops this generator: nothing here writes.
+"""
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import cast
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
+
+from runs import streams
+from runs.errors import error_response, error_response_for
+from runs.exceptions import NotFound
+from runs.selectors import AnyUser, run_get
+
+log = logging.getLogger(__name__)
+
+# A bigint, written plainly: no sign, no spaces, no exponent.
+_CURSOR = re.compile(r"[0-9]{1,18}")
+
+KEEPALIVE = b": keep-alive\n\n"
 
 
-async def run_stream(request: HttpRequest, run_id: str) -> HttpResponse:
-    return HttpResponse(status=501)
+@dataclass(frozen=True)
+class _Opened:
+    run_id: str
+    cursor: int
+    last_seq: int
+    terminal: bool
+
+
+def _parse_cursor(name: str, value: str) -> int | HttpResponse:
+    if not _CURSOR.fullmatch(value):
+        return error_response(
+            400, "validation_error", f"{name} must be an integer >= 0", {name: [f"{value!r} is not an integer >= 0"]}
+        )
+    return int(value)
+
+
+def _authenticate(request: HttpRequest) -> AnyUser | None:
+    """DRF's token header (programs), else the session (browsers: EventSource sends no headers)."""
+    try:
+        found = TokenAuthentication().authenticate(Request(request))
+    except AuthenticationFailed:
+        return None  # a bad token is not silently downgraded to the session
+    if found is not None:
+        return cast(AnyUser, found[0])
+    user = cast(AnyUser, request.user)
+    return user if user.is_authenticated else None
+
+
+def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
+    """Every check before streaming, in one short synchronous call on the stream-opening pool."""
+    try:
+        user = _authenticate(request)
+        if user is None:
+            response = error_response(401, "not_authenticated", "authentication credentials were not provided")
+            response["WWW-Authenticate"] = "Token"
+            return response
+        try:
+            run = run_get(run_id=run_id, user=user)
+        except NotFound as exc:
+            return error_response_for(exc)
+        cursor, cursor_name = 0, "after_seq"
+        for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", _last_event_id(request))):
+            if value is not None:
+                parsed = _parse_cursor(name, value)
+                if isinstance(parsed, HttpResponse):
+                    return parsed
+                cursor, cursor_name = parsed, name  # the header comes second, so it wins
+        if run.is_terminal and cursor >= run.last_seq:
+            # The HTML spec's way to make EventSource stop reconnecting: nothing more will come.
+            return HttpResponse(status=204, headers={"Cache-Control": "no-cache"})
+        if cursor > run.last_seq:
+            return error_response(
+                400,
+                "validation_error",
+                f"cursor {cursor} is past the run's last event {run.last_seq}",
+                {cursor_name: [f"must be at most {run.last_seq}"]},
+            )
+        return _Opened(run_id=str(run.pk), cursor=cursor, last_seq=run.last_seq, terminal=run.is_terminal)
+    finally:
+        # Streams live long; the connection this check used must not live with them.
+        connection.close()
+
+
+def _last_event_id(request: HttpRequest) -> str | None:
+    # EventSource sends the header only when it has an id; an empty one means "none yet".
+    return request.headers.get("Last-Event-ID") or None
+
+
+# Read-only whatever the method, so CSRF protects nothing here; exempt, a POST gets the JSON 405.
+@csrf_exempt
+async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    if request.method != "GET":
+        not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
+        not_allowed["Allow"] = "GET"
+        return not_allowed
+    try:
+        opened = await streams.run_open_check(_open, request, run_id)
+    except DatabaseError:
+        return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+    if isinstance(opened, HttpResponse):
+        return opened
+    stream = StreamingHttpResponse(_stream(opened), content_type="text/event-stream")
+    stream["Cache-Control"] = "no-cache"
+    stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
+    return stream
+
+
+async def _stream(opened: _Opened) -> AsyncIterator[bytes]:
+    """The body: an async generator (a sync iterator would be buffered whole under ASGI).
+
+    On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`
+    leaves the feed, which is all the state a stream has.
+    """
+    loop = asyncio.get_running_loop()
+    keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
+    hub = streams.get_hub()
+    feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
+    cursor = opened.cursor
+    try:
+        yield f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()
+        next_keepalive = loop.time() + keepalive
+        while True:
+            changed = feed.changed
+            frames = feed.frames_after(cursor)
+            if frames is None:
+                try:
+                    frames = await feed.read(cursor)
+                except DatabaseError as exc:
+                    # End the stream cleanly: the client reconnects with its Last-Event-ID.
+                    log.warning("run %s: stream read failed (%s); ending the stream", opened.run_id, exc)
+                    return
+            if frames:
+                chunk, cursor, done = _take(frames, cursor)
+                if chunk:
+                    yield chunk
+                if done:
+                    return
+                next_keepalive = loop.time() + keepalive
+                continue
+            wait = next_keepalive - loop.time()
+            if wait <= 0:
+                yield KEEPALIVE
+                next_keepalive = loop.time() + keepalive
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout=wait)
+    finally:
+        hub.unsubscribe(feed)
+
+
+def _take(frames: list[streams.Frame], cursor: int) -> tuple[bytes, int, bool]:
+    """The frames after `cursor` up to and including a terminal one: (bytes, new cursor, ended)."""
+    parts: list[bytes] = []
+    for frame in frames:
+        if frame.seq <= cursor:
+            continue
+        parts.append(frame.data)
+        cursor = frame.seq
+        if frame.terminal:
+            return b"".join(parts), cursor, True
+    return b"".join(parts), cursor, False

@@ -1,0 +1,316 @@
+"""Benchmark: many SSE watchers of one run on one uvicorn web process.
+
+    .venv/bin/python bench/sse_watchers.py [--watchers 500] [--events 100] [--interval 0.1]
+                                           [--database-url URL]
+
+Without --database-url it starts a throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR
+--durable`) and stops it afterwards. Three processes: the web process (uvicorn), a writer that
+appends one event at a time through `runs.services.run_events_append` and records each commit's
+wall-clock time, and this one, which holds every watcher as an asyncio socket client.
+
+Reported: the delay from commit to delivery over every (watcher, event) pair — p50, p99, max —
+and the web process's RSS, threads and database connections (pg_stat_activity) with the watchers
+idle and at peak during the burst. A table on stdout, JSON in bench/results/ (gitignored).
+Figures only: nothing here asserts a time. Delivery includes this client process parsing all
+streams on one core, so the delays are an upper bound on the server's.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WEB_APP_NAME = "bench-sse-web"
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS (kB) and thread count of a process, from /proc."""
+    out = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                out["rss_kb"] = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                out["threads"] = int(line.split()[1])
+    return out
+
+
+def writer_main(run_id: str, generation: int, count: int, interval: float) -> int:
+    """The writer process: one event per transaction, printing `seq committed_at` after each."""
+    import django
+
+    django.setup()
+    from runs import services
+
+    for i in range(count):
+        rows = services.run_events_append(
+            run_id=run_id, generation=generation, events=[("output.delta", {"text": f"delta {i}"})]
+        )
+        print(rows[-1].seq, repr(time.time()), flush=True)  # returned = committed
+        time.sleep(interval)  # pacing the load, not synchronising
+    run = services.run_complete(run_id=run_id, generation=generation, output={"deltas": count})
+    print(run.last_seq, repr(time.time()), flush=True)
+    return 0
+
+
+class Sampler(threading.Thread):
+    """Peak RSS, threads and DB connections of the web process while the burst runs."""
+
+    def __init__(self, pid: int, count_connections: Any) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.count_connections = count_connections
+        self.stop_event = threading.Event()
+        self.peak = {"rss_kb": 0, "threads": 0, "db_connections": 0}
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.05):
+            sample = {**proc_status(self.pid), "db_connections": self.count_connections()}
+            for key, value in sample.items():
+                self.peak[key] = max(self.peak[key], value)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--watchers", type=int, default=500)
+    parser.add_argument("--events", type=int, default=100)
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between the writer's commits")
+    parser.add_argument("--database-url", help="an existing, empty PostgreSQL database instead of a new cluster")
+    parser.add_argument("--writer", nargs=4, metavar=("RUN", "GEN", "COUNT", "INTERVAL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if args.writer:
+        run_id, gen, count, interval = args.writer
+        return writer_main(run_id, int(gen), int(count), float(interval))
+
+    work = tempfile.mkdtemp(prefix="runledger-bench-sse-")
+    os.chmod(work, 0o755)  # the PostgreSQL server may run as another user and must reach its folder
+    cluster_dir = None
+    url = args.database_url
+    if not url:
+        cluster_dir = f"{work}/pg"
+        out = subprocess.run(
+            [str(ROOT / "bin/pgcluster"), "start", cluster_dir, "--durable"], check=True, capture_output=True, text=True
+        )
+        url = out.stdout.strip().splitlines()[-1]
+    web = None
+    try:
+        env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        os.environ["DATABASE_URL"] = url
+        import django
+
+        django.setup()
+        from django.contrib.auth.models import User
+        from django.db import connection
+        from rest_framework.authtoken.models import Token
+
+        from runs import services
+        from runs.models import RunEvent
+        from tests.procs import free_port
+        from tests.sse_client import auth_headers, watch
+
+        user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
+        token = Token.objects.create(user=user).key
+        run = services.run_create(owner=user, agent="demo", input={"bench": True})
+        claimed = services.run_claim(worker="bench")
+        assert claimed is not None and claimed[0].pk == run.pk
+        run = claimed[0]
+
+        port = free_port()
+        log_path = Path(work) / "uvicorn.log"
+        with log_path.open("wb") as log_file:
+            web = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "uvicorn", "config.asgi:application"),
+                    *("--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"),
+                ],
+                cwd=ROOT,
+                env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/healthz/", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or web.poll() is not None:
+                    raise RuntimeError(f"uvicorn did not start:\n{log_path.read_text()}") from None
+                time.sleep(0.1)
+
+        def db_connections() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [WEB_APP_NAME])
+                return int(cursor.fetchone()[0])
+
+        def listen_connections() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                    [f"runledger-listen:web:{web.pid}"],
+                )
+                return int(cursor.fetchone()[0])
+
+        def event_table_reads() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+                    "WHERE relname = 'runs_runevent'"
+                )
+                return int(cursor.fetchone()[0])
+
+        before = proc_status(web.pid)
+        path = f"/api/runs/{run.pk}/stream/?after_seq=0"
+
+        async def bench() -> dict[str, Any]:
+            connected = [asyncio.Event() for _ in range(args.watchers)]
+            t0 = time.monotonic()
+            tasks = [
+                asyncio.create_task(watch(base, path, auth_headers(token), connected=c, timeout=600)) for c in connected
+            ]
+            await asyncio.wait_for(asyncio.gather(*(c.wait() for c in connected)), 300)
+            connect_seconds = time.monotonic() - t0
+            await asyncio.sleep(3)  # let the connect burst settle before measuring the idle state
+            idle = {
+                **proc_status(web.pid),
+                "db_connections": await asyncio.to_thread(db_connections),
+                "listen_connections": await asyncio.to_thread(listen_connections),
+            }
+            scans_before = await asyncio.to_thread(event_table_reads)
+            sampler = Sampler(web.pid, db_connections)
+            sampler.start()
+            writer = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--writer",
+                str(run.pk),
+                str(run.generation),
+                str(args.events),
+                str(args.interval),
+                cwd=ROOT,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            out, _ = await writer.communicate()
+            gathered = await asyncio.gather(*tasks, return_exceptions=True)
+            failures = [repr(r) for r in gathered if isinstance(r, BaseException)]
+            results = [r for r in gathered if not isinstance(r, BaseException)]
+            sampler.stop_event.set()
+            sampler.join()
+            await asyncio.sleep(1.5)  # PostgreSQL flushes table statistics within a second
+            scans = await asyncio.to_thread(event_table_reads) - scans_before
+            committed = {int(s): float(t) for s, t in (line.split() for line in out.decode().splitlines())}
+            return {
+                "results": results,
+                "committed": committed,
+                "idle": idle,
+                "peak": sampler.peak,
+                "scans": scans,
+                "connect_seconds": connect_seconds,
+                "failures": failures,
+            }
+
+        measured = asyncio.run(bench())
+        stored = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+        complete = sum(1 for events in measured["results"] if [e.seq for e in events] == stored)
+        delays = [
+            e.received_at - measured["committed"][e.seq]
+            for events in measured["results"]
+            for e in events
+            if e.seq in measured["committed"]
+        ]
+        report = {
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+            "watchers": args.watchers,
+            "events": len(measured["committed"]),
+            "interval_seconds": args.interval,
+            "watchers_with_every_event_in_order": complete,
+            "watcher_failures": measured["failures"][:10],
+            "connect_all_seconds": round(measured["connect_seconds"], 2),
+            "delay_seconds": {
+                "p50": round(statistics.median(delays), 4),
+                "p99": round(percentile(delays, 99), 4),
+                "max": round(max(delays), 4),
+                "samples": len(delays),
+            },
+            "web_process": {
+                "before_watchers": before,
+                "idle_with_watchers": measured["idle"],
+                "peak_during_burst": measured["peak"],
+            },
+            "event_table_reads_during_burst": measured["scans"],
+        }
+        print_table(report)
+        results_dir = ROOT / "bench" / "results"
+        results_dir.mkdir(parents=True, exist_ok=True)
+        out_path = results_dir / f"sse_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        out_path.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nJSON: {out_path.relative_to(ROOT)}")
+        return 0 if complete == args.watchers else 1
+    finally:
+        if web is not None and web.poll() is None:
+            os.killpg(web.pid, 15)
+            try:
+                web.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(web.pid, 9)
+                web.wait(timeout=10)
+        if cluster_dir:
+            subprocess.run([str(ROOT / "bin/pgcluster"), "stop", cluster_dir], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def print_table(r: dict[str, Any]) -> None:
+    d, w = r["delay_seconds"], r["web_process"]
+    rows = [
+        ("watchers (one run, one uvicorn process)", f"{r['watchers']}"),
+        ("events (one commit each, every)", f"{r['events']} ({r['interval_seconds']} s apart)"),
+        ("watchers that got every event, in order", f"{r['watchers_with_every_event_in_order']}"),
+        ("time to connect all watchers", f"{r['connect_all_seconds']} s"),
+        ("commit -> delivery p50", f"{d['p50'] * 1000:.1f} ms"),
+        ("commit -> delivery p99", f"{d['p99'] * 1000:.1f} ms"),
+        ("commit -> delivery max", f"{d['max'] * 1000:.1f} ms"),
+        ("web RSS before / idle / peak", _triple(w, "rss_kb", lambda v: f"{v / 1024:.0f} MB")),
+        ("web threads before / idle / peak", _triple(w, "threads", str)),
+        (
+            "web DB connections idle / peak",
+            f"{w['idle_with_watchers']['db_connections']} / {w['peak_during_burst']['db_connections']}"
+            f" (+{w['idle_with_watchers']['listen_connections']} LISTEN)",
+        ),
+        ("event-table reads (scans) during the burst", f"{r['event_table_reads_during_burst']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def _triple(w: dict[str, Any], key: str, fmt: Any) -> str:
+    return " / ".join(fmt(w[k][key]) for k in ("before_watchers", "idle_with_watchers", "peak_during_burst"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The SSE stream in the OpenAPI schema.
+
+`runs.sse.run_stream` is a plain async Django view (not DRF), so drf-spectacular cannot see it; this
+postprocessing hook (listed in `SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds the operation.
+A `text/event-stream` body has no JSON schema to fuzz, so contract tests leave this path out.
+"""
+
+from typing import Any
+
+from django.conf import settings
+
+# Named like the DRF endpoints' paths (`<str:run_id>` in runs/urls.py).
+PATH = "/api/runs/{run_id}/stream/"
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "detail"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "detail": {"nullable": True},
+            },
+        }
+    },
+}
+
+_CURSOR = {"type": "integer", "minimum": 0, "format": "int64"}
+
+
+def _error(description: str, example_code: str, error_schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {
+            "application/json": {
+                "schema": error_schema,
+                "example": {"error": {"code": example_code, "message": description, "detail": None}},
+            }
+        },
+    }
+
+
+def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
+    retry_ms = int(settings.RUNLEDGER_SSE_RETRY_MS)
+    keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
+    example = (
+        f"retry: {retry_ms}\n\n"
+        'id: 3\nevent: output.delta\ndata: {"seq":3,"type":"output.delta","data":{"text":"Hel"},'
+        '"created_at":"2026-01-01T12:00:00.000000Z","attempt":1}\n\n'
+        ": keep-alive\n\n"
+    )
+    return {
+        "operationId": "runs_stream_retrieve",
+        "summary": "Stream a run's events (Server-Sent Events)",
+        "description": (
+            "Replays the stored events with `seq` greater than the cursor, in order, then follows new "
+            "ones live. Each event is one SSE frame: `id: <seq>`, `event: <type>`, `data: <event JSON>` "
+            "(the same event object as `GET /api/runs/{run_id}/events/`). The cursor is the `Last-Event-ID` "
+            "header when given (EventSource sends it on reconnect), else `after_seq`, else 0; "
+            "reconnecting with the last received id resumes with no gap and no duplicate.\n\n"
+            f"The stream starts with `retry: {retry_ms}` and sends a `: keep-alive` comment every "
+            f"{keepalive:g} s while idle. It ends after the run's terminal event. Closing it never "
+            "changes the run.\n\n"
+            "Browsers authenticate with the session cookie (EventSource cannot send headers), "
+            "programs with `Authorization: Token <key>`."
+        ),
+        "tags": ["runs"],
+        "parameters": [
+            {
+                "name": "run_id",
+                "in": "path",
+                "required": True,
+                "description": "The run's id. A malformed id matches no run (404).",
+                "schema": {"type": "string", "format": "uuid"},
+            },
+            {
+                "name": "after_seq",
+                "in": "query",
+                "required": False,
+                "description": "Send events with seq greater than this (default 0). Ignored when "
+                "`Last-Event-ID` is given, but still validated.",
+                "schema": _CURSOR,
+            },
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "description": "The id (seq) of the last event received; wins over `after_seq`.",
+                "schema": _CURSOR,
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "The event stream: replay, then live events until the terminal event.",
+                "headers": {
+                    "Cache-Control": {"schema": {"type": "string", "example": "no-cache"}},
+                    "X-Accel-Buffering": {"schema": {"type": "string", "example": "no"}},
+                },
+                "content": {"text/event-stream": {"schema": {"type": "string"}, "example": example}},
+            },
+            "204": {
+                "description": "The run has ended and the cursor is at or past its last event: nothing "
+                "more will come (EventSource stops reconnecting)."
+            },
+            "400": _error(
+                "A cursor that is not an integer >= 0, or past the last event of a run that has not ended.",
+                "validation_error",
+                error_schema,
+            ),
+            "401": _error("Not authenticated.", "not_authenticated", error_schema),
+            "404": _error("No such run, or not visible to the caller.", "not_found", error_schema),
+            "503": _error("The database is unavailable.", "database_unavailable", error_schema),
+        },
+    }
+
+
+def document_run_stream(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: add `GET /api/runs/{run_id}/stream/`."""
+    components = result.setdefault("components", {})
+    # The one error shape: the API's own component when it has one, else the same shape inline.
+    has_error = "Error" in components.get("schemas", {})
+    operation = _operation({"$ref": "#/components/schemas/Error"} if has_error else _ERROR)
+    # The schemes spectacular itself derives from DRF's Token and Session authentication, under its
+    # own names, so the stream shares them with the DRF endpoints (added if no DRF view has them yet).
+    schemes = components.setdefault("securitySchemes", {})
+    schemes.setdefault(
+        "tokenAuth",
+        {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": 'Token-based authentication with required prefix "Token"',
+        },
+    )
+    schemes.setdefault("cookieAuth", {"type": "apiKey", "in": "cookie", "name": settings.SESSION_COOKIE_NAME})
+    operation["security"] = [{"tokenAuth": []}, {"cookieAuth": []}]
+    result.setdefault("paths", {}).setdefault(PATH, {})["get"] = operation
+    return result

@@ -1,0 +1,326 @@
+"""The per-process hub that feeds SSE streams (DESIGN §5): one feed per watched run, shared reads.
+
+What a stream sends comes only from the events table. Everything here is about *when* to read it
+and how to read it once for many watchers:
+
+- one `Listener` per process (started lazily with the first stream) turns `runledger_events`
+  notifications into wake-ups of the feed of that run; its (re)connect wakes every feed, since
+  notifications sent while it was down are lost;
+- each feed has one pump task that reads `seq > head` when woken; all watchers of the run share
+  that read and its already-encoded frames — one query per run per wake-up, not per watcher;
+- a tick every `RUNLEDGER_POLL_SECONDS` (`RUNLEDGER_SQLITE_POLL_SECONDS` on SQLite, which has no
+  LISTEN) compares every watched run's `last_seq` with its feed's head in one query for the whole
+  process and wakes the feeds that are behind: a lost notification delays, never loses, and the
+  backstop costs one query per process per tick however many runs are watched;
+- a watcher behind the feed's buffer (replay, a slow client) reads the table itself, through
+  `RunFeed.read`, which coalesces identical reads (a reconnect storm on one cursor) — but only
+  with a read started since the feed last advanced, so a joined read never predates what the
+  watcher knows is committed;
+- reads run in short calls on a small thread pool that close their connection: an idle stream
+  holds no database connection and no query runs per watcher while nothing happens.
+
+Why reading `seq > head` is enough: seq is allocated under the run's row lock in the inserting
+transaction, so seq n+1 cannot commit before n does; whatever a read returns is contiguous from
+head + 1. Nothing trusts a notification's payload beyond "look again".
+"""
+
+import asyncio
+import contextvars
+import json
+import logging
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, connection, connections
+
+from runs import notify
+from runs.listener import Listener
+from runs.models import Run, RunEvent
+from runs.selectors import run_events_after
+from runs.transitions import TERMINAL
+
+log = logging.getLogger(__name__)
+
+TERMINAL_EVENT_TYPES = frozenset(f"run.{status}" for status in TERMINAL)
+# Rows per read; a longer backlog is read page by page.
+PAGE = 500
+# Recent frames a feed keeps for its watchers; one further behind reads the table itself.
+BUFFER = 2000
+
+# Reads are short and never hold their connection, so a few threads serve any number of streams.
+_read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runledger-sse-read")
+# The checks that open a stream (auth, visibility, cursor) get their own few threads: a reconnect
+# storm of hundreds of clients then queues here instead of opening hundreds of connections at once
+# (which measured as connect timeouts), and never delays the live reads above.
+_open_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runledger-sse-open")
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One event, encoded once as its SSE frame and shared by every watcher."""
+
+    seq: int
+    data: bytes
+    terminal: bool
+
+
+def encode_frame(event: RunEvent) -> Frame:
+    body = json.dumps(event.as_dict(), separators=(",", ":"), ensure_ascii=False)
+    # A line break in the type would end the field early; JSON never contains one unescaped.
+    type_ = event.type.replace("\r", " ").replace("\n", " ")
+    return Frame(
+        seq=event.seq,
+        data=f"id: {event.seq}\nevent: {type_}\ndata: {body}\n\n".encode(),
+        terminal=event.type in TERMINAL_EVENT_TYPES,
+    )
+
+
+def _read_sync(run_id: str, after_seq: int, limit: int) -> list[Frame]:
+    try:
+        return [encode_frame(e) for e in run_events_after(run_id=run_id, after_seq=after_seq, limit=limit)]
+    finally:
+        # The connection belongs to this pool thread; closing it is what keeps idle streams free of
+        # database connections (a pooled backend would return it here instead).
+        connection.close()
+
+
+def _last_seqs_sync(run_ids: list[str]) -> dict[str, int]:
+    try:
+        found: dict[str, int] = {}
+        for i in range(0, len(run_ids), 1000):
+            rows = Run.objects.filter(pk__in=run_ids[i : i + 1000]).values_list("pk", "last_seq")
+            found.update((str(pk), last_seq) for pk, last_seq in rows)
+        return found
+    finally:
+        connection.close()
+
+
+async def _run_sync(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    return await sync_to_async(fn, thread_sensitive=False, executor=_read_executor)(*args, **kwargs)
+
+
+async def read_frames(run_id: str, after_seq: int, limit: int = PAGE) -> list[Frame]:
+    """Stored events with seq > after_seq as frames, read on the pool (not the request's thread)."""
+    return await _run_sync(_read_sync, run_id, after_seq, limit)
+
+
+async def run_open_check(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn` on the stream-opening pool; it must close the connection it used."""
+    return await sync_to_async(fn, thread_sensitive=False, executor=_open_executor)(*args, **kwargs)
+
+
+def _detached(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> "asyncio.Task[T]":
+    # An empty context: a task started while serving a request must not inherit that request's
+    # ThreadSensitiveContext, which is torn down when the request ends while the task lives on.
+    return loop.create_task(coro, context=contextvars.Context())
+
+
+class RunFeed:
+    """The watchers of one run in this process, its recent frames, and the pump that reads them."""
+
+    def __init__(self, hub: "Hub", run_id: str, *, head: int, ended: bool) -> None:
+        self.hub = hub
+        self.run_id = run_id
+        # Every event with seq <= head is committed; frames holds a contiguous tail of them, at
+        # least the last BUFFER (a list trimmed now and then: readers slice it, O(what they take)).
+        self.head = head
+        self.frames: list[Frame] = []
+        self.ended = ended
+        self.watchers = 0
+        # Advances with head; a shared read is only joined by watchers of the same version.
+        self.version = 0
+        self._reads: dict[tuple[int, int], asyncio.Task[list[Frame]]] = {}
+        self._wake = asyncio.Event()
+        self._wake.set()  # read at once: events may have committed since the caller read head
+        self._changed = asyncio.Event()
+        self._pump_task: asyncio.Task[None] | None = None
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set at the next advance of head; take it *before* looking at frames, then wait on it."""
+        return self._changed
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def frames_after(self, cursor: int) -> list[Frame] | None:
+        """Buffered frames with seq > cursor; [] when caught up; None when not buffered (read them)."""
+        if cursor >= self.head:
+            return []
+        if not self.frames or self.frames[0].seq > cursor + 1:
+            return None
+        return self.frames[cursor + 1 - self.frames[0].seq :]
+
+    async def read(self, after_seq: int) -> list[Frame]:
+        """A page of frames after `after_seq` from the table, for a watcher the buffer cannot serve.
+
+        Watchers at the same cursor share one query — if it started since head last advanced: an
+        older read might not reach head, and a watcher behind head would then wait for nothing.
+        """
+        key = (after_seq, self.version)
+        task = self._reads.get(key)
+        if task is None:
+            task = self._reads[key] = _detached(self.hub.loop, read_frames(self.run_id, after_seq))
+
+            def forget(done: "asyncio.Task[list[Frame]]") -> None:
+                if self._reads.get(key) is done:
+                    del self._reads[key]
+                if not done.cancelled():
+                    done.exception()  # retrieved here, so an unawaited failure is not logged twice
+
+            task.add_done_callback(forget)
+        # Shielded: a watcher that disconnects mid-read must not cancel the others' read.
+        return await asyncio.shield(task)
+
+    def start(self) -> None:
+        if not self.ended:
+            self._pump_task = _detached(self.hub.loop, self._pump())
+
+    def stop(self) -> None:
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+            self._pump_task = None
+
+    def _publish(self, frames: list[Frame]) -> None:
+        if frames[0].seq != self.head + 1:
+            # Cannot happen with a gap-free log; if it ever does, stop serving the buffer rather
+            # than splice a hole into it — watchers then read the table themselves.
+            log.error("run %s: read from %s started at %s", self.run_id, self.head, frames[0].seq)
+            self.frames.clear()
+        self.frames.extend(frames)
+        if len(self.frames) > 2 * BUFFER:
+            del self.frames[:-BUFFER]
+        self.head = frames[-1].seq
+        self.version += 1
+        self.ended = self.ended or frames[-1].terminal
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _pump(self) -> None:
+        while not self.ended:
+            # Woken by a notification, the listener's (re)connect or the hub's poll tick.
+            await self._wake.wait()
+            # Cleared before reading: a notification arriving during the read causes another one.
+            self._wake.clear()
+            try:
+                # Never a read joined in flight: it must start after what woke the pump.
+                frames = await read_frames(self.run_id, self.head)
+            except DatabaseError as exc:
+                # The next tick wakes it again.
+                log.warning("run %s: reading events failed (%s); retrying", self.run_id, exc)
+                continue
+            except Exception:
+                # Whatever it was, the watchers must not be left waiting on a dead pump.
+                log.exception("run %s: reading events failed; retrying", self.run_id)
+                continue
+            if frames:
+                self._publish(frames)
+                if len(frames) >= PAGE:
+                    self._wake.set()
+
+
+class Hub:
+    """Everything one event loop (one web process) knows about the streams it serves."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.feeds: dict[str, RunFeed] = {}
+        self.listener: Listener | None = None
+        self._listener_task: asyncio.Task[None] | None = None
+        self._tick_task: asyncio.Task[None] | None = None
+        self.postgresql = connections["default"].vendor == "postgresql"
+        self.poll_seconds = float(
+            settings.RUNLEDGER_POLL_SECONDS if self.postgresql else settings.RUNLEDGER_SQLITE_POLL_SECONDS
+        )
+
+    def subscribe(self, run_id: str, *, head: int, ended: bool) -> RunFeed:
+        """Join (or create) the run's feed; `head` and `ended` are what the caller just read."""
+        self._ensure_listener()
+        self._ensure_tick()
+        feed = self.feeds.get(run_id)
+        if feed is None:
+            feed = self.feeds[run_id] = RunFeed(self, run_id, head=head, ended=ended)
+            feed.start()
+        feed.watchers += 1
+        return feed
+
+    def unsubscribe(self, feed: RunFeed) -> None:
+        feed.watchers -= 1
+        if feed.watchers <= 0 and self.feeds.get(feed.run_id) is feed:
+            del self.feeds[feed.run_id]
+            feed.stop()
+
+    def _ensure_listener(self) -> None:
+        if not self.postgresql:
+            return
+        if self._listener_task is not None and not self._listener_task.done():
+            return
+        self.listener = Listener(
+            role="web", on_notify=self._on_notify, on_connect=self._on_connect, channels=(notify.EVENTS,)
+        )
+        self._listener_task = _detached(self.loop, self.listener.run())
+        self._listener_task.add_done_callback(_log_task_end)
+
+    def _ensure_tick(self) -> None:
+        if self._tick_task is None or self._tick_task.done():
+            self._tick_task = _detached(self.loop, self._tick())
+            self._tick_task.add_done_callback(_log_task_end)
+
+    async def _tick(self) -> None:
+        """The backstop for lost notifications (and the only wake-up on SQLite)."""
+        while True:
+            await asyncio.sleep(self.poll_seconds)
+            heads = {run_id: feed.head for run_id, feed in self.feeds.items() if not feed.ended}
+            if not heads:
+                continue
+            try:
+                last_seqs = await _run_sync(_last_seqs_sync, list(heads))
+            except DatabaseError as exc:
+                log.warning("SSE poll failed (%s); retrying", exc)
+                continue
+            for run_id, last_seq in last_seqs.items():
+                feed = self.feeds.get(run_id)
+                if feed is not None and last_seq > feed.head:
+                    feed.wake()
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        if channel != notify.EVENTS:
+            return
+        try:
+            run_id, seq = notify.parse_events_payload(payload)
+        except ValueError:
+            log.warning("ignoring malformed %s payload %r", channel, payload)
+            return
+        feed = self.feeds.get(run_id)
+        if feed is not None and seq > feed.head:
+            feed.wake()
+
+    def _on_connect(self) -> None:
+        # Whatever was committed while the connection was down was announced to nobody.
+        for feed in self.feeds.values():
+            feed.wake()
+
+
+def _log_task_end(task: "asyncio.Task[None]") -> None:
+    if not task.cancelled() and task.exception() is not None:
+        # The next stream that subscribes starts a new one.
+        log.error("SSE background task stopped", exc_info=task.exception())
+
+
+_hub: Hub | None = None
+
+
+def get_hub() -> Hub:
+    """This process's hub, bound to the running event loop (a new loop gets a new hub)."""
+    global _hub
+    loop = asyncio.get_running_loop()
+    if _hub is None or _hub.loop is not loop:
+        _hub = Hub(loop)
+    return _hub
