@@ -66,7 +66,7 @@
         break;
       case "run.resumed":
         setStatus("queued");
-        activity("Resumed");
+        activity("Resumed" + (d.input !== null && d.input !== undefined && d.input !== "" ? " with " + JSON.stringify(d.input) : ""));
         $("resume-form").hidden = true;
         break;
       case "run.requeued":
@@ -74,7 +74,11 @@
         activity("Requeued (" + d.cause + ")");
         break;
       default:
-        if (TERMINAL[event.type]) finish(TERMINAL[event.type], d.code || "");
+        if (TERMINAL[event.type]) {
+          const why = d.reason || d.note || "";
+          activity(TERMINAL[event.type][0].toUpperCase() + TERMINAL[event.type].slice(1) + (why ? ": " + why : ""));
+          finish(TERMINAL[event.type], d.code || "");
+        }
     }
   }
 

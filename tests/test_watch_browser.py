@@ -1,0 +1,187 @@
+"""The watch page in a real browser: Debian's Chromium through Playwright, a real uvicorn and a
+real worker, with a cuttable loopback proxy between the browser and uvicorn (DESIGN §3, §5).
+
+Chromium keeps an open EventSource streaming through `set_offline` and route aborts, so every
+network drop here is made on the server side by the proxy, which also records the request heads
+the server receives (to see the reconnect carry `Last-Event-ID`).
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from runs import services
+from runs.models import Run, RunAttempt, RunEvent
+from tests.browser import give_password, save_screenshot
+from tests.procs import Procs, wait_until
+from tests.tcpproxy import CuttableProxy
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "watch-page-pw"
+
+
+@dataclass
+class Site:
+    proxy: CuttableProxy
+    page: "Page"
+    user: User
+
+    def open(self, run: Run) -> None:
+        self.page.goto(f"{self.proxy.url}/runs/{run.pk}/")
+
+    def attr(self, name: str) -> str | None:
+        return self.page.locator("#watch").get_attribute(f"data-{name}")
+
+    def wait_attr(self, name: str, value: str, timeout: float = 20_000) -> None:
+        self.page.wait_for_function(
+            "([name, value]) => document.getElementById('watch').dataset[name] === value",
+            arg=[name, value],
+            timeout=timeout,
+        )
+
+    def wait_seq_at_least(self, seq: int, timeout: float = 20_000) -> None:
+        self.page.wait_for_function(
+            "n => Number(document.getElementById('watch').dataset.lastSeq || 0) >= n", arg=seq, timeout=timeout
+        )
+
+    def output(self) -> str:
+        return str(self.page.locator("#output").text_content())
+
+
+@pytest.fixture
+def site(procs: Procs, browser_page: "Page", alice: User) -> Iterator[Site]:
+    web = procs.uvicorn()
+    procs.worker("watch-w1", concurrency=4)
+    proxy = CuttableProxy(upstream_port=int(web.port or 0)).start()
+    try:
+        give_password(alice, PASSWORD)
+        browser_page.goto(f"{proxy.url}/accounts/login/?next=/runs/")
+        browser_page.fill("#id_username", "alice")
+        browser_page.fill("#id_password", PASSWORD)
+        browser_page.click("button[type=submit]")
+        browser_page.wait_for_url(f"{proxy.url}/runs/")
+        yield Site(proxy=proxy, page=browser_page, user=alice)
+    finally:
+        proxy.stop()
+
+
+def demo_run(owner: User, **input: Any) -> Run:
+    return services.run_create(owner=owner, agent="demo", input={"deltas": 40, "delay_ms": 50} | input)
+
+
+def stored_text(run: Run) -> str:
+    return "".join(e.data["text"] for e in RunEvent.objects.filter(run=run, type="output.delta").order_by("seq"))
+
+
+def status_of(run: Run) -> str:
+    return str(Run.objects.values_list("status", flat=True).get(pk=run.pk))
+
+
+def test_a_cut_connection_reconnects_with_last_event_id_and_the_text_is_exact(site: Site) -> None:
+    run = demo_run(site.user, deltas=80, delay_ms=40)
+    site.open(run)
+    site.wait_attr("connection", "live")
+    for cut in range(2):
+        site.wait_seq_at_least(8 + 20 * cut)
+        assert site.proxy.cut_streams() >= 1
+        assert status_of(run) == "running"  # the drop is mid-stream, and it ends nothing
+        site.wait_attr("connection", "live")  # the page reconnected by itself
+    site.wait_attr("status", "completed", timeout=30_000)
+
+    reconnects = site.proxy.stream_requests()[1:]
+    assert len(reconnects) >= 2
+    # EventSource resends the id of the last event it saw; the server got it on each reconnect.
+    resumed_from = [int(r.headers["last-event-id"]) for r in reconnects if "last-event-id" in r.headers]
+    assert len(resumed_from) >= 2 and all(seq >= 8 for seq in resumed_from)
+    assert site.output() == stored_text(run) != ""
+    assert RunEvent.objects.filter(run=run, type="run.cancelled").count() == 0
+    save_screenshot(site.page, "watch-after-reconnects")
+
+
+def test_a_reload_mid_stream_catches_up_and_the_run_keeps_running(site: Site) -> None:
+    run = demo_run(site.user, deltas=80, delay_ms=40)
+    site.open(run)
+    site.wait_seq_at_least(10)
+    site.page.reload()
+    assert status_of(run) == "running"  # closing the page's stream did not end the run
+    site.wait_attr("connection", "live")
+    site.wait_attr("status", "completed", timeout=30_000)
+    assert site.output() == stored_text(run) != ""
+    assert Run.objects.get(pk=run.pk).end_code == ""
+
+
+def test_stop_cancels_once_and_shows_when_the_worker_released_the_run(site: Site) -> None:
+    run = demo_run(site.user, deltas=400, delay_ms=50)
+    site.open(run)
+    site.wait_seq_at_least(6)
+    site.page.click("#stop")
+    site.wait_attr("status", "cancelled")
+    assert site.page.locator("#stop-state").text_content() == "cancelled"
+    assert site.page.locator("#stop").is_disabled()
+
+    events = list(RunEvent.objects.filter(run=run).order_by("seq"))
+    assert [e.type for e in events].count("run.cancelled") == 1
+    assert events[-1].type == "run.cancelled"
+    assert events[-1].data["code"] == "cancelled_by_user"
+    attempt = wait_until(
+        lambda: RunAttempt.objects.filter(run=run, released_at__isnull=False).first(), what="the release"
+    )
+    assert attempt.outcome == "cancelled"
+    site.wait_attr("released", "yes")
+    assert "released at" in str(site.page.locator("#released").text_content())
+    # The page rendered exactly what is stored, up to the cancel.
+    assert site.output() == stored_text(run)
+    save_screenshot(site.page, "watch-stopped")
+
+
+def test_stop_after_the_run_completed_unseen_shows_the_committed_state(site: Site) -> None:
+    run = demo_run(site.user, deltas=400, delay_ms=50)
+    site.open(run)
+    site.wait_seq_at_least(6)
+    site.proxy.cut_streams(hold=True)  # the page can no longer hear the run
+    site.wait_attr("connection", "reconnecting")
+    generation = Run.objects.get(pk=run.pk).generation
+    services.run_complete(run_id=run.pk, generation=generation, output={"text": "finished elsewhere"})
+
+    site.page.click("#stop")
+    site.wait_attr("status", "completed")
+    assert site.page.locator("#stop-state").text_content() == "the run had already completed"
+    assert RunEvent.objects.filter(run=run, type="run.cancelled").count() == 0
+    assert status_of(run) == "completed"
+    save_screenshot(site.page, "watch-stop-lost-the-race")
+    site.proxy.restore()
+
+
+def test_a_waiting_run_is_answered_from_the_page_and_completes(site: Site) -> None:
+    run = demo_run(site.user, deltas=10, delay_ms=20, ask="What is your name?")
+    site.open(run)
+    site.page.locator("#resume-form").wait_for(state="visible")
+    assert site.page.locator("#prompt").text_content() == "What is your name?"
+    assert status_of(run) == "waiting"
+    site.page.fill("#resume-input", "Ada")
+    site.page.click("#resume")
+    site.wait_attr("status", "completed")
+    done = Run.objects.get(pk=run.pk)
+    assert done.output["answer"] == "Ada"
+    assert site.page.locator("#resume-form").is_hidden()
+    assert site.output() == stored_text(run)
+    save_screenshot(site.page, "watch-answered")
+
+
+def test_the_pages_fit_a_phone_screen(site: Site) -> None:
+    run = demo_run(site.user, deltas=30, delay_ms=0, tool="slow", tool_ms=10)
+    site.page.set_viewport_size({"width": 390, "height": 844})
+    for url, name in ((f"/runs/{run.pk}/", "watch-phone"), ("/runs/", "run-list-phone")):
+        site.page.goto(site.proxy.url + url)
+        if name == "watch-phone":
+            site.wait_attr("status", "completed")
+        # Nothing wider than the screen: no sideways scrolling on a phone.
+        assert site.page.evaluate("document.documentElement.scrollWidth") <= 390
+        save_screenshot(site.page, name)
