@@ -34,6 +34,13 @@ MAX_INT = 2_147_483_647
 class StrictIntegerField(serializers.IntegerField):
     """An integer given as plain decimal digits (a cursor, a page): no sign, no "1.0", no spaces."""
 
+    def get_value(self, dictionary: Any) -> Any:
+        # DRF reads `?after_seq=` (empty) from a query string as "not given"; a cursor that is
+        # given must be well formed (DESIGN §5), so an empty one is validated, and refused.
+        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
+
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, str) and not re.fullmatch(r"[0-9]{1,30}", data):
             self.fail("invalid")
