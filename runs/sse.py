@@ -80,6 +80,11 @@ def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
             run = run_get(run_id=run_id, user=user)
         except NotFound as exc:
             return error_response_for(exc)
+        if request.method != "GET":
+            # After authentication and visibility, like the rest of the API (DESIGN §6's order).
+            not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
+            not_allowed["Allow"] = "GET"
+            return not_allowed
         cursor, cursor_name = 0, "after_seq"
         for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", _last_event_id(request))):
             if value is not None:
@@ -108,13 +113,10 @@ def _last_event_id(request: HttpRequest) -> str | None:
     return request.headers.get("Last-Event-ID") or None
 
 
-# Read-only whatever the method, so CSRF protects nothing here; exempt, a POST gets the JSON 405.
+# Read-only whatever the method, so CSRF protects nothing here; exempt, a POST gets the JSON 405
+# once authenticated and shown a visible run.
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    if request.method != "GET":
-        not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
-        not_allowed["Allow"] = "GET"
-        return not_allowed
     try:
         opened = await streams.run_open_check(_open, request, run_id)
     except DatabaseError:

@@ -1,0 +1,120 @@
+"""Access over every URL the project routes: only the public ones of DESIGN §6 answer the
+anonymous; another user's run is a 404 everywhere; actions need their permission.
+
+The URL list is read from the resolver, so a new endpoint is covered (or fails this test) the day
+it is added.
+"""
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from runs.models import Run, RunEvent
+from tests.factories import running_run
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
+
+PUBLIC = {"/healthz/", "/readyz/", "/accounts/login/", "/admin/login/", "/api/schema/", "/api/docs/"}
+
+
+def routes(patterns: list[URLPattern | URLResolver] | None = None, prefix: str = "") -> Iterator[str]:
+    for p in patterns if patterns is not None else get_resolver().url_patterns:
+        if isinstance(p, URLResolver):
+            yield from routes(p.url_patterns, prefix + str(p.pattern))
+        else:
+            yield prefix + str(p.pattern)
+
+
+def concrete(route: str, run: Run) -> str | None:
+    """A URL for the route with this run's id in it; None for routes that take no run here."""
+    route = route.replace("^", "").replace("$", "")
+    route = re.sub(r"<(str|path):(run_id|object_id)>", str(run.pk), route)
+    route = re.sub(r"\(\?P<app_label>[^)]*\)", "runs", route)
+    route = re.sub(r"\(\?P<(url|path)>\.\*\)", "anything/", route)
+    if "<" in route or "(" in route:
+        return None  # other objects' pages (users, groups, tokens): the admin guards them alike
+    return "/" + route
+
+
+@pytest.fixture
+def run(alice: User) -> Run:
+    return running_run(alice)
+
+
+def all_urls(run: Run) -> list[str]:
+    urls = {url for route in routes() if (url := concrete(route, run)) is not None}
+    assert len(urls) > 30
+    return sorted(urls)
+
+
+def test_the_anonymous_get_only_the_public_urls(run: Run) -> None:
+    anonymous = Client()
+    for url in all_urls(run):
+        for method in ("get", "post"):
+            response = getattr(anonymous, method)(url)
+            code = response.status_code
+            if url in PUBLIC:
+                assert code < 400 or code == 405, (method, url, code)
+            elif url == "/api/anything/":
+                assert code == 404  # no endpoint there, for anyone
+            elif url.startswith("/api/"):
+                assert code == 401, (method, url, code)
+                assert json.loads(response.content)["error"]["code"] == "not_authenticated"
+            elif url.startswith("/admin/") or url == "/accounts/logout/":
+                # The admin sends the anonymous to its login page; logging out needs no session.
+                assert code in (302, 403) or url.endswith("/logout/"), (method, url, code)
+                if code == 302 and not url.endswith("/logout/"):
+                    assert "/login/" in response["Location"], (method, url, response["Location"])
+            elif url == "/":
+                assert code == 302 and response["Location"] == "/runs/"
+            else:
+                assert code == 302 and response["Location"].startswith("/accounts/login/"), (method, url, code)
+    assert Run.objects.get(pk=run.pk).status == "running"
+
+
+def test_another_users_run_is_404_on_every_url_that_names_it(run: Run, bob: User) -> None:
+    other = Client()
+    other.force_login(bob)
+    before = RunEvent.objects.count()
+    for url in all_urls(run):
+        if str(run.pk) not in url or url.startswith("/admin/"):
+            continue
+        for method in ("get", "post"):
+            response = getattr(other, method)(url)
+            assert response.status_code in (404, 405), (method, url, response.status_code)
+            if url.startswith("/api/") and response.status_code == 404:
+                assert json.loads(response.content)["error"]["code"] == "not_found"
+    assert RunEvent.objects.count() == before
+
+
+def test_a_non_staff_user_gets_nothing_from_the_admin(run: Run, alice: User) -> None:
+    owner = Client()
+    owner.force_login(alice)
+    for url in all_urls(run):
+        if url.startswith("/admin/") and not url.endswith(("/login/", "/logout/")):
+            response = owner.get(url)
+            assert response.status_code in (302, 403, 404), (url, response.status_code)
+            if response.status_code == 302:
+                assert "/login/" in response["Location"], (url, response["Location"])
+
+
+def test_actions_need_their_permission(run: Run, make_user: "pytest.FixtureRequest") -> None:
+    viewer = make_user("viewer", perms=("runs.view_run",))  # type: ignore[operator]
+    client = Client()
+    client.force_login(viewer)
+    base = f"/api/runs/{run.pk}/"
+    assert client.get(base).status_code == 200  # visible …
+    for action, body in (
+        ("cancel/", {}),
+        ("stop/", {"code": "staff", "reason": "x"}),
+        ("pause/", {}),
+        ("resume/", {"ticket": "x"}),
+    ):
+        response = client.post(base + action, data=body, content_type="application/json")
+        assert response.status_code == 403, action  # … but not theirs to act on
+    assert Run.objects.get(pk=run.pk).status == "running"
