@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 APPLICATION_NAME_PREFIX = "runledger-listen"
 
 
+# libpq keywords of the database's OPTIONS that the listening connection takes over as well.
+_CONNECTION_KEYWORDS = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+
+
 def conninfo(alias: str = "default", *, application_name: str = "runledger") -> dict[str, Any]:
     """psycopg connection keywords for Django's database `alias`, outside Django's handling."""
     db = connections[alias].settings_dict
@@ -34,6 +38,7 @@ def conninfo(alias: str = "default", *, application_name: str = "runledger") -> 
         "connect_timeout": db["OPTIONS"].get("connect_timeout", 3),
         "application_name": application_name,
     }
+    params.update({k: db["OPTIONS"][k] for k in _CONNECTION_KEYWORDS if k in db["OPTIONS"]})
     return {k: v for k, v in params.items() if v is not None}
 
 
@@ -87,12 +92,16 @@ class Listener:
                     while not self._stopping:
                         async for note in conn.notifies(timeout=probe):
                             self.on_notify(note.channel, note.payload)
-                        await conn.execute("SELECT 1")
-            except (psycopg.Error, OSError) as exc:
+                        # A probe left unanswered (a network cut: no error, just silence) counts
+                        # as a lost connection too.
+                        await asyncio.wait_for(conn.execute("SELECT 1"), timeout=max(2 * probe, 2.0))
+            except (psycopg.Error, OSError, TimeoutError) as exc:
                 self.connected.clear()
                 if self._stopping:
                     break
-                log.warning("%s listener lost its connection (%s); reconnecting", self.role, exc)
+                log.warning(
+                    "%s listener lost its connection (%s); reconnecting", self.role, str(exc) or type(exc).__name__
+                )
                 await asyncio.sleep(retry)
             finally:
                 self.connected.clear()

@@ -20,6 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser, AbstractUser
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs import notify
@@ -298,16 +299,17 @@ def run_claim(*, worker: str) -> tuple[Run, RunAttempt] | None:
 
     A run past its deadline is left for the sweeper to stop, never started."""
     with transaction.atomic(durable=True):
-        now = _db_now()
         run = (
             Run.objects.select_for_update(no_key=True, skip_locked=True)
             .filter(status=Status.QUEUED)
-            .filter(Q(deadline__isnull=True) | Q(deadline__gt=now))
+            .filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
             .order_by("created_at", "id")
             .first()
         )
         if run is None:
             return None
+        # Read once the run is ours: the attempt is claimed after whatever requeued the run.
+        now = _db_now()
         _check(run, Status.RUNNING)
         run.status = Status.RUNNING
         run.generation += 1

@@ -127,6 +127,32 @@ async def _next_directive(generator: AsyncIterator[Directive]) -> Directive:
         return Complete(None)  # an agent that just ends completes with no output
 
 
+class _StepMark:
+    def __repr__(self) -> str:
+        return "STEP"
+
+
+STEP = _StepMark()
+
+
+def _leading_steps(pending: Sequence[object]) -> int:
+    n = 0
+    while n < len(pending) and pending[n] is STEP:
+        n += 1
+    return n
+
+
+def _leading_events(
+    pending: Sequence[tuple[str, dict[str, Any]] | _StepMark], limit: int
+) -> list[tuple[str, dict[str, Any]]]:
+    batch: list[tuple[str, dict[str, Any]]] = []
+    for item in pending[:limit]:
+        if isinstance(item, _StepMark):
+            break
+        batch.append(item)
+    return batch
+
+
 def _stored_events(run_id: UUID) -> list[StoredEvent]:
     return [
         StoredEvent(seq=e.seq, type=e.type, data=e.data, attempt=e.attempt)
@@ -180,8 +206,10 @@ class Execution:
         self._pause_requested = False
         self._shutdown_requested = False
         self._shutdown_forced = False
-        self._pending: list[tuple[str, dict[str, Any]]] = []
-        self._pending_steps = 0
+        # What the agent emitted and has not been stored yet, in its order: events, and `STEP`
+        # for each step to count. The order matters to budgets: a step past `max_steps` stops the
+        # run after exactly the events emitted before it.
+        self._pending: list[tuple[str, dict[str, Any]] | _StepMark] = []
         self._flusher: asyncio.Task[None] | None = None
         # The service of the attempt's last write, for the log.
         self._last_write = ""
@@ -296,7 +324,7 @@ class Execution:
                 await self.drain()
             return None
         if isinstance(directive, Step):
-            self._pending_steps += 1
+            self._pending.append(STEP)
             self._kick()
             if self._step_budget:
                 await self.drain()
@@ -417,11 +445,22 @@ class Execution:
         # Group commit: whatever the agent emitted while the previous append was in flight goes
         # into the next transaction — one transaction per event when the agent is slow, many
         # events per transaction when it is fast. Each event still gets its own seq.
-        while (self._pending or self._pending_steps) and not self.token.tripped:
+        while self._pending and not self.token.tripped:
             try:
                 async with self.writes:
-                    if self._pending:
-                        batch = self._pending[: self._config.batch_max]
+                    steps = _leading_steps(self._pending)
+                    if steps:
+                        await self.commit(
+                            services.run_steps_record,
+                            run_id=self.run_id,
+                            generation=self.generation,
+                            steps=steps,
+                            after_steps=self.steps_used,
+                        )
+                        self.steps_used += steps
+                        del self._pending[:steps]
+                    else:
+                        batch = _leading_events(self._pending, self._config.batch_max)
                         await self.commit(
                             services.run_events_append,
                             run_id=self.run_id,
@@ -431,17 +470,6 @@ class Execution:
                         )
                         self.last_seq += len(batch)
                         del self._pending[: len(batch)]
-                    if self._pending_steps:
-                        steps = self._pending_steps
-                        await self.commit(
-                            services.run_steps_record,
-                            run_id=self.run_id,
-                            generation=self.generation,
-                            steps=steps,
-                            after_steps=self.steps_used,
-                        )
-                        self.steps_used += steps
-                        self._pending_steps -= steps
             except StaleAttempt as exc:
                 # Includes a budget this write exhausted: the run is stopped, the attempt must end.
                 self.stop(exc.message, via="fence")
@@ -453,9 +481,15 @@ class Execution:
                 self.stop("its events could not be stored", via="append")
 
     async def drain(self) -> None:
-        """Wait until everything emitted so far is stored (or the token trips)."""
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.wait({self._flusher})
+        """Wait until everything emitted so far is stored, or the token trips: a write hanging on
+        an unreachable database must not keep a stopped attempt from stopping (whatever it
+        carries is fenced, or lands before anyone else may hold the run)."""
+        while self._flusher is not None and not self._flusher.done() and not self.token.tripped:
+            tripped = asyncio.ensure_future(self.token.wait())
+            try:
+                await asyncio.wait({self._flusher, tripped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                tripped.cancel()
 
     # --- lease -----------------------------------------------------------------------------------
 

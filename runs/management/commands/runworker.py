@@ -6,7 +6,10 @@ from runs.worker import Worker
 
 
 class Command(BaseCommand):
-    help = "Claim queued runs and execute them until stopped (SIGTERM/SIGINT: finish at safe boundaries)."
+    help = (
+        "Claim queued runs and execute them until stopped (SIGTERM/SIGINT: finish at safe boundaries); "
+        "sweep runs whose lease lapsed or whose deadline passed."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--once", action="store_true", help="exit once no queued run is left and none is running")

@@ -1,0 +1,240 @@
+"""Workers that die, stall, lose the database or shut down, and the runs they held.
+
+Real worker subprocesses on the test database, with short leases (tests.procs.FAST_INTERVALS);
+every wait is for a database condition or a log line, with a deadline.
+"""
+
+import signal
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from runs.agents.demo import demo_text
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from tests.factories import queued_run
+from tests.pgproxy import PartitionableProxy
+from tests.procs import Proc, Procs, subprocess_env, wait_log_line, wait_until
+from tests.procs import test_database_url as database_url
+from tests.test_worker import (
+    assert_nothing_after_terminal,
+    attempt,
+    delta_count,
+    event_types,
+    fresh,
+    prove_worker_moved_on,
+    released,
+    stored_text,
+    wait_status,
+    wait_streaming,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+# Streams for about 4 s: long enough to take from a worker mid-run and for another to finish.
+LONG: dict[str, Any] = {"deltas": 150, "delay_ms": 25}
+
+
+def deltas_of(run: Run, generation: int) -> int:
+    return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
+
+
+def assert_taken_over(run: Run, *, lost: int, cause: str) -> None:
+    """The run was requeued after attempt `lost` (with `cause`) and nothing that attempt wrote
+    landed after that; the stored text is one uninterrupted run's, every chunk once."""
+    run = fresh(run)
+    requeued = RunEvent.objects.get(run_id=run.pk, type="run.requeued", data__generation=lost)
+    assert requeued.data == {"generation": lost, "cause": cause} and requeued.attempt is None
+    assert not RunEvent.objects.filter(run_id=run.pk, attempt=lost, seq__gt=requeued.seq).exists()
+    assert RunEvent.objects.filter(run_id=run.pk, attempt=lost + 1, seq__lt=requeued.seq).count() == 0
+    deltas = run.input["deltas"]
+    assert stored_text(run) == demo_text(deltas) and delta_count(run) == deltas
+    assert run.output["text"] == demo_text(deltas)
+    assert_nothing_after_terminal(run)
+
+
+# --- a worker killed -----------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_a_killed_workers_run_is_taken_over_under_the_next_generation(procs: Procs, alice: User) -> None:
+    first_worker = procs.worker("w1")
+    run = queued_run(alice, input=LONG)
+    wait_streaming(run, 10)
+    procs.worker("w2")  # idle: it cannot claim a running run, but it sweeps
+
+    first_worker.kill()
+
+    run = wait_status(run, "completed", timeout=30)
+    assert (run.generation, run.lost_attempts) == (2, 1)
+    first, second = attempt(run, 1), attempt(run, 2)
+    assert first is not None and second is not None
+    # Its worker died: the attempt is lost and nobody could record when it stopped executing.
+    assert (first.worker, first.outcome, first.released_at) == ("w1", AttemptOutcome.LOST, None)
+    assert (second.worker, second.outcome) == ("w2", AttemptOutcome.COMPLETED)
+    assert first.lease_expires_at <= second.claimed_at
+    assert deltas_of(run, 1) >= 10 and deltas_of(run, 2) == LONG["deltas"] - deltas_of(run, 1)
+    assert_taken_over(run, lost=1, cause="lease_expired")
+
+
+@pytest.mark.sqlite
+def test_a_run_whose_lost_attempts_reach_max_attempts_fails_worker_lost(procs: Procs, alice: User) -> None:
+    first_worker = procs.worker("w1")
+    run = queued_run(alice, input=LONG, max_attempts=1)
+    wait_streaming(run, 3)
+    procs.worker("w2")
+
+    first_worker.kill()
+
+    run = wait_status(run, "failed", timeout=30)
+    assert (run.end_code, run.ended_by, run.lost_attempts, run.generation) == ("worker_lost", "system", 1, 1)
+    assert run.end_reason == "1 of 1 attempts lost their worker"
+    only = attempt(run)
+    assert only is not None and only.outcome == AttemptOutcome.LOST
+    assert not RunAttempt.objects.filter(run_id=run.pk, generation=2).exists()
+    assert "run.requeued" not in event_types(run)
+    assert_nothing_after_terminal(run)
+
+
+# --- a worker stalled, or cut off from the database --------------------------------------------
+
+
+def test_a_stalled_worker_stops_its_attempt_itself_and_its_late_writes_are_dropped(procs: Procs, alice: User) -> None:
+    stalled = procs.worker("w1")
+    run = queued_run(alice, input=LONG)
+    wait_streaming(run, 5)
+    procs.worker("w2")
+
+    stalled.signal(signal.SIGSTOP)  # as a long GC pause or a frozen VM: no renewal, no write
+    try:
+        wait_until(lambda: deltas_of(run, 2) >= 3, timeout=15, what="the next attempt streaming")
+    finally:
+        stalled.signal(signal.SIGCONT)
+
+    # Back, it finds its lease lapsed and stops before writing anything more; the next attempt
+    # goes on undisturbed.
+    first = wait_until(lambda: released(run, 1), what="the stalled attempt's release")
+    wait_log_line(stalled, "could not renew its lease in time")
+    assert first.outcome == AttemptOutcome.LOST and first.worker == "w1"
+    run = wait_status(run, "completed", timeout=30)
+    assert (run.generation, run.lost_attempts) == (2, 1)
+    assert_taken_over(run, lost=1, cause="lease_expired")
+
+
+def _through(proxy: PartitionableProxy) -> str:
+    return database_url().replace(f":{connection.settings_dict['PORT']}/", f":{proxy.port}/")
+
+
+def test_a_worker_cut_off_from_the_database_stops_its_attempt_before_the_lease_lapses(
+    procs: Procs, alice: User
+) -> None:
+    proxy = PartitionableProxy(int(connection.settings_dict["PORT"])).start()
+    try:
+        cut_off = procs.worker("w1", env=subprocess_env(DATABASE_URL=_through(proxy)))
+        run = queued_run(alice, input=LONG)
+        wait_streaming(run, 5)
+        other = procs.worker("w2")
+
+        proxy.partition()  # w1's queries now hang; everyone else reaches the database
+        wait_log_line(cut_off, "could not renew its lease in time", timeout=10)
+        wait_until(lambda: deltas_of(run, 2) >= 3, timeout=15, what="the next attempt streaming")
+        proxy.heal()
+
+        # Once it reaches the database again, w1 records when it stopped: before its lease
+        # lapsed, so before anyone could requeue the run — never two attempts at once.
+        first = wait_until(lambda: released(run, 1), what="the cut-off attempt's release")
+        second = attempt(run, 2)
+        assert second is not None and second.worker == "w2"
+        assert first.released_at is not None
+        assert first.released_at <= first.lease_expires_at <= second.claimed_at
+        run = wait_status(run, "completed", timeout=30)
+        assert_taken_over(run, lost=1, cause="lease_expired")
+
+        # w1 reconnected by itself: with w2 gone, it executes the next run.
+        assert other.stop() == 0
+        prove_worker_moved_on(alice, "w1")
+    finally:
+        proxy.stop()
+
+
+def test_an_append_whose_commit_answer_was_lost_is_stored_once(procs: Procs, alice: User) -> None:
+    proxy = PartitionableProxy(int(connection.settings_dict["PORT"])).start()
+    try:
+        worker = procs.worker("w1", env=subprocess_env(DATABASE_URL=_through(proxy)))
+        run = queued_run(alice, input={"deltas": 80, "delay_ms": 20})
+        wait_streaming(run, 5)
+
+        # The next transaction the worker commits (an append of its chunks, or a step count) is
+        # stored, but the worker only sees its connection fail, and sends it again.
+        proxy.drop_next_commit_answer()
+        wait_until(lambda: proxy.dropped_commit_answers == 1, what="a lost COMMIT answer")
+
+        run = wait_status(run, "completed", timeout=20)
+        assert "database unavailable" in worker.log()  # it did retry
+        # Every chunk once: the retry found its events already stored and stored nothing again.
+        assert stored_text(run) == demo_text(80) and delta_count(run) == 80
+        assert run.steps_used == 2
+        assert (run.generation, run.lost_attempts) == (1, 0)
+        assert_nothing_after_terminal(run)
+    finally:
+        proxy.stop()
+
+
+# --- shutting down ---------------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_sigterm_requeues_without_losing_a_retry_and_another_worker_completes(procs: Procs, alice: User) -> None:
+    leaving = procs.worker("w1")
+    run = queued_run(alice, input=LONG, max_attempts=1)
+    wait_streaming(run, 10)
+    procs.worker("w2")
+
+    assert leaving.stop(timeout=15) == 0
+
+    run = wait_status(run, "completed", timeout=30)
+    # A clean shutdown is no lost attempt: with max_attempts 1 the run could not afford one.
+    assert (run.generation, run.lost_attempts) == (2, 0)
+    first, second = attempt(run, 1), attempt(run, 2)
+    assert first is not None and second is not None
+    assert first.outcome == AttemptOutcome.SHUTDOWN and first.released_at is not None
+    assert first.released_at <= second.claimed_at and second.worker == "w2"
+    assert_taken_over(run, lost=1, cause="worker_shutdown")
+
+
+def test_a_second_sigterm_exits_at_once_and_the_run_comes_back_by_lease_expiry(procs: Procs, alice: User) -> None:
+    # A long grace: only the second signal can end this worker while its run sits in a tool call.
+    leaving = procs.worker("w1", env=subprocess_env(RUNLEDGER_SHUTDOWN_GRACE_SECONDS="60"))
+    run = queued_run(alice, input={"deltas": 6, "delay_ms": 1, "tool": "slow", "tool_ms": 2500})
+    wait_until(lambda: "tool.started" in event_types(run), what="the tool call")
+    procs.worker("w2")
+
+    leaving.signal(signal.SIGTERM)
+    wait_log_line(leaving, "finishing at safe boundaries")
+    leaving.signal(signal.SIGTERM)
+    assert leaving.popen.wait(timeout=10) == 1
+    leaving.stopped = True
+
+    run = wait_status(run, "completed", timeout=30)
+    assert (run.generation, run.lost_attempts) == (2, 1)  # counted: it came back through its lease
+    first = attempt(run, 1)
+    assert first is not None and first.outcome == AttemptOutcome.LOST
+    assert event_types(run).count("tool.started") == 1  # the next attempt finished the stored call
+    assert_taken_over(run, lost=1, cause="lease_expired")
+
+
+def test_no_run_stays_running_when_every_worker_dies(procs: Procs, alice: User) -> None:
+    workers: list[Proc] = [procs.worker(f"w{i}", concurrency=2) for i in range(2)]
+    runs = [queued_run(alice, input=LONG) for _ in range(4)]
+    for run in runs:
+        wait_streaming(run, 2)
+    for worker in workers:
+        worker.kill()
+
+    # A worker started later sweeps what the dead ones held, and finishes it.
+    procs.worker("w9", concurrency=4)
+    for run in runs:
+        run = wait_status(run, "completed", timeout=30)
+        assert (run.generation, run.lost_attempts) == (2, 1)
+        assert_taken_over(run, lost=1, cause="lease_expired")
