@@ -263,15 +263,40 @@ def _insert_run(
     deadline: datetime | None,
 ) -> Run:
     """Insert a checked run and its `run.created` event inside the caller's transaction."""
-    now = timezone.now()
     if parent_id is not None:
         # Locking the parent serialises this insert against the parent ending, so a child
         # is never created under a terminal parent.
         parent = _lock(parent_id)
         if parent.is_terminal:
             raise InvalidTransition(parent.status, "a parent of a new run", run=parent)
-    run = Run(
+    return _new_run(
         owner_id=owner.pk,
+        agent=agent,
+        input=input,
+        parent_id=parent_id,
+        max_steps=max_steps,
+        max_events=max_events,
+        max_attempts=max_attempts,
+        deadline=deadline,
+        now=timezone.now(),
+    )
+
+
+def _new_run(
+    *,
+    owner_id: Any,
+    agent: str,
+    input: dict[str, Any],
+    parent_id: UUID | str | None,
+    now: datetime,
+    max_steps: int | None = None,
+    max_events: int | None = None,
+    max_attempts: int | None = None,
+    deadline: datetime | None = None,
+) -> Run:
+    """The queued run and its `run.created` event; the caller holds the parent's lock, if any."""
+    run = Run(
+        owner_id=owner_id,
         agent=agent,
         input=input,
         parent_id=parent_id,
@@ -587,24 +612,12 @@ def run_child_spawn(
         if parent.max_events is not None and parent.events_used >= parent.max_events:
             exhausted = _exhaust(parent, "max_events", now=now)
         else:
-            child = Run(
-                owner_id=parent.owner_id,
-                agent=child_agent,
-                input=input,
-                parent_id=parent.pk,
-                created_at=now,
-                updated_at=now,
-            )
-            child.save(force_insert=True)
-            created = {"agent": child_agent, "input_keys": sorted(input), "parent": str(parent.pk)}
-            _append(child, [("run.created", created)], attempt=None, now=now)
-            child.save(update_fields=["last_seq"])
+            child = _new_run(owner_id=parent.owner_id, agent=child_agent, input=input, parent_id=parent.pk, now=now)
             spawned = {"run_id": str(child.pk), "agent": child_agent}
             _append(parent, [("child.spawned", spawned)], attempt=generation, now=now)
             parent.events_used += 1
             parent.updated_at = now
             parent.save(update_fields=["last_seq", "events_used", "updated_at"])
-            notify.run_queued(child.pk)
     if exhausted is not None:
         raise exhausted
     return child
