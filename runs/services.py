@@ -538,6 +538,20 @@ def _requeue(run: Run, *, cause: str, now: datetime) -> None:
             return
     else:
         _close_attempt(run, AttemptOutcome.SHUTDOWN, now=now, released=True)
+    if run.pause_requested_at is not None:
+        # The pause its caller was answered 202 for still happens: the attempt ended at a
+        # boundary of its own, so the run parks there instead of queuing.
+        _check(run, Status.WAITING)
+        run.status = Status.WAITING
+        run.resume_ticket = _ticket()
+        run.pause_requested_at = None
+        run.updated_at = now
+        _append(run, [("run.waiting", {"reason": "paused", "prompt": None})], attempt=None, now=now)
+        run.save(
+            update_fields=["status", "resume_ticket", "lost_attempts", "pause_requested_at", "updated_at", "last_seq"]
+        )
+        notify.control_changed(run.id)
+        return
     _check(run, Status.QUEUED)
     run.status = Status.QUEUED
     run.pause_requested_at = None

@@ -364,6 +364,20 @@ def test_lost_attempts_requeue_until_max_attempts_then_fail_worker_lost(alice: U
     assert_log_is_sound(run)
 
 
+@pytest.mark.parametrize("cause,lost", [("worker_shutdown", 0), ("lease_expired", 1)])
+def test_a_pending_pause_parks_a_run_whose_attempt_ended_unfinished(alice: User, cause: str, lost: int) -> None:
+    run = running_run(alice)
+    assert services.run_pause(run_id=run.pk).pending
+    parked = services.run_requeue(run_id=run.pk, generation=1, cause=cause)
+    assert (parked.status, parked.lost_attempts, parked.pause_requested_at) == ("waiting", lost, None)
+    assert parked.resume_ticket
+    event = RunEvent.objects.get(run=run, seq=parked.last_seq)
+    assert (event.type, event.data, event.attempt) == ("run.waiting", {"reason": "paused", "prompt": None}, None)
+    assert services.run_claim(worker="w") is None  # parked, not queued
+    resumed = services.run_resume(run_id=run.pk, ticket=parked.resume_ticket)
+    assert resumed.status == "queued"
+
+
 # --- cascade ---------------------------------------------------------------------------------
 
 
