@@ -64,6 +64,12 @@ class Run(models.Model):
             models.Index(fields=["-created_at"], name="run_created"),
             # The claim query: oldest queued first, over the queued rows only.
             models.Index(fields=["created_at", "id"], name="run_queued", condition=Q(status="queued")),
+            # The sweeper's deadline query: live runs that have a deadline, soonest first.
+            models.Index(
+                fields=["deadline"],
+                name="run_live_deadline",
+                condition=Q(deadline__isnull=False) & ~Q(status__in=_TERMINAL),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
