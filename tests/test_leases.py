@@ -108,7 +108,7 @@ def test_a_stalled_worker_stops_its_attempt_itself_and_its_late_writes_are_dropp
 
     stalled.signal(signal.SIGSTOP)  # as a long GC pause or a frozen VM: no renewal, no write
     try:
-        wait_until(lambda: deltas_of(run, 2) >= 3, timeout=15, what="the next attempt streaming")
+        wait_until(lambda: deltas_of(run, 2) >= 3, timeout=30, what="the next attempt streaming")
     finally:
         stalled.signal(signal.SIGCONT)
 
@@ -138,7 +138,7 @@ def test_a_worker_cut_off_from_the_database_stops_its_attempt_before_the_lease_l
 
         proxy.partition()  # w1's queries now hang; everyone else reaches the database
         wait_log_line(cut_off, "could not renew its lease in time", timeout=10)
-        wait_until(lambda: deltas_of(run, 2) >= 3, timeout=15, what="the next attempt streaming")
+        wait_until(lambda: deltas_of(run, 2) >= 3, timeout=30, what="the next attempt streaming")
         proxy.heal()
 
         # Once it reaches the database again, w1 records when it stopped: before its lease
