@@ -32,8 +32,9 @@ from tests.test_worker import (
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
-# Streams for about 4 s: long enough to take from a worker mid-run and for another to finish.
-LONG: dict[str, Any] = {"deltas": 150, "delay_ms": 25}
+# Streams for about 7 s: long enough to take from a worker mid-run even when starting the second
+# worker is slow (a loaded machine), and for another to finish.
+LONG: dict[str, Any] = {"deltas": 300, "delay_ms": 25}
 
 
 def deltas_of(run: Run, generation: int) -> int:
