@@ -108,6 +108,13 @@ def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
         connection.close()
 
 
+def _open_bound() -> float:
+    """Seconds a stream request may take to pass its checks: a connect timeout for the check
+    itself, and a little more for its turn on the threads."""
+    options = connection.settings_dict.get("OPTIONS", {})
+    return float(options.get("connect_timeout", options.get("timeout", 3))) + 2.0
+
+
 def _last_event_id(request: HttpRequest) -> str | None:
     # EventSource sends the header only when it has an id; an empty one means "none yet".
     return request.headers.get("Last-Event-ID") or None
@@ -118,8 +125,12 @@ def _last_event_id(request: HttpRequest) -> str | None:
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     try:
-        opened = await streams.run_open_check(_open, request, run_id)
-    except DatabaseError:
+        # Bounded, queue included: the checks share a few threads, and while the database does not
+        # answer each check waits out the connect timeout, so a reconnect storm would otherwise
+        # wait in line for minutes. A check still queued at the bound is dropped, never run.
+        async with asyncio.timeout(_open_bound()):
+            opened = await streams.run_open_check(_open, request, run_id)
+    except (DatabaseError, TimeoutError):
         return error_response(503, "database_unavailable", "the database is unavailable; retry later")
     if isinstance(opened, HttpResponse):
         return opened
@@ -166,8 +177,11 @@ async def _stream(opened: _Opened) -> AsyncIterator[bytes]:
                 yield KEEPALIVE
                 next_keepalive = loop.time() + keepalive
                 continue
+            # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task each time, and
+            # with a thousand watchers of one run that was a good share of each event's fan-out.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=wait)
+                async with asyncio.timeout(wait):
+                    await changed.wait()
     finally:
         hub.unsubscribe(feed)
 

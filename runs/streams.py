@@ -26,7 +26,6 @@ head + 1. Nothing trusts a notification's payload beyond "look again".
 
 import asyncio
 import contextvars
-import json
 import logging
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,7 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.listener import Listener
 from runs.models import Run, RunEvent
-from runs.selectors import run_events_after
+from runs.selectors import event_json, run_events_json_after
 from runs.transitions import TERMINAL
 
 log = logging.getLogger(__name__)
@@ -71,20 +70,22 @@ class Frame:
     terminal: bool
 
 
-def encode_frame(event: RunEvent) -> Frame:
-    body = json.dumps(event.as_dict(), separators=(",", ":"), ensure_ascii=False)
+def make_frame(seq: int, type_: str, body: str) -> Frame:
+    """The frame of the event `seq` of type `type_` whose JSON (`event_json`) is `body`."""
     # A line break in the type would end the field early; JSON never contains one unescaped.
-    type_ = event.type.replace("\r", " ").replace("\n", " ")
+    field = type_.replace("\r", " ").replace("\n", " ")
     return Frame(
-        seq=event.seq,
-        data=f"id: {event.seq}\nevent: {type_}\ndata: {body}\n\n".encode(),
-        terminal=event.type in TERMINAL_EVENT_TYPES,
+        seq=seq, data=f"id: {seq}\nevent: {field}\ndata: {body}\n\n".encode(), terminal=type_ in TERMINAL_EVENT_TYPES
     )
+
+
+def encode_frame(event: RunEvent) -> Frame:
+    return make_frame(event.seq, event.type, event_json(event))
 
 
 def _read_sync(run_id: str, after_seq: int, limit: int) -> list[Frame]:
     try:
-        return [encode_frame(e) for e in run_events_after(run_id=run_id, after_seq=after_seq, limit=limit)]
+        return [make_frame(*row) for row in run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit)]
     finally:
         # The connection belongs to this pool thread; closing it is what keeps idle streams free of
         # database connections (a pooled backend would return it here instead).

@@ -6,10 +6,12 @@ Checks run in the order of DESIGN §6: authentication (401, `IsAuthenticated`), 
 then state (200/202/409, from the service).
 """
 
+import json
 import re
 from typing import Any
 
 from django.contrib.auth.models import AbstractUser
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -200,14 +202,24 @@ class RunEventsApi(RunObjectApi):
         parameters=[RUN_ID, FilterSerializer],
         responses=responses({200: OutputSerializer}, 400, 404),
     )
-    def get(self, request: Request, run_id: str) -> Response:
+    def get(self, request: Request, run_id: str) -> HttpResponse:
         run = self.get_run(request, run_id)
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         page = run_events_page(
             run=run, after_seq=filters.validated_data["after_seq"], limit=filters.validated_data["limit"]
         )
-        return Response(self.OutputSerializer(page).data)
+        # The shape of OutputSerializer, written directly: the events are already JSON (the bytes
+        # SSE sends), spliced in rather than decoded and serialised field by field again — that
+        # took most of a 100k-event catch-up's time.
+        rest = {
+            "next_after_seq": page.next_after_seq,
+            "last_seq": page.last_seq,
+            "run_status": page.run_status,
+            "end_of_stream": page.end_of_stream,
+        }
+        body = '{"results":[' + ",".join(page.events) + "]," + json.dumps(rest, separators=(",", ":"))[1:]
+        return HttpResponse(body, content_type="application/json")
 
 
 class RunCancelApi(RunObjectApi):

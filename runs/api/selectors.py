@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.db.models import F, Prefetch, QuerySet
 
 from runs.exceptions import ValidationFailed
-from runs.models import Run, RunAttempt, RunEvent
-from runs.selectors import run_events_after
+from runs.models import Run, RunAttempt
+from runs.selectors import run_events_json_after
 from runs.transitions import is_terminal
 
 
@@ -22,7 +22,8 @@ def run_with_current_attempt(*, runs: QuerySet[Run]) -> QuerySet[Run]:
 
 @dataclass(frozen=True)
 class EventsPage:
-    events: list[RunEvent]
+    # Each event as its JSON text (`runs.selectors.event_json`, the bytes SSE sends too).
+    events: list[str]
     next_after_seq: int
     last_seq: int
     run_status: str
@@ -36,13 +37,13 @@ def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
             f"after_seq {after_seq} is past the run's last event ({run.last_seq})",
             detail={"after_seq": [f"must be at most {run.last_seq}"]},
         )
-    events = run_events_after(run_id=run.pk, after_seq=after_seq, limit=limit)
+    rows = run_events_json_after(run_id=run.pk, after_seq=after_seq, limit=limit)
     # The run's state is read after its events: last_seq then covers every event returned, and a
     # terminal status means the terminal event is stored, so end_of_stream is never early.
     status, last_seq = Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()
-    next_after_seq = events[-1].seq if events else after_seq
+    next_after_seq = rows[-1][0] if rows else after_seq
     return EventsPage(
-        events=events,
+        events=[body for _, _, body in rows],
         next_after_seq=next_after_seq,
         last_seq=last_seq,
         run_status=status,

@@ -1,0 +1,463 @@
+"""Shared plumbing of the benchmarks: a throwaway cluster, processes, clients, statistics, machine facts.
+
+Nothing here imports Django at module level, so a driver can start a cluster and point
+DATABASE_URL at it before `django.setup()`.
+"""
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+T = TypeVar("T")
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    if not ms:
+        return {"n": 0}
+    return {
+        "n": len(ms),
+        "p50": round(percentile(ms, 50), 2),
+        "p95": round(percentile(ms, 95), 2),
+        "p99": round(percentile(ms, 99), 2),
+        "max": round(max(ms), 2),
+        "mean": round(statistics.fmean(ms), 2),
+    }
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout}s")
+        time.sleep(interval)
+    return value
+
+
+# --- the machine --------------------------------------------------------------------------------
+
+
+def machine_facts() -> dict[str, Any]:
+    cpu = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# --- a throwaway durable cluster ----------------------------------------------------------------
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    url: str  # the cluster's default database (postgres)
+
+    def database_url(self, name: str, **query: str) -> str:
+        parts = urlsplit(self.url)
+        q = "&".join(f"{k}={v}" for k, v in query.items())
+        return urlunsplit((parts.scheme, parts.netloc, "/" + name, q, ""))
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.database_url(name)
+
+
+@contextmanager
+def durable_cluster() -> Iterator[Cluster]:
+    """`bin/pgcluster start DIR --durable` (fsync on), stopped and deleted on the way out."""
+    work = Path(tempfile.mkdtemp(prefix="runledger-bench-"))
+    work.chmod(0o755)  # the server runs as another user (postgres) and must reach its folder
+    pgdir = work / "pg"
+    try:
+        out = subprocess.run(
+            [str(ROOT / "bin" / "pgcluster"), "start", str(pgdir), "--durable"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        yield Cluster(dir=pgdir, url=out.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run([str(ROOT / "bin" / "pgcluster"), "stop", str(pgdir)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    port: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM to the process group it leads (it was started in its own session), then SIGKILL."""
+        if self.popen.poll() is None:
+            os.killpg(self.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.popen.wait(timeout=10)
+
+
+@dataclass
+class Procs:
+    log_dir: Path
+    env: dict[str, str]
+    started: list[Proc] = field(default_factory=list)
+
+    def start(self, name: str, args: list[str], port: int | None = None, env: dict[str, str] | None = None) -> Proc:
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("ab") as log_file:
+            popen = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env={**self.env, **(env or {})},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log_path, port)
+        self.started.append(proc)
+        return proc
+
+    def uvicorn(self, name: str = "web", env: dict[str, str] | None = None) -> Proc:
+        port = free_port()
+        args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
+        args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+        proc = self.start(name, args, port=port, env=env)
+
+        def up() -> bool:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"{name} exited:\n{proc.log()}")
+            try:
+                with urllib.request.urlopen(proc.url + "/healthz/", timeout=2) as response:
+                    return bool(response.status == 200)
+            except OSError:
+                return False
+
+        wait_for(up, 60, f"{name} answering")
+        return proc
+
+    def worker(self, worker_id: str, concurrency: int) -> Proc:
+        args = [sys.executable, "manage.py", "runworker", "--worker-id", worker_id, "--concurrency", str(concurrency)]
+        proc = self.start(f"worker-{worker_id}", args)
+
+        def ready() -> bool:
+            if proc.popen.poll() is not None:
+                raise RuntimeError(f"worker {worker_id} exited:\n{proc.log()}")
+            return f"runworker {worker_id} ready" in proc.log()
+
+        wait_for(ready, 60, f"worker {worker_id} ready")
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.started):
+            proc.stop()
+        self.started.clear()
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS (kB) and thread count of a process, from /proc."""
+    out = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                out["rss_kb"] = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                out["threads"] = int(line.split()[1])
+    return out
+
+
+class CpuMeter:
+    """Machine CPU use (from /proc/stat) and CPU seconds of given processes over an interval."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.start = self._read()
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(x) for x in f.readline().split()[1:]]
+        idle = values[3] + values[4]
+        return sum(values) - idle, sum(values)
+
+    def _proc(self, pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime + stime (clock ticks)
+        except OSError:
+            return 0
+
+    def _read(self) -> tuple[float, tuple[int, int], dict[str, int]]:
+        return time.time(), self._machine(), {k: self._proc(p) for k, p in self.pids.items()}
+
+    def stop(self) -> dict[str, Any]:
+        t1, (busy1, total1), procs1 = self._read()
+        t0, (busy0, total0), procs0 = self.start
+        tick = os.sysconf("SC_CLK_TCK")
+        seconds = max(t1 - t0, 1e-9)
+        return {
+            "machine_cpu_busy_pct": round(100 * (busy1 - busy0) / max(total1 - total0, 1), 1),
+            "process_cores": {k: round((procs1[k] - procs0[k]) / tick / seconds, 2) for k in procs1},
+        }
+
+
+# --- HTTP and SSE clients -----------------------------------------------------------------------
+
+
+class Http:
+    """A keep-alive HTTP/1.1 client (http.client) for JSON requests."""
+
+    def __init__(self, base: str, token: str) -> None:
+        import http.client
+
+        parts = urlsplit(base)
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        self.headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        self.used_at = time.monotonic()
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One request on the kept-alive connection. uvicorn closes a connection idle for 5 s; one
+        idle for 3 s is reconnected first (cheap on loopback) rather than raced against that."""
+        import http.client
+
+        payload = None if body is None else json.dumps(body)
+        if time.monotonic() - self.used_at > 3:
+            self.conn.close()
+        for retry in (False, True):
+            try:
+                self.conn.request(method, path, body=payload, headers=self.headers)
+                response = self.conn.getresponse()
+                data = response.read()
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.conn.close()
+                if retry:
+                    raise
+        self.used_at = time.monotonic()
+        return response.status, json.loads(data) if data else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@dataclass
+class Frame:
+    seq: int
+    type: str
+    data: bytes  # the `data:` field
+    at: float  # time.time() when the HTTP chunk that completed it arrived
+
+
+def parse_sse(chunks: list[tuple[float, bytes]]) -> list[Frame]:
+    """Frames from a chunked `text/event-stream` HTTP response recorded as (arrival, raw bytes).
+
+    The server writes whole frames per HTTP chunk, so a frame's arrival is that of the read that
+    completed its chunk. Done after the measurement, so parsing costs the client nothing meanwhile.
+    """
+    raw = b"".join(c for _, c in chunks)
+    ends: list[int] = []
+    pos = 0
+    for _, c in chunks:
+        pos += len(c)
+        ends.append(pos)
+    head_end = raw.index(b"\r\n\r\n") + 4
+    frames: list[Frame] = []
+    pos, i = head_end, 0
+    pending = b""
+    while pos < len(raw):
+        line_end = raw.find(b"\r\n", pos)
+        if line_end < 0:
+            break
+        size = int(raw[pos:line_end].split(b";")[0], 16)
+        start, stop = line_end + 2, line_end + 2 + size
+        if size == 0 or stop > len(raw):
+            break
+        while ends[i] < stop:
+            i += 1
+        at = chunks[i][0]
+        pending += raw[start:stop]
+        *complete, pending = pending.split(b"\n\n")
+        for block in complete:
+            seq, type_, data = -1, "", b""
+            for line in block.split(b"\n"):
+                if line.startswith(b"id: "):
+                    seq = int(line[4:])
+                elif line.startswith(b"event: "):
+                    type_ = line[7:].decode()
+                elif line.startswith(b"data: "):
+                    data = line[6:]
+            if seq >= 0:
+                frames.append(Frame(seq, type_, data, at))
+        pos = stop + 2
+    return frames
+
+
+def sse_request(base: str, path: str, token: str, extra: str = "") -> bytes:
+    parts = urlsplit(base)
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: {parts.hostname}:{parts.port}\r\nAccept: text/event-stream\r\n"
+        f"Authorization: Token {token}\r\nConnection: close\r\n{extra}\r\n"
+    ).encode()
+
+
+def sse_blocking(
+    base: str, path: str, token: str, *, until: Callable[[bytes], bool] | None = None, timeout: float = 120
+) -> tuple[float, list[tuple[float, bytes]]]:
+    """One stream read with a blocking socket until it ends (or `until(all bytes so far)`).
+
+    Returns the time the request was sent and the raw reads with their arrival times."""
+    parts = urlsplit(base)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+    chunks: list[tuple[float, bytes]] = []
+    seen = b""
+    try:
+        t0 = time.time()
+        sock.sendall(sse_request(base, path, token))
+        while True:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            chunks.append((time.time(), data))
+            if until is not None:
+                seen += data
+                if until(seen):
+                    break
+            elif data.endswith(b"\r\n0\r\n\r\n"):
+                break
+    finally:
+        sock.close()
+    return t0, chunks
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+        return rev.strip() + ("+dirty" if dirty.strip() else "")
+    except OSError:
+        return ""
+
+
+_TERMINAL_RE = re.compile(rb"event: run\.(completed|failed|cancelled|stopped)\n")
+
+
+def has_terminal(raw: bytes) -> bool:
+    return _TERMINAL_RE.search(raw) is not None
+
+
+@contextmanager
+def app_running(cluster: Cluster, *, workers: int = 2, concurrency: int = 120) -> Iterator[Any]:
+    """The application database `runledger` migrated, one uvicorn web process and `workers` worker
+    processes started (default settings), a user with a token: yields `bench.scenarios.Ctx`."""
+    url = cluster.create_database("runledger")
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+
+    from bench import scenarios as sc
+
+    call_command("migrate", verbosity=0)
+    user = User.objects.create_user("bench", password="bench-password")
+    token = Token.objects.create(user=user).key
+    connection.close()
+    logs = Path(tempfile.mkdtemp(prefix="runledger-bench-logs-"))
+    procs = Procs(logs, {**os.environ, "PYTHONUNBUFFERED": "1", "DATABASE_URL": url})
+    try:
+        web = procs.uvicorn(env={"DATABASE_URL": f"{url}?application_name={sc.WEB_APP_NAME}"})
+        started = [procs.worker(f"bench-{i}", concurrency) for i in range(workers)]
+        yield sc.Ctx(url=url, web=web, workers=started, user=user, token=token)
+    except BaseException:
+        for proc in procs.started:
+            print(f"--- {proc.name} (exit {proc.popen.poll()}), log tail:\n{proc.log()[-3000:]}", file=sys.stderr)
+        raise
+    finally:
+        procs.stop_all()
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def postgres_facts() -> dict[str, str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
+        cursor.execute("SHOW fsync")
+        fsync = cursor.fetchone()[0]
+    connection.close()
+    return {"postgresql": version, "postgresql_fsync": fsync}

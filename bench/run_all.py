@@ -1,0 +1,491 @@
+"""Every benchmark of issue 9 against its floor, in one run on one throwaway durable cluster.
+
+    .venv/bin/python bench/run_all.py [--quick] [--no-growth]
+
+1. Starts a durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`: fsync on).
+2. Runs the floor (`../shared/tools/pg_floor.py`: raw psycopg doing the same work) against a
+   scratch database `floor` in that cluster — never the application's database.
+3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
+   processes (default settings: production intervals), and measures:
+   cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
+   10/100/1000 watchers), replay (JSON pages, SSE).
+4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
+   database holds x10 and x100 more, and measures again.
+5. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
+   and bench/results/summary.md (the README table).
+
+Ratios are "times the floor": for a time, figure / floor; for a rate, floor / figure. 1.0 is the
+floor itself; absolute times drift on a shared machine, ratios from the same run hold better.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.lib import RESULTS, ROOT, CpuMeter, app_running, durable_cluster, git_revision, machine_facts, postgres_facts
+
+FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
+
+FULL = {
+    "cancel_runs": 200,
+    "cancel_delay_ms": 1000,
+    "start_samples": 40,
+    "append_deltas": 10_000,
+    "many_runs": 20,
+    "many_deltas": 2_000,
+    "stream_events": 10_000,
+    "watchers": [10, 100, 1000],
+    "watch_events": 100,
+    "watch_interval": 0.1,
+    "replay_events": 100_000,
+    # Background rows per growth tier: (label, total runs, events per run).
+    "tiers": [("x10", 10_000, 10), ("x100", 100_000, 10)],
+    "growth_cancel_runs": 100,
+    "growth_watchers": 100,
+}
+QUICK = {
+    **FULL,
+    "cancel_runs": 50,
+    "start_samples": 10,
+    "append_deltas": 3_000,
+    "many_runs": 6,
+    "many_deltas": 1_000,
+    "stream_events": 3_000,
+    "watchers": [10, 100],
+    "watch_events": 40,
+    "replay_events": 20_000,
+    "tiers": [("x10", 2_000, 10), ("x100", 20_000, 10)],
+    "growth_cancel_runs": 50,
+}
+
+TARGETS = {
+    "cancel_committed_p99_ms": 25,
+    "cancel_released_p99_ms": 100,
+    "start_p50_ms": 100,
+    "stream_one_client_events_per_s": 10_000,
+    "watchers_1000_p99_ms": 250,
+    "replay_100k_s": 2,
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def floor_command(url: str) -> list[str]:
+    return [sys.executable, str(FLOOR_SCRIPT), url]
+
+
+def run_floor(url: str) -> dict[str, Any]:
+    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
+    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def tier_suite(
+    ctx: Any, cfg: dict[str, Any], *, full: bool, replay_run: Any, floor_url: str
+) -> tuple[dict[str, Any], Any]:
+    from bench import scenarios as sc
+
+    out: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+
+    def phase(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        log(f"  {name}")
+        t0 = time.time()
+        value = fn(*args, **kwargs)
+        timings[name] = round(time.time() - t0, 1)
+        return value
+
+    levels = cfg["watchers"] if full else [cfg["growth_watchers"]]
+    out["watchers"] = {
+        str(n): phase(
+            f"watchers {n}", sc.watchers, ctx, n=n, events=cfg["watch_events"], interval=cfg["watch_interval"]
+        )
+        for n in levels
+    }
+    out["replay"], replay_run = phase(
+        "replay", sc.replay, ctx, events=cfg["replay_events"], run=None if full else replay_run
+    )
+    out["stream_one"] = phase("stream one client", sc.stream_one, ctx, events=cfg["stream_events"])
+    out["start"] = phase("start", sc.start, ctx, samples=cfg["start_samples"] if full else cfg["start_samples"] // 2)
+    out["append_one"] = phase("append one run", sc.append_one, ctx, deltas=cfg["append_deltas"])
+    out["append_many"] = phase(
+        "append many runs", sc.append_many, ctx, runs=cfg["many_runs"], deltas=cfg["many_deltas"]
+    )
+    runs = cfg["cancel_runs"] if full else cfg["growth_cancel_runs"]
+    for via in ("service", "http"):
+        out[f"cancel_{via}"] = phase(
+            f"cancel via {via} ({runs} runs)",
+            sc.cancel,
+            ctx,
+            runs=runs,
+            delay_ms=cfg["cancel_delay_ms"],
+            gap_ms=30,
+            via=via,
+            floor=floor_command(floor_url) if full and via == "service" else None,
+        )
+    out["phase_seconds"] = timings
+    return out, replay_run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
+    parser.add_argument("--no-growth", action="store_true", help="skip the x10 / x100 tiers")
+    parser.add_argument("--out", default=str(RESULTS), help="folder for summary.json and summary.md")
+    parser.add_argument("--render", metavar="JSON", help="only print the markdown of an earlier summary.json")
+    args = parser.parse_args()
+    if args.render:
+        print(markdown(json.loads(Path(args.render).read_text())), end="")
+        return 0
+    cfg = QUICK if args.quick else FULL
+    began = time.time()
+    idle = CpuMeter({})
+    time.sleep(3)
+    machine = {**machine_facts(), "cpu_busy_pct_before_start": idle.stop()["machine_cpu_busy_pct"]}
+    result: dict[str, Any] = {
+        "benchmark": "run_all",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "revision": git_revision(),
+        "mode": "quick" if args.quick else "full",
+        "config": {k: v for k, v in cfg.items()},
+        "machine": machine,
+        "targets": TARGETS,
+    }
+    with durable_cluster() as cluster:
+        log(f"durable cluster at {cluster.url}")
+        floor_url = cluster.create_database("floor")
+        result["floor"] = run_floor(floor_url)
+        log(f"floor: {result['floor']}")
+        concurrency = max(cfg["cancel_runs"], cfg["many_runs"]) // 2 + 20
+        with app_running(cluster, workers=2, concurrency=concurrency) as ctx:
+            from bench import scenarios as sc
+
+            machine.update(postgres_facts())
+            tiers: dict[str, Any] = {}
+            log("tier x1 (only the benchmark's own rows)")
+            tiers["x1"], replay_run = tier_suite(ctx, cfg, full=True, replay_run=None, floor_url=floor_url)
+            if not args.no_growth:
+                have = 0
+                for label, total_runs, per_run in cfg["tiers"]:
+                    log(f"tier {label}: inserting background rows")
+                    added = sc.add_background(ctx, runs=total_runs - have, events_per_run=per_run)
+                    have = total_runs
+                    log(f"  {added}")
+                    tiers[label], _ = tier_suite(ctx, cfg, full=False, replay_run=replay_run, floor_url=floor_url)
+                    tiers[label]["background"] = added
+                    # The machine's state at this tier: the same raw work, measured again now.
+                    tiers[label]["floor"] = run_floor(floor_url)
+                result["explain_at_largest_tier"] = sc.explain(ctx, replay_run.pk)
+            tiers["x1"]["floor"] = result["floor"]
+            result["tiers"] = tiers
+            result["web_process_log_tail"] = ctx.web.log()[-2000:]
+    result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["total_seconds"] = round(time.time() - began, 1)
+    rows = figures(result)
+    result["figures"] = rows
+    result["growth"] = growth(result)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    md = markdown(result)
+    (out / "summary.md").write_text(md)
+    print()
+    print(md)
+    log(f"written {out / 'summary.json'} and {out / 'summary.md'} in {result['total_seconds']} s")
+    return 0
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each headline figure of tier x1 with its floor, ratio and target."""
+    f, t = r["floor"], r["tiers"]["x1"]
+    floor_read_rate = f["replay_rows"] / f["replay_100k_s"]
+    rows: list[dict[str, Any]] = []
+
+    def add(
+        name: str,
+        value: float,
+        unit: str,
+        floor: float | None,
+        floor_what: str,
+        target: float | None = None,
+        rate: bool = False,
+    ) -> None:
+        ratio = None
+        if floor:
+            ratio = round((floor / value) if rate else (value / floor), 2)
+        met = None
+        if target is not None:
+            met = value >= target if rate else value < target
+        rows.append(
+            {
+                "figure": name,
+                "value": value,
+                "unit": unit,
+                "floor": round(floor, 3) if floor else None,
+                "floor_is": floor_what,
+                "x_floor": ratio,
+                "target": target,
+                "met": met,
+            }
+        )
+
+    lcw, notified = f["lock_check_write_ms"], f["txn_start_to_notified_ms"]
+    for via in ("service", "http"):
+        c = t[f"cancel_{via}"]
+        n = c["runs"]
+        add(
+            f"cancel ({via}, {n} runs) → committed p50",
+            c["committed_ms"]["p50"],
+            "ms",
+            lcw["p50"],
+            "lock-check-write p50",
+        )
+        add(
+            f"cancel ({via}) → committed p99",
+            c["committed_ms"]["p99"],
+            "ms",
+            lcw["p99"],
+            "lock-check-write p99",
+            TARGETS["cancel_committed_p99_ms"],
+        )
+        add(
+            f"cancel ({via}) → released p50",
+            c["released_ms"]["p50"],
+            "ms",
+            notified["p50"],
+            "txn → NOTIFY received p50",
+        )
+        add(
+            f"cancel ({via}) → released p99",
+            c["released_ms"]["p99"],
+            "ms",
+            notified["p99"],
+            "txn → NOTIFY received p99",
+            TARGETS["cancel_released_p99_ms"],
+        )
+    loaded = t["cancel_service"].get("floor_under_load")
+    if loaded:
+        c = t["cancel_service"]
+        add(
+            "cancel (service) → committed p99, against the floor under the same load",
+            c["committed_ms"]["p99"],
+            "ms",
+            loaded["lock_check_write_ms"]["p99"],
+            "lock-check-write p99 while the runs stream",
+        )
+        add(
+            "cancel (service) → released p99, against the floor under the same load",
+            c["released_ms"]["p99"],
+            "ms",
+            loaded["txn_start_to_notified_ms"]["p99"],
+            "txn → NOTIFY p99 while the runs stream",
+        )
+    s = t["start"]
+    add(
+        "start: create → run.started at an SSE watcher p50",
+        s["to_run_started_ms"]["p50"],
+        "ms",
+        2 * notified["p50"] + lcw["p50"],
+        "2 x txn→NOTIFY + lock-check-write (p50)",
+        TARGETS["start_p50_ms"],
+    )
+    add(
+        "start: create → first output.delta at the watcher p50",
+        s["to_first_delta_ms"]["p50"],
+        "ms",
+        3 * notified["p50"] + lcw["p50"],
+        "3 x txn→NOTIFY + lock-check-write (p50)",
+    )
+    a1, am = t["append_one"], t["append_many"]
+    add(
+        f"append: one run, demo delay 0 ({a1['events_per_transaction']} ev/tx)",
+        a1["committed_events_per_s"],
+        "events/s",
+        f["append_batch_100_ev_per_s"],
+        "batched appends, 100/tx",
+        rate=True,
+    )
+    add(
+        f"append: {am['runs']} runs at once, 2 workers",
+        am["committed_events_per_s"],
+        "events/s",
+        f["append_batch_100_ev_per_s"],
+        "batched appends, 100/tx",
+        rate=True,
+    )
+    if a1.get("delivered_live_events_per_s"):
+        add(
+            "stream: one SSE client of that live run",
+            a1["delivered_live_events_per_s"],
+            "events/s",
+            None,
+            "bounded by the append rate",
+            rate=True,
+        )
+    so = t["stream_one"]
+    add(
+        f"stream: one SSE client, {so['events']:,} stored events",
+        so["events_per_s"],
+        "events/s",
+        floor_read_rate,
+        "read of 100k rows, pages of 1000",
+        TARGETS["stream_one_client_events_per_s"],
+        rate=True,
+    )
+    for n, w in t["watchers"].items():
+        target = TARGETS["watchers_1000_p99_ms"] if n == "1000" else None
+        add(f"{n} watchers: commit → delivery p50", w["delay_ms"]["p50"], "ms", notified["p50"], "txn → NOTIFY p50")
+        add(
+            f"{n} watchers: commit → delivery p99",
+            w["delay_ms"]["p99"],
+            "ms",
+            notified["p99"],
+            "txn → NOTIFY p99",
+            target,
+        )
+    rp = t["replay"]
+    # The target is for 100k events; --quick replays fewer.
+    replay_target = TARGETS["replay_100k_s"] if rp["events"] > 100_000 else None
+    add(
+        f"replay {rp['events']:,} events: JSON pages of 1000",
+        rp["json_pages_seconds"],
+        "s",
+        f["replay_100k_s"] * rp["events"] / f["replay_rows"],
+        "read in pages of 1000",
+        replay_target,
+    )
+    add(
+        f"replay {rp['events']:,} events: SSE",
+        rp["sse_seconds"],
+        "s",
+        f["replay_100k_s"] * rp["events"] / f["replay_rows"],
+        "read in pages of 1000",
+        replay_target,
+    )
+    return rows
+
+
+GROWTH = [
+    ("cancel committed p99 (service)", lambda t: t["cancel_service"]["committed_ms"]["p99"], "ms"),
+    ("cancel committed p99 (HTTP)", lambda t: t["cancel_http"]["committed_ms"]["p99"], "ms"),
+    ("cancel released p99 (HTTP)", lambda t: t["cancel_http"]["released_ms"]["p99"], "ms"),
+    ("start p50 (run.started)", lambda t: t["start"]["to_run_started_ms"]["p50"], "ms"),
+    ("append one run", lambda t: t["append_one"]["committed_events_per_s"], "events/s"),
+    ("append many runs", lambda t: t["append_many"]["committed_events_per_s"], "events/s"),
+    ("stream one client", lambda t: t["stream_one"]["events_per_s"], "events/s"),
+    ("100 watchers p99", lambda t: t["watchers"]["100"]["delay_ms"]["p99"], "ms"),
+    ("replay JSON pages", lambda t: t["replay"]["json_pages_seconds"], "s"),
+    ("replay SSE", lambda t: t["replay"]["sse_seconds"], "s"),
+    # The machine, not the application: how the raw floor and the CPU use moved meanwhile.
+    ("floor: lock-check-write p50", lambda t: round(t["floor"]["lock_check_write_ms"]["p50"], 2), "ms"),
+    ("floor: replay 100k", lambda t: t["floor"]["replay_100k_s"], "s"),
+    (
+        "machine CPU busy during HTTP cancels",
+        lambda t: t["cancel_http"]["cpu_during_cancels"]["machine_cpu_busy_pct"],
+        "%",
+    ),
+]
+
+
+def growth(r: dict[str, Any]) -> list[dict[str, Any]]:
+    tiers = r["tiers"]
+    rows = []
+    for name, get, unit in GROWTH:
+        row: dict[str, Any] = {"figure": name, "unit": unit}
+        base = None
+        for label, t in tiers.items():
+            try:
+                value = get(t)
+            except (KeyError, IndexError):
+                continue
+            row[label] = value
+            if base is None:
+                base = value
+            elif base:
+                row[f"{label}_vs_x1"] = round(value / base, 2)
+        rows.append(row)
+    return rows
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:,.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m = r["machine"]
+    lines = [
+        f"Measured {r['at'][:10]} at revision `{r['revision']}` ({r['mode']} sizes, {r['total_seconds']:.0f} s) on "
+        f"{m['nproc']} x {m['cpu']}, {m['memory_gib']} GiB, PostgreSQL {m.get('postgresql', '?')} "
+        f"(fsync {m.get('postgresql_fsync', '?')}, same machine), Python {m['python']}; "
+        f"load average {m['load_average'][0]} at the start, {m['load_average_end'][0]} at the end "
+        f"(CPU {m['cpu_busy_pct_before_start']}% busy before the run: other users of the machine). "
+        "One uvicorn web process, two worker processes, default settings. "
+        "“x floor”: how many times slower than raw psycopg doing the same work in the same run "
+        "(`shared/tools/pg_floor.py`).",
+        "",
+        "Machine CPU busy (all processes, other users' included) during the cancels: "
+        + ", ".join(
+            f"{via} {r['tiers']['x1'][f'cancel_{via}']['cpu_during_cancels']['machine_cpu_busy_pct']}%"
+            for via in ("service", "http")
+        )
+        + "; while 1000 watchers were fed: "
+        + f"{r['tiers']['x1']['watchers'].get('1000', {}).get('cpu_while_writing', {}).get('machine_cpu_busy_pct', '?')}%.",
+        "",
+        "| figure | x floor | value | floor (raw psycopg, same run) | target | met |",
+        "|---|---:|---:|---|---:|:-:|",
+    ]
+    for row in r["figures"]:
+        unit = row["unit"]
+        target = (
+            ""
+            if row["target"] is None
+            else (f"≥ {_fmt(row['target'])}" if unit == "events/s" else f"< {_fmt(row['target'])}")
+        )
+        floor = "" if row["floor"] is None else f"{_fmt(row['floor'])} {unit} ({row['floor_is']})"
+        lines.append(
+            f"| {row['figure']} | {_fmt(row['x_floor'])} | {_fmt(row['value'])} {unit} | {floor} | "
+            f"{target + ' ' + unit if target else ''} | {'' if row['met'] is None else _fmt(row['met'])} |"
+        )
+    tiers = [k for k in r["tiers"] if k != "x1"]
+    if tiers:
+        bg = {k: r["tiers"][k].get("background", {}) for k in tiers}
+        heads = " | ".join(
+            f"{k} ({bg[k].get('total_runs', 0):,} runs, {bg[k].get('total_events', 0):,} events)" for k in tiers
+        )
+        lines += [
+            "",
+            "Growth: the same figures with background rows (finished runs of another user, 10 events each) "
+            "already in the database. The ratio is to tier x1.",
+            "",
+            f"| figure | x1 | {heads} |",
+            "|---|---:|" + "---:|" * len(tiers),
+        ]
+        for row in r["growth"]:
+            cells = [f"{_fmt(row.get(k))} ({_fmt(row.get(k + '_vs_x1'))}x)" for k in tiers]
+            lines.append(f"| {row['figure']} ({row['unit']}) | {_fmt(row.get('x1'))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""What the fault-injection tests (tests/test_faults.py) prove of every run once the dust settles,
+read straight from the database."""
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from runs.agents.demo import demo_text
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.transitions import TERMINAL
+from tests.faults_client import TERMINAL_EVENT_TYPES, Watch
+from tests.procs import Procs
+from tests.test_pg_restart import assert_attempts_never_overlap
+
+# What a process logs when something failed that must not: a 500, an execution or background task
+# that died of an exception, a traceback of any kind. Warnings about the database are expected.
+CRASH_SIGNS = (
+    "Traceback",
+    "Internal Server Error",
+    "Exception in ASGI application",
+    "ended with an error",
+    "the driver failed",
+    "background task stopped",
+)
+
+
+def assert_no_crash_logged(procs: Procs) -> None:
+    """No process the test started (killed ones included) logged a crash."""
+    for proc in procs.started:
+        log = proc.log()
+        found = [sign for sign in CRASH_SIGNS if sign in log]
+        assert not found, f"{proc.name} (pid {proc.pid}) logged {found}:\n{log[-5000:]}"
+
+
+@dataclass
+class Checked:
+    runs: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)  # "<status> <end_code>"
+    attempts: int = 0
+    lost_attempts: int = 0
+    requeued_runs: int = 0
+    streams: int = 0
+    stream_events: int = 0
+
+
+def assert_generations_fenced(run: Run, events: list[RunEvent]) -> None:
+    """Each attempt wrote only while it held the run: between its own `run.started` and the next
+    attempt's, and nothing after the `run.requeued` that ended it."""
+    started = {e.attempt: e.seq for e in events if e.type == "run.started"}
+    assert sorted(started) == list(range(1, run.generation + 1)), run.pk
+    for e in events:
+        if e.attempt is not None:
+            assert started[e.attempt] <= e.seq, (run.pk, e.seq, e.type, e.attempt)
+            if e.attempt + 1 in started:
+                assert e.seq < started[e.attempt + 1], (run.pk, e.seq, e.type, e.attempt)
+    for requeued in (e for e in events if e.type == "run.requeued"):
+        generation = requeued.data["generation"]
+        assert requeued.attempt is None
+        late = [e.seq for e in events if e.attempt == generation and e.seq > requeued.seq]
+        assert late == [], f"run {run.pk}: attempt {generation} wrote {late} after it was requeued"
+
+
+def assert_answer_echoed(run: Run, events: list[RunEvent]) -> None:
+    """A completed run that asked echoes the input of the resume that answered it."""
+    asked = next(e.seq for e in events if e.type == "run.waiting" and e.data["reason"] == "input_required")
+    answer = next(e.data["input"] for e in events if e.type == "run.resumed" and e.seq > asked)
+    assert run.output["answer"] == answer, run.pk
+
+
+def check_runs(
+    runs: list[Run],
+    *,
+    cancelled_by_client: set[str] | None = None,
+    stopped_by_client: set[str] | None = None,
+    watches: Sequence[Watch] = (),
+) -> Checked:
+    """Every run is terminal with a sound log (gap-free seq, one terminal event, last), no attempt
+    wrote outside its tenure or overlapped another, completed runs hold exactly one uninterrupted
+    run's text, every end has a cause a client asked for (a dropped connection cancels nothing),
+    and every watcher's reassembled stream is the stored log, event for event."""
+    ids = [r.pk for r in runs]
+    events_by_run: dict[UUID, list[RunEvent]] = defaultdict(list)
+    for event in RunEvent.objects.filter(run_id__in=ids).order_by("run_id", "seq"):
+        events_by_run[event.run_id].append(event)
+    attempts_by_run: dict[UUID, list[RunAttempt]] = defaultdict(list)
+    for attempt in RunAttempt.objects.filter(run_id__in=ids):
+        attempts_by_run[attempt.run_id].append(attempt)
+    by_id = {r.pk: r for r in runs}
+    checked = Checked()
+    for run in runs:
+        events = events_by_run[run.pk]
+        assert run.status in TERMINAL, f"run {run.pk} is still {run.status}"
+        assert [e.seq for e in events] == list(range(1, run.last_seq + 1)), run.pk
+        assert events[0].type == "run.created", run.pk
+        terminal = [e.type for e in events if e.type in TERMINAL_EVENT_TYPES]
+        assert terminal == [f"run.{run.status}"] and events[-1].type == terminal[0], (run.pk, terminal)
+        assert_generations_fenced(run, events)
+        attempts = attempts_by_run[run.pk]
+        assert len(attempts) == run.generation, run.pk
+        assert_attempts_never_overlap(attempts)
+        lost = sum(a.outcome == AttemptOutcome.LOST for a in attempts)
+        assert run.lost_attempts == lost, run.pk
+        _assert_end_has_a_cause(run, by_id, cancelled_by_client, stopped_by_client)
+        if run.status == "completed":
+            deltas = run.input["deltas"]
+            assert "".join(e.data["text"] for e in events if e.type == "output.delta") == demo_text(deltas), run.pk
+            assert run.output["text"] == demo_text(deltas), run.pk
+            if run.input.get("ask") is not None:
+                assert_answer_echoed(run, events)
+        checked.runs += 1
+        checked.statuses[f"{run.status} {run.end_code}".strip()] += 1
+        checked.attempts += len(attempts)
+        checked.lost_attempts += lost
+        checked.requeued_runs += any(e.type == "run.requeued" for e in events)
+    for watch in watches:
+        stored = events_by_run[UUID(watch.run_id)]
+        assert watch.final_status == 204, watch.run_id
+        assert [e.seq for e in watch.events] == [e.seq for e in stored], watch.run_id
+        assert [e.event for e in watch.events] == [e.type for e in stored], watch.run_id
+        assert [e.json() for e in watch.events] == [e.as_dict() for e in stored], watch.run_id
+        checked.streams += 1
+        checked.stream_events += len(watch.events)
+    return checked
+
+
+def _assert_end_has_a_cause(
+    run: Run, by_id: dict[UUID, Run], cancelled: set[str] | None, stopped: set[str] | None
+) -> None:
+    parent: Any = by_id.get(run.parent_id) if run.parent_id else None
+    code = run.end_code
+    if run.status == "failed":
+        # Only the platform fails a demo run here: its lost attempts ran out.
+        assert code == "worker_lost" and run.lost_attempts == run.max_attempts, (run.pk, code, run.end_reason)
+    elif run.status == "cancelled":
+        if code.startswith("parent_"):
+            assert parent is not None, run.pk
+            expected = "parent_cancelled" if parent.status == "cancelled" else "parent_ended"
+            assert code == expected and parent.status != "stopped", (run.pk, code, parent.status)
+        else:
+            assert cancelled is not None and str(run.pk) in cancelled, f"run {run.pk} cancelled ({code}) unasked"
+            assert code == "cancelled_by_user", (run.pk, code)
+    elif run.status == "stopped":
+        if code == "parent_stopped":
+            assert parent is not None and parent.status == "stopped", run.pk
+        else:
+            assert stopped is not None and str(run.pk) in stopped, f"run {run.pk} stopped ({code}) unasked"
+            assert code == "policy", (run.pk, code)
