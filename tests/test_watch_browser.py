@@ -85,14 +85,22 @@ def status_of(run: Run) -> str:
 
 
 def test_a_cut_connection_reconnects_with_last_event_id_and_the_text_is_exact(site: Site) -> None:
-    run = demo_run(site.user, deltas=80, delay_ms=40)
+    run = demo_run(site.user, deltas=120, delay_ms=40)
     site.open(run)
     site.wait_attr("connection", "live")
     for cut in range(2):
         site.wait_seq_at_least(8 + 20 * cut)
         assert site.proxy.cut_streams() >= 1
         assert status_of(run) == "running"  # the drop is mid-stream, and it ends nothing
-        site.wait_attr("connection", "live")  # the page reconnected by itself
+        # The page reconnected by itself: the server saw a new stream request, and the page is
+        # live again — or already past the end, when the replay carried the terminal event.
+        site.page.wait_for_function(
+            "n => ['live', 'ended'].includes(document.getElementById('watch').dataset.connection)"
+            " && Number(document.getElementById('watch').dataset.lastSeq || 0) >= n",
+            arg=8 + 20 * cut,
+            timeout=20_000,
+        )
+        wait_until(lambda cut=cut: len(site.proxy.stream_requests()) >= cut + 2, what="the reconnect")
     site.wait_attr("status", "completed", timeout=30_000)
 
     reconnects = site.proxy.stream_requests()[1:]
