@@ -34,6 +34,7 @@ from django.utils.safestring import SafeString
 
 from runs import selectors, services
 from runs.agents import registered_names
+from runs.events import browser_vocabulary
 from runs.exceptions import NotFound, RunConflict
 from runs.models import Run, RunAttempt, RunEvent
 from runs.transitions import CALLER_STOP_CODES, TERMINAL, Status, StopCode
@@ -584,6 +585,7 @@ class RunAdmin(admin.ModelAdmin):
             "tail_stream_url": reverse("run-stream", kwargs={"run_id": str(run.pk)}),
             "tail_events_url": reverse(f"admin:{info[0]}_{info[1]}_events", args=[quote(run.pk)]),
             "tail_event_types": json.dumps(EVENT_TYPES),
+            "event_vocabulary": browser_vocabulary(),
             "can_cancel": live and self.has_cancel_permission(request),
             "can_stop": live and self.has_stop_permission(request),
             "cancel_url": reverse(f"admin:{info[0]}_{info[1]}_cancel", args=[quote(run.pk)]),
