@@ -8,6 +8,9 @@ from django.contrib.auth.models import AbstractUser, AnonymousUser
 
 from runs.models import Run
 
+# The project's two user types: `User` is someone who acts (owns runs, sends commands); `AnyUser`
+# may also be the anonymous user of a request, which sees nothing.
+User = AbstractUser
 AnyUser = AbstractUser | AnonymousUser
 
 

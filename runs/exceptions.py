@@ -1,9 +1,12 @@
-"""One error hierarchy for the whole project, mapped to HTTP in one place (`runs.api.errors`)."""
+"""One error hierarchy for the whole project, mapped to the error shape in one place
+(`runs.api.errors`).
 
-from typing import TYPE_CHECKING, Any
+The bottom of the house: it imports nothing of the project. A conflict carries the run whose
+committed state refused the command as a plain object, so that the models (which import the state
+machine, which raises these errors) never import back from here.
+"""
 
-if TYPE_CHECKING:
-    from runs.models import Run
+from typing import Any
 
 
 class RunledgerError(Exception):
@@ -32,18 +35,19 @@ class PermissionDenied(RunledgerError):
 
 
 class RunConflict(RunledgerError):
-    """The committed state of a run does not allow the command; carries that state."""
+    """The committed state of a run does not allow the command; `run` is that run (a
+    `runs.models.Run`), for the caller to report."""
 
     status_code = 409
     code = "invalid_transition"
 
-    def __init__(self, message: str, *, run: "Run | None" = None, detail: Any = None) -> None:
+    def __init__(self, message: str, *, run: object = None, detail: Any = None) -> None:
         super().__init__(message, detail=detail)
         self.run = run
 
 
 class InvalidTransition(RunConflict):
-    def __init__(self, current: str, target: str, *, run: "Run | None" = None) -> None:
+    def __init__(self, current: str, target: str, *, run: object = None) -> None:
         super().__init__(f"a {current} run cannot become {target}", run=run)
         self.current = current
         self.target = target

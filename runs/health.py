@@ -6,7 +6,7 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from runs.errors import error_body
+from runs.api.errors import error_body
 
 logger = logging.getLogger(__name__)
 

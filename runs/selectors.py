@@ -5,15 +5,13 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
 from django.db.models import F, FilteredRelation, Q, QuerySet
 
+from runs.access import AnyUser
 from runs.exceptions import NotFound
 from runs.models import Run, RunAttempt, RunEvent
-
-AnyUser = AbstractUser | AnonymousUser
 
 
 def run_visible(*, user: AnyUser) -> QuerySet[Run]:

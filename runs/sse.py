@@ -28,9 +28,10 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from runs import streams
-from runs.errors import error_response, error_response_for
+from runs.access import AnyUser
+from runs.api.errors import error_response, error_response_for
 from runs.exceptions import NotFound
-from runs.selectors import AnyUser, run_get
+from runs.selectors import run_get
 
 log = logging.getLogger(__name__)
 

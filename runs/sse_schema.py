@@ -9,6 +9,8 @@ from typing import Any
 
 from django.conf import settings
 
+from runs.events import EventType
+
 # Named like the DRF endpoints' paths (`<str:run_id>` in runs/urls.py).
 PATH = "/api/runs/{run_id}/stream/"
 
@@ -46,9 +48,10 @@ def _error(description: str, example_code: str, error_schema: dict[str, Any]) ->
 def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
     retry_ms = int(settings.RUNLEDGER_SSE_RETRY_MS)
     keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
+    delta = EventType.OUTPUT_DELTA.value
     example = (
         f"retry: {retry_ms}\n\n"
-        'id: 3\nevent: output.delta\ndata: {"seq":3,"type":"output.delta","data":{"text":"Hel"},'
+        f'id: 3\nevent: {delta}\ndata: {{"seq":3,"type":"{delta}","data":{{"text":"Hel"}},'
         '"created_at":"2026-01-01T12:00:00.000000Z","attempt":1}\n\n'
         ": keep-alive\n\n"
     )

@@ -37,14 +37,13 @@ from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from runs import notify
+from runs.events import TERMINAL_EVENT_TYPES
 from runs.listener import Listener
 from runs.models import Run, RunEvent
 from runs.selectors import event_json, run_events_json_after
-from runs.transitions import TERMINAL
 
 log = logging.getLogger(__name__)
 
-TERMINAL_EVENT_TYPES = frozenset(f"run.{status}" for status in TERMINAL)
 # Rows per read; a longer backlog is read page by page.
 PAGE = 500
 # Recent frames a feed keeps for its watchers; one further behind reads the table itself.

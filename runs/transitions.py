@@ -89,9 +89,6 @@ def check_transition(current: str, target: str) -> None:
         raise InvalidTransition(current, target)
 
 
-__all__ = ["InvalidTransition"]
-
-
 def descendant_end(parent_status: str) -> tuple[Status, str]:
     """How an unfinished descendant ends when its ancestor reaches `parent_status` (DESIGN §3)."""
     if parent_status == Status.CANCELLED:

@@ -5,6 +5,7 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from runs import services
+from runs.events import TERMINAL_EVENT, TERMINAL_EVENT_TYPES, WaitReason
 from runs.models import Run, RunEvent
 from runs.transitions import TERMINAL
 
@@ -24,7 +25,7 @@ def running_run(owner: User, **kwargs: Any) -> Run:
 
 def waiting_run(owner: User, **kwargs: Any) -> Run:
     run = running_run(owner, **kwargs)
-    return services.run_wait(run_id=run.pk, generation=run.generation, reason="input_required", prompt="name?")
+    return services.run_wait(run_id=run.pk, generation=run.generation, reason=WaitReason.INPUT_REQUIRED, prompt="name?")
 
 
 def event_types(run: Run) -> list[str]:
@@ -36,10 +37,10 @@ def assert_log_is_sound(run: Run) -> list[RunEvent]:
     run.refresh_from_db()
     events = list(RunEvent.objects.filter(run=run).order_by("seq"))
     assert [e.seq for e in events] == list(range(1, run.last_seq + 1))
-    terminal = [e for e in events if e.type.removeprefix("run.") in TERMINAL]
+    terminal = [e for e in events if e.type in TERMINAL_EVENT_TYPES]
     if run.status in TERMINAL:
         assert len(terminal) == 1, [e.type for e in terminal]
-        assert events[-1].type == f"run.{run.status}"
+        assert events[-1].type == TERMINAL_EVENT[run.status]
     else:
         assert terminal == []
     return events

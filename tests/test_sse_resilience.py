@@ -20,8 +20,8 @@ from rest_framework.authtoken.models import Token
 
 import tests.procs
 from runs import services
+from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run, RunAttempt, RunEvent
-from runs.streams import TERMINAL_EVENT_TYPES
 from tests.factories import running_run
 from tests.procs import Proc, Procs, subprocess_env
 from tests.sse_client import Event, Stream, auth_headers, watch

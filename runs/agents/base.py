@@ -119,7 +119,7 @@ class AgentContext(Protocol):
 
     def spawn_child(self, input: dict[str, Any]) -> Awaitable[UUID]:
         """Create a child run of the same agent, owned by this run's owner. The parent's
-        `child.spawned` event records it in the same transaction, so a later attempt sees it in
+        `EventType.CHILD_SPAWNED` event records it in the same transaction, so a later attempt sees it in
         `events` and never spawns it twice."""
         ...
 

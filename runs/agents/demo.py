@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, StoredEvent, Wait, register
+from runs.events import EventType, WaitReason
 
 TOOL_CALL_ID = "call-1"
 TOOLS = ("slow", "stubborn")
@@ -66,10 +67,12 @@ class _Stored:
     """What earlier attempts of this run already stored."""
 
     def __init__(self, events: Sequence[StoredEvent]) -> None:
-        self.deltas = sum(1 for e in events if e.type == "output.delta")
-        self.children = [e.data.get("run_id") for e in events if e.type == "child.spawned"]
-        self.tool_started = any(e.type == "tool.started" and e.data.get("call_id") == TOOL_CALL_ID for e in events)
-        finished = [e for e in events if e.type == "tool.finished" and e.data.get("call_id") == TOOL_CALL_ID]
+        self.deltas = sum(1 for e in events if e.type == EventType.OUTPUT_DELTA)
+        self.children = [e.data.get("run_id") for e in events if e.type == EventType.CHILD_SPAWNED]
+        self.tool_started = any(
+            e.type == EventType.TOOL_STARTED and e.data.get("call_id") == TOOL_CALL_ID for e in events
+        )
+        finished = [e for e in events if e.type == EventType.TOOL_FINISHED and e.data.get("call_id") == TOOL_CALL_ID]
         self.tool_finished = bool(finished)
         self.tool_result: Any = finished[0].data.get("result") if finished else None
         # The answer to our question: the input of the first resume after an input_required wait.
@@ -77,9 +80,9 @@ class _Stored:
         self.answered = False
         self.answer: Any = None
         for e in events:
-            if e.type == "run.waiting" and e.data.get("reason") == "input_required":
+            if e.type == EventType.RUN_WAITING and e.data.get("reason") == WaitReason.INPUT_REQUIRED:
                 self.asked = True
-            elif e.type == "run.resumed" and self.asked and not self.answered:
+            elif e.type == EventType.RUN_RESUMED and self.asked and not self.answered:
                 self.answered = True
                 self.answer = e.data.get("input")
 
@@ -122,21 +125,21 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
                 arguments = {"seconds": tool_seconds}
                 if not stored.tool_started:
                     yield Step("tool")
-                    yield Emit("tool.started", {"call_id": TOOL_CALL_ID, "name": tool, "arguments": arguments})
+                    yield Emit(EventType.TOOL_STARTED, {"call_id": TOOL_CALL_ID, "name": tool, "arguments": arguments})
                 if tool == "slow":
                     tool_result = await slow_tool(ctx, tool_seconds)
                 else:
                     tool_result = await stubborn_tool(tool_seconds)
-                yield Emit("tool.finished", {"call_id": TOOL_CALL_ID, "name": tool, "result": tool_result})
+                yield Emit(EventType.TOOL_FINISHED, {"call_id": TOOL_CALL_ID, "name": tool, "result": tool_result})
             if ask is not None and not stored.asked:
-                yield Wait("input_required", str(ask))
+                yield Wait(WaitReason.INPUT_REQUIRED, str(ask))
                 return
             if stored.deltas <= i:
                 yield Step("model")
         if i < stored.deltas:
             continue
         await asyncio.sleep(delay)
-        yield Emit("output.delta", {"text": delta_text(i)})
+        yield Emit(EventType.OUTPUT_DELTA, {"text": delta_text(i)})
 
     output: dict[str, Any] = {"text": demo_text(deltas), "deltas": deltas}
     if tool is not None:

@@ -8,7 +8,8 @@ then state (200/202/409, from the service).
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractUser
 from django.http import HttpResponse
@@ -26,8 +27,10 @@ from runs.api.selectors import run_events_page, run_with_current_attempt
 from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunOutputSerializer
 from runs.models import Run
 from runs.selectors import run_get, run_list
-from runs.services import run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
+from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.transitions import CALLER_STOP_CODES, StopCode
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # PositiveIntegerField's range on every backend.
 MAX_INT = 2_147_483_647
@@ -54,6 +57,13 @@ def _caller(request: Request) -> AbstractUser:
     # IsAuthenticated has run: this is a real user.
     assert isinstance(user, AbstractUser)
     return user
+
+
+def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> dict[str, Any]:
+    """`data` as `serializer_class` validates it; anything it refuses is a 400."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
 
 
 def _run_data(run: Run, request: Request) -> dict[str, Any]:
@@ -107,9 +117,7 @@ class RunCollectionApi(APIView):
         responses=responses({200: RunPageSerializer}, 400, 404),
     )
     def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        data = filters.validated_data
+        data = _valid(self.FilterSerializer, request.query_params)
         runs = run_list(
             user=_caller(request),
             status=data.get("status"),
@@ -136,17 +144,10 @@ class RunCollectionApi(APIView):
         responses=responses({201: RunOutputSerializer}, 400, 409, 413, 415, 422),
     )
     def post(self, request: Request) -> Response:
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        data = _valid(self.InputSerializer, request.data)
         key = request.headers.get("Idempotency-Key")
-        headers = self.HeaderSerializer(data={} if key is None else {"idempotency_key": key})
-        headers.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        result = run_create_idempotent(
-            owner=_caller(request),
-            key=headers.validated_data.get("idempotency_key"),
-            request_body=request.data,
-            render=lambda run: _run_data(run, request),
+        headers = _valid(self.HeaderSerializer, {} if key is None else {"idempotency_key": key})
+        spec = RunSpec(
             agent=data["agent"],
             input=data["input"],
             parent_id=data.get("parent"),
@@ -155,9 +156,35 @@ class RunCollectionApi(APIView):
             max_attempts=data.get("max_attempts"),
             deadline=data.get("deadline"),
         )
-        return Response(
-            result.body, status=result.status, headers={"Idempotent-Replayed": "true"} if result.replayed else None
+        created = run_create_idempotent(
+            owner=_caller(request),
+            spec=spec,
+            key=headers.get("idempotency_key"),
+            request_body=request.data,
+            answer=lambda run: Answer(status=201, body=_run_data(run, request)),
         )
+        replayed = {"Idempotent-Replayed": "true"} if created.replayed else None
+        return Response(created.answer.body, status=created.answer.status, headers=replayed)
+
+
+def _command_schema(
+    *,
+    operation_id: str,
+    summary: str,
+    description: str,
+    request: Any,
+    success: dict[int, Any] | None = None,
+    errors: tuple[int, ...] = (400, 403, 404, 409, 413, 415),
+) -> Callable[[F], F]:
+    """The documentation of a command on one run: it answers the run, or the error shape."""
+    return extend_schema(
+        operation_id=operation_id,
+        summary=summary,
+        description=description,
+        parameters=[RUN_ID],
+        request=request,
+        responses=responses(success or {200: RunOutputSerializer}, *errors),
+    )
 
 
 # Base of the operations on one run: visibility (404), then the class's object permission (403).
@@ -204,11 +231,8 @@ class RunEventsApi(RunObjectApi):
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:
         run = self.get_run(request, run_id)
-        filters = self.FilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        page = run_events_page(
-            run=run, after_seq=filters.validated_data["after_seq"], limit=filters.validated_data["limit"]
-        )
+        filters = _valid(self.FilterSerializer, request.query_params)
+        page = run_events_page(run=run, after_seq=filters["after_seq"], limit=filters["limit"])
         # The shape of OutputSerializer, written directly: the events are already JSON (the bytes
         # SSE sends), spliced in rather than decoded and serialised field by field again — that
         # took most of a 100k-event catch-up's time.
@@ -229,20 +253,17 @@ class RunCancelApi(RunObjectApi):
     class InputSerializer(serializers.Serializer[Any]):
         note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
 
-    @extend_schema(
+    @_command_schema(
         operation_id="runs_cancel",
         summary="Cancel a run",
-        parameters=[RUN_ID],
         request=InputSerializer,
-        responses=responses({200: RunOutputSerializer}, 400, 403, 404, 409, 413, 415),
         description="Cancel a queued, running or waiting run (committed at once). Already cancelled: 200, "
         "nothing written. Ended otherwise: 409 with the run.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        result = run_cancel(run_id=run.pk, actor=_caller(request), note=serializer.validated_data["note"])
+        data = _valid(self.InputSerializer, request.data)
+        result = run_cancel(run_id=run.pk, actor=_caller(request), note=data["note"])
         return Response(_run_data(result.run, request))
 
 
@@ -254,20 +275,16 @@ class RunStopApi(RunObjectApi):
         code = serializers.ChoiceField(choices=sorted(CALLER_STOP_CODES), required=False, default=StopCode.STAFF.value)
         reason = serializers.CharField(max_length=10_000)
 
-    @extend_schema(
+    @_command_schema(
         operation_id="runs_stop",
         summary="Stop a run",
-        parameters=[RUN_ID],
         request=InputSerializer,
-        responses=responses({200: RunOutputSerializer}, 400, 403, 404, 409, 413, 415),
         description="Stop a run (needs runs.stop_run). Already stopped: 200, nothing written. Ended otherwise: "
         "409 with the run.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = _valid(self.InputSerializer, request.data)
         result = run_stop(run_id=run.pk, actor=_caller(request), code=data["code"], reason=data["reason"])
         return Response(_run_data(result.run, request))
 
@@ -275,20 +292,12 @@ class RunStopApi(RunObjectApi):
 class RunPauseApi(RunObjectApi):
     permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanPauseResume]
 
-    @extend_schema(
+    @_command_schema(
         operation_id="runs_pause",
         summary="Pause a run",
-        parameters=[RUN_ID],
         request=None,
-        responses=responses(
-            {
-                200: RunOutputSerializer,
-                202: RunOutputSerializer,
-            },
-            403,
-            404,
-            409,
-        ),
+        success={200: RunOutputSerializer, 202: RunOutputSerializer},
+        errors=(403, 404, 409),
         description="Queued: parked as waiting at once (200). Running: the pause is recorded and the worker "
         "parks the run at its next safe boundary (202, also on a repeat). Waiting: 200, no change. "
         "Terminal: 409.",
@@ -308,19 +317,15 @@ class RunResumeApi(RunObjectApi):
         ticket = serializers.RegexField(r"^[\x21-\x7e]{1,256}$", help_text="the run's current resume_ticket")
         input = serializers.JSONField(required=False, allow_null=True, default=None, help_text="passed to the agent")
 
-    @extend_schema(
+    @_command_schema(
         operation_id="runs_resume",
         summary="Resume a waiting run",
-        parameters=[RUN_ID],
         request=InputSerializer,
-        responses=responses({200: RunOutputSerializer}, 400, 403, 404, 409, 413, 415),
         description="Waiting → queued with the input. A stale, used or invalidated ticket is a 409 "
         "`stale_ticket`; nothing changes.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
-        serializer = self.InputSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = _valid(self.InputSerializer, request.data)
         resumed = run_resume(run_id=run.pk, ticket=data["ticket"], input=data["input"])
         return Response(_run_data(resumed, request))

@@ -1,5 +1,10 @@
-"""The one DRF exception handler (REST_FRAMEWORK["EXCEPTION_HANDLER"]): every error the API
-answers has the shape of DESIGN §6, {"error": {"code", "message", "detail"}}, plus "run" on 409s."""
+"""The one error shape of DESIGN §6, {"error": {"code", "message", "detail"}} (+ "run" on 409s),
+and the one mapping of every error to it.
+
+DRF views reach it through `exception_handler` (REST_FRAMEWORK["EXCEPTION_HANDLER"]); plain Django
+views (the SSE stream, the health probes) answer with `error_response`, so every endpoint speaks the
+same shape. The hierarchy itself is `runs.exceptions`.
+"""
 
 from typing import Any
 
@@ -13,8 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from runs.api.serializers import RunOutputSerializer
-from runs.errors import error_body, error_response
 from runs.exceptions import RunConflict, RunledgerError
+from runs.models import Run
 
 # DRF's exceptions that have a code in DESIGN §6; the others keep DRF's code
 # (method_not_allowed, not_acceptable, unsupported_media_type, throttled).
@@ -26,6 +31,18 @@ _DRF_CODES: list[tuple[type[drf.APIException], str]] = [
     (drf.PermissionDenied, "permission_denied"),
     (drf.NotFound, "not_found"),
 ]
+
+
+def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "detail": detail}}
+
+
+def error_response(status: int, code: str, message: str, detail: Any = None) -> JsonResponse:
+    return JsonResponse(error_body(code, message, detail), status=status)
+
+
+def error_response_for(exc: RunledgerError) -> JsonResponse:
+    return error_response(exc.status_code, exc.code, exc.message, exc.detail)
 
 
 def _validation_message(detail: Any) -> str:
@@ -48,7 +65,7 @@ def _error(status: int, code: str, message: str, detail: Any = None, headers: di
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, RunledgerError):
         body = error_body(exc.code, exc.message, exc.detail)
-        if isinstance(exc, RunConflict) and exc.run is not None:
+        if isinstance(exc, RunConflict) and isinstance(exc.run, Run):
             # The committed state, so the client converges to the truth (DESIGN §3).
             body["run"] = RunOutputSerializer(exc.run, context={"request": context.get("request")}).data
         set_rollback()

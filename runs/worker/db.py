@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# Errors that say "the database could not be reached just now", worth retrying while the lease holds.
+TRANSIENT_DB_ERRORS = (OperationalError, InterfaceError)
+
 _Job = tuple[Callable[[], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
 
 
@@ -92,7 +95,7 @@ class DbLane:
                     result = fn()
                 except BaseException as exc:
                     error = exc
-                    if isinstance(exc, OperationalError | InterfaceError):
+                    if isinstance(exc, TRANSIENT_DB_ERRORS):
                         # The connection may be broken (server restart, network cut): drop it so
                         # the next call on this thread connects afresh.
                         connection.close()

@@ -2,10 +2,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs import services
+from runs.access import User
+from runs.events import EventType, RequeueCause, WaitReason
 from runs.models import Run
 from runs.transitions import FailCode, Status, StopCode
 
@@ -42,15 +43,15 @@ class Command(BaseCommand):
             "their heartbeats go stale, and a worker's sweeper requeues the running ones and runs them for real."
         )
 
-    def _owner(self, username: str) -> AbstractBaseUser:
-        User = get_user_model()
-        user = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
+    def _owner(self, username: str) -> User:
+        model = get_user_model()
+        user = model.objects.filter(**{model.USERNAME_FIELD: username}).first()
         if user is None:
-            user = User.objects.create_user(**{User.USERNAME_FIELD: username}, password=None)
+            user = model.objects.create_user(**{model.USERNAME_FIELD: username}, password=None)
             self.stdout.write(f"Created user {username!r} (no usable password) to own the demo runs.")
         return user
 
-    def _clear_the_queue(self, owner: AbstractBaseUser) -> None:
+    def _clear_the_queue(self, owner: User) -> None:
         """The seed claims runs the way a worker does, and a claim takes the oldest queued run: any
         queued run would be taken instead of the seed's own. Queued runs an earlier seed left for
         this owner are cancelled; anyone else's make the command refuse."""
@@ -65,7 +66,7 @@ class Command(BaseCommand):
             services.run_cancel(run_id=run.pk, actor=owner, note="left queued by an earlier seed_demo")
             self.stdout.write(f"Cancelled {run.pk}, left queued by an earlier seed.")
 
-    def _seed(self, owner: AbstractBaseUser, *, long_events: int) -> list[Seeded]:
+    def _seed(self, owner: User, *, long_events: int) -> list[Seeded]:
         seeded: list[Seeded] = []
 
         def create(story: str, **input: Any) -> Run:
@@ -105,7 +106,7 @@ class Command(BaseCommand):
         run = create("waiting for input", deltas=4, ask="Which city?")
         generation = self._claim(run)
         self._chatter(run, generation, deltas=2)
-        services.run_wait(run_id=run.pk, generation=generation, reason="input_required", prompt="Which city?")
+        services.run_wait(run_id=run.pk, generation=generation, reason=WaitReason.INPUT_REQUIRED, prompt="Which city?")
 
         run = create(f"running, {long_events} events: a long timeline", deltas=long_events, delay_ms=10)
         generation = self._claim(run)
@@ -134,7 +135,7 @@ class Command(BaseCommand):
         run = create("lost its worker (lease expired) and went back to the queue", deltas=10)
         generation = self._claim(run)
         self._chatter(run, generation, deltas=2)
-        services.run_requeue(run_id=run.pk, generation=generation, cause="lease_expired")
+        services.run_requeue(run_id=run.pk, generation=generation, cause=RequeueCause.LEASE_EXPIRED)
 
         create("queued, waiting for a worker", deltas=10)
         return seeded
@@ -144,19 +145,23 @@ class Command(BaseCommand):
         if claimed is None or claimed[0].pk != run.pk:
             if claimed is not None:
                 # Not ours: hand it back as a worker shutting down cleanly would.
-                services.run_requeue(run_id=claimed[0].pk, generation=claimed[0].generation, cause="worker_shutdown")
+                services.run_requeue(
+                    run_id=claimed[0].pk, generation=claimed[0].generation, cause=RequeueCause.WORKER_SHUTDOWN
+                )
             raise CommandError("a worker or another client took a queued run meanwhile; stop the workers and retry")
         return claimed[0].generation
 
     @staticmethod
     def _chatter(run: Run, generation: int, *, deltas: int, tool: bool = False) -> None:
         """The events a demo agent would emit, appended as its current attempt."""
-        events: list[tuple[str, dict[str, Any]]] = [("output.delta", {"text": f"chunk {i} "}) for i in range(deltas)]
+        events: list[tuple[str, dict[str, Any]]] = [
+            (EventType.OUTPUT_DELTA, {"text": f"chunk {i} "}) for i in range(deltas)
+        ]
         if tool:
             call = {"call_id": "call-1", "name": "slow"}
             events[len(events) // 2 : len(events) // 2] = [
-                ("tool.started", {**call, "arguments": {"seconds": 5}}),
-                ("tool.finished", {**call, "result": "slept 5 s"}),
+                (EventType.TOOL_STARTED, {**call, "arguments": {"seconds": 5}}),
+                (EventType.TOOL_FINISHED, {**call, "result": "slept 5 s"}),
             ]
         for start in range(0, len(events), 500):
             services.run_events_append(run_id=run.pk, generation=generation, events=events[start : start + 500])

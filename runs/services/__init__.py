@@ -1,0 +1,63 @@
+"""Every write to runs, events and attempts, one module per job:
+
+- `core`: the locked write core every service is made of (lock, check, append, end, park, requeue);
+- `creation`: what a run is made of (`RunSpec`) and its insert;
+- `commands`: cancel, stop, pause, resume;
+- `execution`: the writes of a worker's attempt;
+- `sweeper`: lapsed leases and passed deadlines;
+- `idempotency`: retry-safe creates;
+- `retention`: purging old terminal runs.
+
+Each service is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
+`runs.transitions`, write the run and its event(s) together, and notify at commit. Callers import
+the services from here.
+"""
+
+from runs.services.commands import CommandResult, run_cancel, run_pause, run_resume, run_stop
+from runs.services.core import SYSTEM
+from runs.services.creation import RunSpec, run_create
+from runs.services.execution import (
+    run_attempt_heartbeat,
+    run_attempt_release,
+    run_child_spawn,
+    run_claim,
+    run_complete,
+    run_events_append,
+    run_fail,
+    run_requeue,
+    run_steps_record,
+    run_wait,
+)
+from runs.services.idempotency import Answer, Created, run_create_idempotent
+from runs.services.retention import PurgeResult, runs_purge
+from runs.services.sweeper import SweepResult, run_deadline_stop, run_lease_expire, runs_sweep
+
+__all__ = [
+    "SYSTEM",
+    "Answer",
+    "CommandResult",
+    "Created",
+    "PurgeResult",
+    "RunSpec",
+    "SweepResult",
+    "run_attempt_heartbeat",
+    "run_attempt_release",
+    "run_cancel",
+    "run_child_spawn",
+    "run_claim",
+    "run_complete",
+    "run_create",
+    "run_create_idempotent",
+    "run_deadline_stop",
+    "run_events_append",
+    "run_fail",
+    "run_lease_expire",
+    "run_pause",
+    "run_requeue",
+    "run_resume",
+    "run_steps_record",
+    "run_stop",
+    "run_wait",
+    "runs_purge",
+    "runs_sweep",
+]

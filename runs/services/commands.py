@@ -1,0 +1,93 @@
+"""The commands people and programs send a run: cancel, stop, pause, resume (DESIGN §3).
+
+Each is one transaction under the run's row lock. Cancel and stop commit the terminal state
+themselves; the worker holding the run hears of it through the control notification (or its
+re-read) and stops.
+"""
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs import notify
+from runs.access import User
+from runs.events import EventType, WaitReason
+from runs.exceptions import StaleTicket, ValidationFailed
+from runs.models import Run
+from runs.services.core import SYSTEM, append, check, end, lock_run, park
+from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    run: Run
+    # False when the command found the run already in the state it asks for and wrote nothing.
+    changed: bool
+    # True when a running run's pause was recorded and the worker will act on it (HTTP 202).
+    pending: bool = False
+
+
+def run_cancel(*, run_id: UUID | str, actor: User, note: str = "") -> CommandResult:
+    with transaction.atomic(durable=True):
+        run = lock_run(run_id)
+        if run.status == Status.CANCELLED:
+            return CommandResult(run=run, changed=False)
+        # Cancelling one's own run is a user cancel even for holders of runs.cancel_run.
+        code = CancelCode.BY_USER if actor.pk == run.owner_id else CancelCode.BY_STAFF
+        end(run, Status.CANCELLED, code=code, reason=note, by=actor.get_username(), now=timezone.now())
+    return CommandResult(run=run, changed=True)
+
+
+def run_stop(*, run_id: UUID | str, actor: User | None, code: str = StopCode.STAFF, reason: str) -> CommandResult:
+    if code not in CALLER_STOP_CODES:
+        allowed = ", ".join(sorted(CALLER_STOP_CODES))
+        raise ValidationFailed(f"stop code must be one of {allowed}", detail={"code": [f"must be one of {allowed}"]})
+    if not reason or not reason.strip():
+        raise ValidationFailed("a stop needs a reason", detail={"reason": ["this field is required"]})
+    by = actor.get_username() if actor is not None else SYSTEM
+    with transaction.atomic(durable=True):
+        run = lock_run(run_id)
+        if run.status == Status.STOPPED:
+            return CommandResult(run=run, changed=False)
+        end(run, Status.STOPPED, code=code, reason=reason, by=by, now=timezone.now())
+    return CommandResult(run=run, changed=True)
+
+
+def run_pause(*, run_id: UUID | str) -> CommandResult:
+    with transaction.atomic(durable=True):
+        run = lock_run(run_id)
+        now = timezone.now()
+        if run.status == Status.WAITING:
+            return CommandResult(run=run, changed=False)
+        if run.status == Status.RUNNING:
+            if run.pause_requested_at is not None:
+                return CommandResult(run=run, changed=False, pending=True)
+            run.pause_requested_at = now
+            run.updated_at = now
+            run.save(update_fields=["pause_requested_at", "updated_at"])
+            notify.control_changed(run.id)
+            return CommandResult(run=run, changed=True, pending=True)
+        park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)  # queued → waiting; terminal raises
+    return CommandResult(run=run, changed=True)
+
+
+def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None) -> Run:
+    if not ticket:
+        raise ValidationFailed("a resume needs the run's ticket", detail={"ticket": ["this field is required"]})
+    with transaction.atomic(durable=True):
+        run = lock_run(run_id)
+        if run.status != Status.WAITING or not secrets.compare_digest(run.resume_ticket.encode(), ticket.encode()):
+            raise StaleTicket("the resume ticket is stale, used or invalidated", run=run)
+        now = timezone.now()
+        check(run, Status.QUEUED)
+        run.status = Status.QUEUED
+        run.resume_ticket = ""
+        run.updated_at = now
+        append(run, [(EventType.RUN_RESUMED, {"ticket": ticket, "input": input})], attempt=None, now=now)
+        run.save(update_fields=["status", "resume_ticket", "updated_at", "last_seq"])
+        notify.run_queued(run.id)
+    return run

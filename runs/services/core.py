@@ -1,0 +1,211 @@
+"""The locked write core every service is made of: lock the run, check the transition, append
+its events, end it, park it, requeue it.
+
+Each helper runs inside the caller's transaction and under the run's row lock, which the caller
+took with `lock_run` (or `lock_current` for a worker's attempt). `pg_notify` inside the
+transaction is delivered only at commit, so no other process hears of a write that rolled back.
+"""
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import connection
+from django.utils import timezone
+
+from runs import notify
+from runs.events import TERMINAL_EVENT, EventType, RequeueCause, WaitReason
+from runs.exceptions import InvalidTransition, NotFound, StaleAttempt
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.transitions import TERMINAL, FailCode, Status, check_transition, descendant_end
+
+# `ended_by` and `by` of what the platform itself does (DESIGN §2).
+SYSTEM = "system"
+
+
+def lock_run(run_id: UUID | str) -> Run:
+    # FOR NO KEY UPDATE: event and child inserts take FOR KEY SHARE on the run through their
+    # foreign key, and must not wait for this lock. (A no-op on SQLite, whose IMMEDIATE
+    # transactions serialise the writers instead.)
+    try:
+        return Run.objects.select_for_update(no_key=True).get(pk=run_id)
+    except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
+        raise NotFound(f"run {run_id} not found") from exc
+
+
+def lock_current(run_id: UUID | str, generation: int) -> Run:
+    """Lock the run and fence the caller: only its current, running attempt may write."""
+    run = lock_run(run_id)
+    if run.status != Status.RUNNING or run.generation != generation:
+        raise StaleAttempt(
+            f"attempt {generation} of run {run_id} is no longer current (run is {run.status}, "
+            f"attempt {run.generation})",
+            run=run,
+        )
+    return run
+
+
+def lock_or_skip(run_id: UUID | str) -> Run | None:
+    """Lock the run unless another transaction holds it (another sweeper, or a command that will
+    leave it changed): then None, and the next sweep looks again."""
+    return Run.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=run_id).first()
+
+
+def check(run: Run, target: Status) -> None:
+    """`transitions.check_transition` for a locked run: the refusal carries the run's state."""
+    try:
+        check_transition(run.status, target)
+    except InvalidTransition as exc:
+        exc.run = run
+        raise
+
+
+def append(
+    run: Run, events: Sequence[tuple[str, dict[str, Any]]], *, attempt: int | None, now: datetime
+) -> list[RunEvent]:
+    """Append under the lock the caller holds; seq is the run's counter, so it is gap-free. The
+    caller saves `last_seq` with the rest of its changes to the run."""
+    rows = []
+    for type_, data in events:
+        run.last_seq += 1
+        rows.append(RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now))
+    RunEvent.objects.bulk_create(rows)
+    notify.events_committed(run.id, run.last_seq)
+    return rows
+
+
+def db_now() -> datetime:
+    """The database's clock. Leases are renewed by workers and judged by sweepers on other
+    machines; reading both against this one clock means no machine's clock skew can expire a live
+    lease or a deadline early."""
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        row = cursor.fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    return now
+
+
+def close_attempt(run: Run, outcome: AttemptOutcome, *, now: datetime, released: bool) -> None:
+    changes: dict[str, Any] = {"outcome": outcome}
+    if released:
+        changes["released_at"] = now
+    RunAttempt.objects.filter(run=run, generation=run.generation, outcome=AttemptOutcome.RUNNING).update(**changes)
+
+
+def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | None, now: datetime) -> None:
+    """Make the run `waiting` with a new resume ticket and its `run.waiting` event."""
+    check(run, Status.WAITING)
+    run.status = Status.WAITING
+    run.resume_ticket = secrets.token_urlsafe(24)
+    run.pause_requested_at = None
+    run.updated_at = now
+    append(run, [(EventType.RUN_WAITING, {"reason": reason, "prompt": prompt})], attempt=attempt, now=now)
+    run.save(update_fields=["status", "resume_ticket", "pause_requested_at", "updated_at", "last_seq"])
+    # A worker that held the run lets go of it (or re-reads and finds nothing to do).
+    notify.control_changed(run.id)
+
+
+def end(
+    run: Run,
+    status: Status,
+    *,
+    code: str,
+    reason: str,
+    by: str,
+    now: datetime,
+    attempt: int | None = None,
+    output: Any = None,
+    error: Any = None,
+    cascade: bool = True,
+) -> None:
+    """Make the run terminal with its one terminal event, then end its unfinished descendants."""
+    check(run, status)
+    was_running = run.status == Status.RUNNING
+    ended: dict[str, Any] = {
+        "status": status,
+        "end_code": code,
+        "end_reason": reason,
+        "ended_by": by,
+        "output": output,
+        "error": error,
+        "ended_at": now,
+        "updated_at": now,
+        # A ticket, or a pause request, has nothing left to act on.
+        "resume_ticket": "",
+        "pause_requested_at": None,
+    }
+    for field, value in ended.items():
+        setattr(run, field, value)
+    if status == Status.COMPLETED:
+        data: dict[str, Any] = {"output": output}
+    elif status == Status.FAILED:
+        data = {"code": code, "reason": reason, "error": error}
+    elif status == Status.CANCELLED:
+        data = {"code": code, "note": reason, "by": by}
+    else:
+        data = {"code": code, "reason": reason, "by": by}
+    append(run, [(TERMINAL_EVENT[status], data)], attempt=attempt, now=now)
+    run.save(update_fields=[*ended, "last_seq"])
+    if was_running:
+        # The worker learns of it through the control notification (or its re-read) and records
+        # released_at itself once it has actually stopped.
+        close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
+    notify.control_changed(run.id)
+    if cascade:
+        _end_descendants(run, now=now)
+
+
+def _end_descendants(run: Run, *, now: datetime) -> None:
+    """End every unfinished descendant with the code this run's outcome gives (DESIGN §3)."""
+    # Locks go ancestor → descendant everywhere (child creation locks the parent first), so this
+    # cannot deadlock with another command. A terminal child needs no visit: when it ended, its
+    # own descendants ended with it.
+    status, code = descendant_end(run.status)
+    reason = f"parent run {run.id} {run.status}"
+    frontier = [run.pk]
+    while frontier:
+        children = list(
+            Run.objects.select_for_update(no_key=True)
+            .filter(parent_id__in=frontier)
+            .exclude(status__in=TERMINAL)
+            .order_by("created_at", "id")
+        )
+        for child in children:
+            end(child, status, code=code, reason=reason, by=SYSTEM, now=now, cascade=False)
+        frontier = [child.pk for child in children]
+
+
+def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
+    """Requeue the locked running run, whose current attempt ended without finishing."""
+    generation = run.generation
+    if cause == RequeueCause.LEASE_EXPIRED:
+        # Lost, whether its worker died or gave it up (abandoned) once it could not renew the
+        # lease. The worker, if alive, records released_at itself.
+        RunAttempt.objects.filter(
+            run=run, generation=generation, outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED]
+        ).update(outcome=AttemptOutcome.LOST)
+        run.lost_attempts += 1
+        run.save(update_fields=["lost_attempts"])
+        if run.lost_attempts >= run.max_attempts:
+            reason = f"{run.lost_attempts} of {run.max_attempts} attempts lost their worker"
+            end(run, Status.FAILED, code=FailCode.WORKER_LOST, reason=reason, by=SYSTEM, now=now)
+            return
+    else:
+        close_attempt(run, AttemptOutcome.SHUTDOWN, now=now, released=True)
+    if run.pause_requested_at is not None:
+        # The pause its caller was answered 202 for still happens: the attempt ended at a
+        # boundary of its own, so the run parks there instead of queuing.
+        park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)
+        return
+    check(run, Status.QUEUED)
+    run.status = Status.QUEUED
+    run.updated_at = now
+    append(run, [(EventType.RUN_REQUEUED, {"generation": generation, "cause": cause})], attempt=None, now=now)
+    run.save(update_fields=["status", "updated_at", "last_seq"])
+    notify.run_queued(run.id)

@@ -1,0 +1,101 @@
+"""Creating runs: what a new run is made of (`RunSpec`), its checks, and its insert."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs import notify
+from runs.access import User
+from runs.agents import is_registered
+from runs.events import EventType
+from runs.exceptions import InvalidTransition, ValidationFailed
+from runs.models import Run
+from runs.services.core import append, lock_run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a caller chooses about a new run (DESIGN §6, create)."""
+
+    agent: str
+    input: dict[str, Any]
+    parent_id: UUID | str | None = None
+    max_steps: int | None = None
+    max_events: int | None = None
+    max_attempts: int | None = None
+    deadline: datetime | None = None
+
+    def check(self) -> None:
+        """Refuse what no run may be made of, before any transaction starts."""
+        if not is_registered(self.agent):
+            raise ValidationFailed(f"unknown agent {self.agent!r}", detail={"agent": [f"unknown agent {self.agent!r}"]})
+        if not isinstance(self.input, dict):
+            raise ValidationFailed("input must be a JSON object", detail={"input": ["must be a JSON object"]})
+        for name in ("max_steps", "max_events", "max_attempts"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValidationFailed(f"{name} must be at least 1", detail={name: ["must be at least 1"]})
+
+
+def run_create(
+    *,
+    owner: User,
+    agent: str,
+    input: dict[str, Any],
+    parent_id: UUID | str | None = None,
+    max_steps: int | None = None,
+    max_events: int | None = None,
+    max_attempts: int | None = None,
+    deadline: datetime | None = None,
+) -> Run:
+    spec = RunSpec(
+        agent=agent,
+        input=input,
+        parent_id=parent_id,
+        max_steps=max_steps,
+        max_events=max_events,
+        max_attempts=max_attempts,
+        deadline=deadline,
+    )
+    spec.check()
+    with transaction.atomic(durable=True):
+        return insert_run(spec, owner_id=owner.pk)
+
+
+def insert_run(spec: RunSpec, *, owner_id: Any, now: datetime | None = None, parent_locked: bool = False) -> Run:
+    """Insert the checked run of `spec`, queued, with its `run.created` event, inside the caller's
+    transaction. Its parent is locked here unless the caller holds that lock already."""
+    if spec.parent_id is not None and not parent_locked:
+        # Locking the parent serialises this insert against the parent ending, so a child
+        # is never created under a terminal parent.
+        parent = lock_run(spec.parent_id)
+        if parent.is_terminal:
+            raise InvalidTransition(parent.status, "a parent of a new run", run=parent)
+    now = now or timezone.now()
+    run = Run(
+        owner_id=owner_id,
+        agent=spec.agent,
+        input=spec.input,
+        parent_id=spec.parent_id,
+        max_steps=spec.max_steps,
+        max_events=spec.max_events,
+        deadline=spec.deadline,
+        created_at=now,
+        updated_at=now,
+    )
+    if spec.max_attempts is not None:
+        run.max_attempts = spec.max_attempts
+    run.save(force_insert=True)
+    created = {
+        "agent": spec.agent,
+        "input_keys": sorted(spec.input),
+        "parent": str(spec.parent_id) if spec.parent_id else None,
+    }
+    append(run, [(EventType.RUN_CREATED, created)], attempt=None, now=now)
+    run.save(update_fields=["last_seq"])
+    notify.run_queued(run.id)
+    return run

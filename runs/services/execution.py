@@ -1,0 +1,296 @@
+"""The writes of a worker's attempt: claim, append, count steps, spawn children, heartbeat, park,
+complete, fail, requeue, release (DESIGN §4).
+
+Every write but the claim and the heartbeat is fenced: it locks the run and checks that the
+attempt is still the run's current one (`lock_current`), so a stale attempt's late results are
+dropped, never committed.
+"""
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, TypeVar
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
+from runs.exceptions import StaleAttempt, ValidationFailed
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.services.core import SYSTEM, append, check, close_attempt, db_now, end, lock_current, park, requeue
+from runs.services.creation import RunSpec, insert_run
+from runs.transitions import FailCode, Status, StopCode
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _known(vocabulary: type[E], value: str, what: str) -> E:
+    try:
+        return vocabulary(value)
+    except ValueError as exc:
+        raise ValidationFailed(f"unknown {what} {value!r}") from exc
+
+
+def run_claim(*, worker: str) -> tuple[Run, RunAttempt] | None:
+    """Take the oldest queued run nobody else is taking and open its next attempt.
+
+    A run past its deadline is left for the sweeper to stop, never started."""
+    with transaction.atomic(durable=True):
+        run = (
+            Run.objects.select_for_update(no_key=True, skip_locked=True)
+            .filter(status=Status.QUEUED)
+            .filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
+            .order_by("created_at", "id")
+            .first()
+        )
+        if run is None:
+            return None
+        # Read once the run is ours: the attempt is claimed after whatever requeued the run.
+        now = db_now()
+        check(run, Status.RUNNING)
+        run.status = Status.RUNNING
+        run.generation += 1
+        run.started_at = run.started_at or now
+        run.updated_at = now
+        attempt = RunAttempt.objects.create(
+            run=run,
+            generation=run.generation,
+            worker=worker,
+            claimed_at=now,
+            heartbeat_at=now,
+            lease_expires_at=now + timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS),
+        )
+        started = {"generation": run.generation, "worker": worker}
+        append(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
+        run.save(update_fields=["status", "generation", "started_at", "updated_at", "last_seq"])
+    return run, attempt
+
+
+def run_events_append(
+    *,
+    run_id: UUID | str,
+    generation: int,
+    events: Sequence[tuple[str, dict[str, Any]]],
+    after_seq: int | None = None,
+) -> list[RunEvent]:
+    """Append the current attempt's events, counted against the run's `max_events` budget.
+
+    `after_seq` is the run's last seq as the attempt knows it. While an attempt is current only it
+    appends, so a different `last_seq` means an earlier try of this very append committed (its
+    connection dropped before the answer came back): the stored events are returned and nothing is
+    written twice. Without it, a retried append could store its events twice.
+
+    An append that exceeds `max_events` stores the events that fit, stops the run with
+    `budget_exhausted` in the same transaction, and then raises `StaleAttempt`: the attempt must
+    stop. A stale attempt (older generation, run no longer running) raises it and writes nothing.
+    """
+    for type_, data in events:
+        if type_ in LIFECYCLE_TYPES or not type_:
+            raise ValidationFailed(f"an agent cannot append {type_!r} events")
+        if not isinstance(data, dict):
+            raise ValidationFailed("event data must be a JSON object")
+    if not events:
+        return []
+    exhausted: StaleAttempt | None = None
+    with transaction.atomic(durable=True):
+        run = lock_current(run_id, generation)
+        if after_seq is not None and run.last_seq != after_seq:
+            return _append_replayed(run, generation=generation, events=events, after_seq=after_seq)
+        now = timezone.now()
+        room = len(events) if run.max_events is None else max(0, run.max_events - run.events_used)
+        rows = append(run, events[:room], attempt=generation, now=now) if room else []
+        run.events_used += len(rows)
+        run.updated_at = now
+        run.save(update_fields=["last_seq", "events_used", "updated_at"])
+        if room < len(events):
+            exhausted = _exhaust(run, "max_events", now=now)
+    if exhausted is not None:
+        raise exhausted
+    return rows
+
+
+def _json(value: Any) -> Any:
+    """`value` as it reads back from a JSON column (tuples become lists, and so on)."""
+    return json.loads(json.dumps(value))
+
+
+def _append_replayed(
+    run: Run, *, generation: int, events: Sequence[tuple[str, dict[str, Any]]], after_seq: int
+) -> list[RunEvent]:
+    stored = list(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq"))
+    if [(e.type, e.data, e.attempt) for e in stored] == [(t, _json(d), generation) for t, d in events]:
+        return stored
+    raise _unexpected_seq(run, generation=generation, after_seq=after_seq)
+
+
+def _unexpected_seq(run: Run, *, generation: int, after_seq: int) -> StaleAttempt:
+    return StaleAttempt(
+        f"attempt {generation} of run {run.pk} expected last seq {after_seq}, the run has {run.last_seq}", run=run
+    )
+
+
+def _exhaust(run: Run, budget: str, *, now: datetime) -> StaleAttempt:
+    """Stop the locked run whose `budget` an attempt's write would exceed; the error to raise
+    once the transaction has committed."""
+    limit = run.max_events if budget == "max_events" else run.max_steps
+    reason = f"{budget} budget of {limit} exhausted"
+    # Written by the platform (attempt null), like the sweeper's stops; the worker records its
+    # own release once it has stopped.
+    end(run, Status.STOPPED, code=StopCode.BUDGET_EXHAUSTED, reason=reason, by=SYSTEM, now=now)
+    return StaleAttempt(f"run {run.pk} stopped: {reason}", run=run)
+
+
+def run_steps_record(*, run_id: UUID | str, generation: int, steps: int, after_steps: int | None = None) -> Run:
+    """Count `steps` agent steps (model turns, tool calls) of the current attempt against the run's
+    `max_steps` budget, which spans attempts. Fenced like an append.
+
+    `after_steps` is `steps_used` as the attempt knows it: a retry of a record that committed
+    counts nothing twice. Steps beyond the budget are not counted; the run is stopped with
+    `budget_exhausted` and `StaleAttempt` raised once that has committed.
+    """
+    if steps < 1:
+        raise ValidationFailed("steps must be at least 1")
+    exhausted: StaleAttempt | None = None
+    with transaction.atomic(durable=True):
+        run = lock_current(run_id, generation)
+        if after_steps is not None and run.steps_used != after_steps:
+            if run.steps_used == after_steps + steps:
+                return run  # an earlier try of this record committed
+            raise StaleAttempt(
+                f"attempt {generation} of run {run_id} expected {after_steps} steps used, the run has {run.steps_used}",
+                run=run,
+            )
+        now = timezone.now()
+        room = steps if run.max_steps is None else max(0, run.max_steps - run.steps_used)
+        run.steps_used += min(steps, room)
+        run.updated_at = now
+        run.save(update_fields=["steps_used", "updated_at"])
+        if room < steps:
+            exhausted = _exhaust(run, "max_steps", now=now)
+    if exhausted is not None:
+        raise exhausted
+    return run
+
+
+def run_child_spawn(
+    *,
+    run_id: UUID | str,
+    generation: int,
+    input: dict[str, Any],
+    agent: str | None = None,
+    after_seq: int | None = None,
+) -> Run:
+    """The current attempt of a run creates a child run (of its own agent unless told), owned by
+    the parent's owner. The parent's `EventType.CHILD_SPAWNED` event is written in the same transaction, so
+    a later attempt finds the child in its stored events and never spawns it twice.
+
+    The event counts against the parent's `max_events`: past it the parent is stopped
+    (`budget_exhausted`), no child is made, and `StaleAttempt` is raised. `after_seq` makes a retry
+    safe as in `run_events_append`: it returns the child an earlier try committed."""
+    if not isinstance(input, dict):
+        raise ValidationFailed("input must be a JSON object", detail={"input": ["must be a JSON object"]})
+    exhausted: StaleAttempt | None = None
+    with transaction.atomic(durable=True):
+        # Locks the parent first (ancestor before descendant, as everywhere) and fences the
+        # attempt: a child is never created under a terminal parent or by a stale attempt.
+        parent = lock_current(run_id, generation)
+        if after_seq is not None and parent.last_seq != after_seq:
+            return _spawn_replayed(parent, generation=generation, after_seq=after_seq)
+        spec = RunSpec(agent=agent or parent.agent, input=input, parent_id=parent.pk)
+        spec.check()
+        now = timezone.now()
+        if parent.max_events is not None and parent.events_used >= parent.max_events:
+            exhausted = _exhaust(parent, "max_events", now=now)
+        else:
+            child = insert_run(spec, owner_id=parent.owner_id, now=now, parent_locked=True)
+            spawned = {"run_id": str(child.pk), "agent": spec.agent}
+            append(parent, [(EventType.CHILD_SPAWNED, spawned)], attempt=generation, now=now)
+            parent.events_used += 1
+            parent.updated_at = now
+            parent.save(update_fields=["last_seq", "events_used", "updated_at"])
+    if exhausted is not None:
+        raise exhausted
+    return child
+
+
+def _spawn_replayed(parent: Run, *, generation: int, after_seq: int) -> Run:
+    last = RunEvent.objects.filter(run=parent, seq=after_seq + 1).first()
+    if (
+        parent.last_seq == after_seq + 1
+        and last is not None
+        and (last.type, last.attempt) == (EventType.CHILD_SPAWNED, generation)
+    ):
+        return Run.objects.get(pk=last.data["run_id"])
+    raise _unexpected_seq(parent, generation=generation, after_seq=after_seq)
+
+
+def run_attempt_heartbeat(*, run_id: UUID | str, generation: int) -> bool:
+    """Renew the lease of a still-open attempt. False means the attempt is no longer the run's:
+    the worker must stop executing it."""
+    now = db_now()
+    renewed = RunAttempt.objects.filter(run_id=run_id, generation=generation, outcome=AttemptOutcome.RUNNING).update(
+        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS)
+    )
+    return renewed == 1
+
+
+def run_attempt_release(
+    *,
+    run_id: UUID | str,
+    generation: int,
+    outcome: AttemptOutcome | None = None,
+    released_at: datetime | None = None,
+) -> None:
+    """Record that the worker has stopped executing the attempt (the run may have ended before).
+
+    `released_at` is when it stopped, if that was before this call (a worker that stopped while
+    the database was unreachable records it once it is back). Idempotent: a release is recorded once.
+    """
+    changes: dict[str, Any] = {"released_at": released_at or timezone.now()}
+    qs = RunAttempt.objects.filter(run_id=run_id, generation=generation, released_at__isnull=True)
+    if outcome is not None:
+        # Only an attempt nobody closed yet takes the worker's outcome (e.g. abandoned).
+        qs.filter(outcome=AttemptOutcome.RUNNING).update(outcome=outcome, **changes)
+    qs.update(**changes)
+
+
+def run_wait(*, run_id: UUID | str, generation: int, reason: str, prompt: str | None = None) -> Run:
+    """The worker parks the run at a safe boundary and releases it; a resume ticket is issued."""
+    why = _known(WaitReason, reason, "wait reason")
+    with transaction.atomic(durable=True):
+        run = lock_current(run_id, generation)
+        now = timezone.now()
+        park(run, why, prompt=prompt, attempt=generation, now=now)
+        close_attempt(run, AttemptOutcome.WAITING, now=now, released=True)
+    return run
+
+
+def run_complete(*, run_id: UUID | str, generation: int, output: Any) -> Run:
+    with transaction.atomic(durable=True):
+        run = lock_current(run_id, generation)
+        end(run, Status.COMPLETED, code="", reason="", by=SYSTEM, now=timezone.now(), attempt=generation, output=output)
+    return run
+
+
+def run_fail(*, run_id: UUID | str, generation: int, code: FailCode, reason: str, error: Any = None) -> Run:
+    with transaction.atomic(durable=True):
+        run = lock_current(run_id, generation)
+        end(
+            run, Status.FAILED, code=code, reason=reason, by=SYSTEM, now=timezone.now(), attempt=generation, error=error
+        )
+    return run
+
+
+def run_requeue(*, run_id: UUID | str, generation: int, cause: str) -> Run:
+    """End an attempt that did not finish: a clean shutdown (`worker_shutdown`, not counted) or a
+    lost lease (`lease_expired`, counted against `max_attempts`; past it the run fails)."""
+    why = _known(RequeueCause, cause, "requeue cause")
+    with transaction.atomic(durable=True):
+        run = lock_current(run_id, generation)
+        requeue(run, cause=why, now=timezone.now())
+    return run

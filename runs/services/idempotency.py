@@ -1,0 +1,109 @@
+"""Retry-safe creates: at most one run per (owner, Idempotency-Key), and the first answer again
+for every retry within RUNLEDGER_IDEMPOTENCY_TTL_SECONDS (DESIGN §6).
+
+What a create answers is the caller's business (the API's 201 and the run's JSON): the caller
+hands `answer`, and this module keeps whatever it returns. It must be made inside the transaction
+that inserts the run, so that a concurrent retry, which waits for that transaction, always finds
+the answer stored with the key.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runs.access import User
+from runs.exceptions import IdempotencyMismatch, ValidationFailed
+from runs.models import IdempotencyRecord, Run
+from runs.selectors import run_visible
+from runs.services.creation import RunSpec, insert_run
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a create answered: a status and a JSON body, kept with its key for the retries."""
+
+    status: int
+    body: Any
+
+
+@dataclass(frozen=True)
+class Created:
+    answer: Answer
+    # True when `answer` is the stored answer to an earlier request with the same key.
+    replayed: bool = False
+
+
+def run_create_idempotent(
+    *, owner: User, spec: RunSpec, key: str | None, request_body: Any, answer: Callable[[Run], Answer]
+) -> Created:
+    """Create the run of `spec` for `owner` and answer with `answer(run)`; with a key, at most
+    once per (owner, key).
+
+    The record and the run commit in one transaction, so a failed create leaves no record (and is
+    not replayed), and a concurrent retry with the same key waits on the record's unique index
+    until the first commits (PostgreSQL), or at BEGIN IMMEDIATE (SQLite), then replays it.
+    """
+    spec.check()
+    # Someone else's run as parent is refused as bad input, never revealed as a 404 or a 409.
+    if spec.parent_id is not None and not run_visible(user=owner).filter(pk=spec.parent_id).exists():
+        raise ValidationFailed("parent run not found", detail={"parent": [f"no run {spec.parent_id} visible to you"]})
+    if key is None:
+        with transaction.atomic(durable=True):
+            run = insert_run(spec, owner_id=owner.pk)
+        return Created(answer=answer(run))
+    for _ in range(2):
+        replay = _replay(owner=owner, key=key, request_body=request_body)
+        if replay is not None:
+            return Created(answer=replay, replayed=True)
+        try:
+            with transaction.atomic(durable=True):
+                # Inserted first: a concurrent request with the same key blocks here until we end.
+                record = IdempotencyRecord.objects.create(
+                    user_id=owner.pk, key=key, request_body=request_body, created_at=timezone.now()
+                )
+                run = insert_run(spec, owner_id=owner.pk)
+                first = answer(run)
+                record.response_status = first.status
+                record.response_body = first.body
+                record.run = run
+                record.save(update_fields=["response_status", "response_body", "run"])
+            return Created(answer=first)
+        except IntegrityError:
+            # The key was committed by a request that got there first: replay it on the next turn.
+            continue
+    raise RuntimeError(f"idempotency key {key!r} of user {owner.pk} neither replays nor inserts")
+
+
+def _replay(*, owner: User, key: str, request_body: Any) -> Answer | None:
+    record = IdempotencyRecord.objects.filter(user_id=owner.pk, key=key).first()
+    if record is None:
+        return None
+    if record.created_at <= timezone.now() - timedelta(seconds=settings.RUNLEDGER_IDEMPOTENCY_TTL_SECONDS):
+        # Expired: the key is free again. Deleting by (pk, created_at) leaves a fresh record alone.
+        IdempotencyRecord.objects.filter(pk=record.pk, created_at=record.created_at).delete()
+        return None
+    if not _same_json(record.request_body, request_body):
+        raise IdempotencyMismatch(
+            "this Idempotency-Key was already used with a different request body",
+            detail={"idempotency_key": key},
+        )
+    assert record.response_status is not None  # stored in the transaction that inserted the record
+    return Answer(status=record.response_status, body=record.response_body)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equality as JSON values: 1 == 1.0 (a JSON number), but true is not 1, key order is ignored."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)

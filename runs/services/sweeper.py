@@ -1,0 +1,113 @@
+"""The sweeper every worker runs: lapsed leases and passed deadlines (DESIGN §4)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import F
+
+from runs.events import RequeueCause
+from runs.models import Run, RunAttempt
+from runs.services.core import SYSTEM, db_now, end, lock_or_skip, requeue
+from runs.transitions import Status, StopCode
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    requeued: tuple[UUID, ...] = ()
+    # Failed with worker_lost: their lost attempts reached max_attempts.
+    failed: tuple[UUID, ...] = ()
+    # Stopped with deadline_exceeded.
+    stopped: tuple[UUID, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.failed or self.stopped)
+
+
+_LIVE = (Status.QUEUED, Status.RUNNING, Status.WAITING)
+
+
+def run_lease_expire(*, run_id: UUID | str, generation: int, as_of: datetime | None = None) -> Run | None:
+    """Requeue a running run whose attempt `generation` let its lease lapse (`lease_expired`, one
+    more lost attempt), or fail it with `worker_lost` once `max_attempts` are lost.
+
+    The lease is re-checked under the run's lock (and the attempt row's, which a heartbeat
+    updates), so a lease renewed meanwhile, a run that moved on, or one another sweeper is
+    handling is left alone: None. `as_of` replaces the database clock (tests)."""
+    with transaction.atomic(durable=True):
+        run = lock_or_skip(run_id)
+        if run is None or run.status != Status.RUNNING or run.generation != generation:
+            return None
+        attempt = RunAttempt.objects.select_for_update(no_key=True).filter(run=run, generation=generation).first()
+        now = db_now()
+        if attempt is None or attempt.lease_expires_at >= (as_of or now):
+            return None
+        requeue(run, cause=RequeueCause.LEASE_EXPIRED, now=now)
+    return run
+
+
+def run_deadline_stop(*, run_id: UUID | str, as_of: datetime | None = None) -> Run | None:
+    """Stop a queued, running or waiting run past its deadline (`deadline_exceeded`, by system);
+    its unfinished descendants are stopped with it. None when there is nothing to do."""
+    with transaction.atomic(durable=True):
+        run = lock_or_skip(run_id)
+        if run is None or run.is_terminal or run.deadline is None:
+            return None
+        now = db_now()
+        if run.deadline > (as_of or now):
+            return None
+        reason = f"deadline {run.deadline.isoformat()} passed"
+        end(run, Status.STOPPED, code=StopCode.DEADLINE_EXCEEDED, reason=reason, by=SYSTEM, now=now)
+    return run
+
+
+def runs_sweep(*, as_of: datetime | None = None, batch_size: int = 100) -> SweepResult:
+    """Requeue (or fail) running runs whose lease lapsed and stop live runs past their deadline.
+
+    Every worker sweeps, so any number may run this at once: candidates are read without locks,
+    then each run is handled in its own short transaction under its row lock, taken with SKIP
+    LOCKED, and re-checked there. However many sweepers find a run, it is requeued or stopped once.
+    `as_of` replaces the database clock (tests).
+    """
+    requeued: list[UUID] = []
+    failed: list[UUID] = []
+    stopped: list[UUID] = []
+    seen: set[tuple[UUID, int]] = set()
+    while True:
+        # From the running runs (few) to their current attempt. Not by the attempt's outcome: an
+        # attempt its worker gave up (abandoned) still holds the run until its lease lapses.
+        expired = [
+            key
+            for key in RunAttempt.objects.filter(
+                run__status=Status.RUNNING,
+                generation=F("run__generation"),
+                lease_expires_at__lt=as_of or db_now(),
+            )
+            .order_by("lease_expires_at")
+            .values_list("run_id", "generation")[: batch_size + len(seen)]
+            if key not in seen
+        ][:batch_size]
+        for run_id, generation in expired:
+            seen.add((run_id, generation))
+            run = run_lease_expire(run_id=run_id, generation=generation, as_of=as_of)
+            if run is not None:
+                (failed if run.status == Status.FAILED else requeued).append(run.pk)
+        if len(expired) < batch_size:
+            break
+    seen_overdue: set[UUID] = set()
+    while True:
+        overdue = [
+            run_id
+            for run_id in Run.objects.filter(status__in=_LIVE, deadline__lt=as_of or db_now())
+            .order_by("deadline")
+            .values_list("pk", flat=True)[: batch_size + len(seen_overdue)]
+            if run_id not in seen_overdue
+        ][:batch_size]
+        for run_id in overdue:
+            seen_overdue.add(run_id)
+            if run_deadline_stop(run_id=run_id, as_of=as_of) is not None:
+                stopped.append(run_id)
+        if len(overdue) < batch_size:
+            break
+    return SweepResult(requeued=tuple(requeued), failed=tuple(failed), stopped=tuple(stopped))

@@ -1,0 +1,111 @@
+"""An attempt's lease: how long it may go on executing without a renewal, and the heartbeat that
+renews it.
+
+Self-fencing: the attempt may execute only while it certainly holds its lease. Its lease is
+counted from the moment the last successful renewal (or the claim) was *sent*, on the loop's
+monotonic clock; `AttemptConfig.fence_after` seconds later — the lease less the time the agent
+gets to unwind and a margin — the attempt stops itself and makes no more writes, whether the
+database is unreachable, a renewal hangs, or the process was stalled. So it has stopped, and
+recorded when, before any sweeper may requeue the run; its writes are fenced by generation anyway.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+from runs import services
+from runs.agents.base import CancellationToken
+from runs.worker.db import TRANSIENT_DB_ERRORS, Db
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AttemptConfig:
+    heartbeat_seconds: float
+    lease_seconds: float
+    cancel_grace_seconds: float
+    batch_max: int
+
+    @property
+    def fence_after(self) -> float:
+        """Seconds after a renewal was sent that the attempt stops itself if none succeeded since:
+        the lease, less up to two cancel graces to unwind the agent (its task, then its generator)
+        and a margin for a timer that fires late on a busy loop."""
+        margin = min(self.heartbeat_seconds, self.lease_seconds / 4)
+        return self.lease_seconds - margin - 2 * self.cancel_grace_seconds
+
+
+async def sleep_unless_tripped(token: CancellationToken, seconds: float) -> None:
+    """Sleep, waking early when the token trips."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(token.wait(), timeout=seconds)
+
+
+@dataclass
+class Lease:
+    """The lease of one attempt, renewed by `keep()` until the attempt's token trips.
+
+    `stop(reason, via=...)` is the attempt's own way of stopping: the lease calls it when the
+    lease lapsed (`lost` is then true: the worker gave the attempt up) or when a renewal finds the
+    attempt closed by someone else. The attempt's writer writes under it."""
+
+    run_id: UUID
+    generation: int
+    db: Db
+    config: AttemptConfig
+    token: CancellationToken
+    stop: Callable[..., None]
+    # Loop time when the last successful renewal (at first: the claim) was sent.
+    renewed_at: float
+    # How the attempt is named in the log.
+    label: str
+    lost: bool = False
+
+    def fence_at(self) -> float:
+        return self.renewed_at + self.config.fence_after
+
+    def lapsed(self) -> bool:
+        return asyncio.get_running_loop().time() >= self.fence_at()
+
+    def lose(self, when: str) -> None:
+        if not self.token.tripped:
+            log.warning("%s: could not renew its lease in time (%s); stopping it", self.label, when)
+        self.lost = True
+        self.stop("its lease lapsed", via="heartbeat")
+
+    async def keep(self) -> None:
+        """Renew the lease every heartbeat until the token trips, or stop the attempt."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.heartbeat_seconds
+        while not self.token.tripped:
+            # Wake at the fence at the latest: a renewal that keeps failing must not let the
+            # attempt run past it for want of a check.
+            await sleep_unless_tripped(self.token, max(0.0, min(interval, self.fence_at() - loop.time())))
+            if self.token.tripped:
+                return
+            if self.lapsed():
+                self.lose("no renewal succeeded")
+                return
+            sent = loop.time()
+            try:
+                renewed = await asyncio.wait_for(
+                    self.db.control.call(
+                        services.run_attempt_heartbeat, run_id=self.run_id, generation=self.generation
+                    ),
+                    # A renewal answered after the fence counts for nothing: stop waiting then.
+                    timeout=max(0.01, self.fence_at() - sent),
+                )
+            except (TimeoutError, *TRANSIENT_DB_ERRORS) as exc:
+                if self.lapsed():
+                    self.lose(str(exc) or "the renewal timed out")
+                    return
+                log.warning("%s: heartbeat failed (%s); retrying", self.label, exc)
+                continue
+            if not renewed:
+                self.stop("the attempt is no longer the run's", via="heartbeat")
+                return
+            self.renewed_at = sent

@@ -1,0 +1,162 @@
+"""An attempt's writer: what the agent emits, stored in its order, in as few transactions as the
+database's pace allows, and only while the attempt holds its lease.
+
+Retries after an ambiguous failure (the connection dropped, perhaps after the commit) are safe:
+appends and step counts carry what the attempt last saw (`after_seq`, `after_steps`), so the
+service recognises a write that already committed instead of storing it twice.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from runs import services
+from runs.exceptions import StaleAttempt, ValidationFailed
+from runs.models import Run
+from runs.worker.db import TRANSIENT_DB_ERRORS
+from runs.worker.lease import Lease, sleep_unless_tripped
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _StepMark:
+    def __repr__(self) -> str:
+        return "STEP"
+
+
+STEP = _StepMark()
+
+Pending = tuple[str, dict[str, Any]] | _StepMark
+
+
+def _leading_steps(pending: Sequence[Pending]) -> int:
+    n = 0
+    while n < len(pending) and pending[n] is STEP:
+        n += 1
+    return n
+
+
+def _leading_events(pending: Sequence[Pending], limit: int) -> list[tuple[str, dict[str, Any]]]:
+    batch: list[tuple[str, dict[str, Any]]] = []
+    for item in pending[:limit]:
+        if isinstance(item, _StepMark):
+            break
+        batch.append(item)
+    return batch
+
+
+class EventWriter:
+    """The writes of one attempt, made under its lease. A write that finds the attempt stale (or
+    exhausts a budget) stops the attempt; `failed` is true when its events could not be stored at
+    all (the worker then gives the attempt up)."""
+
+    def __init__(self, lease: Lease, run: Run) -> None:
+        self.lease = lease
+        # What this attempt last saw of the run: only it writes events and steps while it holds
+        # the run, so these tell a retried write that already committed (see the services).
+        self.last_seq: int = run.last_seq
+        self.steps_used: int = run.steps_used
+        # Held for each write, so a child's spawn keeps its place among the events.
+        self.writes = asyncio.Lock()
+        self.failed = False
+        # With a step budget every step is counted before the agent goes on, so a step past the
+        # budget never starts.
+        self._step_budget = run.max_steps is not None
+        # What the agent emitted and has not been stored yet, in its order: events, and `STEP`
+        # for each step to count. The order matters to budgets: a step past `max_steps` stops the
+        # run after exactly the events emitted before it.
+        self._pending: list[Pending] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def emit(self, type_: str, data: dict[str, Any]) -> None:
+        self._pending.append((type_, data))
+        self._kick()
+        # Backpressure: an agent far ahead of the database waits for its events to be stored.
+        if len(self._pending) >= 4 * self.lease.config.batch_max:
+            await self.drain()
+
+    async def step(self) -> None:
+        self._pending.append(STEP)
+        self._kick()
+        if self._step_budget:
+            await self.drain()
+
+    async def spawn_child(self, input: dict[str, Any]) -> Run:
+        # The parent's events stay in the order the agent produced them.
+        await self.drain()
+        async with self.writes:
+            child = await self.commit(
+                services.run_child_spawn,
+                run_id=self.lease.run_id,
+                generation=self.lease.generation,
+                input=input,
+                after_seq=self.last_seq,
+            )
+            self.last_seq += 1
+        return child
+
+    async def commit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a database call on the work lane, retrying while the database is unreachable and the
+        attempt still holds its lease; once the lease may have lapsed, nothing more is written."""
+        while True:
+            if self.lease.lapsed():
+                self.lease.lose("before a write")
+                raise StaleAttempt(f"{self.lease.label} no longer holds a lease; it writes nothing more")
+            try:
+                return await self.lease.db.work.call(fn, *args, **kwargs)
+            except TRANSIENT_DB_ERRORS as exc:
+                if self.lease.token.tripped:
+                    raise
+                log.warning("%s: database unavailable (%s); retrying", self.lease.label, exc)
+                await sleep_unless_tripped(self.lease.token, min(0.5, self.lease.config.heartbeat_seconds))
+
+    async def drain(self) -> None:
+        """Wait until everything emitted so far is stored, or the token trips: a write hanging on
+        an unreachable database must not keep a stopped attempt from stopping (whatever it
+        carries is fenced, or lands before anyone else may hold the run)."""
+        while self._flusher is not None and not self._flusher.done() and not self.lease.token.tripped:
+            tripped = asyncio.ensure_future(self.lease.token.wait())
+            try:
+                await asyncio.wait({self._flusher, tripped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                tripped.cancel()
+
+    async def _write_next(self) -> None:
+        """Store what leads the pending list: the steps counted before the next event, or the
+        next batch of events."""
+        fence = {"run_id": self.lease.run_id, "generation": self.lease.generation}
+        steps = _leading_steps(self._pending)
+        if steps:
+            await self.commit(services.run_steps_record, **fence, steps=steps, after_steps=self.steps_used)
+            self.steps_used += steps
+            del self._pending[:steps]
+            return
+        batch = _leading_events(self._pending, self.lease.config.batch_max)
+        await self.commit(services.run_events_append, **fence, events=batch, after_seq=self.last_seq)
+        self.last_seq += len(batch)
+        del self._pending[: len(batch)]
+
+    def _kick(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=f"flush {self.lease.label}")
+
+    async def _flush(self) -> None:
+        # Group commit: whatever the agent emitted while the previous append was in flight goes
+        # into the next transaction — one transaction per event when the agent is slow, many
+        # events per transaction when it is fast. Each event still gets its own seq.
+        while self._pending and not self.lease.token.tripped:
+            try:
+                async with self.writes:
+                    await self._write_next()
+            except StaleAttempt as exc:
+                # Includes a budget this write exhausted: the run is stopped, the attempt must end.
+                self.lease.stop(exc.message, via="fence")
+            except TRANSIENT_DB_ERRORS:
+                return  # `commit` gives up on these only once the token tripped: the attempt is ending
+            except ValidationFailed:
+                log.exception("%s: could not store the agent's events", self.lease.label)
+                self.failed = True
+                self.lease.stop("its events could not be stored", via="append")
