@@ -1,20 +1,11 @@
-// Live tail of a run's events on its admin page, over the SSE stream of DESIGN §5.
+// Live tail of a run's events on its admin page, over the shared stream client (stream.js).
 //
-// The page renders the newest events and the seq of the last one; this opens
-// /api/runs/<id>/stream/?after_seq=<that seq> and appends each event as a row. EventSource sends
-// Last-Event-ID itself when it reconnects, so a dropped connection loses nothing. Named SSE events
-// only reach listeners registered for their type, so rows of a type not listed in
-// data-event-types appear when the next listed one reveals the gap in seq: the missing events are
-// then read from the admin's events JSON view. The stream ends after the run's terminal event.
+// The page renders the newest events and the seq of the last one; the client streams from that
+// seq and delivers each later event once, in seq order (filling gaps from the admin's events JSON
+// view), and this appends each as a row. When the browser gives up on the stream the tail says
+// so rather than retrying: a staff page is reloaded by its reader.
 "use strict";
 (function () {
-  const TERMINAL = {
-    "run.completed": "completed",
-    "run.failed": "failed",
-    "run.cancelled": "cancelled",
-    "run.stopped": "stopped",
-  };
-
   // The same text as runs.admin.event_summary renders on the server.
   function summary(data) {
     if (data === null || typeof data !== "object" || Array.isArray(data)) {
@@ -45,10 +36,6 @@
   function start(tail) {
     const body = document.getElementById("rl-events-body");
     const status = document.getElementById("rl-tail-status");
-    const eventsUrl = tail.dataset.eventsUrl;
-    let lastSeq = parseInt(tail.dataset.afterSeq, 10);
-    let ended = false;
-    let queue = Promise.resolve();
 
     function setStatus(text, state) {
       status.textContent = text;
@@ -56,7 +43,6 @@
     }
 
     function append(event) {
-      if (event.seq <= lastSeq) return; // already shown (a replay after a reconnect)
       const row = document.createElement("tr");
       row.dataset.seq = String(event.seq);
       row.className = "rl-new";
@@ -71,26 +57,11 @@
       body.appendChild(row);
       const none = document.getElementById("rl-no-events");
       if (none) none.remove();
-      lastSeq = event.seq;
       const counter = document.getElementById("rl-last-seq");
-      if (counter) counter.textContent = String(lastSeq);
-      if (TERMINAL[event.type]) finish(TERMINAL[event.type]);
-    }
-
-    async function fillGap() {
-      const response = await fetch(eventsUrl + "?after_seq=" + lastSeq, { credentials: "same-origin" });
-      if (!response.ok) throw new Error("events view answered " + response.status);
-      (await response.json()).results.forEach(append);
-    }
-
-    async function handle(event) {
-      if (event.seq > lastSeq + 1) await fillGap();
-      append(event);
+      if (counter) counter.textContent = String(event.seq);
     }
 
     function finish(finalStatus) {
-      ended = true;
-      source.close();
       setStatus("ended: the run is " + finalStatus, "ended");
       document.querySelectorAll("[data-rl-run-status]").forEach((badge) => {
         badge.textContent = finalStatus;
@@ -99,24 +70,18 @@
       document.querySelectorAll(".rl-live-only").forEach((element) => element.remove());
     }
 
-    const source = new EventSource(tail.dataset.streamUrl + "?after_seq=" + lastSeq);
-    JSON.parse(tail.dataset.eventTypes).forEach((type) => {
-      source.addEventListener(type, (message) => {
-        const event = JSON.parse(message.data);
-        // One at a time, in arrival order, even while a gap is being filled.
-        queue = queue.then(() => (ended ? undefined : handle(event))).catch((error) => {
-          setStatus("error: " + error.message + " (reload the page)", "trouble");
-        });
-      });
-    });
-    source.addEventListener("open", () => setStatus("live", "live"));
-    source.addEventListener("error", () => {
-      if (ended) return;
-      if (source.readyState === EventSource.CLOSED) {
-        setStatus("disconnected (reload the page)", "trouble");
-      } else {
-        setStatus("reconnecting…", "trouble");
-      }
+    RunledgerStream.open({
+      streamUrl: tail.dataset.streamUrl,
+      eventsUrl: tail.dataset.eventsUrl,
+      afterSeq: parseInt(tail.dataset.afterSeq, 10),
+      onEvent: append,
+      onState: (state, detail) => {
+        if (state === "live") setStatus("live", "live");
+        else if (state === "reconnecting") setStatus("reconnecting…", "trouble");
+        else if (state === "disconnected") setStatus("disconnected (reload the page)", "trouble");
+        else if (state === "trouble") setStatus("error: " + detail.message + " (reload the page)", "trouble");
+        else if (state === "ended") finish(detail);
+      },
     });
   }
 

@@ -1,22 +1,19 @@
-// The run watch page: renders a run's events from its SSE stream and sends its commands.
-// A dropped connection is never a cancellation: only run.cancelled (or a 409's committed run)
+// The run watch page: renders a run's events, delivered once and in seq order by the shared
+// stream client (stream.js), and sends its commands.
+// A dropped connection is never a cancellation: only the cancel event (or a 409's committed run)
 // changes what the page says about the run's end.
 (() => {
   "use strict";
   const root = document.getElementById("watch");
   if (!root) return;
   const $ = (id) => document.getElementById(id);
-  const streamUrl = root.dataset.streamUrl;
   const runUrl = root.dataset.runUrl;
   const csrf = root.dataset.csrfToken;
-  const TERMINAL = { "run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled", "run.stopped": "stopped" };
-  const TYPES = ["run.created", "run.started", "output.delta", "tool.started", "tool.finished", "run.waiting",
-    "run.resumed", "run.requeued", ...Object.keys(TERMINAL)];
+  const V = RunledgerStream.vocabulary();
+  const T = V.types;
 
-  let lastSeq = 0;      // the highest seq rendered: the dedup guard and the resume cursor
-  let ended = false;    // the terminal event has been rendered
-  let source = null;
-  let retryTimer = null;
+  let ended = false;    // the terminal event has been rendered (or a 409 told the end)
+  let client = null;
 
   function setConnection(state, text) {
     const el = $("connection");
@@ -40,54 +37,52 @@
   }
 
   function render(event) {
+    // Each event advances the cursor, even one of an agent's own types this page does not show.
+    root.dataset.lastSeq = String(event.seq);
     const d = event.data || {};
     switch (event.type) {
-      case "output.delta":
+      case T.OUTPUT_DELTA:
         $("output").appendChild(document.createTextNode(d.text || ""));
         break;
-      case "run.created":
+      case T.RUN_CREATED:
         activity("Created");
         break;
-      case "run.started":
+      case T.RUN_STARTED:
         setStatus("running");
         activity("Started (attempt " + d.generation + " on " + d.worker + ")");
         break;
-      case "tool.started":
+      case T.TOOL_STARTED:
         activity("Tool " + d.name + " started", "tool");
         break;
-      case "tool.finished":
+      case T.TOOL_FINISHED:
         activity("Tool " + d.name + " finished" + (d.error ? " with an error" : ""), "tool");
         break;
-      case "run.waiting":
+      case T.CHILD_SPAWNED:
+        activity("Child run " + String(d.run_id || "").slice(0, 8) + " started", "child");
+        break;
+      case T.RUN_WAITING:
         setStatus("waiting");
-        activity(d.reason === "paused" ? "Paused" : "Waiting for input");
+        activity(d.reason === V.waitReasons.PAUSED ? "Paused" : "Waiting for input");
         $("prompt").textContent = d.prompt || "The run is paused. Send anything to resume it.";
         $("resume-form").hidden = false;
         break;
-      case "run.resumed":
+      case T.RUN_RESUMED:
         setStatus("queued");
         activity("Resumed" + (d.input !== null && d.input !== undefined && d.input !== "" ? " with " + JSON.stringify(d.input) : ""));
         $("resume-form").hidden = true;
         break;
-      case "run.requeued":
+      case T.RUN_REQUEUED:
         setStatus("queued");
         activity("Requeued (" + d.cause + ")");
         break;
       default:
-        if (TERMINAL[event.type]) {
+        if (V.terminal[event.type]) {
+          const status = V.terminal[event.type];
           const why = d.reason || d.note || "";
-          activity(TERMINAL[event.type][0].toUpperCase() + TERMINAL[event.type].slice(1) + (why ? ": " + why : ""));
-          finish(TERMINAL[event.type], d.code || "");
+          activity(status[0].toUpperCase() + status.slice(1) + (why ? ": " + why : ""));
+          finish(status, d.code || "");
         }
     }
-  }
-
-  function onEvent(message) {
-    const seq = Number(message.lastEventId);
-    if (!(seq > lastSeq)) return; // already rendered: a reconnect never doubles anything
-    lastSeq = seq;
-    root.dataset.lastSeq = String(lastSeq);
-    render(JSON.parse(message.data));
   }
 
   function finish(status, code) {
@@ -95,9 +90,10 @@
     setStatus(status);
     $("ended").textContent = code ? status + " (" + code + ")" : status;
     $("stop").disabled = true;
-    $("stop-state").textContent = status === "cancelled" ? "cancelled" : "";
+    const cancelled = V.terminal[T.RUN_CANCELLED];
+    $("stop-state").textContent = status === cancelled ? cancelled : "";
     $("resume-form").hidden = true;
-    if (source) source.close();
+    if (client) client.close();
     setConnection("ended", "ended");
     pollReleased(40);
   }
@@ -124,22 +120,21 @@
   }
 
   function connect() {
-    clearTimeout(retryTimer);
-    // EventSource itself resends Last-Event-ID on its own reconnects; after_seq covers the
-    // reconnects this page makes when the browser has given up (e.g. after an HTTP error).
-    source = new EventSource(streamUrl + "?after_seq=" + lastSeq);
-    source.onopen = () => setConnection("live", "live");
-    source.onmessage = onEvent;
-    TYPES.forEach((type) => source.addEventListener(type, onEvent));
-    source.onerror = () => {
-      if (ended) return;
-      if (source.readyState === EventSource.CLOSED) {
-        setConnection("reconnecting", "reconnecting…");
-        retryTimer = setTimeout(connect, 2000);
-      } else {
-        setConnection("reconnecting", "reconnecting…");
-      }
-    };
+    client = RunledgerStream.open({
+      vocabulary: V,
+      streamUrl: root.dataset.streamUrl,
+      eventsUrl: root.dataset.eventsUrl,
+      afterSeq: 0,
+      // When the browser has given up (e.g. after an HTTP error), try again from the last event.
+      retryClosedMs: 2000,
+      onEvent: render,
+      onState: (state, detail) => {
+        if (state === "live") setConnection("live", "live");
+        else if (state === "reconnecting") setConnection("reconnecting", "reconnecting…");
+        else if (state === "trouble") setConnection("trouble", "trouble: " + detail.message);
+        else if (state === "ended") setConnection("ended", "ended");
+      },
+    });
   }
 
   function post(path, body) {
@@ -166,7 +161,7 @@
         $("stop").disabled = ended;
         $("stop-state").textContent = "could not stop the run (HTTP " + response.status + ")";
       }
-      // 200: stay "stopping…" until run.cancelled arrives on the stream.
+      // 200: stay "stopping…" until the cancel event arrives on the stream.
     } catch (err) {
       $("stop").disabled = ended;
       $("stop-state").textContent = "could not reach the server; try again";

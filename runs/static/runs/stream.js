@@ -1,0 +1,134 @@
+// The one browser stream client of DESIGN §8, shared by the watch page and the staff console's
+// live tail: a run's events from its SSE stream (DESIGN §5), each delivered once, in seq order.
+//
+//   const client = RunledgerStream.open({
+//     streamUrl: "/api/runs/<id>/stream/",  // opened with ?after_seq=<cursor>
+//     eventsUrl: "/api/runs/<id>/events/",  // JSON pages {"results": [...]} read to fill gaps
+//     afterSeq: 0,                          // the last seq the page already shows
+//     vocabulary: V,                        // default: RunledgerStream.vocabulary()
+//     retryClosedMs: 2000,                  // see below; null (default): report "disconnected"
+//     onEvent: (event) => {},               // {seq, type, data, created_at, attempt}
+//     onState: (state, detail) => {},       // see below
+//   });
+//   client.lastSeq; client.close();
+//
+// States: "connecting" (once, at open), "live" (the stream is open), "reconnecting" (EventSource
+// retries by itself, or the client does after retryClosedMs), "disconnected" (the browser gave up
+// and retryClosedMs is null), "trouble" (detail: the Error of a failed gap fill; the next event
+// tries again), "ended" (detail: the final status, after the terminal event was delivered).
+// After close() or "ended" no callback is made.
+//
+// Why each part:
+// - EventSource hands a named event only to a listener for that name, with no wildcard: the
+//   client listens for every type of the server's vocabulary (runs.events.browser_vocabulary,
+//   rendered by the page as a JSON script tag) and for unnamed messages. A type an agent declared
+//   still arrives unheard; seq is gap-free (DESIGN §2), so the next event shows the gap and the
+//   missing events are read from the events JSON before it is delivered.
+// - seq <= the last delivered one is a replay after a reconnect: dropped.
+// - Events are handled one at a time in arrival order, so none overtakes a gap being filled.
+// - Nothing follows the terminal event; the client closes the stream after it, or EventSource
+//   would reconnect and be answered 204.
+// - EventSource resends Last-Event-ID on its own reconnects; once it has given up
+//   (readyState CLOSED, e.g. after an HTTP error) only a new EventSource retries, and its cursor
+//   is ?after_seq=<last delivered seq>.
+"use strict";
+window.RunledgerStream = (function () {
+  function vocabulary(elementId) {
+    const element = document.getElementById(elementId || "rl-event-vocabulary");
+    if (!element) throw new Error("no event vocabulary on this page (#" + (elementId || "rl-event-vocabulary") + ")");
+    return JSON.parse(element.textContent);
+  }
+
+  function afterSeq(url, seq) {
+    return url + (url.indexOf("?") === -1 ? "?" : "&") + "after_seq=" + seq;
+  }
+
+  function open(options) {
+    const V = options.vocabulary || vocabulary();
+    const onEvent = options.onEvent;
+    const onState = options.onState || function () {};
+    const retryClosedMs = options.retryClosedMs === undefined ? null : options.retryClosedMs;
+    let lastSeq = options.afterSeq || 0;
+    let done = false; // ended or closed: nothing more is delivered or reported
+    let source = null;
+    let retryTimer = null;
+    let queue = Promise.resolve();
+
+    function report(state, detail) {
+      if (!done) onState(state, detail);
+    }
+
+    function close() {
+      done = true;
+      clearTimeout(retryTimer);
+      if (source) source.close();
+    }
+
+    function deliver(event) {
+      if (done || event.seq <= lastSeq) return;
+      lastSeq = event.seq;
+      onEvent(event);
+      const finalStatus = V.terminal[event.type];
+      if (finalStatus !== undefined && !done) {
+        close();
+        onState("ended", finalStatus);
+      }
+    }
+
+    // Reads pages after the last delivered seq until the event before `seq` is delivered.
+    async function fillGap(seq) {
+      while (!done && lastSeq < seq - 1) {
+        const before = lastSeq;
+        const response = await fetch(afterSeq(options.eventsUrl, before), {
+          credentials: "same-origin",
+          headers: { Accept: "application/json" },
+        });
+        if (!response.ok) throw new Error("events view answered " + response.status);
+        (await response.json()).results.forEach(deliver);
+        if (!done && lastSeq === before) throw new Error("events view has nothing after seq " + before);
+      }
+    }
+
+    function arrive(message) {
+      queue = queue
+        .then(async () => {
+          if (done) return;
+          const event = JSON.parse(message.data);
+          if (event.seq > lastSeq + 1) await fillGap(event.seq);
+          deliver(event);
+        })
+        .catch((error) => report("trouble", error));
+    }
+
+    function connect() {
+      retryTimer = null;
+      const es = new EventSource(afterSeq(options.streamUrl, lastSeq));
+      source = es;
+      es.onopen = () => report("live");
+      es.onmessage = arrive;
+      Object.values(V.types).forEach((type) => es.addEventListener(type, arrive));
+      es.onerror = () => {
+        if (done) return;
+        if (es.readyState !== EventSource.CLOSED) {
+          report("reconnecting");
+        } else if (retryClosedMs === null) {
+          report("disconnected");
+        } else {
+          report("reconnecting");
+          retryTimer = setTimeout(connect, retryClosedMs);
+        }
+      };
+    }
+
+    report("connecting");
+    connect();
+    return {
+      close: close,
+      get lastSeq() {
+        return lastSeq;
+      },
+    };
+  }
+
+  return { open: open, vocabulary: vocabulary };
+})();

@@ -1,0 +1,159 @@
+"""The shared browser stream client (runs/static/runs/stream.js, DESIGN §8) in a real browser:
+Debian's Chromium through Playwright and a real uvicorn. No worker runs: the test claims each run
+itself and writes its events through the services, as the worker would, so it knows exactly what
+the stream carries.
+
+EventSource only hands a named event to a listener for that name, so an event of an agent's own
+type reaches the page only through the gap it leaves in seq, filled from the events JSON pages.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Page, Request, expect
+
+from runs import services
+from runs.models import Run, RunEvent
+from tests.browser import give_password, save_screenshot
+from tests.factories import running_run
+from tests.procs import Procs
+
+pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "stream-client-pw"
+WAIT_MS = 20_000
+
+
+@dataclass
+class Site:
+    url: str
+    page: Page
+    user: User
+    requests: list[str]
+
+    def open(self, run: Run) -> None:
+        self.page.goto(f"{self.url}/runs/{run.pk}/")
+
+    def attr(self, name: str) -> str | None:
+        return self.page.locator("#watch").get_attribute(f"data-{name}")
+
+    def wait_attr(self, name: str, value: str) -> None:
+        self.page.wait_for_function(
+            "([name, value]) => document.getElementById('watch').dataset[name] === value",
+            arg=[name, value],
+            timeout=WAIT_MS,
+        )
+
+    def events_reads(self, run: Run) -> list[int]:
+        """The cursors of the JSON events pages the page read for `run`, in request order."""
+        prefix = f"{self.url}/api/runs/{run.pk}/events/?after_seq="
+        return [int(url.removeprefix(prefix)) for url in self.requests if url.startswith(prefix)]
+
+
+@pytest.fixture
+def site(procs: Procs, browser_page: Page, alice: User) -> Iterator[Site]:
+    web = procs.uvicorn()
+    requests: list[str] = []
+
+    def seen(request: Request) -> None:
+        requests.append(request.url)
+
+    browser_page.on("request", seen)
+    give_password(alice, PASSWORD)
+    browser_page.goto(f"{web.url}/accounts/login/?next=/runs/")
+    browser_page.fill("#id_username", "alice")
+    browser_page.fill("#id_password", PASSWORD)
+    browser_page.click("button[type=submit]")
+    browser_page.wait_for_url(f"{web.url}/runs/")
+    yield Site(url=web.url, page=browser_page, user=alice, requests=requests)
+
+
+def stored_text(run: Run) -> str:
+    return "".join(e.data["text"] for e in RunEvent.objects.filter(run=run, type="output.delta").order_by("seq"))
+
+
+def test_the_watch_page_shows_a_child_run_and_fills_the_gap_an_agents_own_event_type_leaves(site: Site) -> None:
+    run = running_run(site.user)  # run.created, run.started
+    site.open(run)
+    site.wait_attr("connection", "live")
+    site.wait_attr("lastSeq", "2")
+
+    child = services.run_child_spawn(run_id=run.pk, generation=run.generation, input={"deltas": 1})
+    child_line = f"Child run {str(child.pk)[:8]} started"
+    expect(site.page.locator("#activity li").last).to_have_text(child_line, timeout=WAIT_MS)
+    site.wait_attr("lastSeq", "3")
+
+    # No listener hears custom.note (seq 4); the output.delta after it shows the gap.
+    services.run_events_append(
+        run_id=run.pk,
+        generation=run.generation,
+        events=[("custom.note", {"n": 1}), ("output.delta", {"text": "after the note"})],
+    )
+    site.wait_attr("lastSeq", "5")
+    assert site.page.locator("#output").text_content() == "after the note"
+    assert site.events_reads(run) == [3]  # the public JSON page, read once, from the gap's start
+
+    services.run_stop(run_id=run.pk, actor=None, code="policy", reason="stopped by the platform")
+    site.wait_attr("connection", "ended")
+    run.refresh_from_db()
+    assert run.last_seq == 6
+    assert site.attr("last-seq") == str(run.last_seq)
+    assert site.attr("status") == "stopped"
+    # Each event rendered once: no line and no text twice.
+    assert site.page.locator("#activity li").all_text_contents() == [
+        "Created",
+        "Started (attempt 1 on test-worker)",
+        child_line,
+        "Stopped: stopped by the platform",
+    ]
+    assert site.page.locator("#output").text_content() == stored_text(run)
+    assert site.events_reads(run) == [3]
+    save_screenshot(site.page, "watch-child-and-agent-type")
+
+
+# Opens a second client on the watch page with the page's own vocabulary, recording everything it
+# is told, through the module's public API.
+OPEN_PROBE = """([streamUrl, eventsUrl]) => {
+  window.probe = { seqs: [], types: [], states: [] };
+  RunledgerStream.open({
+    streamUrl, eventsUrl, afterSeq: 0,
+    onEvent: (event) => { probe.seqs.push(event.seq); probe.types.push(event.type); },
+    onState: (state, detail) => probe.states.push([state, detail === undefined ? null : String(detail)]),
+  });
+}"""
+
+
+def test_the_client_delivers_every_event_once_in_seq_order_reading_as_many_pages_as_a_gap_needs(
+    site: Site,
+) -> None:
+    run = running_run(site.user)
+    site.open(run)
+    site.wait_attr("connection", "live")
+    site.page.evaluate(OPEN_PROBE, [f"/api/runs/{run.pk}/stream/", f"/api/runs/{run.pk}/events/"])
+    site.page.wait_for_function("probe.states.some(([state]) => state === 'live')", timeout=WAIT_MS)
+
+    # 250 events no listener hears, more than two JSON pages (100 events each by default), then
+    # one that is heard, then the end.
+    notes: list[tuple[str, dict[str, Any]]] = [("custom.note", {"n": n}) for n in range(250)]
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=notes)
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": "done"})])
+    services.run_complete(run_id=run.pk, generation=run.generation, output={"text": "done"})
+
+    site.page.wait_for_function("probe.states.some(([state]) => state === 'ended')", timeout=WAIT_MS)
+    site.wait_attr("connection", "ended")
+    run.refresh_from_db()
+    stored = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+    probe = site.page.evaluate("probe")
+    assert probe["seqs"] == list(range(1, run.last_seq + 1))
+    assert probe["types"] == stored
+    states = probe["states"]
+    assert states[0] == ["connecting", None] and states[-1] == ["ended", "completed"]
+    assert not [state for state in states if state[0] in ("trouble", "disconnected")]
+    # Each client (the page's and the probe) read the gap page by page from its start.
+    assert sorted(set(site.events_reads(run))) == [2, 102, 202]
+    assert site.attr("last-seq") == str(run.last_seq)
+    assert site.attr("status") == "completed"
+    assert site.page.locator("#output").text_content() == "done"
