@@ -126,8 +126,8 @@ def main() -> int:
 
         from runs import services
         from runs.models import RunEvent
-        from tests.procs import free_port
-        from tests.sse_client import auth_headers, watch
+        from tests.support.procs import free_port
+        from tests.support.sse import auth_headers, watch
 
         user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
         token = Token.objects.create(user=user).key

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 
-pytest_plugins = ["tests.procs", "tests.browser"]
+pytest_plugins = ["tests.support.procs", "tests.support.browser"]
 
 ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 

@@ -29,8 +29,8 @@ from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import Run, RunEvent
 from runs.transitions import TERMINAL
 from tests.conftest import PgCluster
-from tests.faults_checks import assert_no_crash_logged, check_runs
-from tests.faults_client import (
+from tests.support.checks import assert_no_crash_logged, check_runs
+from tests.support.faults import (
     TRANSPORT_ERRORS,
     Api,
     Hang,
@@ -42,8 +42,8 @@ from tests.faults_client import (
     request,
     token_header,
 )
-from tests.procs import Proc, Procs, subprocess_env
-from tests.sse_client import Stream
+from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.sse import Stream
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.slow]
 

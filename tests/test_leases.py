@@ -14,9 +14,8 @@ from django.db import connection
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
-from tests.pgproxy import PartitionableProxy
-from tests.procs import Proc, Procs, subprocess_env, wait_log_line, wait_until
-from tests.procs import test_database_url as database_url
+from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line, wait_until
+from tests.support.proxies import PartitionableProxy
 from tests.test_worker import (
     assert_nothing_after_terminal,
     attempt,

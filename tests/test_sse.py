@@ -20,8 +20,8 @@ from rest_framework.authtoken.models import Token
 from runs import services
 from runs.models import Run, RunEvent
 from tests.factories import running_run
-from tests.procs import Proc, Procs, subprocess_env
-from tests.sse_client import Event, Stream, auth_headers
+from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.sse import Event, Stream, auth_headers
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

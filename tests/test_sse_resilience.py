@@ -8,7 +8,6 @@ RUNLEDGER_TEST_SEED=<seed>.
 import asyncio
 import os
 import random
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +17,12 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-import tests.procs
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
 from runs.streams import TERMINAL_EVENT_TYPES
 from tests.factories import running_run
-from tests.procs import Proc, Procs, subprocess_env
-from tests.sse_client import Event, Stream, auth_headers, watch
+from tests.support.procs import Proc, Procs, start_writer, subprocess_env, web_env
+from tests.support.sse import Event, Stream, auth_headers, watch
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -37,27 +35,9 @@ def stream_path(run: Run) -> str:
     return f"/api/runs/{run.pk}/stream/?after_seq=0"
 
 
-def start_writer(
-    procs: Procs, run: Run, *, count: int, seed: int, pause_ms: float, max_batch: int = 3, complete: bool = True
-) -> Proc:
-    """The stand-in worker (tests/sse_writer.py): appends through the services in its own process."""
-    args = [sys.executable, "-m", "tests.sse_writer", str(run.pk), str(run.generation), "--count", str(count)]
-    args += ["--seed", str(seed), "--pause-ms", str(pause_ms), "--max-batch", str(max_batch)]
-    args += ["--complete"] if complete else []
-    return procs.start("sse-writer", args, subprocess_env())
-
-
 def wait_exit(proc: Proc, timeout: float = 60) -> None:
     assert proc.popen.wait(timeout=timeout) == 0, proc.log()
     proc.stopped = True
-
-
-def web_env(application_name: str, **extra: str) -> dict[str, str]:
-    """A web process whose Django connections carry `application_name`, so tests can count them."""
-    env = subprocess_env(**extra)
-    if ON_POSTGRESQL:
-        env["DATABASE_URL"] = f"{tests.procs.test_database_url()}?application_name={application_name}"
-    return env
 
 
 def query_one(sql: str, params: list[Any]) -> Any:

@@ -15,9 +15,9 @@ from django.contrib.auth.models import User
 
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
-from tests.browser import give_password, save_screenshot
-from tests.procs import Procs, wait_until
-from tests.tcpproxy import CuttableProxy
+from tests.support.browser import give_password, save_screenshot
+from tests.support.procs import Procs, wait_until
+from tests.support.proxies import CuttableProxy
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

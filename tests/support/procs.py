@@ -14,12 +14,17 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import sse_writer
+
+if TYPE_CHECKING:
+    from runs.models import Run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 T = TypeVar("T")
 
@@ -30,7 +35,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_database_url() -> str:
+def database_url() -> str:
     """The URL of the database the tests are using (pytest-django's test database)."""
     db = connection.settings_dict
     if connection.vendor == "sqlite":
@@ -58,10 +63,18 @@ FAST_INTERVALS = {
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(FAST_INTERVALS)
-    env["DATABASE_URL"] = test_database_url()
+    env["DATABASE_URL"] = database_url()
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
+    return env
+
+
+def web_env(application_name: str, **extra: str) -> dict[str, str]:
+    """A web process whose Django connections carry `application_name`, so tests can count them."""
+    env = subprocess_env(**extra)
+    if connection.vendor == "postgresql":
+        env["DATABASE_URL"] = f"{database_url()}?application_name={application_name}"
     return env
 
 
@@ -151,6 +164,16 @@ class Procs:
         for proc in reversed(self.started):
             if not proc.stopped:
                 proc.stop(timeout=5)
+
+
+def start_writer(
+    procs: Procs, run: "Run", *, count: int, seed: int, pause_ms: float, max_batch: int = 3, complete: bool = True
+) -> Proc:
+    """The stand-in worker (tests/support/sse_writer.py): appends through the services in its own process."""
+    args = [sys.executable, "-m", sse_writer.__name__, str(run.pk), str(run.generation), "--count", str(count)]
+    args += ["--seed", str(seed), "--pause-ms", str(pause_ms), "--max-batch", str(max_batch)]
+    args += ["--complete"] if complete else []
+    return procs.start("sse-writer", args, subprocess_env())
 
 
 def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:

@@ -10,8 +10,8 @@ from uuid import UUID
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
-from tests.faults_client import TERMINAL_EVENT_TYPES, Watch
-from tests.procs import Procs
+from tests.support.faults import TERMINAL_EVENT_TYPES, Watch
+from tests.support.procs import Procs
 from tests.test_pg_restart import assert_attempts_never_overlap
 
 # What a process logs when something failed that must not: a 500, an execution or background task
