@@ -14,8 +14,9 @@ from django.db import connection
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
-from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line, wait_until
+from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line
 from tests.support.proxies import PartitionableProxy
+from tests.support.waiting import wait_until
 from tests.test_worker import (
     assert_nothing_after_terminal,
     attempt,

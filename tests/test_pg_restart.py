@@ -25,7 +25,8 @@ from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
 from tests.conftest import PgCluster
 from tests.factories import queued_run
-from tests.support.procs import Procs, subprocess_env, wait_until
+from tests.support.procs import Procs, subprocess_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.pg_cluster]
 

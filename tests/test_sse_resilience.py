@@ -23,6 +23,7 @@ from runs.streams import TERMINAL_EVENT_TYPES
 from tests.factories import running_run
 from tests.support.procs import Proc, Procs, start_writer, subprocess_env, web_env
 from tests.support.sse import Event, Stream, auth_headers, watch
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -49,13 +50,6 @@ def query_one(sql: str, params: list[Any]) -> Any:
 def threads_of(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)  # polling a condition; the deadline bounds it
 
 
 def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:

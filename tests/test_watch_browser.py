@@ -16,8 +16,9 @@ from django.contrib.auth.models import User
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
 from tests.support.browser import give_password, save_screenshot
-from tests.support.procs import Procs, wait_until
+from tests.support.procs import Procs
 from tests.support.proxies import CuttableProxy
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

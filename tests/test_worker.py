@@ -16,7 +16,8 @@ from runs.agents.demo import demo_text
 from runs.exceptions import StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import assert_log_is_sound, queued_run
-from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line, wait_until
+from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 

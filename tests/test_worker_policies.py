@@ -14,7 +14,8 @@ from django.utils import timezone
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunEvent
 from tests.factories import queued_run
-from tests.support.procs import Proc, Procs, wait_until
+from tests.support.procs import Proc, Procs
+from tests.support.waiting import wait_until
 from tests.test_worker import (
     assert_nothing_after_terminal,
     attempt,

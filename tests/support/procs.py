@@ -11,10 +11,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import pytest
 from django.db import connection
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from runs.models import Run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -190,16 +188,6 @@ def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{proc.name} did not answer {path} within {timeout}s:\n{proc.log()}")
         time.sleep(0.05)  # polling for readiness; the deadline above bounds it
-
-
-def wait_until(predicate: Callable[[], T], *, timeout: float = 15, what: str = "the condition") -> T:
-    """Poll `predicate` (e.g. a database read) until it returns something truthy, within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.02)  # polling a condition; the deadline above bounds it
-    return value
 
 
 def wait_log_line(proc: Proc, text: str, timeout: float = 30) -> None:
