@@ -28,7 +28,6 @@ from rest_framework.authtoken.models import Token
 from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import Run, RunEvent
 from runs.transitions import TERMINAL
-from tests.conftest import PgCluster
 from tests.support.checks import assert_no_crash_logged, check_runs
 from tests.support.faults import (
     TRANSPORT_ERRORS,
@@ -42,6 +41,7 @@ from tests.support.faults import (
     request,
     token_header,
 )
+from tests.support.pg import PgCluster
 from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.sse import Stream
 

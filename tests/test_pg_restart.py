@@ -23,8 +23,8 @@ from runs.agents.demo import demo_text
 from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
-from tests.conftest import PgCluster
 from tests.factories import queued_run
+from tests.support.pg import PgCluster
 from tests.support.procs import Procs, subprocess_env
 from tests.support.waiting import wait_until
 

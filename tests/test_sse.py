@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -22,6 +21,7 @@ from runs.models import Run, RunEvent
 from tests.factories import running_run
 from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.sse import Event, Stream, auth_headers
+from tests.support.threads import in_thread
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -61,18 +61,6 @@ def append(run: Run, n: int, start: int = 0) -> None:
     services.run_events_append(
         run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": f"d{start + i}"}) for i in range(n)]
     )
-
-
-def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """`fn` for asyncio.to_thread: the database from another thread, closed after use."""
-
-    def run() -> Any:
-        try:
-            return fn()
-        finally:
-            connection.close()
-
-    return run
 
 
 def stored(run: Run) -> list[RunEvent]:

@@ -9,7 +9,6 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from runs.streams import TERMINAL_EVENT_TYPES
 from tests.factories import running_run
 from tests.support.procs import Proc, Procs, start_writer, subprocess_env, web_env
 from tests.support.sse import Event, Stream, auth_headers, watch
+from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -62,16 +62,6 @@ def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
 
 def token_for(user: User) -> str:
     return Token.objects.get_or_create(user=user)[0].key
-
-
-def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        try:
-            return fn()
-        finally:
-            connection.close()
-
-    return run
 
 
 # --- a client that drops its connection at random points ---------------------------------------
