@@ -14,13 +14,13 @@ from django.db import connection
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
+from tests.support.checks import assert_nothing_after_terminal
 from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line
 from tests.support.proxies import PartitionableProxy
-from tests.support.waiting import wait_until
-from tests.test_worker import (
-    assert_nothing_after_terminal,
+from tests.support.runs import (
     attempt,
     delta_count,
+    deltas_of,
     event_types,
     fresh,
     prove_worker_moved_on,
@@ -29,16 +29,13 @@ from tests.test_worker import (
     wait_status,
     wait_streaming,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 # Streams for about 7 s: long enough to take from a worker mid-run even when starting the second
 # worker is slow (a loaded machine), and for another to finish.
 LONG: dict[str, Any] = {"deltas": 300, "delay_ms": 25}
-
-
-def deltas_of(run: Run, generation: int) -> int:
-    return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
 
 
 def assert_taken_over(run: Run, *, lost: int, cause: str) -> None:

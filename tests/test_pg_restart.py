@@ -11,7 +11,6 @@ exactly what one uninterrupted run produces.
 import time
 from collections import defaultdict
 from datetime import datetime
-from itertools import pairwise
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +23,7 @@ from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
 from tests.factories import queued_run
+from tests.support.checks import assert_attempts_never_overlap
 from tests.support.pg import PgCluster
 from tests.support.procs import Procs, subprocess_env
 from tests.support.waiting import wait_until
@@ -37,25 +37,6 @@ LEASE = 3.0
 DELTAS = 10
 PREFIX = f"{APPLICATION_NAME_PREFIX}:worker:"
 RUN_INPUT: dict[str, Any] = {"deltas": DELTAS, "delay_ms": 100}  # about a second per run
-
-
-def assert_attempts_never_overlap(attempts: list[RunAttempt]) -> None:
-    """No two attempts of one run executed at the same instant.
-
-    An attempt executes from `claimed_at` until `released_at`, which its worker records as the
-    moment it stopped (even if the database was down then). An attempt without `released_at`
-    either never started executing (its claim's answer was lost) or its worker died; in both cases
-    it executed no later than its lease, which self-fencing guarantees. The next attempt is only
-    claimed after the run was requeued, so each attempt must have ended before the next began."""
-    attempts = sorted(attempts, key=lambda a: a.generation)
-    assert [a.generation for a in attempts] == list(range(1, len(attempts) + 1))
-    for earlier, later in pairwise(attempts):
-        ended: datetime = earlier.released_at or earlier.lease_expires_at
-        assert ended <= later.claimed_at, (earlier.run_id, earlier.generation, ended, later.claimed_at)
-    for attempt in attempts:
-        if attempt.outcome == AttemptOutcome.LOST and attempt.released_at is not None:
-            # Self-fencing: a worker that lost its lease had stopped before the lease lapsed.
-            assert attempt.released_at <= attempt.lease_expires_at, (attempt.run_id, attempt.generation)
 
 
 def listening_pids() -> list[int]:
