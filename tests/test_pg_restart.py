@@ -16,14 +16,13 @@ from uuid import UUID
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 
 from runs.agents.demo import demo_text
-from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
 from tests.factories import queued_run
 from tests.support.checks import assert_attempts_never_overlap
+from tests.support.db import listening_pids
 from tests.support.pg import PgCluster
 from tests.support.procs import Procs, subprocess_env
 from tests.support.waiting import wait_until
@@ -35,15 +34,7 @@ WORKERS = 3
 CONCURRENCY = 8
 LEASE = 3.0
 DELTAS = 10
-PREFIX = f"{APPLICATION_NAME_PREFIX}:worker:"
 RUN_INPUT: dict[str, Any] = {"deltas": DELTAS, "delay_ms": 100}  # about a second per run
-
-
-def listening_pids() -> list[int]:
-    """Process ids of the workers whose LISTEN connection the server has (named after the pid)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s", [f"{PREFIX}%"])
-        return [int(name.rsplit(":", 1)[1]) for (name,) in cursor.fetchall()]
 
 
 def test_workers_survive_a_postgresql_restart_and_never_execute_a_run_twice_at_once(

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.models import Run, RunEvent
 from tests.factories import running_run
+from tests.support.db import token_for
 from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.sse import Event, Stream, auth_headers
 from tests.support.threads import in_thread
@@ -35,10 +35,6 @@ def web(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.
         yield registry.uvicorn(env=env)
     finally:
         registry.stop_all()
-
-
-def token_for(user: User) -> str:
-    return Token.objects.create(user=user).key
 
 
 def path(run: Run | str, query: str = "") -> str:

@@ -8,18 +8,17 @@ RUNLEDGER_TEST_SEED=<seed>.
 import asyncio
 import os
 import random
-import time
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
 from runs.streams import TERMINAL_EVENT_TYPES
 from tests.factories import running_run
+from tests.support.db import event_table_reads, listen_pids, token_for
 from tests.support.procs import Proc, Procs, start_writer, subprocess_env, web_env
 from tests.support.sse import Event, Stream, auth_headers, watch
 from tests.support.threads import in_thread
@@ -58,10 +57,6 @@ def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
     assert [e.seq for e in events] == [r.seq for r in rows]
     assert [e.event for e in events] == [r.type for r in rows]
     assert [e.json() for e in events] == [r.as_dict() for r in rows]
-
-
-def token_for(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
 
 
 # --- a client that drops its connection at random points ---------------------------------------
@@ -128,31 +123,6 @@ def test_random_drops_with_last_event_id_reconnects_reassemble_the_exact_log(pro
 
 
 @pytest.mark.sqlite
-def event_table_reads() -> int:
-    """Scans of the events table, once PostgreSQL's statistics stop moving (backends flush them
-    when they close, which the web process's reads do right away)."""
-
-    def now() -> int:
-        return int(
-            query_one(
-                "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
-                "WHERE relname = 'runs_runevent'",
-                [],
-            )
-        )
-
-    seen = [now()]
-
-    def settled() -> bool:
-        time.sleep(0.3)  # the interval between two looks at the statistics
-        seen.append(now())
-        return seen[-1] == seen[-2]
-
-    wait_until(settled, 15, "event-table statistics settle")
-    return seen[-1]
-
-
-@pytest.mark.sqlite
 def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_order(procs: Procs, alice: User) -> None:
     web = procs.uvicorn(env=web_env("sse-many-web"))
     token = token_for(alice)
@@ -201,14 +171,6 @@ def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_o
 
 
 # --- several processes, a killed LISTEN connection ------------------------------------------------
-
-
-def listen_pids() -> dict[str, int]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT application_name, pid FROM pg_stat_activity WHERE application_name LIKE 'runledger-listen:web:%%'"
-        )
-        return dict(cursor.fetchall())
 
 
 def test_two_web_processes_see_every_event_and_a_killed_listen_connection_loses_nothing(

@@ -17,6 +17,7 @@ from runs.exceptions import StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
 from tests.support.checks import assert_nothing_after_terminal
+from tests.support.db import listener_backends as _listener_backends
 from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
 from tests.support.runs import (
     attempt,
@@ -184,15 +185,6 @@ def assert_learnt_by_rereading(worker: Proc) -> None:
     log = worker.log()
     assert "learnt by notification" not in log and "learnt by reconnect" not in log, log
     assert "learnt by poll" in log or "learnt by heartbeat" in log, log
-
-
-def _listener_backends(worker: Proc) -> list[int]:
-    """The PostgreSQL backends of the worker's LISTEN connection (named after its process id)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [f"runledger-listen:worker:{worker.pid}"]
-        )
-        return [pid for (pid,) in cursor.fetchall()]
 
 
 def test_cancellation_arrives_when_the_listener_connection_is_killed(procs: Procs, alice: User) -> None:
