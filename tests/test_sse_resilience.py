@@ -19,7 +19,7 @@ from runs.models import Run, RunAttempt, RunEvent
 from runs.streams import TERMINAL_EVENT_TYPES
 from tests.factories import running_run
 from tests.support.db import event_table_reads, listen_pids, token_for
-from tests.support.procs import Proc, Procs, start_writer, subprocess_env, web_env
+from tests.support.procs import Proc, Procs, start_writer, subprocess_env, threads_of, web_env
 from tests.support.sse import Event, Stream, auth_headers, watch
 from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
@@ -44,11 +44,6 @@ def query_one(sql: str, params: list[Any]) -> Any:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()[0]
-
-
-def threads_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
 
 
 def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:

@@ -201,6 +201,22 @@ def wait_log_line(proc: Proc, text: str, timeout: float = 30) -> None:
         time.sleep(0.05)  # polling a log file; the deadline above bounds it
 
 
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS (kB) and thread count of a process, from /proc."""
+    out = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                out["rss_kb"] = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                out["threads"] = int(line.split()[1])
+    return out
+
+
+def threads_of(pid: int) -> int:
+    return proc_status(pid)["threads"]
+
+
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Procs]:
     registry = Procs(tmp_path)
