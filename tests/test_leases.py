@@ -17,19 +17,9 @@ from tests.factories import queued_run
 from tests.support.checks import assert_nothing_after_terminal
 from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line
 from tests.support.proxies import PartitionableProxy
-from tests.support.runs import (
-    attempt,
-    delta_count,
-    deltas_of,
-    event_types,
-    fresh,
-    prove_worker_moved_on,
-    released,
-    stored_text,
-    wait_status,
-    wait_streaming,
-)
+from tests.support.runs import attempt, delta_count, deltas_of, event_types, fresh, released, stored_text
 from tests.support.waiting import wait_until
+from tests.support.workers import prove_worker_moved_on, wait_status, wait_streaming
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 

@@ -16,18 +16,9 @@ from runs.models import AttemptOutcome, Run
 from tests.factories import queued_run
 from tests.support.checks import assert_nothing_after_terminal
 from tests.support.procs import Proc, Procs
-from tests.support.runs import (
-    attempt,
-    delta_count,
-    deltas_of,
-    fresh,
-    prove_worker_moved_on,
-    released,
-    stored_text,
-    wait_status,
-    wait_streaming,
-)
+from tests.support.runs import attempt, delta_count, deltas_of, fresh, released, stored_text
 from tests.support.waiting import wait_until
+from tests.support.workers import prove_worker_moved_on, wait_status, wait_streaming
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 

@@ -2,11 +2,11 @@
 log, of a run's attempts, and of every run of a fault-injection workload (tests/test_faults.py)."""
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from runs.agents.demo import demo_text
@@ -100,6 +100,17 @@ def assert_answer_echoed(run: Run, events: list[RunEvent]) -> None:
     assert run.output["answer"] == answer, run.pk
 
 
+Row = TypeVar("Row", RunEvent, RunAttempt)
+
+
+def by_run(rows: Iterable[Row]) -> defaultdict[UUID, list[Row]]:
+    """Rows of many runs grouped by run, each group in the order given."""
+    grouped: defaultdict[UUID, list[Row]] = defaultdict(list)
+    for row in rows:
+        grouped[row.run_id].append(row)
+    return grouped
+
+
 def check_runs(
     runs: list[Run],
     *,
@@ -112,12 +123,8 @@ def check_runs(
     run's text, every end has a cause a client asked for (a dropped connection cancels nothing),
     and every watcher's reassembled stream is the stored log, event for event."""
     ids = [r.pk for r in runs]
-    events_by_run: dict[UUID, list[RunEvent]] = defaultdict(list)
-    for event in RunEvent.objects.filter(run_id__in=ids).order_by("run_id", "seq"):
-        events_by_run[event.run_id].append(event)
-    attempts_by_run: dict[UUID, list[RunAttempt]] = defaultdict(list)
-    for attempt in RunAttempt.objects.filter(run_id__in=ids):
-        attempts_by_run[attempt.run_id].append(attempt)
+    events_by_run = by_run(RunEvent.objects.filter(run_id__in=ids).order_by("run_id", "seq"))
+    attempts_by_run = by_run(RunAttempt.objects.filter(run_id__in=ids))
     by_id = {r.pk: r for r in runs}
     checked = Checked()
     for run in runs:

@@ -1,14 +1,7 @@
-"""A run as the database holds it: fresh reads of its row, attempts and events, and waits on them.
-
-Every read goes to the database (never a cached instance), so that a test sees what another
-process or thread committed.
-"""
-
-from django.contrib.auth.models import User
+"""A run as the database holds it: its row, attempts and events, read afresh every time, so that
+a test sees what another process or thread committed."""
 
 from runs.models import Run, RunAttempt, RunEvent
-from tests.factories import queued_run
-from tests.support.waiting import wait_until
 
 
 def fresh(run: Run) -> Run:
@@ -43,27 +36,3 @@ def delta_count(run: Run) -> int:
 
 def deltas_of(run: Run, generation: int) -> int:
     return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
-
-
-# --- waiting on runs that worker processes execute ----------------------------------------------
-
-
-def wait_status(run: Run, *statuses: str, timeout: float = 15) -> Run:
-    return wait_until(
-        lambda: (r := fresh(run)).status in statuses and r,
-        timeout=timeout,
-        what=f"run {run.pk} becoming {'/'.join(statuses)}",
-    )
-
-
-def wait_streaming(run: Run, deltas: int = 3) -> None:
-    wait_until(lambda: delta_count(run) >= deltas, what=f"{deltas} deltas of run {run.pk}")
-
-
-def prove_worker_moved_on(owner: User, worker_id: str) -> Run:
-    """The worker is alive and free again: it takes and completes the next run."""
-    nxt = queued_run(owner, input={"deltas": 2, "delay_ms": 1})
-    done = wait_status(nxt, "completed")
-    found = attempt(done)
-    assert found is not None and found.worker == worker_id
-    return done
