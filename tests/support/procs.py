@@ -1,7 +1,8 @@
 """Real processes for tests: uvicorn web processes and workers, each stopped by its PID.
 
 Tests that start processes use the `procs` fixture, which stops whatever they started, whatever
-happens. Subprocesses reach the test database through `subprocess_env()`.
+happens. Subprocesses reach the test database through `subprocess_env()`. bench/ starts its
+processes with `Procs` too, with an environment of its own (production intervals).
 """
 
 import os
@@ -135,12 +136,13 @@ class Procs:
         self.started.append(proc)
         return proc
 
-    def uvicorn(self, *, env: dict[str, str] | None = None, port: int | None = None) -> Proc:
+    def uvicorn(self, *, env: dict[str, str] | None = None, port: int | None = None, timeout: float = 30) -> Proc:
+        """Start a uvicorn web process and wait until it answers /healthz/."""
         port = port or free_port()
         args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
         args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
         proc = self.start("uvicorn", args, env or subprocess_env(), port=port)
-        wait_http_ok(proc, "/healthz/")
+        wait_http_ok(proc, "/healthz/", timeout=timeout)
         return proc
 
     def worker(
@@ -158,10 +160,10 @@ class Procs:
         wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
         return proc
 
-    def stop_all(self) -> None:
+    def stop_all(self, timeout: float = 5) -> None:
         for proc in reversed(self.started):
             if not proc.stopped:
-                proc.stop(timeout=5)
+                proc.stop(timeout=timeout)
 
 
 def start_writer(
