@@ -1,32 +1,37 @@
-"""Shared plumbing of the benchmarks: a throwaway cluster, processes, clients, statistics, machine facts.
+"""Shared plumbing of the benchmarks: a throwaway cluster, the running application, clients,
+statistics, machine facts. Processes, waits and SSE parsing are the tests' own (tests/support/).
 
-Nothing here imports Django at module level, so a driver can start a cluster and point
-DATABASE_URL at it before `django.setup()`.
+Nothing here sets Django up at import, so a driver can start a cluster and point DATABASE_URL at
+it before `django.setup()` (which `app_running` does).
 """
 
+import itertools
 import json
 import os
 import platform
-import re
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.procs import ROOT, Proc, Procs, proc_status
+from tests.support.sse import Event, SSEParser
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 RESULTS = ROOT / "bench" / "results"
-T = TypeVar("T")
+WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
 
 
 # --- statistics ---------------------------------------------------------------------------------
@@ -51,15 +56,6 @@ def summary(ms: list[float]) -> dict[str, float]:
         "max": round(max(ms), 2),
         "mean": round(statistics.fmean(ms), 2),
     }
-
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout}s")
-        time.sleep(interval)
-    return value
 
 
 # --- the machine --------------------------------------------------------------------------------
@@ -128,111 +124,26 @@ def durable_cluster() -> Iterator[Cluster]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-# --- processes ----------------------------------------------------------------------------------
+# --- measuring processes -------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Sampler(threading.Thread):
+    """Peak RSS, threads and database connections of a process, sampled every `interval` s until
+    `stop_event` is set."""
 
+    def __init__(self, pid: int, count_connections: Callable[[], int], interval: float) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.count_connections = count_connections
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.peak = {"rss_kb": 0, "threads": 0, "db_connections": 0}
 
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    port: int | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, timeout: float = 20) -> None:
-        """SIGTERM to the process group it leads (it was started in its own session), then SIGKILL."""
-        if self.popen.poll() is None:
-            os.killpg(self.pid, signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.popen.wait(timeout=10)
-
-
-@dataclass
-class Procs:
-    log_dir: Path
-    env: dict[str, str]
-    started: list[Proc] = field(default_factory=list)
-
-    def start(self, name: str, args: list[str], port: int | None = None, env: dict[str, str] | None = None) -> Proc:
-        log_path = self.log_dir / f"{name}.log"
-        with log_path.open("ab") as log_file:
-            popen = subprocess.Popen(
-                args,
-                cwd=ROOT,
-                env={**self.env, **(env or {})},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        proc = Proc(name, popen, log_path, port)
-        self.started.append(proc)
-        return proc
-
-    def uvicorn(self, name: str = "web", env: dict[str, str] | None = None) -> Proc:
-        port = free_port()
-        args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
-        args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
-        proc = self.start(name, args, port=port, env=env)
-
-        def up() -> bool:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"{name} exited:\n{proc.log()}")
-            try:
-                with urllib.request.urlopen(proc.url + "/healthz/", timeout=2) as response:
-                    return bool(response.status == 200)
-            except OSError:
-                return False
-
-        wait_for(up, 60, f"{name} answering")
-        return proc
-
-    def worker(self, worker_id: str, concurrency: int) -> Proc:
-        args = [sys.executable, "manage.py", "runworker", "--worker-id", worker_id, "--concurrency", str(concurrency)]
-        proc = self.start(f"worker-{worker_id}", args)
-
-        def ready() -> bool:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"worker {worker_id} exited:\n{proc.log()}")
-            return f"runworker {worker_id} ready" in proc.log()
-
-        wait_for(ready, 60, f"worker {worker_id} ready")
-        return proc
-
-    def stop_all(self) -> None:
-        for proc in reversed(self.started):
-            proc.stop()
-        self.started.clear()
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """RSS (kB) and thread count of a process, from /proc."""
-    out = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                out["rss_kb"] = int(line.split()[1])
-            elif line.startswith("Threads:"):
-                out["threads"] = int(line.split()[1])
-    return out
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            sample = {**proc_status(self.pid), "db_connections": self.count_connections()}
+            for key, value in sample.items():
+                self.peak[key] = max(self.peak[key], value)
 
 
 class CpuMeter:
@@ -310,56 +221,28 @@ class Http:
         self.conn.close()
 
 
-@dataclass
-class Frame:
-    seq: int
-    type: str
-    data: bytes  # the `data:` field
-    at: float  # time.time() when the HTTP chunk that completed it arrived
+def parse_sse(chunks: list[tuple[float, bytes]]) -> list[Event]:
+    """The events of a chunked `text/event-stream` HTTP response recorded as (arrival, raw bytes).
 
-
-def parse_sse(chunks: list[tuple[float, bytes]]) -> list[Frame]:
-    """Frames from a chunked `text/event-stream` HTTP response recorded as (arrival, raw bytes).
-
-    The server writes whole frames per HTTP chunk, so a frame's arrival is that of the read that
-    completed its chunk. Done after the measurement, so parsing costs the client nothing meanwhile.
+    The server writes whole frames per HTTP chunk, so an event's arrival (`received_at`) is that of
+    the read that completed its chunk. Done after the measurement, so parsing costs the client
+    nothing meanwhile.
     """
     raw = b"".join(c for _, c in chunks)
-    ends: list[int] = []
-    pos = 0
-    for _, c in chunks:
-        pos += len(c)
-        ends.append(pos)
-    head_end = raw.index(b"\r\n\r\n") + 4
-    frames: list[Frame] = []
-    pos, i = head_end, 0
-    pending = b""
-    while pos < len(raw):
-        line_end = raw.find(b"\r\n", pos)
-        if line_end < 0:
-            break
+    ends = list(itertools.accumulate(len(c) for _, c in chunks))
+    parser = SSEParser()
+    events: list[Event] = []
+    pos, i = raw.index(b"\r\n\r\n") + 4, 0
+    while (line_end := raw.find(b"\r\n", pos)) >= 0:
         size = int(raw[pos:line_end].split(b";")[0], 16)
         start, stop = line_end + 2, line_end + 2 + size
         if size == 0 or stop > len(raw):
             break
         while ends[i] < stop:
             i += 1
-        at = chunks[i][0]
-        pending += raw[start:stop]
-        *complete, pending = pending.split(b"\n\n")
-        for block in complete:
-            seq, type_, data = -1, "", b""
-            for line in block.split(b"\n"):
-                if line.startswith(b"id: "):
-                    seq = int(line[4:])
-                elif line.startswith(b"event: "):
-                    type_ = line[7:].decode()
-                elif line.startswith(b"data: "):
-                    data = line[6:]
-            if seq >= 0:
-                frames.append(Frame(seq, type_, data, at))
+        events += [e for e in parser.feed(raw[start:stop], at=chunks[i][0]) if e.id is not None]
         pos = stop + 2
-    return frames
+    return events
 
 
 def sse_request(base: str, path: str, token: str, extra: str = "") -> bytes:
@@ -408,17 +291,29 @@ def git_revision() -> str:
         return ""
 
 
-_TERMINAL_RE = re.compile(rb"event: run\.(completed|failed|cancelled|stopped)\n")
+# --- the running application ------------------------------------------------------------------
 
 
-def has_terminal(raw: bytes) -> bool:
-    return _TERMINAL_RE.search(raw) is not None
+@dataclass
+class Ctx:
+    """What every scenario measures against (bench/scenarios.py)."""
+
+    url: str  # the application database
+    web: Proc
+    workers: list[Proc]
+    user: "User"
+    token: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return self.web.url
 
 
 @contextmanager
-def app_running(cluster: Cluster, *, workers: int = 2, concurrency: int = 120) -> Iterator[Any]:
+def app_running(cluster: Cluster, *, workers: int = 2, concurrency: int = 120) -> Iterator[Ctx]:
     """The application database `runledger` migrated, one uvicorn web process and `workers` worker
-    processes started (default settings), a user with a token: yields `bench.scenarios.Ctx`."""
+    processes started (default settings), a user with a token."""
     url = cluster.create_database("runledger")
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -430,24 +325,23 @@ def app_running(cluster: Cluster, *, workers: int = 2, concurrency: int = 120) -
     from django.db import connection
     from rest_framework.authtoken.models import Token
 
-    from bench import scenarios as sc
-
     call_command("migrate", verbosity=0)
     user = User.objects.create_user("bench", password="bench-password")
     token = Token.objects.create(user=user).key
     connection.close()
     logs = Path(tempfile.mkdtemp(prefix="runledger-bench-logs-"))
-    procs = Procs(logs, {**os.environ, "PYTHONUNBUFFERED": "1", "DATABASE_URL": url})
+    procs = Procs(logs)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DATABASE_URL": url}
     try:
-        web = procs.uvicorn(env={"DATABASE_URL": f"{url}?application_name={sc.WEB_APP_NAME}"})
-        started = [procs.worker(f"bench-{i}", concurrency) for i in range(workers)]
-        yield sc.Ctx(url=url, web=web, workers=started, user=user, token=token)
+        web = procs.uvicorn(env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"}, timeout=60)
+        started = [procs.worker(f"bench-{i}", concurrency=concurrency, env=env, timeout=60) for i in range(workers)]
+        yield Ctx(url=url, web=web, workers=started, user=user, token=token)
     except BaseException:
         for proc in procs.started:
             print(f"--- {proc.name} (exit {proc.popen.poll()}), log tail:\n{proc.log()[-3000:]}", file=sys.stderr)
         raise
     finally:
-        procs.stop_all()
+        procs.stop_all(timeout=20)
         shutil.rmtree(logs, ignore_errors=True)
 
 

@@ -243,72 +243,51 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         )
 
     lcw, notified = f["lock_check_write_ms"], f["txn_start_to_notified_ms"]
+    # A cancel's committed answer stands beside the floor's lock-check-write, the worker's release
+    # beside a transaction's NOTIFY reaching a listener: figure -> (floor, what it is, and its
+    # name when measured again under the same load).
+    cancel_floors = {
+        "committed": ("lock_check_write_ms", "lock-check-write", "lock-check-write"),
+        "released": ("txn_start_to_notified_ms", "txn → NOTIFY received", "txn → NOTIFY"),
+    }
     for via in ("service", "http"):
         c = t[f"cancel_{via}"]
-        n = c["runs"]
-        add(
-            f"cancel ({via}, {n} runs) → committed p50",
-            c["committed_ms"]["p50"],
-            "ms",
-            lcw["p50"],
-            "lock-check-write p50",
-        )
-        add(
-            f"cancel ({via}) → committed p99",
-            c["committed_ms"]["p99"],
-            "ms",
-            lcw["p99"],
-            "lock-check-write p99",
-            TARGETS["cancel_committed_p99_ms"],
-        )
-        add(
-            f"cancel ({via}) → released p50",
-            c["released_ms"]["p50"],
-            "ms",
-            notified["p50"],
-            "txn → NOTIFY received p50",
-        )
-        add(
-            f"cancel ({via}) → released p99",
-            c["released_ms"]["p99"],
-            "ms",
-            notified["p99"],
-            "txn → NOTIFY received p99",
-            TARGETS["cancel_released_p99_ms"],
-        )
+        for what, (floor, floor_is, _) in cancel_floors.items():
+            for p in ("p50", "p99"):
+                runs = f", {c['runs']} runs" if what == "committed" and p == "p50" else ""
+                target = TARGETS[f"cancel_{what}_p99_ms"] if p == "p99" else None
+                add(
+                    f"cancel ({via}{runs}) → {what} {p}",
+                    c[f"{what}_ms"][p],
+                    "ms",
+                    f[floor][p],
+                    f"{floor_is} {p}",
+                    target,
+                )
     loaded = t["cancel_service"].get("floor_under_load")
     if loaded:
         c = t["cancel_service"]
-        add(
-            "cancel (service) → committed p99, against the floor under the same load",
-            c["committed_ms"]["p99"],
-            "ms",
-            loaded["lock_check_write_ms"]["p99"],
-            "lock-check-write p99 while the runs stream",
-        )
-        add(
-            "cancel (service) → released p99, against the floor under the same load",
-            c["released_ms"]["p99"],
-            "ms",
-            loaded["txn_start_to_notified_ms"]["p99"],
-            "txn → NOTIFY p99 while the runs stream",
-        )
+        for what, (floor, _, loaded_is) in cancel_floors.items():
+            add(
+                f"cancel (service) → {what} p99, against the floor under the same load",
+                c[f"{what}_ms"]["p99"],
+                "ms",
+                loaded[floor]["p99"],
+                f"{loaded_is} p99 while the runs stream",
+            )
     s = t["start"]
-    add(
-        "start: create → run.started at an SSE watcher p50",
-        s["to_run_started_ms"]["p50"],
-        "ms",
-        2 * notified["p50"] + lcw["p50"],
-        "2 x txn→NOTIFY + lock-check-write (p50)",
-        TARGETS["start_p50_ms"],
-    )
-    add(
-        "start: create → first output.delta at the watcher p50",
-        s["to_first_delta_ms"]["p50"],
-        "ms",
-        3 * notified["p50"] + lcw["p50"],
-        "3 x txn→NOTIFY + lock-check-write (p50)",
-    )
+    for event, key, notifies, target in (
+        ("run.started at an SSE watcher", "to_run_started_ms", 2, TARGETS["start_p50_ms"]),
+        ("first output.delta at the watcher", "to_first_delta_ms", 3, None),
+    ):
+        add(
+            f"start: create → {event} p50",
+            s[key]["p50"],
+            "ms",
+            notifies * notified["p50"] + lcw["p50"],
+            f"{notifies} x txn→NOTIFY + lock-check-write (p50)",
+            target,
+        )
     a1, am = t["append_one"], t["append_many"]
     add(
         f"append: one run, demo delay 0 ({a1['events_per_transaction']} ev/tx)",

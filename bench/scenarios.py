@@ -1,5 +1,6 @@
-"""The measurements of issue 9, each a function of a running setup (`Ctx`): a migrated database,
-one uvicorn web process, worker processes, a user with a token. Import only after `django.setup()`.
+"""The measurements of issue 9, each a function of a running setup (`bench.lib.Ctx`): a migrated
+database, one uvicorn web process, worker processes, a user with a token. Import only after
+`django.setup()`.
 
 Every time is wall-clock on this one machine (client, web, workers and PostgreSQL share it):
 `time.time()` in this process against `created_at`/`released_at` written by the others.
@@ -9,9 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -20,26 +19,24 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
-from bench.lib import ROOT, CpuMeter, Frame, Http, Proc, parse_sse, proc_status, sse_blocking, sse_request, summary
-from bench.lib import wait_for as _wait_for
+from bench.lib import (
+    ROOT,
+    WEB_APP_NAME,
+    CpuMeter,
+    Ctx,
+    Http,
+    Sampler,
+    parse_sse,
+    sse_blocking,
+    sse_request,
+    summary,
+)
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
-
-WEB_APP_NAME = "bench-web"
-
-
-@dataclass
-class Ctx:
-    url: str  # the application database
-    web: Proc
-    workers: list[Proc]
-    user: User
-    token: str
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def base(self) -> str:
-        return self.web.url
+from tests.support.db import connections_named
+from tests.support.procs import proc_status
+from tests.support.sse import Event
+from tests.support.waiting import wait_until
 
 
 def _close() -> None:
@@ -48,7 +45,7 @@ def _close() -> None:
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
     try:
-        return _wait_for(predicate, timeout, what, interval)
+        return wait_until(predicate, timeout, what, interval)
     finally:
         _close()
 
@@ -189,9 +186,9 @@ def start(ctx: Ctx, *, samples: int) -> dict[str, Any]:
                 until=lambda raw: b"event: output.delta\n" in raw,
                 timeout=30,
             )
-            frames = {f.type: f for f in reversed(parse_sse(chunks))}
-            started_ms.append((frames["run.started"].at - t0) * 1000)
-            delta_ms.append((frames["output.delta"].at - t0) * 1000)
+            frames = {f.event: f for f in reversed(parse_sse(chunks))}
+            started_ms.append((frames["run.started"].received_at - t0) * 1000)
+            delta_ms.append((frames["output.delta"].received_at - t0) * 1000)
             time.sleep(0.1)
     finally:
         http.close()
@@ -224,12 +221,12 @@ def append_one(ctx: Ctx, *, deltas: int) -> dict[str, Any]:
     run = services.run_create(owner=ctx.user, agent="demo", input={"deltas": deltas, "delay_ms": 0})
     _close()
     _, chunks = sse_blocking(ctx.base, f"/api/runs/{run.pk}/stream/?after_seq=0", ctx.token, timeout=300)
-    frames = [f for f in parse_sse(chunks) if f.type == "output.delta"]
+    frames = [f for f in parse_sse(chunks) if f.event == "output.delta"]
     assert len(frames) == deltas and [f.seq for f in frames] == list(range(frames[0].seq, frames[0].seq + deltas))
     begin, end, stored = _span(run.pk)
     batches = _batches(run.pk)
     _close()
-    live_seconds = frames[-1].at - frames[0].at
+    live_seconds = frames[-1].received_at - frames[0].received_at
     return {
         "deltas": stored,
         "transactions": batches,
@@ -269,7 +266,7 @@ def append_many(ctx: Ctx, *, runs: int, deltas: int) -> dict[str, Any]:
 # --- stream and replay --------------------------------------------------------------------------
 
 
-def _stream_all(ctx: Ctx, run: Run, expect: int) -> tuple[float, list[Frame]]:
+def _stream_all(ctx: Ctx, run: Run, expect: int) -> tuple[float, list[Event]]:
     t0, chunks = sse_blocking(ctx.base, f"/api/runs/{run.pk}/stream/?after_seq=0", ctx.token, timeout=300)
     frames = parse_sse(chunks)
     assert [f.seq for f in frames] == list(range(1, expect + 1)), (len(frames), expect)
@@ -283,7 +280,7 @@ def stream_one(ctx: Ctx, *, events: int) -> dict[str, Any]:
     results = []
     for _ in range(3):
         t0, frames = _stream_all(ctx, run, events + 1)
-        results.append((frames[-1].at - t0, frames[0].at - t0))
+        results.append((frames[-1].received_at - t0, frames[0].received_at - t0))
     seconds, first = sorted(results)[1]  # the median of three
     return {
         "events": events + 1,
@@ -316,7 +313,7 @@ def replay(ctx: Ctx, *, events: int, run: Run | None = None) -> tuple[dict[str, 
             json_tries.append(time.time() - t0)
             assert got == total, (got, total)
             t0, frames = _stream_all(ctx, run, total)
-            sse_tries.append(frames[-1].at - t0)
+            sse_tries.append(frames[-1].received_at - t0)
     finally:
         http.close()
     json_s, sse_s = sorted(json_tries)[1], sorted(sse_tries)[1]
@@ -334,31 +331,11 @@ def replay(ctx: Ctx, *, events: int, run: Run | None = None) -> tuple[dict[str, 
 # --- many watchers of one run -------------------------------------------------------------------
 
 
-def _count(sql: str, *params: Any) -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return int(cursor.fetchone()[0])
-
-
 def _web_connections() -> int:
     try:
-        return _count("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", WEB_APP_NAME)
+        return connections_named(WEB_APP_NAME)
     finally:
         _close()
-
-
-class _Sampler(threading.Thread):
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.stop_event = threading.Event()
-        self.peak = {"rss_kb": 0, "threads": 0, "db_connections": 0}
-
-    def run(self) -> None:
-        while not self.stop_event.wait(0.1):
-            sample = {**proc_status(self.pid), "db_connections": _web_connections()}
-            for key, value in sample.items():
-                self.peak[key] = max(self.peak[key], value)
 
 
 async def _watch(ctx: Ctx, path: str, connected: asyncio.Event, gate: asyncio.Semaphore) -> list[tuple[float, bytes]]:
@@ -398,7 +375,7 @@ def watchers(ctx: Ctx, *, n: int, events: int, interval: float) -> dict[str, Any
         connect_seconds = time.monotonic() - t0
         await asyncio.sleep(2)
         idle = {**proc_status(ctx.web.pid), "db_connections": await asyncio.to_thread(_web_connections)}
-        sampler = _Sampler(ctx.web.pid)
+        sampler = Sampler(ctx.web.pid, _web_connections, interval=0.1)
         sampler.start()
         cpu = CpuMeter({"web": ctx.web.pid})
         writer = await asyncio.create_subprocess_exec(
@@ -436,7 +413,7 @@ def watchers(ctx: Ctx, *, n: int, events: int, interval: float) -> dict[str, Any
         frames = parse_sse(chunks)
         if [f.seq for f in frames] == sorted(committed):
             complete_watchers += 1
-        delays.extend((f.at - committed[f.seq]) * 1000 for f in frames if f.seq in committed)
+        delays.extend((f.received_at - committed[f.seq]) * 1000 for f in frames if f.seq in committed)
     return {
         "watchers": n,
         "events": len(committed),

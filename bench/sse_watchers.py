@@ -20,33 +20,21 @@ import asyncio
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.lib import RESULTS, Sampler, durable_cluster
+from tests.support.procs import ROOT, Procs, proc_status
 
 WEB_APP_NAME = "bench-sse-web"
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """RSS (kB) and thread count of a process, from /proc."""
-    out = {}
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                out["rss_kb"] = int(line.split()[1])
-            elif line.startswith("Threads:"):
-                out["threads"] = int(line.split()[1])
-    return out
 
 
 def writer_main(run_id: str, generation: int, count: int, interval: float) -> int:
@@ -67,23 +55,6 @@ def writer_main(run_id: str, generation: int, count: int, interval: float) -> in
     return 0
 
 
-class Sampler(threading.Thread):
-    """Peak RSS, threads and DB connections of the web process while the burst runs."""
-
-    def __init__(self, pid: int, count_connections: Any) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.count_connections = count_connections
-        self.stop_event = threading.Event()
-        self.peak = {"rss_kb": 0, "threads": 0, "db_connections": 0}
-
-    def run(self) -> None:
-        while not self.stop_event.wait(0.05):
-            sample = {**proc_status(self.pid), "db_connections": self.count_connections()}
-            for key, value in sample.items():
-                self.peak[key] = max(self.peak[key], value)
-
-
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -102,18 +73,13 @@ def main() -> int:
         run_id, gen, count, interval = args.writer
         return writer_main(run_id, int(gen), int(count), float(interval))
 
-    work = tempfile.mkdtemp(prefix="runledger-bench-sse-")
-    os.chmod(work, 0o755)  # the PostgreSQL server may run as another user and must reach its folder
-    cluster_dir = None
-    url = args.database_url
-    if not url:
-        cluster_dir = f"{work}/pg"
-        out = subprocess.run(
-            [str(ROOT / "bin/pgcluster"), "start", cluster_dir, "--durable"], check=True, capture_output=True, text=True
+    with ExitStack() as stack:
+        url = args.database_url or stack.enter_context(durable_cluster()).url
+        logs = stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="runledger-bench-sse-", ignore_cleanup_errors=True)
         )
-        url = out.stdout.strip().splitlines()[-1]
-    web = None
-    try:
+        procs = Procs(Path(logs))
+        stack.callback(procs.stop_all, timeout=10)
         env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
         os.environ["DATABASE_URL"] = url
@@ -121,13 +87,12 @@ def main() -> int:
 
         django.setup()
         from django.contrib.auth.models import User
-        from django.db import connection
         from rest_framework.authtoken.models import Token
 
         from runs import services
         from runs.models import RunEvent
-        from tests.procs import free_port
-        from tests.sse_client import auth_headers, watch
+        from tests.support.db import connections_named, event_table_scans, listener_backends
+        from tests.support.sse import auth_headers, watch
 
         user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
         token = Token.objects.create(user=user).key
@@ -136,51 +101,14 @@ def main() -> int:
         assert claimed is not None and claimed[0].pk == run.pk
         run = claimed[0]
 
-        port = free_port()
-        log_path = Path(work) / "uvicorn.log"
-        with log_path.open("wb") as log_file:
-            web = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "uvicorn", "config.asgi:application"),
-                    *("--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"),
-                ],
-                cwd=ROOT,
-                env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/healthz/", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or web.poll() is not None:
-                    raise RuntimeError(f"uvicorn did not start:\n{log_path.read_text()}") from None
-                time.sleep(0.1)
+        web = procs.uvicorn(env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"})
+        base = web.url
 
         def db_connections() -> int:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [WEB_APP_NAME])
-                return int(cursor.fetchone()[0])
+            return connections_named(WEB_APP_NAME)
 
         def listen_connections() -> int:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                    [f"runledger-listen:web:{web.pid}"],
-                )
-                return int(cursor.fetchone()[0])
-
-        def event_table_reads() -> int:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
-                    "WHERE relname = 'runs_runevent'"
-                )
-                return int(cursor.fetchone()[0])
+            return len(listener_backends(web, role="web"))
 
         before = proc_status(web.pid)
         path = f"/api/runs/{run.pk}/stream/?after_seq=0"
@@ -199,8 +127,8 @@ def main() -> int:
                 "db_connections": await asyncio.to_thread(db_connections),
                 "listen_connections": await asyncio.to_thread(listen_connections),
             }
-            scans_before = await asyncio.to_thread(event_table_reads)
-            sampler = Sampler(web.pid, db_connections)
+            scans_before = await asyncio.to_thread(event_table_scans)
+            sampler = Sampler(web.pid, db_connections, interval=0.05)
             sampler.start()
             writer = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -221,7 +149,7 @@ def main() -> int:
             sampler.stop_event.set()
             sampler.join()
             await asyncio.sleep(1.5)  # PostgreSQL flushes table statistics within a second
-            scans = await asyncio.to_thread(event_table_reads) - scans_before
+            scans = await asyncio.to_thread(event_table_scans) - scans_before
             committed = {int(s): float(t) for s, t in (line.split() for line in out.decode().splitlines())}
             return {
                 "results": results,
@@ -265,23 +193,11 @@ def main() -> int:
             "event_table_reads_during_burst": measured["scans"],
         }
         print_table(report)
-        results_dir = ROOT / "bench" / "results"
-        results_dir.mkdir(parents=True, exist_ok=True)
-        out_path = results_dir / f"sse_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out_path = RESULTS / f"sse_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
         out_path.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nJSON: {out_path.relative_to(ROOT)}")
         return 0 if complete == args.watchers else 1
-    finally:
-        if web is not None and web.poll() is None:
-            os.killpg(web.pid, 15)
-            try:
-                web.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(web.pid, 9)
-                web.wait(timeout=10)
-        if cluster_dir:
-            subprocess.run([str(ROOT / "bin/pgcluster"), "stop", cluster_dir], check=False)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def print_table(r: dict[str, Any]) -> None:

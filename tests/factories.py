@@ -28,10 +28,6 @@ def waiting_run(owner: User, **kwargs: Any) -> Run:
     return services.run_wait(run_id=run.pk, generation=run.generation, reason=WaitReason.INPUT_REQUIRED, prompt="name?")
 
 
-def event_types(run: Run) -> list[str]:
-    return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
-
-
 def assert_log_is_sound(run: Run) -> list[RunEvent]:
     """seq is 1..last_seq with no gap; a terminal run has exactly one terminal event, last."""
     run.refresh_from_db()

@@ -19,6 +19,7 @@ from runs import services
 from runs.models import Run, RunEvent
 from runs.transitions import Status
 from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
+from tests.support.runs import status_of
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
 
@@ -36,10 +37,6 @@ def cancel_url(run: Run) -> str:
 
 def stop_url(run: Run) -> str:
     return reverse("admin:runs_run_stop", args=[run.pk])
-
-
-def status_of(run: Run) -> str:
-    return Run.objects.values_list("status", flat=True).get(pk=run.pk)
 
 
 def message_texts(response: Any) -> list[str]:

@@ -8,9 +8,9 @@ from playwright.sync_api import Page, expect
 
 from runs import services
 from runs.models import Run
-from tests.browser import admin_login, give_password, save_screenshot
 from tests.factories import running_run
-from tests.procs import Procs
+from tests.support.browser import admin_login, give_password, save_screenshot
+from tests.support.procs import Procs
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

@@ -16,8 +16,10 @@ from rest_framework.test import APIClient
 from runs import services
 from runs.exceptions import RunConflict
 from runs.models import IdempotencyRecord, Run, RunEvent
-from tests.conftest import ON_SQLITE, race
-from tests.factories import assert_log_is_sound, event_types, queued_run, running_run, waiting_run
+from tests.conftest import ON_SQLITE
+from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
+from tests.support.runs import event_types
+from tests.support.threads import race
 
 pytestmark = pytest.mark.sqlite
 

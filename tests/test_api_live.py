@@ -26,7 +26,7 @@ from schemathesis.checks import (
 from runs import services
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run, waiting_run
-from tests.procs import Procs, free_port, subprocess_env
+from tests.support.procs import Procs, free_port, subprocess_env
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes]
 

@@ -7,8 +7,8 @@ from django.contrib.auth.models import User
 from runs import services
 from runs.exceptions import StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from tests.conftest import race
 from tests.factories import assert_log_is_sound, running_run
+from tests.support.threads import race
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 

@@ -11,6 +11,7 @@ from runs.agents.demo import TOOL_CALL_ID, delta_text, demo_text
 from runs.models import Run, RunEvent
 from runs.worker import Worker
 from tests.factories import assert_log_is_sound, queued_run
+from tests.support.runs import stored_text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
@@ -22,10 +23,6 @@ def run_once(**kwargs: Any) -> int:
 def events(run: Run, type_: str | None = None) -> list[RunEvent]:
     qs = RunEvent.objects.filter(run_id=run.pk).order_by("seq")
     return list(qs.filter(type=type_) if type_ else qs)
-
-
-def stored_text(run: Run) -> str:
-    return "".join(e.data["text"] for e in events(run, "output.delta"))
 
 
 def test_the_demo_streams_its_deltas_and_completes(alice: User) -> None:

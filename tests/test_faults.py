@@ -23,14 +23,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
-from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import Run, RunEvent
 from runs.transitions import TERMINAL
-from tests.conftest import PgCluster
-from tests.faults_checks import assert_no_crash_logged, check_runs
-from tests.faults_client import (
+from tests.support.checks import assert_no_crash_logged, check_runs
+from tests.support.db import listening, token_for
+from tests.support.faults import (
     TRANSPORT_ERRORS,
     Api,
     Hang,
@@ -42,16 +40,13 @@ from tests.faults_client import (
     request,
     token_header,
 )
-from tests.procs import Proc, Procs, subprocess_env
-from tests.sse_client import Stream
+from tests.support.pg import PgCluster
+from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.sse import Stream
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.slow]
 
 SEED = int(os.environ.get("RUNLEDGER_TEST_SEED") or random.randrange(2**32))
-
-
-def token_for(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
 
 
 def alive(processes: list[Proc]) -> bool:
@@ -390,16 +385,6 @@ class Prober:
         probe = Probe(kind, started, loop.time(), status, marker)
         self.probes.append(probe)
         return probe
-
-
-def listening(role: str) -> set[int]:
-    """Pids of the processes of `role` whose LISTEN connection is on the server."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s",
-            [f"{APPLICATION_NAME_PREFIX}:{role}:%"],
-        )
-        return {int(name.rsplit(":", 1)[1]) for (name,) in cursor.fetchall()}
 
 
 @pytest.mark.pg_cluster

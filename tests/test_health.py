@@ -3,7 +3,7 @@ import urllib.request
 
 import pytest
 
-from tests.procs import Procs
+from tests.support.procs import Procs
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes]
 

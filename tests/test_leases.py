@@ -14,31 +14,18 @@ from django.db import connection
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
-from tests.pgproxy import PartitionableProxy
-from tests.procs import Proc, Procs, subprocess_env, wait_log_line, wait_until
-from tests.procs import test_database_url as database_url
-from tests.test_worker import (
-    assert_nothing_after_terminal,
-    attempt,
-    delta_count,
-    event_types,
-    fresh,
-    prove_worker_moved_on,
-    released,
-    stored_text,
-    wait_status,
-    wait_streaming,
-)
+from tests.support.checks import assert_nothing_after_terminal
+from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line
+from tests.support.proxies import PartitionableProxy
+from tests.support.runs import attempt, delta_count, deltas_of, event_types, fresh, released, stored_text
+from tests.support.waiting import wait_until
+from tests.support.workers import prove_worker_moved_on, wait_status, wait_streaming
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 # Streams for about 7 s: long enough to take from a worker mid-run even when starting the second
 # worker is slow (a loaded machine), and for another to finish.
 LONG: dict[str, Any] = {"deltas": 300, "delay_ms": 25}
-
-
-def deltas_of(run: Run, generation: int) -> int:
-    return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
 
 
 def assert_taken_over(run: Run, *, lost: int, cause: str) -> None:

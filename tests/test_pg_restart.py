@@ -11,21 +11,21 @@ exactly what one uninterrupted run produces.
 import time
 from collections import defaultdict
 from datetime import datetime
-from itertools import pairwise
 from typing import Any
 from uuid import UUID
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 
 from runs.agents.demo import demo_text
-from runs.listener import APPLICATION_NAME_PREFIX
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
-from tests.conftest import PgCluster
 from tests.factories import queued_run
-from tests.procs import Procs, subprocess_env, wait_until
+from tests.support.checks import assert_attempts_never_overlap
+from tests.support.db import listening_pids
+from tests.support.pg import PgCluster
+from tests.support.procs import Procs, subprocess_env
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.pg_cluster]
 
@@ -34,34 +34,7 @@ WORKERS = 3
 CONCURRENCY = 8
 LEASE = 3.0
 DELTAS = 10
-PREFIX = f"{APPLICATION_NAME_PREFIX}:worker:"
 RUN_INPUT: dict[str, Any] = {"deltas": DELTAS, "delay_ms": 100}  # about a second per run
-
-
-def assert_attempts_never_overlap(attempts: list[RunAttempt]) -> None:
-    """No two attempts of one run executed at the same instant.
-
-    An attempt executes from `claimed_at` until `released_at`, which its worker records as the
-    moment it stopped (even if the database was down then). An attempt without `released_at`
-    either never started executing (its claim's answer was lost) or its worker died; in both cases
-    it executed no later than its lease, which self-fencing guarantees. The next attempt is only
-    claimed after the run was requeued, so each attempt must have ended before the next began."""
-    attempts = sorted(attempts, key=lambda a: a.generation)
-    assert [a.generation for a in attempts] == list(range(1, len(attempts) + 1))
-    for earlier, later in pairwise(attempts):
-        ended: datetime = earlier.released_at or earlier.lease_expires_at
-        assert ended <= later.claimed_at, (earlier.run_id, earlier.generation, ended, later.claimed_at)
-    for attempt in attempts:
-        if attempt.outcome == AttemptOutcome.LOST and attempt.released_at is not None:
-            # Self-fencing: a worker that lost its lease had stopped before the lease lapsed.
-            assert attempt.released_at <= attempt.lease_expires_at, (attempt.run_id, attempt.generation)
-
-
-def listening_pids() -> list[int]:
-    """Process ids of the workers whose LISTEN connection the server has (named after the pid)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s", [f"{PREFIX}%"])
-        return [int(name.rsplit(":", 1)[1]) for (name,) in cursor.fetchall()]
 
 
 def test_workers_survive_a_postgresql_restart_and_never_execute_a_run_twice_at_once(

@@ -13,8 +13,9 @@ from runs import services
 from runs.exceptions import RunConflict
 from runs.models import RunAttempt, RunEvent
 from runs.transitions import FailCode
-from tests.conftest import ON_SQLITE, race
+from tests.conftest import ON_SQLITE
 from tests.factories import assert_log_is_sound, queued_run, running_run
+from tests.support.threads import race
 
 RACERS = 50
 RUNS = 3 if ON_SQLITE else 6

@@ -9,7 +9,8 @@ from runs import services
 from runs.exceptions import InvalidTransition, NotFound, StaleAttempt, StaleTicket, ValidationFailed
 from runs.models import Run, RunAttempt, RunEvent
 from runs.transitions import FailCode
-from tests.factories import assert_log_is_sound, event_types, queued_run, running_run, waiting_run
+from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
+from tests.support.runs import event_types
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.models import Run, RunEvent
 from tests.factories import running_run
-from tests.procs import Proc, Procs, subprocess_env
-from tests.sse_client import Event, Stream, auth_headers
+from tests.support.db import token_for
+from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.sse import Event, Stream, auth_headers
+from tests.support.threads import in_thread
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -35,10 +35,6 @@ def web(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.
         yield registry.uvicorn(env=env)
     finally:
         registry.stop_all()
-
-
-def token_for(user: User) -> str:
-    return Token.objects.create(user=user).key
 
 
 def path(run: Run | str, query: str = "") -> str:
@@ -61,18 +57,6 @@ def append(run: Run, n: int, start: int = 0) -> None:
     services.run_events_append(
         run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": f"d{start + i}"}) for i in range(n)]
     )
-
-
-def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """`fn` for asyncio.to_thread: the database from another thread, closed after use."""
-
-    def run() -> Any:
-        try:
-            return fn()
-        finally:
-            connection.close()
-
-    return run
 
 
 def stored(run: Run) -> list[RunEvent]:

@@ -8,23 +8,21 @@ RUNLEDGER_TEST_SEED=<seed>.
 import asyncio
 import os
 import random
-import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
-import tests.procs
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run, RunAttempt, RunEvent
 from tests.factories import running_run
-from tests.procs import Proc, Procs, subprocess_env
-from tests.sse_client import Event, Stream, auth_headers, watch
+from tests.support.db import event_table_reads, listen_pids, token_for
+from tests.support.procs import Proc, Procs, start_writer, subprocess_env, threads_of, web_env
+from tests.support.sse import Event, Stream, auth_headers, watch
+from tests.support.threads import in_thread
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -37,27 +35,9 @@ def stream_path(run: Run) -> str:
     return f"/api/runs/{run.pk}/stream/?after_seq=0"
 
 
-def start_writer(
-    procs: Procs, run: Run, *, count: int, seed: int, pause_ms: float, max_batch: int = 3, complete: bool = True
-) -> Proc:
-    """The stand-in worker (tests/sse_writer.py): appends through the services in its own process."""
-    args = [sys.executable, "-m", "tests.sse_writer", str(run.pk), str(run.generation), "--count", str(count)]
-    args += ["--seed", str(seed), "--pause-ms", str(pause_ms), "--max-batch", str(max_batch)]
-    args += ["--complete"] if complete else []
-    return procs.start("sse-writer", args, subprocess_env())
-
-
 def wait_exit(proc: Proc, timeout: float = 60) -> None:
     assert proc.popen.wait(timeout=timeout) == 0, proc.log()
     proc.stopped = True
-
-
-def web_env(application_name: str, **extra: str) -> dict[str, str]:
-    """A web process whose Django connections carry `application_name`, so tests can count them."""
-    env = subprocess_env(**extra)
-    if ON_POSTGRESQL:
-        env["DATABASE_URL"] = f"{tests.procs.test_database_url()}?application_name={application_name}"
-    return env
 
 
 def query_one(sql: str, params: list[Any]) -> Any:
@@ -66,38 +46,12 @@ def query_one(sql: str, params: list[Any]) -> Any:
         return cursor.fetchone()[0]
 
 
-def threads_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)  # polling a condition; the deadline bounds it
-
-
 def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
     """The events are exactly the stored ones after `after`: no gap, no duplicate, in order."""
     rows = list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq"))
     assert [e.seq for e in events] == [r.seq for r in rows]
     assert [e.event for e in events] == [r.type for r in rows]
     assert [e.json() for e in events] == [r.as_dict() for r in rows]
-
-
-def token_for(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
-
-
-def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        try:
-            return fn()
-        finally:
-            connection.close()
-
-    return run
 
 
 # --- a client that drops its connection at random points ---------------------------------------
@@ -164,31 +118,6 @@ def test_random_drops_with_last_event_id_reconnects_reassemble_the_exact_log(pro
 
 
 @pytest.mark.sqlite
-def event_table_reads() -> int:
-    """Scans of the events table, once PostgreSQL's statistics stop moving (backends flush them
-    when they close, which the web process's reads do right away)."""
-
-    def now() -> int:
-        return int(
-            query_one(
-                "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
-                "WHERE relname = 'runs_runevent'",
-                [],
-            )
-        )
-
-    seen = [now()]
-
-    def settled() -> bool:
-        time.sleep(0.3)  # the interval between two looks at the statistics
-        seen.append(now())
-        return seen[-1] == seen[-2]
-
-    wait_until(settled, 15, "event-table statistics settle")
-    return seen[-1]
-
-
-@pytest.mark.sqlite
 def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_order(procs: Procs, alice: User) -> None:
     web = procs.uvicorn(env=web_env("sse-many-web"))
     token = token_for(alice)
@@ -237,14 +166,6 @@ def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_o
 
 
 # --- several processes, a killed LISTEN connection ------------------------------------------------
-
-
-def listen_pids() -> dict[str, int]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT application_name, pid FROM pg_stat_activity WHERE application_name LIKE 'runledger-listen:web:%%'"
-        )
-        return dict(cursor.fetchall())
 
 
 def test_two_web_processes_see_every_event_and_a_killed_listen_connection_loses_nothing(

@@ -14,8 +14,9 @@ from pytest_django import Settings
 from runs import services
 from runs.exceptions import StaleAttempt, StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from tests.conftest import race
-from tests.factories import assert_log_is_sound, event_types, queued_run, running_run, waiting_run
+from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
+from tests.support.runs import event_types
+from tests.support.threads import race
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 

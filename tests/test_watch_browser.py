@@ -15,9 +15,11 @@ from django.contrib.auth.models import User
 
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
-from tests.browser import give_password, save_screenshot
-from tests.procs import Procs, wait_until
-from tests.tcpproxy import CuttableProxy
+from tests.support.browser import give_password, save_screenshot
+from tests.support.procs import Procs
+from tests.support.proxies import CuttableProxy
+from tests.support.runs import status_of, stored_text
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -74,14 +76,6 @@ def site(procs: Procs, browser_page: "Page", alice: User) -> Iterator[Site]:
 
 def demo_run(owner: User, **input: Any) -> Run:
     return services.run_create(owner=owner, agent="demo", input={"deltas": 40, "delay_ms": 50} | input)
-
-
-def stored_text(run: Run) -> str:
-    return "".join(e.data["text"] for e in RunEvent.objects.filter(run=run, type="output.delta").order_by("seq"))
-
-
-def status_of(run: Run) -> str:
-    return str(Run.objects.values_list("status", flat=True).get(pk=run.pk))
 
 
 def test_a_cut_connection_reconnects_with_last_event_id_and_the_text_is_exact(site: Site) -> None:

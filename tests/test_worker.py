@@ -15,66 +15,18 @@ from runs import services
 from runs.agents.demo import demo_text
 from runs.exceptions import StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from tests.factories import assert_log_is_sound, queued_run
-from tests.procs import Proc, Procs, subprocess_env, wait_log_line, wait_until
+from tests.factories import queued_run
+from tests.support.checks import assert_nothing_after_terminal
+from tests.support.db import listener_backends as _listener_backends
+from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
+from tests.support.runs import attempt, delta_count, event_types, fresh, released, stored_text
+from tests.support.waiting import wait_until
+from tests.support.workers import prove_worker_moved_on, wait_status, wait_streaming
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 # A run that streams for ~10 s unless something stops it: long enough to act on mid-stream.
 STREAMING: dict[str, Any] = {"deltas": 500, "delay_ms": 20}
-
-
-def fresh(run: Run) -> Run:
-    return Run.objects.get(pk=run.pk)
-
-
-def attempt(run: Run, generation: int = 1) -> RunAttempt | None:
-    return RunAttempt.objects.filter(run_id=run.pk, generation=generation).first()
-
-
-def released(run: Run, generation: int = 1) -> RunAttempt | None:
-    found = attempt(run, generation)
-    return found if found is not None and found.released_at is not None else None
-
-
-def stored_text(run: Run) -> str:
-    deltas = RunEvent.objects.filter(run_id=run.pk, type="output.delta").order_by("seq")
-    return "".join(e.data["text"] for e in deltas)
-
-
-def delta_count(run: Run) -> int:
-    return RunEvent.objects.filter(run_id=run.pk, type="output.delta").count()
-
-
-def event_types(run: Run) -> list[str]:
-    return list(RunEvent.objects.filter(run_id=run.pk).order_by("seq").values_list("type", flat=True))
-
-
-def wait_status(run: Run, *statuses: str, timeout: float = 15) -> Run:
-    return wait_until(
-        lambda: (r := fresh(run)).status in statuses and r,
-        timeout=timeout,
-        what=f"run {run.pk} becoming {'/'.join(statuses)}",
-    )
-
-
-def wait_streaming(run: Run, deltas: int = 3) -> None:
-    wait_until(lambda: delta_count(run) >= deltas, what=f"{deltas} deltas of run {run.pk}")
-
-
-def prove_worker_moved_on(owner: User, worker_id: str) -> Run:
-    """The worker is alive and free again: it takes and completes the next run."""
-    nxt = queued_run(owner, input={"deltas": 2, "delay_ms": 1})
-    done = wait_status(nxt, "completed")
-    found = attempt(done)
-    assert found is not None and found.worker == worker_id
-    return done
-
-
-def assert_nothing_after_terminal(run: Run) -> None:
-    run = fresh(run)
-    events = assert_log_is_sound(run)
-    assert events[-1].type == f"run.{run.status}"
 
 
 # --- running ------------------------------------------------------------------------------------
@@ -224,15 +176,6 @@ def assert_learnt_by_rereading(worker: Proc) -> None:
     log = worker.log()
     assert "learnt by notification" not in log and "learnt by reconnect" not in log, log
     assert "learnt by poll" in log or "learnt by heartbeat" in log, log
-
-
-def _listener_backends(worker: Proc) -> list[int]:
-    """The PostgreSQL backends of the worker's LISTEN connection (named after its process id)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [f"runledger-listen:worker:{worker.pid}"]
-        )
-        return [pid for (pid,) in cursor.fetchall()]
 
 
 def test_cancellation_arrives_when_the_listener_connection_is_killed(procs: Procs, alice: User) -> None:

@@ -21,7 +21,7 @@ from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.worker import Worker
 from runs.worker.registry import AttemptRegistry
 from tests.factories import assert_log_is_sound, queued_run
-from tests.procs import wait_until
+from tests.support.waiting import wait_until
 
 # --- the registry (no database) -------------------------------------------------------------------
 

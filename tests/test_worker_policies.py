@@ -12,29 +12,18 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from runs.agents.demo import demo_text
-from runs.models import AttemptOutcome, Run, RunEvent
+from runs.models import AttemptOutcome, Run
 from tests.factories import queued_run
-from tests.procs import Proc, Procs, wait_until
-from tests.test_worker import (
-    assert_nothing_after_terminal,
-    attempt,
-    delta_count,
-    fresh,
-    prove_worker_moved_on,
-    released,
-    stored_text,
-    wait_status,
-    wait_streaming,
-)
+from tests.support.checks import assert_nothing_after_terminal
+from tests.support.procs import Proc, Procs
+from tests.support.runs import attempt, delta_count, deltas_of, fresh, released, stored_text
+from tests.support.waiting import wait_until
+from tests.support.workers import prove_worker_moved_on, wait_status, wait_streaming
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 # Children that stream for about ten seconds unless something ends them.
 LONG_CHILD: dict[str, Any] = {"deltas": 500, "delay_ms": 20}
-
-
-def deltas_of(run: Run, generation: int) -> int:
-    return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
 
 
 def assert_released_by_its_worker(run: Run, outcome: AttemptOutcome) -> None:

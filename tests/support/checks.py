@@ -1,18 +1,49 @@
-"""What the fault-injection tests (tests/test_faults.py) prove of every run once the dust settles,
-read straight from the database."""
+"""What must hold of runs once the dust settles, read straight from the database: of one run's
+log, of a run's attempts, and of every run of a fault-injection workload (tests/test_faults.py)."""
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from itertools import pairwise
+from typing import Any, TypeVar
 from uuid import UUID
 
 from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
-from tests.faults_client import TERMINAL_EVENT_TYPES, Watch
-from tests.procs import Procs
-from tests.test_pg_restart import assert_attempts_never_overlap
+from tests.factories import assert_log_is_sound
+from tests.support.faults import TERMINAL_EVENT_TYPES, Watch
+from tests.support.procs import Procs
+from tests.support.runs import fresh
+
+
+def assert_nothing_after_terminal(run: Run) -> None:
+    run = fresh(run)
+    events = assert_log_is_sound(run)
+    assert events[-1].type == f"run.{run.status}"
+
+
+def assert_attempts_never_overlap(attempts: list[RunAttempt]) -> None:
+    """No two attempts of one run executed at the same instant.
+
+    An attempt executes from `claimed_at` until `released_at`, which its worker records as the
+    moment it stopped (even if the database was down then). An attempt without `released_at`
+    either never started executing (its claim's answer was lost) or its worker died; in both cases
+    it executed no later than its lease, which self-fencing guarantees. The next attempt is only
+    claimed after the run was requeued, so each attempt must have ended before the next began."""
+    attempts = sorted(attempts, key=lambda a: a.generation)
+    assert [a.generation for a in attempts] == list(range(1, len(attempts) + 1))
+    for earlier, later in pairwise(attempts):
+        ended: datetime = earlier.released_at or earlier.lease_expires_at
+        assert ended <= later.claimed_at, (earlier.run_id, earlier.generation, ended, later.claimed_at)
+    for attempt in attempts:
+        if attempt.outcome == AttemptOutcome.LOST and attempt.released_at is not None:
+            # Self-fencing: a worker that lost its lease had stopped before the lease lapsed.
+            assert attempt.released_at <= attempt.lease_expires_at, (attempt.run_id, attempt.generation)
+
+
+# --- after a fault-injection workload -------------------------------------------------------------
 
 # What a process logs when something failed that must not: a 500, an execution or background task
 # that died of an exception, a traceback of any kind. Warnings about the database are expected.
@@ -69,6 +100,17 @@ def assert_answer_echoed(run: Run, events: list[RunEvent]) -> None:
     assert run.output["answer"] == answer, run.pk
 
 
+Row = TypeVar("Row", RunEvent, RunAttempt)
+
+
+def by_run(rows: Iterable[Row]) -> defaultdict[UUID, list[Row]]:
+    """Rows of many runs grouped by run, each group in the order given."""
+    grouped: defaultdict[UUID, list[Row]] = defaultdict(list)
+    for row in rows:
+        grouped[row.run_id].append(row)
+    return grouped
+
+
 def check_runs(
     runs: list[Run],
     *,
@@ -81,12 +123,8 @@ def check_runs(
     run's text, every end has a cause a client asked for (a dropped connection cancels nothing),
     and every watcher's reassembled stream is the stored log, event for event."""
     ids = [r.pk for r in runs]
-    events_by_run: dict[UUID, list[RunEvent]] = defaultdict(list)
-    for event in RunEvent.objects.filter(run_id__in=ids).order_by("run_id", "seq"):
-        events_by_run[event.run_id].append(event)
-    attempts_by_run: dict[UUID, list[RunAttempt]] = defaultdict(list)
-    for attempt in RunAttempt.objects.filter(run_id__in=ids):
-        attempts_by_run[attempt.run_id].append(attempt)
+    events_by_run = by_run(RunEvent.objects.filter(run_id__in=ids).order_by("run_id", "seq"))
+    attempts_by_run = by_run(RunAttempt.objects.filter(run_id__in=ids))
     by_id = {r.pk: r for r in runs}
     checked = Checked()
     for run in runs:

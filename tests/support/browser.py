@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from playwright.sync_api import Browser, Page
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 CHROMIUM_ARGS = [
     "--no-sandbox",  # the tests run as root

@@ -1,12 +1,13 @@
 """A stand-in worker for SSE tests: a separate process that appends events to a running run.
 
-    python -m tests.sse_writer RUN_ID GENERATION --count N --seed S [--max-batch B]
+    python -m tests.support.sse_writer RUN_ID GENERATION --count N --seed S [--max-batch B]
         [--pause-ms MS] [--complete]
 
 It appends `output.delta` events through `runs.services.run_events_append` (the worker's own write
 path: one transaction per batch, seq under the run's row lock, NOTIFY at commit) in random batches
-of 1..B with random pauses of 0..MS ms, then completes the run with `--complete`. The real worker
-(`manage.py runworker`) can replace it where a test needs an agent rather than a fast writer.
+of 1..B with random pauses of 0..MS ms, then completes the run with `--complete`. Tests start it
+with `tests.support.procs.start_writer`. The real worker (`manage.py runworker`) can replace it
+where a test needs an agent rather than a fast writer.
 """
 
 import argparse

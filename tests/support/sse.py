@@ -1,4 +1,5 @@
-"""A small SSE client over raw asyncio sockets, for tests and bench/sse_watchers.py.
+"""A small SSE client over raw asyncio sockets, for tests and bench/ (which also parses the streams
+it records itself with `SSEParser`).
 
 It speaks just enough HTTP/1.1 (one request per connection, chunked or sized bodies) to read a
 stream the way `EventSource` does: fields accumulate per line and an event is *dispatched* only at
@@ -43,17 +44,19 @@ class SSEParser:
     _event: str = ""
     _data: list[str] = field(default_factory=list)
 
-    def feed(self, chunk: bytes) -> list[Event]:
-        self.buffer += chunk
+    def feed(self, chunk: bytes, at: float | None = None) -> list[Event]:
+        """The events that `chunk` completes, received `at` (a time.time(); now unless given)."""
+        received_at = time.time() if at is None else at
+        # One split per chunk, not one per line: a replay's chunk holds thousands of lines.
+        *lines, self.buffer = (self.buffer + chunk).split(b"\n")
         events: list[Event] = []
-        while b"\n" in self.buffer:
-            raw, self.buffer = self.buffer.split(b"\n", 1)
+        for raw in lines:
             line = raw.decode()
             if line == "":
                 if self._data or self._event or self._id is not None:
                     if self._id is not None:
                         self.last_event_id = self._id
-                    events.append(Event(self._id, self._event or "message", "\n".join(self._data), time.time()))
+                    events.append(Event(self._id, self._event or "message", "\n".join(self._data), received_at))
                 self._id, self._event, self._data = None, "", []
                 continue
             name, _, value = line.partition(":")

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runs.transitions import TERMINAL
-from tests.sse_client import Event, Stream, auth_headers
+from tests.support.sse import Event, Stream, auth_headers
 
 TERMINAL_EVENT_TYPES = frozenset(f"run.{status}" for status in TERMINAL)
 

@@ -1,7 +1,8 @@
 """Real processes for tests: uvicorn web processes and workers, each stopped by its PID.
 
 Tests that start processes use the `procs` fixture, which stops whatever they started, whatever
-happens. Subprocesses reach the test database through `subprocess_env()`.
+happens. Subprocesses reach the test database through `subprocess_env()`. bench/ starts its
+processes with `Procs` too, with an environment of its own (production intervals).
 """
 
 import os
@@ -11,17 +12,20 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING
 
 import pytest
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import sse_writer
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from runs.models import Run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -30,7 +34,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_database_url() -> str:
+def database_url() -> str:
     """The URL of the database the tests are using (pytest-django's test database)."""
     db = connection.settings_dict
     if connection.vendor == "sqlite":
@@ -58,10 +62,18 @@ FAST_INTERVALS = {
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(FAST_INTERVALS)
-    env["DATABASE_URL"] = test_database_url()
+    env["DATABASE_URL"] = database_url()
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
+    return env
+
+
+def web_env(application_name: str, **extra: str) -> dict[str, str]:
+    """A web process whose Django connections carry `application_name`, so tests can count them."""
+    env = subprocess_env(**extra)
+    if connection.vendor == "postgresql":
+        env["DATABASE_URL"] = f"{database_url()}?application_name={application_name}"
     return env
 
 
@@ -124,12 +136,13 @@ class Procs:
         self.started.append(proc)
         return proc
 
-    def uvicorn(self, *, env: dict[str, str] | None = None, port: int | None = None) -> Proc:
+    def uvicorn(self, *, env: dict[str, str] | None = None, port: int | None = None, timeout: float = 30) -> Proc:
+        """Start a uvicorn web process and wait until it answers /healthz/."""
         port = port or free_port()
         args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
         args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
         proc = self.start("uvicorn", args, env or subprocess_env(), port=port)
-        wait_http_ok(proc, "/healthz/")
+        wait_http_ok(proc, "/healthz/", timeout=timeout)
         return proc
 
     def worker(
@@ -147,10 +160,20 @@ class Procs:
         wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
         return proc
 
-    def stop_all(self) -> None:
+    def stop_all(self, timeout: float = 5) -> None:
         for proc in reversed(self.started):
             if not proc.stopped:
-                proc.stop(timeout=5)
+                proc.stop(timeout=timeout)
+
+
+def start_writer(
+    procs: Procs, run: "Run", *, count: int, seed: int, pause_ms: float, max_batch: int = 3, complete: bool = True
+) -> Proc:
+    """The stand-in worker (tests/support/sse_writer.py): appends through the services in its own process."""
+    args = [sys.executable, "-m", sse_writer.__name__, str(run.pk), str(run.generation), "--count", str(count)]
+    args += ["--seed", str(seed), "--pause-ms", str(pause_ms), "--max-batch", str(max_batch)]
+    args += ["--complete"] if complete else []
+    return procs.start("sse-writer", args, subprocess_env())
 
 
 def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:
@@ -169,16 +192,6 @@ def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:
         time.sleep(0.05)  # polling for readiness; the deadline above bounds it
 
 
-def wait_until(predicate: Callable[[], T], *, timeout: float = 15, what: str = "the condition") -> T:
-    """Poll `predicate` (e.g. a database read) until it returns something truthy, within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.02)  # polling a condition; the deadline above bounds it
-    return value
-
-
 def wait_log_line(proc: Proc, text: str, timeout: float = 30) -> None:
     """Wait until `text` appears in the process's log (it must keep running meanwhile)."""
     deadline = time.monotonic() + timeout
@@ -188,6 +201,22 @@ def wait_log_line(proc: Proc, text: str, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{proc.name} did not log {text!r} within {timeout}s:\n{proc.log()}")
         time.sleep(0.05)  # polling a log file; the deadline above bounds it
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """RSS (kB) and thread count of a process, from /proc."""
+    out = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                out["rss_kb"] = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                out["threads"] = int(line.split()[1])
+    return out
+
+
+def threads_of(pid: int) -> int:
+    return proc_status(pid)["threads"]
 
 
 @pytest.fixture

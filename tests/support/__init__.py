@@ -1,0 +1,21 @@
+"""Every helper the tests share, each in one place; test files import them from here.
+
+    procs.py       real processes: `Procs` and the `procs` fixture (uvicorn, workers, the SSE writer),
+                   the environment they get, waits for their readiness, /proc figures
+    waiting.py     wait_until: poll a condition against a deadline
+    threads.py     race and in_thread: real threads on their own database connections
+    runs.py        a run as the database holds it: fresh, attempt, event_types, stored_text, ...
+    workers.py     runs that worker processes execute: wait_status, wait_streaming, ...
+    checks.py      what must hold of runs once the dust settles (also after a fault-injection run)
+    db.py          API tokens, and what PostgreSQL reports: LISTEN connections, event-table scans
+    pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture
+    sse.py         an SSE client over raw sockets that parses streams as EventSource does
+    sse_writer.py  a stand-in worker process that appends events (procs.start_writer starts it)
+    proxies.py     loopback proxies a test can cut: browser -> uvicorn, one process -> PostgreSQL
+    browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
+    faults.py      the fault-injection clients: retrying requests, streams followed across drops
+
+procs.py, browser.py and pg.py are pytest plugins (conftest.py lists them). bench/ uses procs,
+waiting, sse and db too; procs, waiting and sse import nothing of Django that needs settings, so
+bench can import them before `django.setup()`.
+"""

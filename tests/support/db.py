@@ -1,0 +1,89 @@
+"""Straight from the database, beside the services: API tokens for the clients, and what PostgreSQL
+reports about connections and the events table (pg_stat_activity, pg_stat_user_tables)."""
+
+import time
+
+from django.contrib.auth.models import User
+from django.db import connection
+from rest_framework.authtoken.models import Token
+
+from runs.listener import APPLICATION_NAME_PREFIX
+from tests.support.procs import Proc
+from tests.support.waiting import wait_until
+
+
+def token_for(user: User) -> str:
+    return Token.objects.get_or_create(user=user)[0].key
+
+
+# --- connections ----------------------------------------------------------------------------------
+
+
+def connections_named(application_name: str) -> int:
+    """Connections to the server that carry `application_name` (see procs.web_env)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name])
+        return int(cursor.fetchone()[0])
+
+
+def listen_connections(role: str) -> list[tuple[str, int]]:
+    """(application name, backend pid) of every LISTEN connection that processes of `role` ("web",
+    "worker") hold on the server. runs.listener names each `runledger-listen:<role>:<process id>`."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT application_name, pid FROM pg_stat_activity WHERE application_name LIKE %s",
+            [f"{APPLICATION_NAME_PREFIX}:{role}:%"],
+        )
+        return list(cursor.fetchall())
+
+
+def _pid_in(application_name: str) -> int:
+    return int(application_name.rsplit(":", 1)[1])
+
+
+def listening(role: str) -> set[int]:
+    """Pids of the processes of `role` whose LISTEN connection is on the server."""
+    return {_pid_in(name) for name, _ in listen_connections(role)}
+
+
+def listening_pids() -> list[int]:
+    """Process ids of the workers whose LISTEN connection the server has."""
+    return [_pid_in(name) for name, _ in listen_connections("worker")]
+
+
+def listen_pids() -> dict[str, int]:
+    """The web processes' LISTEN connections: application name → backend pid (a new backend pid
+    under the same name is a reconnect)."""
+    return dict(listen_connections("web"))
+
+
+def listener_backends(proc: Proc, role: str = "worker") -> list[int]:
+    """The PostgreSQL backends of the LISTEN connection of one process."""
+    return [backend for name, backend in listen_connections(role) if _pid_in(name) == proc.pid]
+
+
+# --- the events table -----------------------------------------------------------------------------
+
+
+def event_table_scans() -> int:
+    """Scans (sequential and index) of the events table that PostgreSQL's statistics count so far."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+            "WHERE relname = 'runs_runevent'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def event_table_reads() -> int:
+    """Scans of the events table, once PostgreSQL's statistics stop moving (backends flush them
+    when they close, which the web process's reads do right away)."""
+    seen = [event_table_scans()]
+
+    def settled() -> bool:
+        time.sleep(0.3)  # the interval between two looks at the statistics
+        seen.append(event_table_scans())
+        return seen[-1] == seen[-2]
+
+    wait_until(settled, 15, "event-table statistics settle")
+    return seen[-1]

@@ -1,0 +1,255 @@
+"""Loopback proxies that a test can cut: `CuttableProxy` between a browser and uvicorn (HTTP),
+`PartitionableProxy` between one process and PostgreSQL (TCP)."""
+
+import asyncio
+import contextlib
+import socket
+import threading
+from dataclasses import dataclass
+
+
+@dataclass
+class SeenRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
+class CuttableProxy:
+    """A loopback HTTP/1.1 proxy between a browser and uvicorn that a test can cut.
+
+    Chromium keeps an open EventSource streaming through `context.set_offline` and route aborts,
+    so a network drop has to happen on the server side. Every request passes through here on a
+    fresh upstream connection (the proxy forces `Connection: close`), the proxy records each
+    request head, and the test can cut every open stream and hold new stream requests down while
+    other requests (the Stop button's POST, say) still pass.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = 0
+        self.requests: list[SeenRequest] = []
+        self.cuts = 0
+        self._streams: set[asyncio.StreamWriter] = set()
+        self._hold_streams = False
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._server: asyncio.Server | None = None
+
+    # --- control, from the test's thread ---
+
+    def start(self) -> "CuttableProxy":
+        self._thread.start()
+        assert self._ready.wait(10), "proxy did not start"
+        return self
+
+    def stop(self) -> None:
+        self._call(self._shutdown)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def cut_streams(self, *, hold: bool = False) -> int:
+        """Close every open stream connection; with hold, refuse new ones until `restore()`."""
+        return self._call(self._cut, hold)
+
+    def restore(self) -> None:
+        self._call(self._set_hold, False)
+
+    def stream_requests(self) -> list[SeenRequest]:
+        return [r for r in list(self.requests) if "/stream/" in r.path]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # --- the proxy itself, on its own loop ---
+
+    def _call(self, fn, *args):  # type: ignore[no-untyped-def]
+        async def run():  # type: ignore[no-untyped-def]
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def serve() -> None:
+            self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = self._server.sockets[0].getsockname()[1]
+            self._ready.set()
+
+        self._loop.run_until_complete(serve())
+        self._loop.run_forever()
+
+    def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._cut(False)
+
+    def _set_hold(self, hold: bool) -> None:
+        self._hold_streams = hold
+
+    def _cut(self, hold: bool) -> int:
+        self._hold_streams = hold
+        cut = 0
+        for writer in list(self._streams):
+            writer.transport.abort()
+            cut += 1
+        self._streams.clear()
+        self.cuts += cut
+        return cut
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            head = await client_r.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            client_w.close()
+            return
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = [*lines[0].split(" "), "", "", ""][:3]
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        is_stream = "/stream/" in path
+        self.requests.append(SeenRequest(method, path, headers))
+        if is_stream and self._hold_streams:
+            client_w.transport.abort()
+            return
+        # One request per connection, so every request head passes through here.
+        kept = [line for line in lines[1:] if line and not line.lower().startswith(("connection:", "keep-alive:"))]
+        forwarded = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            client_w.transport.abort()
+            return
+        if is_stream:
+            self._streams.add(client_w)
+        up_w.write(forwarded)
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            finally:
+                writer.close()  # flushes what is buffered; a cut aborts instead
+
+        await asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
+        self._streams.discard(client_w)
+
+
+# The server's CommandComplete message for a COMMIT: 'C', int32 length 11, "COMMIT\0".
+COMMIT_COMPLETE = b"C\x00\x00\x00\x0bCOMMIT\x00"
+
+
+class PartitionableProxy:
+    """A TCP proxy in front of PostgreSQL that a test can partition, for one process only.
+
+    A worker started with its DATABASE_URL pointing here loses the database while every other
+    process keeps it. While partitioned, bytes stop flowing both ways and new connections hang, as
+    on a network cut without a FIN: queries block rather than fail. `heal()` closes every
+    connection that lived through the partition (their peers then see errors and reconnect) and
+    lets new ones through again.
+
+    `drop_next_commit_answer()` makes the ambiguous failure: the next answer to a COMMIT is not
+    passed on and its connection is closed, so the transaction committed but its client cannot know.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._partitioned = False
+        self._drop_commit_answer = False
+        self.dropped_commit_answers = 0
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> "PartitionableProxy":
+        self._spawn(self._accept)
+        return self
+
+    def partition(self) -> None:
+        with self._lock:
+            self._partitioned = True
+
+    def drop_next_commit_answer(self) -> None:
+        with self._lock:
+            self._drop_commit_answer = True
+
+    def heal(self) -> None:
+        with self._lock:
+            self._partitioned = False
+            doomed = list(self._sockets)
+            self._sockets.clear()
+        for sock in doomed:
+            _close(sock)
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.heal()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _spawn(self, target: object, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while not self._stopping:
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self._sockets.add(client)
+                if self._partitioned:
+                    continue  # held open, silent, until heal() closes it
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
+            except OSError:
+                _close(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets.add(upstream)
+            self._spawn(self._pump, client, upstream, False)
+            self._spawn(self._pump, upstream, client, True)
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_server: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if self._partitioned:
+                    continue  # lost on the wire
+                if from_server and self._drop_commit_answer and COMMIT_COMPLETE in data:
+                    with self._lock:
+                        self._drop_commit_answer = False
+                        self.dropped_commit_answers += 1
+                    return  # the connection dies with the answer unsent
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(source)
+            _close(sink)
+
+
+def _close(sock: socket.socket) -> None:
+    # shutdown first: it wakes a thread blocked in recv on the socket, which close alone may not.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()

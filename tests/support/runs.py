@@ -1,0 +1,38 @@
+"""A run as the database holds it: its row, attempts and events, read afresh every time, so that
+a test sees what another process or thread committed."""
+
+from runs.models import Run, RunAttempt, RunEvent
+
+
+def fresh(run: Run) -> Run:
+    return Run.objects.get(pk=run.pk)
+
+
+def status_of(run: Run) -> str:
+    return str(Run.objects.values_list("status", flat=True).get(pk=run.pk))
+
+
+def attempt(run: Run, generation: int = 1) -> RunAttempt | None:
+    return RunAttempt.objects.filter(run_id=run.pk, generation=generation).first()
+
+
+def released(run: Run, generation: int = 1) -> RunAttempt | None:
+    found = attempt(run, generation)
+    return found if found is not None and found.released_at is not None else None
+
+
+def event_types(run: Run) -> list[str]:
+    return list(RunEvent.objects.filter(run_id=run.pk).order_by("seq").values_list("type", flat=True))
+
+
+def stored_text(run: Run) -> str:
+    deltas = RunEvent.objects.filter(run_id=run.pk, type="output.delta").order_by("seq")
+    return "".join(e.data["text"] for e in deltas)
+
+
+def delta_count(run: Run) -> int:
+    return RunEvent.objects.filter(run_id=run.pk, type="output.delta").count()
+
+
+def deltas_of(run: Run, generation: int) -> int:
+    return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
