@@ -32,6 +32,7 @@ from bench.lib import (
     summary,
 )
 from runs import services
+from runs.events import EventType
 from runs.models import Run, RunAttempt, RunEvent
 from tests.support.db import connections_named
 from tests.support.procs import proc_status
@@ -80,7 +81,7 @@ def make_running_run(ctx: Ctx, events: int = 0, label: str = "writer") -> Run:
         with psycopg.connect(ctx.url) as conn, conn.cursor() as cur:
             with cur.copy("COPY runs_runevent (run_id, seq, type, data, attempt, created_at) FROM STDIN") as copy:
                 for seq in range(1, events + 1):
-                    copy.write_row((run.pk, seq, "output.delta", json.dumps({"text": f"chunk {seq} "}), 1, now))
+                    copy.write_row((run.pk, seq, EventType.OUTPUT_DELTA, json.dumps({"text": f"chunk {seq} "}), 1, now))
             cur.execute("UPDATE runs_run SET last_seq = %s WHERE id = %s", (events, run.pk))
         run.last_seq = events
     _close()
@@ -111,7 +112,9 @@ def cancel(
 
     def all_streaming() -> bool:
         running = Run.objects.filter(pk__in=ids, status="running").count()
-        streaming = RunEvent.objects.filter(run_id__in=ids, type="output.delta").values("run_id").distinct().count()
+        streaming = (
+            RunEvent.objects.filter(run_id__in=ids, type=EventType.OUTPUT_DELTA).values("run_id").distinct().count()
+        )
         return running == len(ids) and streaming == len(ids)
 
     wait_for(all_streaming, 180, f"{runs} runs streaming", interval=0.25)
@@ -187,8 +190,8 @@ def start(ctx: Ctx, *, samples: int) -> dict[str, Any]:
                 timeout=30,
             )
             frames = {f.event: f for f in reversed(parse_sse(chunks))}
-            started_ms.append((frames["run.started"].received_at - t0) * 1000)
-            delta_ms.append((frames["output.delta"].received_at - t0) * 1000)
+            started_ms.append((frames[EventType.RUN_STARTED].received_at - t0) * 1000)
+            delta_ms.append((frames[EventType.OUTPUT_DELTA].received_at - t0) * 1000)
             time.sleep(0.1)
     finally:
         http.close()
@@ -205,14 +208,14 @@ def start(ctx: Ctx, *, samples: int) -> dict[str, Any]:
 
 def _span(run_id: Any) -> tuple[float, float, int]:
     rows = list(RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("type", "created_at"))
-    started = next(t for ty, t in rows if ty == "run.started")
+    started = next(t for ty, t in rows if ty == EventType.RUN_STARTED)
     ended = rows[-1][1]
-    deltas = sum(1 for ty, _ in rows if ty == "output.delta")
+    deltas = sum(1 for ty, _ in rows if ty == EventType.OUTPUT_DELTA)
     return started.timestamp(), ended.timestamp(), deltas
 
 
 def _batches(run_id: Any) -> int:
-    return RunEvent.objects.filter(run_id=run_id, type="output.delta").values("created_at").distinct().count()
+    return RunEvent.objects.filter(run_id=run_id, type=EventType.OUTPUT_DELTA).values("created_at").distinct().count()
 
 
 def append_one(ctx: Ctx, *, deltas: int) -> dict[str, Any]:
@@ -221,7 +224,7 @@ def append_one(ctx: Ctx, *, deltas: int) -> dict[str, Any]:
     run = services.run_create(owner=ctx.user, agent="demo", input={"deltas": deltas, "delay_ms": 0})
     _close()
     _, chunks = sse_blocking(ctx.base, f"/api/runs/{run.pk}/stream/?after_seq=0", ctx.token, timeout=300)
-    frames = [f for f in parse_sse(chunks) if f.event == "output.delta"]
+    frames = [f for f in parse_sse(chunks) if f.event == EventType.OUTPUT_DELTA]
     assert len(frames) == deltas and [f.seq for f in frames] == list(range(frames[0].seq, frames[0].seq + deltas))
     begin, end, stored = _span(run.pk)
     batches = _batches(run.pk)

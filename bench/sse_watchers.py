@@ -43,10 +43,11 @@ def writer_main(run_id: str, generation: int, count: int, interval: float) -> in
 
     django.setup()
     from runs import services
+    from runs.events import EventType
 
     for i in range(count):
         rows = services.run_events_append(
-            run_id=run_id, generation=generation, events=[("output.delta", {"text": f"delta {i}"})]
+            run_id=run_id, generation=generation, events=[(EventType.OUTPUT_DELTA, {"text": f"delta {i}"})]
         )
         print(rows[-1].seq, repr(time.time()), flush=True)  # returned = committed
         time.sleep(interval)  # pacing the load, not synchronising

@@ -20,11 +20,12 @@ def main() -> int:
 
     django.setup()
     from runs import services
+    from runs.events import EventType
 
     next_at = time.monotonic()
     for i in range(count):
         rows = services.run_events_append(
-            run_id=run_id, generation=generation, events=[("output.delta", {"text": f"delta {i}"})]
+            run_id=run_id, generation=generation, events=[(EventType.OUTPUT_DELTA, {"text": f"delta {i}"})]
         )
         print(rows[-1].seq, repr(time.time()), flush=True)
         next_at += interval

@@ -1,7 +1,7 @@
 """Fault injection (issue 10): a mixed workload over HTTP while processes die, and PostgreSQL
-restarted under it. Real uvicorn and worker processes on PostgreSQL; the clients (tests/faults_client.py)
+restarted under it. Real uvicorn and worker processes on PostgreSQL; the clients (tests/support/faults.py)
 retry as a careful program does, and the end state is judged from the database
-(tests/faults_checks.py): every run terminal with a sound log, no attempt writing outside its
+(tests/support/checks.py): every run terminal with a sound log, no attempt writing outside its
 tenure or overlapping another, every end asked for by someone, every reassembled stream exactly the
 stored log.
 

@@ -1,6 +1,6 @@
 """Workers that die, stall, lose the database or shut down, and the runs they held.
 
-Real worker subprocesses on the test database, with short leases (tests.procs.FAST_INTERVALS);
+Real worker subprocesses on the test database, with short leases (tests.support.procs.FAST_INTERVALS);
 every wait is for a database condition or a log line, with a deadline.
 """
 

@@ -16,10 +16,11 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, Request, expect
 
 from runs import services
-from runs.models import Run, RunEvent
-from tests.browser import give_password, save_screenshot
+from runs.models import Run
 from tests.factories import running_run
-from tests.procs import Procs
+from tests.support.browser import give_password, save_screenshot, site_login
+from tests.support.procs import Procs
+from tests.support.runs import event_types, stored_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -63,16 +64,8 @@ def site(procs: Procs, browser_page: Page, alice: User) -> Iterator[Site]:
 
     browser_page.on("request", seen)
     give_password(alice, PASSWORD)
-    browser_page.goto(f"{web.url}/accounts/login/?next=/runs/")
-    browser_page.fill("#id_username", "alice")
-    browser_page.fill("#id_password", PASSWORD)
-    browser_page.click("button[type=submit]")
-    browser_page.wait_for_url(f"{web.url}/runs/")
+    site_login(browser_page, web.url, "alice", PASSWORD)
     yield Site(url=web.url, page=browser_page, user=alice, requests=requests)
-
-
-def stored_text(run: Run) -> str:
-    return "".join(e.data["text"] for e in RunEvent.objects.filter(run=run, type="output.delta").order_by("seq"))
 
 
 def test_the_watch_page_shows_a_child_run_and_fills_the_gap_an_agents_own_event_type_leaves(site: Site) -> None:
@@ -145,10 +138,9 @@ def test_the_client_delivers_every_event_once_in_seq_order_reading_as_many_pages
     site.page.wait_for_function("probe.states.some(([state]) => state === 'ended')", timeout=WAIT_MS)
     site.wait_attr("connection", "ended")
     run.refresh_from_db()
-    stored = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
     probe = site.page.evaluate("probe")
     assert probe["seqs"] == list(range(1, run.last_seq + 1))
-    assert probe["types"] == stored
+    assert probe["types"] == event_types(run)
     states = probe["states"]
     assert states[0] == ["connecting", None] and states[-1] == ["ended", "completed"]
     assert not [state for state in states if state[0] in ("trouble", "disconnected")]

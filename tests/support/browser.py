@@ -91,6 +91,15 @@ def give_password(user: "AbstractBaseUser", password: str) -> None:
     user.save(update_fields=["password"])
 
 
+def site_login(page: "Page", base_url: str, username: str, password: str) -> None:
+    """Log in through the site's login page; it lands on the user's run list."""
+    page.goto(f"{base_url}/accounts/login/?next=/runs/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base_url}/runs/")
+
+
 def admin_login(page: "Page", base_url: str, username: str, password: str) -> None:
     """Log in through the admin's own login page, as a person would."""
     from playwright.sync_api import expect

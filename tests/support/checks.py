@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from runs.agents.demo import demo_text
+from runs.events import TERMINAL_EVENT, TERMINAL_EVENT_TYPES, EventType, WaitReason
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
 from tests.factories import assert_log_is_sound
-from tests.support.faults import TERMINAL_EVENT_TYPES, Watch
+from tests.support.faults import Watch
 from tests.support.procs import Procs
 from tests.support.runs import fresh
 
@@ -21,7 +22,7 @@ from tests.support.runs import fresh
 def assert_nothing_after_terminal(run: Run) -> None:
     run = fresh(run)
     events = assert_log_is_sound(run)
-    assert events[-1].type == f"run.{run.status}"
+    assert events[-1].type == TERMINAL_EVENT[run.status]
 
 
 def assert_attempts_never_overlap(attempts: list[RunAttempt]) -> None:
@@ -79,14 +80,14 @@ class Checked:
 def assert_generations_fenced(run: Run, events: list[RunEvent]) -> None:
     """Each attempt wrote only while it held the run: between its own `run.started` and the next
     attempt's, and nothing after the `run.requeued` that ended it."""
-    started = {e.attempt: e.seq for e in events if e.type == "run.started"}
+    started = {e.attempt: e.seq for e in events if e.type == EventType.RUN_STARTED}
     assert sorted(started) == list(range(1, run.generation + 1)), run.pk
     for e in events:
         if e.attempt is not None:
             assert started[e.attempt] <= e.seq, (run.pk, e.seq, e.type, e.attempt)
             if e.attempt + 1 in started:
                 assert e.seq < started[e.attempt + 1], (run.pk, e.seq, e.type, e.attempt)
-    for requeued in (e for e in events if e.type == "run.requeued"):
+    for requeued in (e for e in events if e.type == EventType.RUN_REQUEUED):
         generation = requeued.data["generation"]
         assert requeued.attempt is None
         late = [e.seq for e in events if e.attempt == generation and e.seq > requeued.seq]
@@ -95,8 +96,10 @@ def assert_generations_fenced(run: Run, events: list[RunEvent]) -> None:
 
 def assert_answer_echoed(run: Run, events: list[RunEvent]) -> None:
     """A completed run that asked echoes the input of the resume that answered it."""
-    asked = next(e.seq for e in events if e.type == "run.waiting" and e.data["reason"] == "input_required")
-    answer = next(e.data["input"] for e in events if e.type == "run.resumed" and e.seq > asked)
+    asked = next(
+        e.seq for e in events if e.type == EventType.RUN_WAITING and e.data["reason"] == WaitReason.INPUT_REQUIRED
+    )
+    answer = next(e.data["input"] for e in events if e.type == EventType.RUN_RESUMED and e.seq > asked)
     assert run.output["answer"] == answer, run.pk
 
 
@@ -131,9 +134,9 @@ def check_runs(
         events = events_by_run[run.pk]
         assert run.status in TERMINAL, f"run {run.pk} is still {run.status}"
         assert [e.seq for e in events] == list(range(1, run.last_seq + 1)), run.pk
-        assert events[0].type == "run.created", run.pk
+        assert events[0].type == EventType.RUN_CREATED, run.pk
         terminal = [e.type for e in events if e.type in TERMINAL_EVENT_TYPES]
-        assert terminal == [f"run.{run.status}"] and events[-1].type == terminal[0], (run.pk, terminal)
+        assert terminal == [TERMINAL_EVENT[run.status]] and events[-1].type == terminal[0], (run.pk, terminal)
         assert_generations_fenced(run, events)
         attempts = attempts_by_run[run.pk]
         assert len(attempts) == run.generation, run.pk
@@ -143,7 +146,9 @@ def check_runs(
         _assert_end_has_a_cause(run, by_id, cancelled_by_client, stopped_by_client)
         if run.status == "completed":
             deltas = run.input["deltas"]
-            assert "".join(e.data["text"] for e in events if e.type == "output.delta") == demo_text(deltas), run.pk
+            assert "".join(e.data["text"] for e in events if e.type == EventType.OUTPUT_DELTA) == demo_text(deltas), (
+                run.pk
+            )
             assert run.output["text"] == demo_text(deltas), run.pk
             if run.input.get("ask") is not None:
                 assert_answer_echoed(run, events)
@@ -151,7 +156,7 @@ def check_runs(
         checked.statuses[f"{run.status} {run.end_code}".strip()] += 1
         checked.attempts += len(attempts)
         checked.lost_attempts += lost
-        checked.requeued_runs += any(e.type == "run.requeued" for e in events)
+        checked.requeued_runs += any(e.type == EventType.RUN_REQUEUED for e in events)
     for watch in watches:
         stored = events_by_run[UUID(watch.run_id)]
         assert watch.final_status == 204, watch.run_id

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from runs.transitions import TERMINAL
+from runs.events import TERMINAL_EVENT_TYPES
 from tests.support.sse import Event, Stream, auth_headers
-
-TERMINAL_EVENT_TYPES = frozenset(f"run.{status}" for status in TERMINAL)
 
 # What breaks a connection under a client: a refused connect (the web process is restarting), a
 # reset or an early EOF (it was killed mid-answer).

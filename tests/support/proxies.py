@@ -81,6 +81,13 @@ class CuttableProxy:
 
         self._loop.run_until_complete(serve())
         self._loop.run_forever()
+        # Connections still open at stop (a page's last fetch) end here, on the loop, before it
+        # closes: left to the garbage collector they would close their sockets on a closed loop.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     def _shutdown(self) -> None:
         if self._server is not None:

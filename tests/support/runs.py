@@ -1,6 +1,7 @@
 """A run as the database holds it: its row, attempts and events, read afresh every time, so that
 a test sees what another process or thread committed."""
 
+from runs.events import EventType
 from runs.models import Run, RunAttempt, RunEvent
 
 
@@ -26,13 +27,13 @@ def event_types(run: Run) -> list[str]:
 
 
 def stored_text(run: Run) -> str:
-    deltas = RunEvent.objects.filter(run_id=run.pk, type="output.delta").order_by("seq")
+    deltas = RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA).order_by("seq")
     return "".join(e.data["text"] for e in deltas)
 
 
 def delta_count(run: Run) -> int:
-    return RunEvent.objects.filter(run_id=run.pk, type="output.delta").count()
+    return RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA).count()
 
 
 def deltas_of(run: Run, generation: int) -> int:
-    return RunEvent.objects.filter(run_id=run.pk, type="output.delta", attempt=generation).count()
+    return RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA, attempt=generation).count()

@@ -33,12 +33,16 @@ def main(argv: list[str]) -> int:
 
     django.setup()
     from runs import services
+    from runs.events import EventType
 
     rng = random.Random(args.seed)
     written = 0
     while written < args.count:
         n = min(rng.randint(1, args.max_batch), args.count - written)
-        batch = [("output.delta", {"text": f"delta {written + i}", "pad": "x" * rng.randint(0, 300)}) for i in range(n)]
+        batch = [
+            (EventType.OUTPUT_DELTA, {"text": f"delta {written + i}", "pad": "x" * rng.randint(0, 300)})
+            for i in range(n)
+        ]
         services.run_events_append(run_id=args.run_id, generation=args.generation, events=batch)
         written += n
         if args.pause_ms:
