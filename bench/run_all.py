@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, ROOT, CpuMeter, app_running, durable_cluster, git_revision, machine_facts, postgres_facts
+from runs.events import EventType
 
 FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
 
@@ -277,8 +278,8 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
             )
     s = t["start"]
     for event, key, notifies, target in (
-        ("run.started at an SSE watcher", "to_run_started_ms", 2, TARGETS["start_p50_ms"]),
-        ("first output.delta at the watcher", "to_first_delta_ms", 3, None),
+        (f"{EventType.RUN_STARTED} at an SSE watcher", "to_run_started_ms", 2, TARGETS["start_p50_ms"]),
+        (f"first {EventType.OUTPUT_DELTA} at the watcher", "to_first_delta_ms", 3, None),
     ):
         add(
             f"start: create → {event} p50",

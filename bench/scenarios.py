@@ -474,15 +474,21 @@ def add_background(ctx: Ctx, *, runs: int, events_per_run: int) -> dict[str, Any
             """
             INSERT INTO runs_runevent (run_id, seq, type, data, attempt, created_at)
             SELECT bg.id, s,
-                CASE WHEN s = 1 THEN 'run.created' WHEN s = 2 THEN 'run.started'
-                     WHEN s = %(n)s THEN 'run.completed' ELSE 'output.delta' END,
+                CASE WHEN s = 1 THEN %(created)s WHEN s = 2 THEN %(started)s
+                     WHEN s = %(n)s THEN %(completed)s ELSE %(delta)s END,
                 CASE WHEN s < 3 OR s = %(n)s THEN '{}'::jsonb ELSE jsonb_build_object('text', 'chunk ' || s) END,
                 CASE WHEN s = 1 THEN NULL ELSE 1 END,
                 bg.created_at
             FROM bg CROSS JOIN generate_series(1, %(n)s) AS s
             ORDER BY bg.created_at, s
             """,
-            {"n": events_per_run},
+            {
+                "n": events_per_run,
+                "created": EventType.RUN_CREATED.value,
+                "started": EventType.RUN_STARTED.value,
+                "completed": EventType.RUN_COMPLETED.value,
+                "delta": EventType.OUTPUT_DELTA.value,
+            },
         )
         conn.execute("ANALYZE")
         # Flushed now, so that writing out the inserted pages does not overlap the measurements:
