@@ -60,7 +60,7 @@ class EventWriter:
         self.last_seq: int = run.last_seq
         self.steps_used: int = run.steps_used
         # Held for each write, so a child's spawn keeps its place among the events.
-        self.writes = asyncio.Lock()
+        self._writes = asyncio.Lock()
         self.failed = False
         # With a step budget every step is counted before the agent goes on, so a step past the
         # budget never starts.
@@ -87,7 +87,7 @@ class EventWriter:
     async def spawn_child(self, input: dict[str, Any]) -> Run:
         # The parent's events stay in the order the agent produced them.
         await self.drain()
-        async with self.writes:
+        async with self._writes:
             child = await self.commit(
                 services.run_child_spawn,
                 run_id=self.lease.run_id,
@@ -149,7 +149,7 @@ class EventWriter:
         # events per transaction when it is fast. Each event still gets its own seq.
         while self._pending and not self.lease.token.tripped:
             try:
-                async with self.writes:
+                async with self._writes:
                     await self._write_next()
             except StaleAttempt as exc:
                 # Includes a budget this write exhausted: the run is stopped, the attempt must end.
