@@ -37,6 +37,7 @@ from runs.admin.display import (
     status_badge,
 )
 from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, OwnerFilter, RunningForFilter
+from runs.agents import declared_types
 from runs.api.errors import error_response
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
 from runs.models import Run, RunAttempt, RunEvent
@@ -333,7 +334,7 @@ class RunAdmin(CommandsMixin):
             "tail_after_seq": events[-1].seq if events else first - 1,
             "tail_stream_url": reverse("run-stream", kwargs={"run_id": str(run.pk)}),
             "tail_events_url": reverse(f"admin:{info[0]}_{info[1]}_events", args=[quote(run.pk)]),
-            "event_vocabulary": browser_vocabulary(),
+            "event_vocabulary": browser_vocabulary(declared_types(run.agent)),
             "commands": [
                 {
                     "name": command.name,

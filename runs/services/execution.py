@@ -94,6 +94,9 @@ def run_events_append(
             raise ValidationFailed(f"an agent cannot append {type_!r} events")
         if not isinstance(data, dict):
             raise ValidationFailed("event data must be a JSON object")
+        if type_ in (EventType.TOOL_STARTED, EventType.TOOL_FINISHED) and not isinstance(data.get("call_id"), str):
+            # The run's end seals open calls by it (`core.end`).
+            raise ValidationFailed(f"{type_} events need a call_id")
     if not events:
         return []
     exhausted: StaleAttempt | None = None
@@ -106,7 +109,7 @@ def run_events_append(
         rows = append(run, events[:room], attempt=generation, now=now) if room else []
         run.events_used += len(rows)
         run.updated_at = now
-        run.save(update_fields=["last_seq", "events_used", "updated_at"])
+        run.save(update_fields=["last_seq", "events_used", "updated_at", "open_tool_calls"])
         if room < len(events):
             exhausted = _exhaust(run, "max_events", now=now)
     if exhausted is not None:

@@ -55,7 +55,8 @@
         activity("Tool " + d.name + " started", "tool");
         break;
       case T.TOOL_FINISHED:
-        activity("Tool " + d.name + " finished" + (d.error ? " with an error" : ""), "tool");
+        if (d.status === V.toolStatuses.INTERRUPTED) activity("Tool " + d.name + " interrupted", "tool");
+        else activity("Tool " + d.name + " finished" + (d.status === V.toolStatuses.ERROR ? " with an error" : ""), "tool");
         break;
       case T.CHILD_SPAWNED:
         activity("Child run " + String(d.run_id || "").slice(0, 8) + " started", "child");
@@ -76,6 +77,7 @@
         activity("Requeued (" + d.cause + ")");
         break;
       default:
+        if (V.declared.includes(event.type)) activity(event.type, "custom");
         if (V.terminal[event.type]) {
           const status = V.terminal[event.type];
           const why = d.reason || d.note || "";
