@@ -363,8 +363,9 @@ class RunResumeApi(RunObjectApi):
         operation_id="runs_resume",
         summary="Resume a waiting run",
         request=InputSerializer,
-        description="Waiting → queued with the input. A stale, used or invalidated ticket is a 409 "
-        "`stale_ticket`; nothing changes.",
+        description="Waiting → queued with the input. A retry of a resume that succeeded (the same ticket and "
+        "input, the run not waiting again since) answers 200 with the run and writes nothing. Any other stale, "
+        "used or invalidated ticket is a 409 `stale_ticket`; nothing changes.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)
