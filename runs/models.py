@@ -172,6 +172,10 @@ class RunAttempt(models.Model):
         ]
         indexes = [
             models.Index(fields=["lease_expires_at"], name="runattempt_open_lease", condition=Q(outcome="")),
+            # The sweeper's other search: attempts left by their run and never released.
+            models.Index(
+                fields=["lease_expires_at"], name="runattempt_unreleased", condition=Q(released_at__isnull=True)
+            ),
         ]
 
     def __str__(self) -> str:

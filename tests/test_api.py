@@ -467,7 +467,15 @@ def test_a_running_run_shows_its_current_attempt(api: APIClient, alice: User) ->
     body = api.get(url(run)).json()
     assert body["status"] == "running" and body["started_at"] is not None
     attempt = body["attempt"]
-    assert set(attempt) == {"generation", "worker", "claimed_at", "heartbeat_at", "released_at", "outcome"}
+    assert set(attempt) == {
+        "generation",
+        "worker",
+        "claimed_at",
+        "heartbeat_at",
+        "lease_expires_at",
+        "released_at",
+        "outcome",
+    }
     assert (attempt["generation"], attempt["worker"], attempt["released_at"], attempt["outcome"]) == (
         1,
         "test-worker",

@@ -40,7 +40,7 @@ from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, Ow
 from runs.agents import declared_types
 from runs.api.errors import error_response
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import Status
 
 EVENTS_PER_PAGE = 100
@@ -98,11 +98,15 @@ class RunAttemptInline(admin.TabularInline):
         run = attempt.run  # the formset hands each attempt the page's run: no query
         if run.ended_at is None or run.status not in (Status.CANCELLED, Status.STOPPED):
             return "—"
-        if attempt.outcome != run.status:
+        # A lost attempt held the run when it ended if it is the run's last; its worker never said
+        # it stopped, and the sweeper released it when its lease lapsed.
+        lost = attempt.outcome == AttemptOutcome.LOST and attempt.generation == run.generation
+        if attempt.outcome != run.status and not lost:
             return "—"  # the run ended while another attempt (or none) held it
         if attempt.released_at is None:
-            return "not released yet"
-        return f"{(attempt.released_at - run.ended_at).total_seconds():.3f} s"
+            return f"not released yet (lease lapses {moment(attempt.lease_expires_at)})"
+        latency = f"{(attempt.released_at - run.ended_at).total_seconds():.3f} s"
+        return f"{latency} (worker lost: its lease lapsed)" if lost else latency
 
 
 class RunChangeList(ChangeList):

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from runs import notify
@@ -195,11 +196,11 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
     """Requeue the locked running run, whose current attempt ended without finishing."""
     generation = run.generation
     if cause == RequeueCause.LEASE_EXPIRED:
-        # Lost, whether its worker died or gave it up (abandoned) once it could not renew the
-        # lease. The worker, if alive, records released_at itself.
-        RunAttempt.objects.filter(
-            run=run, generation=generation, outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED]
-        ).update(outcome=AttemptOutcome.LOST)
+        # Lost, whether its worker died or gave it up (abandoned) once it could not renew the lease.
+        lost = RunAttempt.objects.filter(run=run, generation=generation)
+        lost.filter(outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED]).update(outcome=AttemptOutcome.LOST)
+        # Self-fencing stopped the work by the time its lease lapsed, unless the worker said earlier.
+        lost.filter(released_at__isnull=True).update(released_at=F("lease_expires_at"))
         run.lost_attempts += 1
         run.save(update_fields=["lost_attempts"])
         if run.lost_attempts >= run.max_attempts:
