@@ -10,15 +10,33 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+def _env_number(name: str, default: float, kind: type[float] | type[int]) -> Any:
+    # Refused here, naming the variable, so every process (not only the one that would trip over
+    # it later) stops with the same message.
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or value < 0 or value != value or value == float("inf"):
+        unit = "a whole number" if kind is int else "a number"
+        raise ImproperlyConfigured(f"{name} must be {unit} ≥ 0, not {raw!r}")
+    return value
+
+
 def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+    return float(_env_number(name, default, float))
 
 
 def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
+    return int(_env_number(name, default, int))
 
 
 def _env_list(name: str, default: list[str]) -> list[str]:
