@@ -256,7 +256,9 @@ class Steps:
         if running:
             await asyncio.wait(running, timeout=self.time_left())
         if self._processes:
-            log.info("%s: killing %d process groups still running after the grace", self._label, len(self._processes))
+            log.info(
+                "%s: killing the process groups still running after the grace: %s", self._label, list(self._processes)
+            )
             for pid in list(self._processes):
                 self._stop_group(pid, signal.SIGKILL)
             exits = [p.exited for p in self._processes.values()]
