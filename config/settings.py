@@ -21,6 +21,12 @@ def _env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def _env_list(name: str, default: list[str]) -> list[str]:
+    if name not in os.environ:
+        return default
+    return [item.strip() for item in os.environ[name].split(",") if item.strip()]
+
+
 def database_from_url(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
@@ -201,6 +207,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("RUNLEDGER_LOG_LEVEL", "WARNING")},
     "loggers": {"runs": {"level": os.environ.get("RUNLEDGER_LOG_LEVEL", "INFO")}},
 }
+
+# The modules that register agents (DESIGN §4), imported by every web and worker process at start;
+# one that cannot be imported stops the process. The environment variable is comma-separated.
+RUNLEDGER_AGENTS = _env_list("RUNLEDGER_AGENTS", ["runs.agents.demo"])
 
 # Intervals (seconds). Each is also read from the environment variable of the same name.
 RUNLEDGER_LEASE_SECONDS = _env_float("RUNLEDGER_LEASE_SECONDS", 30)

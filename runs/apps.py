@@ -1,7 +1,14 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class RunsConfig(AppConfig):
     name = "runs"
     verbose_name = "Runs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from runs.agents.loading import check_agents, load_agents
+
+        load_agents()
+        checks.register(check_agents)

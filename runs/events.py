@@ -6,6 +6,8 @@ clients receive `browser_vocabulary()` from the page (a JSON script tag), so no 
 template spells an event type either.
 """
 
+import re
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -51,6 +53,53 @@ LIFECYCLE_TYPES: frozenset[str] = frozenset(
 )
 
 
+# Platform types an agent emits itself (the rest of `EventType` only the platform writes).
+AGENT_TYPES: frozenset[str] = frozenset({EventType.OUTPUT_DELTA, EventType.TOOL_STARTED, EventType.TOOL_FINISHED})
+
+# The shape of a type an agent declares for itself (DESIGN §2): dotted, lower case, e.g. `plan.updated`.
+CUSTOM_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+")
+
+
+# The longest type `RunEvent.type` stores.
+TYPE_MAX = 64
+
+
+def custom_type_problem(type_: object) -> str | None:
+    """Why `type_` cannot be an agent's own event type, or None if it can."""
+    if not isinstance(type_, str) or len(type_) > TYPE_MAX or not CUSTOM_TYPE.fullmatch(type_):
+        return f"{type_!r} is not an event type (lower-case dotted words, e.g. 'plan.updated')"
+    if type_ in EventType._value2member_map_:
+        return f"{type_!r} is a type of the platform; agents declare only types of their own"
+    return None
+
+
+class ToolStatus(StrEnum):
+    """How a tool call ended (the `status` of `tool.finished`)."""
+
+    OK = "ok"
+    ERROR = "error"
+    # Written by the platform only: the run ended while the call was open.
+    INTERRUPTED = "interrupted"
+
+
+def agent_event_problem(type_: object, data: dict[str, Any], declared: frozenset[str]) -> str | None:
+    """Why an agent may not emit this event, or None. It may emit the platform's `AGENT_TYPES`
+    and the types of its own it declared when it registered (DESIGN §2)."""
+    if type_ in AGENT_TYPES:
+        call_id = data.get("call_id")
+        if type_ != EventType.OUTPUT_DELTA and (not isinstance(call_id, str) or not call_id):
+            return f"{type_} events need a call_id (a non-empty string)"
+        status = data.get("status", ToolStatus.OK)
+        if type_ == EventType.TOOL_FINISHED and status not in (ToolStatus.OK, ToolStatus.ERROR):
+            return f"a tool.finished status is 'ok' or 'error', not {status!r}"
+        return None
+    if isinstance(type_, str) and type_ in EventType._value2member_map_:
+        return f"an agent cannot emit {type_!r} events"
+    if isinstance(type_, str) and type_ in declared:
+        return None
+    return custom_type_problem(type_) or f"the agent emitted {type_!r}, a type it did not declare"
+
+
 class WaitReason(StrEnum):
     """Why a run is `waiting` (the `reason` of `run.waiting`)."""
 
@@ -67,11 +116,14 @@ class RequeueCause(StrEnum):
     LEASE_EXPIRED = "lease_expired"
 
 
-def browser_vocabulary() -> dict[str, Any]:
+def browser_vocabulary(declared: Iterable[str] = ()) -> dict[str, Any]:
     """What the browser stream client (runs/static/runs/stream.js) knows of events: every type by
-    its Python name, the status each terminal type ends a run in, and the wait reasons."""
+    its Python name, the types the run's agent declared, the status each terminal type ends a run
+    in, and the wait reasons."""
     return {
         "types": {member.name: member.value for member in EventType},
+        "declared": sorted(declared),
         "terminal": {event.value: status.value for status, event in TERMINAL_EVENT.items()},
         "waitReasons": {member.name: member.value for member in WaitReason},
+        "toolStatuses": {member.name: member.value for member in ToolStatus},
     }

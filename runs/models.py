@@ -45,6 +45,9 @@ class Run(models.Model):
     # Budget usage, counted across attempts.
     steps_used = models.PositiveIntegerField(default=0)
     events_used = models.PositiveIntegerField(default=0)
+    # The tool calls started and not finished, as [call_id, name] pairs in the order they started:
+    # the run's end seals them (DESIGN §2) without reading its events back.
+    open_tool_calls = models.JSONField(default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -169,6 +172,10 @@ class RunAttempt(models.Model):
         ]
         indexes = [
             models.Index(fields=["lease_expires_at"], name="runattempt_open_lease", condition=Q(outcome="")),
+            # The sweeper's other search: attempts left by their run and never released.
+            models.Index(
+                fields=["lease_expires_at"], name="runattempt_unreleased", condition=Q(released_at__isnull=True)
+            ),
         ]
 
     def __str__(self) -> str:

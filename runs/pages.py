@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from runs import selectors, services
+from runs.agents import declared_types
 from runs.events import browser_vocabulary
 from runs.exceptions import NotFound, RunledgerError
 
@@ -70,4 +71,6 @@ def run_watch_page(request: HttpRequest, run_id: str) -> HttpResponse:
         run = selectors.run_get(run_id=run_id, user=request.user)
     except NotFound as exc:
         raise Http404(exc.message) from exc
-    return render(request, "runs/run_watch.html", {"run": run, "event_vocabulary": browser_vocabulary()})
+    return render(
+        request, "runs/run_watch.html", {"run": run, "event_vocabulary": browser_vocabulary(declared_types(run.agent))}
+    )

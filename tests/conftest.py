@@ -1,5 +1,6 @@
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -50,3 +51,20 @@ def alice(make_user: Callable[..., User]) -> User:
 @pytest.fixture
 def bob(make_user: Callable[..., User]) -> User:
     return make_user("bob")
+
+
+@pytest.fixture
+def agent_named() -> Iterator[Callable[..., str]]:
+    """Register agents for one test only: `agent_named(name, agent, event_types=[...])`."""
+    from runs.agents import base
+
+    names: list[str] = []
+
+    def register(name: str, agent: Any, event_types: Sequence[str] = ()) -> str:
+        base.register(name, event_types=event_types)(agent)
+        names.append(name)
+        return name
+
+    yield register
+    for name in names:
+        base._REGISTRY.pop(name, None)

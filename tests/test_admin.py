@@ -2,6 +2,7 @@
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -333,6 +334,20 @@ def test_the_attempts_show_how_long_the_worker_ran_on_after_a_cancel(staff: User
     assert attempt.released_at is not None and run.ended_at is not None
     latency = (attempt.released_at - run.ended_at).total_seconds()
     assert f"{latency:.3f} s" in html
+
+
+def test_the_attempts_show_a_lost_workers_release_when_its_lease_lapsed(staff: User, alice: User) -> None:
+    run = running_run(alice)
+    services.run_cancel(run_id=run.pk, actor=staff, note="")  # its worker is dead
+    lease = run.attempts.get().lease_expires_at
+    client = logged_in(staff)
+    assert "not released yet (lease lapses " in client.get(change_url(run)).content.decode()
+
+    services.runs_sweep(as_of=lease + timedelta(milliseconds=1))
+
+    run.refresh_from_db()
+    latency = (lease - run.ended_at).total_seconds() if run.ended_at else None
+    assert f"{latency:.3f} s (worker lost: its lease lapsed)" in client.get(change_url(run)).content.decode()
 
 
 def test_the_events_view_returns_events_after_a_seq_for_the_live_tail(staff: User, alice: User) -> None:

@@ -467,7 +467,15 @@ def test_a_running_run_shows_its_current_attempt(api: APIClient, alice: User) ->
     body = api.get(url(run)).json()
     assert body["status"] == "running" and body["started_at"] is not None
     attempt = body["attempt"]
-    assert set(attempt) == {"generation", "worker", "claimed_at", "heartbeat_at", "released_at", "outcome"}
+    assert set(attempt) == {
+        "generation",
+        "worker",
+        "claimed_at",
+        "heartbeat_at",
+        "lease_expires_at",
+        "released_at",
+        "outcome",
+    }
     assert (attempt["generation"], attempt["worker"], attempt["released_at"], attempt["outcome"]) == (
         1,
         "test-worker",
@@ -833,10 +841,13 @@ def test_resume_with_a_stale_ticket_is_409_and_changes_nothing(api: APIClient, a
     body = assert_error(api.post(url(run, "resume"), {"ticket": "stale"}, format="json"), 409, "stale_ticket")
     assert body["run"]["status"] == "waiting"
     assert event_types(run)[-1] == "run.waiting"
-    # A used ticket is stale too.
+    # A used ticket is stale for any other resume; the same resume again is a safe retry (200).
     assert api.post(url(run, "resume"), {"ticket": run.resume_ticket}, format="json").status_code == 200
-    again = api.post(url(run, "resume"), {"ticket": run.resume_ticket}, format="json")
-    assert assert_error(again, 409, "stale_ticket")["run"]["status"] == "queued"
+    retried = api.post(url(run, "resume"), {"ticket": run.resume_ticket}, format="json")
+    assert retried.status_code == 200 and retried.json()["status"] == "queued"
+    other = api.post(url(run, "resume"), {"ticket": run.resume_ticket, "input": "other"}, format="json")
+    assert assert_error(other, 409, "stale_ticket")["run"]["status"] == "queued"
+    assert event_types(run).count("run.resumed") == 1
 
 
 def test_resume_with_the_ticket_queues_the_run_with_its_input(api: APIClient, alice: User) -> None:

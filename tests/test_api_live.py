@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 import requests
 import schemathesis
@@ -24,9 +25,13 @@ from schemathesis.checks import (
 )
 
 from runs import services
+from runs.events import EventType
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run, waiting_run
+from tests.support.db import token_for
 from tests.support.procs import Procs, free_port, subprocess_env
+from tests.support.proxies import CuttableProxy
+from tests.support.runs import event_types
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes]
 
@@ -95,7 +100,7 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     schema = schemathesis.openapi.from_url(web.url + "/api/schema/?format=json").exclude(path_regex=r"/stream/")
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = sorted(op.label for op in operations)
-    assert len(labels) == 8, labels
+    assert len(labels) == 9, labels
     assert not any("stream" in label for label in labels)
 
     session = requests.Session()
@@ -151,3 +156,28 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     assert {200, 404} <= seen["GET /api/runs/{run_id}/"], seen
     assert 200 in seen["GET /api/runs/{run_id}/events/"] and 200 in seen["GET /api/runs/"], seen
     assert "Traceback" not in web.log(), web.log()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resume_whose_answer_was_lost_is_retried_safely(procs: Procs, make_user: Callable[..., User]) -> None:
+    owner = make_user()
+    run = waiting_run(owner)
+    web = procs.uvicorn(env=subprocess_env())
+    proxy = CuttableProxy(upstream_port=int(web.port or 0)).start()
+    path = f"/api/runs/{run.pk}/resume/"
+    body = {"ticket": run.resume_ticket, "input": {"answer": 42}}
+    try:
+        with httpx.Client(base_url=proxy.url, headers={"Authorization": f"Token {token_for(owner)}"}) as client:
+            proxy.drop_next_answer(path)
+            with pytest.raises(httpx.TransportError):
+                client.post(path, json=body)
+            assert proxy.dropped_answers == 1
+            # The first try did resume the run; the client cannot know, so it retries.
+            retried = client.post(path, json=body)
+            assert retried.status_code == 200, retried.text
+            assert retried.json()["status"] == "queued"
+            other = client.post(path, json={**body, "input": {"answer": 41}})
+            assert other.status_code == 409 and other.json()["error"]["code"] == "stale_ticket"
+    finally:
+        proxy.stop()
+    assert event_types(run).count(EventType.RUN_RESUMED) == 1

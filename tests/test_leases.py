@@ -7,6 +7,7 @@ every wait is for a database condition or a log line, with a deadline.
 import signal
 from typing import Any
 
+import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
@@ -15,6 +16,7 @@ from runs.agents.demo import demo_text
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
 from tests.support.checks import assert_nothing_after_terminal
+from tests.support.db import token_for
 from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line
 from tests.support.proxies import PartitionableProxy
 from tests.support.runs import attempt, delta_count, deltas_of, event_types, fresh, released, stored_text
@@ -58,8 +60,8 @@ def test_a_killed_workers_run_is_taken_over_under_the_next_generation(procs: Pro
     assert (run.generation, run.lost_attempts) == (2, 1)
     first, second = attempt(run, 1), attempt(run, 2)
     assert first is not None and second is not None
-    # Its worker died: the attempt is lost and nobody could record when it stopped executing.
-    assert (first.worker, first.outcome, first.released_at) == ("w1", AttemptOutcome.LOST, None)
+    # Its worker died: the attempt is lost, released as of its lease's lapse (self-fencing).
+    assert (first.worker, first.outcome, first.released_at) == ("w1", AttemptOutcome.LOST, first.lease_expires_at)
     assert (second.worker, second.outcome) == ("w2", AttemptOutcome.COMPLETED)
     assert first.lease_expires_at <= second.claimed_at
     assert deltas_of(run, 1) >= 10 and deltas_of(run, 2) == LONG["deltas"] - deltas_of(run, 1)
@@ -83,6 +85,26 @@ def test_a_run_whose_lost_attempts_reach_max_attempts_fails_worker_lost(procs: P
     assert not RunAttempt.objects.filter(run_id=run.pk, generation=2).exists()
     assert "run.requeued" not in event_types(run)
     assert_nothing_after_terminal(run)
+
+
+def test_a_cancelled_runs_dead_worker_is_released_as_of_its_lease_and_the_api_says_so(
+    procs: Procs, alice: User
+) -> None:
+    doomed = procs.worker("w1")
+    run = queued_run(alice, input=LONG)
+    wait_streaming(run, 3)
+    doomed.kill()
+    web = procs.uvicorn()
+    api = httpx.Client(base_url=web.url, headers={"Authorization": f"Token {token_for(alice)}"}, timeout=10)
+
+    cancelled = api.post(f"/api/runs/{run.pk}/cancel/", json={}).json()
+    lease = cancelled["attempt"]["lease_expires_at"]
+    assert cancelled["attempt"]["released_at"] is None and lease is not None
+    procs.worker("w2")  # its sweeper finds the lapsed lease
+
+    body = wait_until(lambda: (b := api.get(f"/api/runs/{run.pk}/").json())["attempt"]["released_at"] and b)
+    assert body["attempt"]["released_at"] == lease and body["attempt"]["outcome"] == "lost"
+    assert body["status"] == "cancelled" and body["lost_attempts"] == 0
 
 
 # --- a worker stalled, or cut off from the database --------------------------------------------

@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs import services
+from runs.events import WaitReason
 from runs.exceptions import InvalidTransition, NotFound, StaleAttempt, StaleTicket, ValidationFailed
 from runs.models import Run, RunAttempt, RunEvent
 from runs.transitions import FailCode
@@ -324,8 +325,37 @@ def test_resume_needs_the_current_ticket_and_uses_it_once(alice: User) -> None:
     resumed = services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada"})
     assert (resumed.status, resumed.resume_ticket) == ("queued", "")
     assert RunEvent.objects.get(run=run, seq=resumed.last_seq).data == {"ticket": ticket, "input": {"name": "Ada"}}
+    # Used with another input, the ticket is stale.
     with pytest.raises(StaleTicket):
         services.run_resume(run_id=run.pk, ticket=ticket)
+    with pytest.raises(StaleTicket):
+        services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Bob"})
+
+
+def test_a_retried_resume_answers_the_run_and_writes_nothing_until_the_run_waits_again(alice: User) -> None:
+    run = waiting_run(alice)
+    ticket = run.resume_ticket
+    services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada", "n": [1, 2]})
+    before = count_events()
+
+    retried = services.run_resume(run_id=run.pk, ticket=ticket, input={"n": [1, 2], "name": "Ada"})  # equal as JSON
+    assert retried.status == "queued" and count_events() == before
+    assert event_types(run).count("run.resumed") == 1
+    # Still the latest resume after the run started and ended: the retry learns the outcome.
+    claimed = services.run_claim(worker="w")
+    assert claimed is not None
+    services.run_complete(run_id=run.pk, generation=claimed[0].generation, output=None)
+    assert services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada", "n": [1, 2]}).status == "completed"
+
+    # Once the run waits again, the old ticket is stale whatever the input.
+    again = waiting_run(alice)
+    first = again.resume_ticket
+    services.run_resume(run_id=again.pk, ticket=first)
+    claimed = services.run_claim(worker="w")
+    assert claimed is not None
+    services.run_wait(run_id=again.pk, generation=claimed[0].generation, reason=WaitReason.PAUSED)
+    with pytest.raises(StaleTicket):
+        services.run_resume(run_id=again.pk, ticket=first)
 
 
 def test_a_second_wait_issues_a_new_ticket_and_the_old_one_is_stale(alice: User) -> None:

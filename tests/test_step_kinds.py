@@ -8,23 +8,22 @@ events, the worker's log, the server end of the HTTP stream.
 """
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
 
 from runs import services
-from runs.agents import base
 from runs.events import EventType
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
+from tests.support.agents import AGENTS_ENV
 from tests.support.checks import assert_nothing_after_terminal
-from tests.support.procs import FAST_INTERVALS, Procs, group_members, process_gone
+from tests.support.procs import FAST_INTERVALS, Procs, group_members, process_gone, subprocess_env
 from tests.support.runs import delta_count, fresh, released
 from tests.support.slow_http import SlowStream
 from tests.support.waiting import wait_until
-from tests.support.workers import agents_worker, prove_worker_moved_on
+from tests.support.workers import prove_worker_moved_on
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -39,27 +38,15 @@ GRACE = timedelta(seconds=float(FAST_INTERVALS["RUNLEDGER_CANCEL_GRACE_SECONDS"]
 PROMPTLY = timedelta(seconds=2)
 
 
-@pytest.fixture
-def own_agents() -> Iterator[None]:
-    """The tests' own agents (tests/support/agents.py), registered in this process — run_create
-    refuses an unknown agent — only while a test uses them, so no other test sees them."""
-    from tests.support import agents
-
-    for name, agent in agents.AGENTS.items():
-        base.register(name)(agent)
-    yield
-    for name in agents.AGENTS:
-        base._REGISTRY.pop(name, None)
-
-
 def tool_started(run: Run) -> RunEvent | None:
     return RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_STARTED).first()
 
 
-def finished_tools(run: Run) -> list[RunEvent]:
-    """The tool calls that finished with a result (not sealed as interrupted when the run ended)."""
-    finished = RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_FINISHED)
-    return [e for e in finished if e.data.get("status") != "interrupted"]
+def tool_finishes(run: Run) -> list[str]:
+    """The status of each `tool.finished`: a cancelled call's only finish is the platform's
+    `interrupted` seal — its late result, had one come, would be a finish with `ok`."""
+    finished = RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_FINISHED).order_by("seq")
+    return [e.data["status"] for e in finished]
 
 
 def cancel_and_wait_for_release(run: Run, owner: User) -> tuple[RunAttempt, timedelta]:
@@ -89,15 +76,15 @@ def test_cancelling_a_child_process_ends_its_whole_process_group(procs: Procs, a
     # Both honour SIGTERM; by the time the release is visible, the whole group is gone.
     assert group_members(pid) == [] and all(process_gone(p) for p in group), group
     assert took < PROMPTLY, took
-    assert finished_tools(run) == []
+    assert tool_finishes(run) == ["interrupted"]
     assert_nothing_after_terminal(run)
 
 
 @pytest.mark.parametrize("agent_ignores_cancel", [False, True], ids=["agent-honours-cancel", "agent-ignores-cancel"])
 def test_a_child_process_deaf_to_sigterm_is_killed_after_the_grace_and_reaped_before_the_release(
-    procs: Procs, alice: User, own_agents: None, agent_ignores_cancel: bool
+    procs: Procs, alice: User, agent_ignores_cancel: bool
 ) -> None:
-    worker = agents_worker(procs, "w1")
+    worker = procs.worker("w1", env=subprocess_env(**AGENTS_ENV))
     run = queued_run(alice, agent="test-process", input={"ignore_cancel": agent_ignores_cancel})
     started = wait_until(lambda: tool_started(run), what="the deaf process")
     pid, grandchild = started.data["pid"], started.data["grandchild_pid"]
@@ -111,7 +98,7 @@ def test_a_child_process_deaf_to_sigterm_is_killed_after_the_grace_and_reaped_be
     log = worker.log()
     assert f"killing the process groups still running after the grace: [{pid}]" in log, log
     assert ("the agent ignored cancellation; abandoning it" in log) == agent_ignores_cancel, log
-    assert finished_tools(run) == []
+    assert tool_finishes(run) == ["interrupted"]
     assert_nothing_after_terminal(run)
 
 
@@ -132,7 +119,7 @@ def test_blocking_code_in_a_thread_is_abandoned_and_its_late_result_never_stored
     wait_log_line_about = f"an abandoned thread of <attempt 1 of run {run.pk}> finished late; its result was discarded"
     wait_until(lambda: wait_log_line_about in worker.log(), timeout=15, what="the late end of the thread")
     assert fresh(run).last_seq == last_seq  # nothing of it was stored: no result, no delta after it
-    assert finished_tools(run) == []
+    assert tool_finishes(run) == ["interrupted"]
     assert_nothing_after_terminal(run)
 
 
@@ -154,10 +141,10 @@ def test_an_abandoned_thread_does_not_hold_up_the_workers_exit(procs: Procs, ali
 
 @pytest.mark.parametrize("agent_ignores_cancel", [False, True], ids=["agent-honours-cancel", "agent-ignores-cancel"])
 def test_cancelling_an_http_stream_closes_it_and_the_server_sees_the_disconnect(
-    procs: Procs, alice: User, own_agents: None, agent_ignores_cancel: bool
+    procs: Procs, alice: User, agent_ignores_cancel: bool
 ) -> None:
     with SlowStream() as server:
-        worker = agents_worker(procs, "w1")
+        worker = procs.worker("w1", env=subprocess_env(**AGENTS_ENV))
         run = queued_run(
             alice, agent="test-http-stream", input={"url": server.url, "ignore_cancel": agent_ignores_cancel}
         )

@@ -3,8 +3,10 @@ Debian's Chromium through Playwright and a real uvicorn. No worker runs: the tes
 itself and writes its events through the services, as the worker would, so it knows exactly what
 the stream carries.
 
-EventSource only hands a named event to a listener for that name, so an event of an agent's own
-type reaches the page only through the gap it leaves in seq, filled from the events JSON pages.
+EventSource only hands a named event to a listener for that name. The page listens for every
+platform type and for the types the run's agent declared; an event of any other type (which a
+worker would refuse, but a writer through the services can store) reaches the page only through
+the gap it leaves in seq, filled from the events JSON pages.
 """
 
 from collections.abc import Iterator
@@ -18,8 +20,9 @@ from playwright.sync_api import Page, Request, expect
 from runs import services
 from runs.models import Run
 from tests.factories import running_run
+from tests.support.agents import AGENTS_ENV, PLAN_UPDATED
 from tests.support.browser import give_password, save_screenshot, site_login
-from tests.support.procs import Procs
+from tests.support.procs import Procs, subprocess_env
 from tests.support.runs import event_types, stored_text
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -56,7 +59,7 @@ class Site:
 
 @pytest.fixture
 def site(procs: Procs, browser_page: Page, alice: User) -> Iterator[Site]:
-    web = procs.uvicorn()
+    web = procs.uvicorn(env=subprocess_env(**AGENTS_ENV))
     requests: list[str] = []
 
     def seen(request: Request) -> None:
@@ -105,6 +108,19 @@ def test_the_watch_page_shows_a_child_run_and_fills_the_gap_an_agents_own_event_
     assert site.page.locator("#output").text_content() == stored_text(run)
     assert site.events_reads(run) == [3]
     save_screenshot(site.page, "watch-child-and-agent-type")
+
+
+def test_a_type_the_runs_agent_declared_arrives_live_without_a_gap_fill(site: Site) -> None:
+    run = running_run(site.user, agent="planner")
+    site.open(run)
+    site.wait_attr("connection", "live")
+    site.wait_attr("lastSeq", "2")
+
+    # Nothing follows it: only a listener for the declared type can deliver it.
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=[(PLAN_UPDATED, {"steps": 2})])
+    site.wait_attr("lastSeq", "3")
+    expect(site.page.locator("#activity li").last).to_have_text(PLAN_UPDATED, timeout=WAIT_MS)
+    assert site.events_reads(run) == []
 
 
 # Opens a second client on the watch page with the page's own vocabulary, recording everything it

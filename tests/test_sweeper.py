@@ -49,8 +49,8 @@ def test_a_lapsed_lease_is_requeued_and_the_old_attempt_is_fenced(alice: User) -
     run.refresh_from_db()
     assert (run.status, run.lost_attempts, run.generation) == ("queued", 1, 1)
     old = RunAttempt.objects.get(run=run, generation=1)
-    # Lost; released_at is the worker's to record, if it is alive.
-    assert (old.outcome, old.released_at) == (AttemptOutcome.LOST, None)
+    # Lost, and released as of its lease's lapse: by then its worker, if alive, fenced itself.
+    assert (old.outcome, old.released_at) == (AttemptOutcome.LOST, old.lease_expires_at)
     last = RunEvent.objects.get(run=run, seq=run.last_seq)
     assert (last.type, last.data, last.attempt) == (
         "run.requeued",
@@ -208,3 +208,26 @@ def test_a_queued_run_past_its_deadline_is_never_claimed_but_stopped(alice: User
     assert services.runs_sweep().stopped == (overdue.pk,)  # the real clock, no as_of
     overdue.refresh_from_db()
     assert (overdue.status, overdue.end_code, overdue.generation) == ("stopped", "deadline_exceeded", 0)
+
+
+def test_an_ended_runs_attempt_that_no_worker_released_is_released_when_its_lease_lapses(alice: User) -> None:
+    run = running_run(alice)
+    services.run_cancel(run_id=run.pk, actor=alice)  # its worker is dead: nobody records the release
+    assert services.runs_sweep(as_of=lease_of(run)).released == 0
+
+    swept = services.runs_sweep(as_of=after_lease(run))
+
+    assert swept.released == 1 and not swept.requeued
+    attempt = RunAttempt.objects.get(run=run)
+    assert (attempt.outcome, attempt.released_at) == (AttemptOutcome.LOST, attempt.lease_expires_at)
+    assert services.runs_sweep(as_of=after_lease(run)).released == 0
+    run.refresh_from_db()
+    assert (run.status, run.lost_attempts) == ("cancelled", 0)  # an ended run counts no lost attempt
+
+    # A worker that was only cut off, back in touch, says when it really stopped: earlier.
+    later = attempt.released_at + timedelta(seconds=1)
+    services.run_attempt_release(run_id=run.pk, generation=1, released_at=later)
+    assert RunAttempt.objects.get(run=run).released_at == attempt.released_at
+    earlier = attempt.released_at - timedelta(seconds=1)
+    services.run_attempt_release(run_id=run.pk, generation=1, released_at=earlier)
+    assert RunAttempt.objects.get(run=run).released_at == earlier

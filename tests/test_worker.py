@@ -16,7 +16,7 @@ from runs.agents.demo import demo_text
 from runs.exceptions import StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
-from tests.support.checks import assert_nothing_after_terminal
+from tests.support.checks import assert_nothing_after_terminal, assert_tool_call_sealed
 from tests.support.db import listener_backends as _listener_backends
 from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
 from tests.support.runs import attempt, delta_count, event_types, fresh, released, stored_text
@@ -103,8 +103,7 @@ def test_a_slow_tool_that_honours_cancellation_stops_at_once(procs: Procs, alice
     run = fresh(run)
     assert gone.released_at is not None and run.ended_at is not None
     assert gone.released_at - run.ended_at < timedelta(seconds=5)  # the tool would take a minute
-    assert "tool.finished" not in event_types(run)
-    assert_nothing_after_terminal(run)
+    assert_tool_call_sealed(run)
 
 
 def test_a_stubborn_tool_is_abandoned_and_its_late_result_never_stored(procs: Procs, alice: User) -> None:
@@ -124,8 +123,7 @@ def test_a_stubborn_tool_is_abandoned_and_its_late_result_never_stored(procs: Pr
     prove_worker_moved_on(alice, "w1")
     # Wait past the tool's duration: the worker reports when the abandoned tool finally returned.
     wait_log_line(worker, "abandoned agent task finished late", timeout=15)
-    assert "tool.finished" not in event_types(run)
-    assert_nothing_after_terminal(run)
+    assert_tool_call_sealed(run)
 
 
 def test_cancelling_the_parent_stops_its_children_in_other_workers(procs: Procs, alice: User) -> None:

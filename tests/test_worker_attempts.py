@@ -91,21 +91,6 @@ def test_a_token_race_cancels_the_work_when_it_trips() -> None:
 # --- agent outcomes (in-process worker, --once) -----------------------------------------------------
 
 
-@pytest.fixture
-def agent_named() -> Iterator[Any]:
-    """Register test agents for one test only."""
-    names: list[str] = []
-
-    def register(name: str, agent: base.Agent) -> str:
-        base.register(name)(agent)
-        names.append(name)
-        return name
-
-    yield register
-    for name in names:
-        base._REGISTRY.pop(name, None)
-
-
 async def _raises(ctx: AgentContext) -> AsyncIterator[Directive]:
     yield Emit("output.delta", {"text": "about to fail "})
     raise KeyError("missing-thing")

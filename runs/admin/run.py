@@ -37,9 +37,10 @@ from runs.admin.display import (
     status_badge,
 )
 from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, OwnerFilter, RunningForFilter
+from runs.agents import declared_types
 from runs.api.errors import error_response
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import Status
 
 EVENTS_PER_PAGE = 100
@@ -97,11 +98,15 @@ class RunAttemptInline(admin.TabularInline):
         run = attempt.run  # the formset hands each attempt the page's run: no query
         if run.ended_at is None or run.status not in (Status.CANCELLED, Status.STOPPED):
             return "—"
-        if attempt.outcome != run.status:
+        # A lost attempt held the run when it ended if it is the run's last; its worker never said
+        # it stopped, and the sweeper released it when its lease lapsed.
+        lost = attempt.outcome == AttemptOutcome.LOST and attempt.generation == run.generation
+        if attempt.outcome != run.status and not lost:
             return "—"  # the run ended while another attempt (or none) held it
         if attempt.released_at is None:
-            return "not released yet"
-        return f"{(attempt.released_at - run.ended_at).total_seconds():.3f} s"
+            return f"not released yet (lease lapses {moment(attempt.lease_expires_at)})"
+        latency = f"{(attempt.released_at - run.ended_at).total_seconds():.3f} s"
+        return f"{latency} (worker lost: its lease lapsed)" if lost else latency
 
 
 class RunChangeList(ChangeList):
@@ -333,7 +338,7 @@ class RunAdmin(CommandsMixin):
             "tail_after_seq": events[-1].seq if events else first - 1,
             "tail_stream_url": reverse("run-stream", kwargs={"run_id": str(run.pk)}),
             "tail_events_url": reverse(f"admin:{info[0]}_{info[1]}_events", args=[quote(run.pk)]),
-            "event_vocabulary": browser_vocabulary(),
+            "event_vocabulary": browser_vocabulary(declared_types(run.agent)),
             "commands": [
                 {
                     "name": command.name,

@@ -1,19 +1,26 @@
-"""Agents are registered by name; a run names its agent and an unknown name is refused at create."""
+"""The public agent API (DESIGN §4): register an agent by name, with the event types of its own it
+emits, and write it as an async generator of directives. The modules named in `RUNLEDGER_AGENTS`
+(default: the built-in `demo`) are imported by every process at start, which fills the registry.
+"""
 
-# Importing the built-in agents registers them.
-from runs.agents import demo  # noqa: F401
 from runs.agents.base import (
     Agent,
     AgentContext,
     CancellationToken,
+    Cancelled,
     Complete,
+    Directive,
     Emit,
     Fail,
+    Registered,
     Step,
+    StoredEvent,
     Wait,
+    declared_types,
     get_agent,
     is_registered,
     register,
+    registered,
     registered_names,
 )
 
@@ -21,13 +28,19 @@ __all__ = [
     "Agent",
     "AgentContext",
     "CancellationToken",
+    "Cancelled",
     "Complete",
+    "Directive",
     "Emit",
     "Fail",
+    "Registered",
     "Step",
+    "StoredEvent",
     "Wait",
+    "declared_types",
     "get_agent",
     "is_registered",
     "register",
+    "registered",
     "registered_names",
 ]

@@ -35,11 +35,13 @@ re-emitting what is already stored.
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
+
+from runs.events import custom_type_problem
 
 if TYPE_CHECKING:
     # Only worker processes load httpx; the web processes import this module too.
@@ -170,15 +172,49 @@ class AgentContext(Protocol):
 
 Agent = Callable[[AgentContext], AsyncIterator[Directive]]
 
-_REGISTRY: dict[str, Agent] = {}
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    agent: Agent
+    # The agent's own event types (DESIGN §2); the platform's agent types need no declaring.
+    event_types: frozenset[str]
 
 
-def register(name: str) -> Callable[[Agent], Agent]:
+_REGISTRY: dict[str, Registered] = {}
+
+# The longest agent name a run can carry (`Run.agent`).
+NAME_MAX = 64
+
+
+def register(name: str, *, event_types: Iterable[str] = ()) -> Callable[[Agent], Agent]:
+    """Register an agent under `name`, with the event types of its own it may emit.
+
+    A mistake here (a bad name or type, or a name another agent holds) raises at import, so the
+    process that loads the module refuses to start instead of failing runs later."""
+    if not isinstance(name, str) or not name or len(name) > NAME_MAX or name != name.strip():
+        raise ValueError(f"an agent name must be 1 to {NAME_MAX} characters without surrounding spaces: {name!r}")
+    if isinstance(event_types, str):
+        raise ValueError(f"event_types of agent {name!r} must be a list of types, not one string")
+    declared = frozenset(event_types)
+    for type_ in sorted(declared, key=str):
+        problem = custom_type_problem(type_)
+        if problem is not None:
+            raise ValueError(f"agent {name!r} declares {problem}")
+
     def decorator(agent: Agent) -> Agent:
-        _REGISTRY[name] = agent
+        held = _REGISTRY.get(name)
+        if held is not None and _origin(held.agent) != _origin(agent):
+            raise ValueError(f"agent name {name!r} is already registered by {'.'.join(_origin(held.agent))}")
+        _REGISTRY[name] = Registered(name=name, agent=agent, event_types=declared)
         return agent
 
     return decorator
+
+
+def _origin(agent: Agent) -> tuple[str, str]:
+    # A module imported twice (e.g. as a script and as a module) registers the same function again.
+    return (getattr(agent, "__module__", "?"), getattr(agent, "__qualname__", repr(agent)))
 
 
 def is_registered(name: str) -> bool:
@@ -186,7 +222,17 @@ def is_registered(name: str) -> bool:
 
 
 def get_agent(name: str) -> Agent:
-    return _REGISTRY[name]
+    return _REGISTRY[name].agent
+
+
+def declared_types(name: str) -> frozenset[str]:
+    """The event types of its own the agent `name` declared (none for an unknown name)."""
+    held = _REGISTRY.get(name)
+    return held.event_types if held is not None else frozenset()
+
+
+def registered() -> list[Registered]:
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
 
 
 def registered_names() -> list[str]:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, StoredEvent, Wait, register
-from runs.events import EventType, WaitReason
+from runs.events import EventType, ToolStatus, WaitReason
 
 TOOL_CALL_ID = "call-1"
 TOOLS = ("slow", "stubborn", "process", "blocking")
@@ -71,14 +71,14 @@ async def stubborn_tool(seconds: float) -> dict[str, Any]:
     return {"slept_ms": round(seconds * 1000), "ignored_cancellation": True}
 
 
-async def process_result(process: asyncio.subprocess.Process, seconds: float) -> tuple[str, dict[str, Any]]:
+async def process_result(process: asyncio.subprocess.Process, seconds: float) -> tuple[ToolStatus, dict[str, Any]]:
     stdout, _ = await process.communicate()
     result = {
         "slept_ms": round(seconds * 1000),
         "returncode": process.returncode,
         "stdout": stdout.decode(errors="replace").strip(),
     }
-    return ("ok" if process.returncode == 0 else "error"), result
+    return (ToolStatus.OK if process.returncode == 0 else ToolStatus.ERROR), result
 
 
 def blocking_sleep(seconds: float) -> dict[str, Any]:
@@ -167,7 +167,7 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
                 if not stored.tool_started:
                     started = call | {"arguments": {"seconds": tool_seconds}}
                     yield Emit(EventType.TOOL_STARTED, started if process is None else started | {"pid": process.pid})
-                status = "ok"
+                status = ToolStatus.OK
                 if tool == "slow":
                     tool_result = await slow_tool(ctx, tool_seconds)
                 elif tool == "stubborn":

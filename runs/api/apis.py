@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from runs.agents import registered
 from runs.api.pagination import RunPagination, paginated_response
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, responses
@@ -78,6 +79,47 @@ class RunPageSerializer(serializers.Serializer[Any]):
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
     results = RunOutputSerializer(many=True)
+
+
+@extend_schema_serializer(component_name="Agent")
+class AgentOutputSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    event_types = serializers.ListField(
+        child=serializers.CharField(), help_text="the event types of its own it may emit, besides the platform's"
+    )
+
+
+class AgentListApi(APIView):
+    @extend_schema_serializer(component_name="AgentPage")
+    class PageSerializer(serializers.Serializer[Any]):
+        count = serializers.IntegerField()
+        next = serializers.URLField(allow_null=True)
+        previous = serializers.URLField(allow_null=True)
+        results = AgentOutputSerializer(many=True)
+
+    @extend_schema_serializer(component_name="AgentListFilter")
+    class FilterSerializer(serializers.Serializer[Any]):
+        page = StrictIntegerField(min_value=1, required=False, help_text="1-based; past the last page is a 404")
+        page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
+
+    @extend_schema(
+        operation_id="agents_list",
+        summary="List the registered agents",
+        description="Every agent a run may name (`RUNLEDGER_AGENTS`), by name, with the event types of its "
+        "own each declared (DESIGN §2), so a client knows every type a stream can carry.",
+        parameters=[FilterSerializer],
+        responses=responses({200: PageSerializer}, 400, 404),
+    )
+    def get(self, request: Request) -> Response:
+        _valid(self.FilterSerializer, request.query_params)
+        agents = [{"name": a.name, "event_types": sorted(a.event_types)} for a in registered()]
+        return paginated_response(
+            pagination_class=RunPagination,
+            serializer_class=AgentOutputSerializer,
+            queryset=agents,
+            request=request,
+            view=self,
+        )
 
 
 # One URL, two operations: each method has its own input serializer and schema.
@@ -321,8 +363,9 @@ class RunResumeApi(RunObjectApi):
         operation_id="runs_resume",
         summary="Resume a waiting run",
         request=InputSerializer,
-        description="Waiting → queued with the input. A stale, used or invalidated ticket is a 409 "
-        "`stale_ticket`; nothing changes.",
+        description="Waiting → queued with the input. A retry of a resume that succeeded (the same ticket and "
+        "input, the run not waiting again since) answers 200 with the run and writes nothing. Any other stale, "
+        "used or invalidated ticket is a 409 `stale_ticket`; nothing changes.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = self.get_run(request, run_id)

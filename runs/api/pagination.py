@@ -1,5 +1,6 @@
 """Page-numbered lists (DESIGN §6): count, next, previous, results; 50 a page, page_size up to 500."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import QuerySet
@@ -21,12 +22,12 @@ def paginated_response(
     *,
     pagination_class: type[PageNumberPagination],
     serializer_class: type[serializers.Serializer[Any]],
-    queryset: QuerySet[Any],
+    queryset: QuerySet[Any] | Sequence[Any],
     request: Request,
     view: APIView,
 ) -> Response:
     paginator = pagination_class()
-    page = paginator.paginate_queryset(queryset, request, view=view)
+    page = paginator.paginate_queryset(queryset, request, view=view)  # type: ignore[arg-type]  # any sequence pages
     assert page is not None  # page_size is always set
     serializer = serializer_class(page, many=True, context={"request": request})
     return paginator.get_paginated_response(serializer.data)

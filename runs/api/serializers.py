@@ -20,7 +20,13 @@ class AttemptOutputSerializer(serializers.Serializer[RunAttempt]):
     worker = serializers.CharField()
     claimed_at = serializers.DateTimeField()
     heartbeat_at = serializers.DateTimeField()
-    released_at = serializers.DateTimeField(allow_null=True)
+    lease_expires_at = serializers.DateTimeField(
+        help_text="renewed by the worker's heartbeats; once past with no release, the worker is gone"
+    )
+    released_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="when the worker stopped executing it; for a lost attempt, when its lease lapsed",
+    )
     outcome = serializers.CharField(
         allow_null=True, help_text="null while the attempt holds the run; then how it left its hands"
     )

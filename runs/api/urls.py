@@ -6,6 +6,7 @@ from runs.api.errors import api_not_found
 
 # Mounted at /api/ by runs/urls.py, after the SSE stream route (a plain async view).
 urlpatterns: list[URLPattern | URLResolver] = [
+    path("agents/", apis.AgentListApi.as_view(), name="agent-list"),
     path("runs/", apis.RunCollectionApi.as_view(), name="run-collection"),
     path("runs/<str:run_id>/", apis.RunDetailApi.as_view(), name="run-detail"),
     path("runs/<str:run_id>/events/", apis.RunEventsApi.as_view(), name="run-events"),

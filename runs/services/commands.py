@@ -5,6 +5,7 @@ themselves; the worker holding the run hears of it through the control notificat
 re-read) and stops.
 """
 
+import json
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from runs import notify
 from runs.access import User
 from runs.events import EventType, WaitReason
 from runs.exceptions import StaleTicket, ValidationFailed
-from runs.models import Run
+from runs.models import Run, RunEvent
 from runs.services.core import SYSTEM, append, check, end, lock_run, park
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
@@ -81,6 +82,8 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None) -> Run:
     with transaction.atomic(durable=True):
         run = lock_run(run_id)
         if run.status != Status.WAITING or not secrets.compare_digest(run.resume_ticket.encode(), ticket.encode()):
+            if _already_resumed(run, ticket=ticket, input=input):
+                return run
             raise StaleTicket("the resume ticket is stale, used or invalidated", run=run)
         now = timezone.now()
         check(run, Status.QUEUED)
@@ -91,3 +94,20 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None) -> Run:
         run.save(update_fields=["status", "resume_ticket", "updated_at", "last_seq"])
         notify.run_queued(run.id)
     return run
+
+
+def _already_resumed(run: Run, *, ticket: str, input: Any) -> bool:
+    """True when this very resume (ticket and input) is the run's latest: a client that lost the
+    first answer retries safely. Once the run waits again, that ticket is stale like any other."""
+    latest = (
+        RunEvent.objects.filter(run=run, type__in=[EventType.RUN_WAITING, EventType.RUN_RESUMED])
+        .order_by("-seq")
+        .values_list("type", "data")
+        .first()
+    )
+    if latest is None or latest[0] != EventType.RUN_RESUMED:
+        return False
+    used = latest[1]
+    return secrets.compare_digest(str(used.get("ticket", "")).encode(), ticket.encode()) and used.get(
+        "input"
+    ) == json.loads(json.dumps(input))

@@ -14,10 +14,11 @@ from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from runs import notify
-from runs.events import TERMINAL_EVENT, EventType, RequeueCause, WaitReason
+from runs.events import TERMINAL_EVENT, EventType, RequeueCause, ToolStatus, WaitReason
 from runs.exceptions import InvalidTransition, NotFound, StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL, FailCode, Status, check_transition, descendant_end
@@ -67,9 +68,14 @@ def append(
     run: Run, events: Sequence[tuple[str, dict[str, Any]]], *, attempt: int | None, now: datetime
 ) -> list[RunEvent]:
     """Append under the lock the caller holds; seq is the run's counter, so it is gap-free. The
-    caller saves `last_seq` with the rest of its changes to the run."""
+    caller saves `last_seq` (and `open_tool_calls`, if it appends tool events) with the rest of
+    its changes to the run."""
     rows = []
     for type_, data in events:
+        if type_ == EventType.TOOL_STARTED:
+            run.open_tool_calls = [*run.open_tool_calls, [data["call_id"], data.get("name")]]
+        elif type_ == EventType.TOOL_FINISHED:
+            run.open_tool_calls = [call for call in run.open_tool_calls if call[0] != data["call_id"]]
         run.last_seq += 1
         rows.append(RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now))
     RunEvent.objects.bulk_create(rows)
@@ -150,8 +156,13 @@ def end(
         data = {"code": code, "note": reason, "by": by}
     else:
         data = {"code": code, "reason": reason, "by": by}
-    append(run, [(TERMINAL_EVENT[status], data)], attempt=attempt, now=now)
-    run.save(update_fields=[*ended, "last_seq"])
+    # One finish boundary: every open tool call ends, just before the terminal event.
+    seals = [
+        (EventType.TOOL_FINISHED, {"call_id": call_id, "name": name, "status": ToolStatus.INTERRUPTED})
+        for call_id, name in run.open_tool_calls
+    ]
+    append(run, [*seals, (TERMINAL_EVENT[status], data)], attempt=attempt, now=now)
+    run.save(update_fields=[*ended, "last_seq", "open_tool_calls"])
     if was_running:
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
@@ -185,11 +196,11 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
     """Requeue the locked running run, whose current attempt ended without finishing."""
     generation = run.generation
     if cause == RequeueCause.LEASE_EXPIRED:
-        # Lost, whether its worker died or gave it up (abandoned) once it could not renew the
-        # lease. The worker, if alive, records released_at itself.
-        RunAttempt.objects.filter(
-            run=run, generation=generation, outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED]
-        ).update(outcome=AttemptOutcome.LOST)
+        # Lost, whether its worker died or gave it up (abandoned) once it could not renew the lease.
+        lost = RunAttempt.objects.filter(run=run, generation=generation)
+        lost.filter(outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED]).update(outcome=AttemptOutcome.LOST)
+        # Self-fencing stopped the work by the time its lease lapsed, unless the worker said earlier.
+        lost.filter(released_at__isnull=True).update(released_at=F("lease_expires_at"))
         run.lost_attempts += 1
         run.save(update_fields=["lost_attempts"])
         if run.lost_attempts >= run.max_attempts:

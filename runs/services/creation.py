@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from runs import notify
 from runs.access import User
-from runs.agents import is_registered
+from runs.agents import is_registered, registered_names
 from runs.events import EventType
 from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.models import Run
@@ -32,7 +32,9 @@ class RunSpec:
     def check(self) -> None:
         """Refuse what no run may be made of, before any transaction starts."""
         if not is_registered(self.agent):
-            raise ValidationFailed(f"unknown agent {self.agent!r}", detail={"agent": [f"unknown agent {self.agent!r}"]})
+            known = ", ".join(registered_names()) or "none"
+            message = f"unknown agent {self.agent!r}; registered agents: {known}"
+            raise ValidationFailed(message, detail={"agent": [message]})
         if not isinstance(self.input, dict):
             raise ValidationFailed("input must be a JSON object", detail={"input": ["must be a JSON object"]})
         for name in ("max_steps", "max_events", "max_attempts"):

@@ -94,6 +94,9 @@ def run_events_append(
             raise ValidationFailed(f"an agent cannot append {type_!r} events")
         if not isinstance(data, dict):
             raise ValidationFailed("event data must be a JSON object")
+        if type_ in (EventType.TOOL_STARTED, EventType.TOOL_FINISHED) and not isinstance(data.get("call_id"), str):
+            # The run's end seals open calls by it (`core.end`).
+            raise ValidationFailed(f"{type_} events need a call_id")
     if not events:
         return []
     exhausted: StaleAttempt | None = None
@@ -106,7 +109,7 @@ def run_events_append(
         rows = append(run, events[:room], attempt=generation, now=now) if room else []
         run.events_used += len(rows)
         run.updated_at = now
-        run.save(update_fields=["last_seq", "events_used", "updated_at"])
+        run.save(update_fields=["last_seq", "events_used", "updated_at", "open_tool_calls"])
         if room < len(events):
             exhausted = _exhaust(run, "max_events", now=now)
     if exhausted is not None:
@@ -249,10 +252,15 @@ def run_attempt_release(
     """Record that the worker has stopped executing the attempt (the run may have ended before).
 
     `released_at` is when it stopped, if that was before this call (a worker that stopped while
-    the database was unreachable records it once it is back). Idempotent: a release is recorded once.
+    the database was unreachable records it once it is back). Idempotent: a release is recorded once
+    (only made more precise for a lost attempt).
     """
-    changes: dict[str, Any] = {"released_at": released_at or timezone.now()}
-    qs = RunAttempt.objects.filter(run_id=run_id, generation=generation, released_at__isnull=True)
+    released_at = released_at or timezone.now()
+    changes: dict[str, Any] = {"released_at": released_at}
+    # A lost attempt was released by the sweeper as of its lease's lapse, the latest it can have
+    # stopped; its worker, back in touch, knows the very moment.
+    unknown = Q(released_at__isnull=True) | Q(outcome=AttemptOutcome.LOST, released_at__gt=released_at)
+    qs = RunAttempt.objects.filter(unknown, run_id=run_id, generation=generation)
     if outcome is not None:
         # Only an attempt nobody closed yet takes the worker's outcome (e.g. abandoned).
         qs.filter(outcome=AttemptOutcome.RUNNING).update(outcome=outcome, **changes)

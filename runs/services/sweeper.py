@@ -8,7 +8,7 @@ from django.db import transaction
 from django.db.models import F
 
 from runs.events import RequeueCause
-from runs.models import Run, RunAttempt
+from runs.models import AttemptOutcome, Run, RunAttempt
 from runs.services.core import SYSTEM, db_now, end, lock_or_skip, requeue
 from runs.transitions import Status, StopCode
 
@@ -20,9 +20,11 @@ class SweepResult:
     failed: tuple[UUID, ...] = ()
     # Stopped with deadline_exceeded.
     stopped: tuple[UUID, ...] = ()
+    # Attempts of ended runs whose worker never recorded its release and whose lease lapsed.
+    released: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.requeued or self.failed or self.stopped)
+        return bool(self.requeued or self.failed or self.stopped or self.released)
 
 
 _LIVE = (Status.QUEUED, Status.RUNNING, Status.WAITING)
@@ -47,6 +49,19 @@ def run_lease_expire(*, run_id: UUID | str, generation: int, as_of: datetime | N
     return run
 
 
+def run_attempts_release_lapsed(*, as_of: datetime | None = None) -> int:
+    """Release the attempts a run left (it was cancelled or stopped under them) whose worker never
+    said it stopped and whose lease has lapsed: the worker died, or lost the database. A worker
+    fences itself before its lease lapses, so by `lease_expires_at` it certainly stopped; that is
+    their `released_at`, and their outcome `lost`. (Attempts still holding their run are the
+    requeue's, in `run_lease_expire`.)"""
+    return (
+        RunAttempt.objects.filter(released_at__isnull=True, lease_expires_at__lt=as_of or db_now())
+        .exclude(outcome=AttemptOutcome.RUNNING)
+        .update(released_at=F("lease_expires_at"), outcome=AttemptOutcome.LOST)
+    )
+
+
 def run_deadline_stop(*, run_id: UUID | str, as_of: datetime | None = None) -> Run | None:
     """Stop a queued, running or waiting run past its deadline (`deadline_exceeded`, by system);
     its unfinished descendants are stopped with it. None when there is nothing to do."""
@@ -63,7 +78,8 @@ def run_deadline_stop(*, run_id: UUID | str, as_of: datetime | None = None) -> R
 
 
 def runs_sweep(*, as_of: datetime | None = None, batch_size: int = 100) -> SweepResult:
-    """Requeue (or fail) running runs whose lease lapsed and stop live runs past their deadline.
+    """Requeue (or fail) running runs whose lease lapsed, stop live runs past their deadline, and
+    release the lapsed attempts of ended runs.
 
     Every worker sweeps, so any number may run this at once: candidates are read without locks,
     then each run is handled in its own short transaction under its row lock, taken with SKIP
@@ -110,4 +126,5 @@ def runs_sweep(*, as_of: datetime | None = None, batch_size: int = 100) -> Sweep
                 stopped.append(run_id)
         if len(overdue) < batch_size:
             break
-    return SweepResult(requeued=tuple(requeued), failed=tuple(failed), stopped=tuple(stopped))
+    released = run_attempts_release_lapsed(as_of=as_of)
+    return SweepResult(requeued=tuple(requeued), failed=tuple(failed), stopped=tuple(stopped), released=released)

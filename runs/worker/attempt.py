@@ -41,9 +41,10 @@ from runs.agents.base import (
     Step,
     StoredEvent,
     Wait,
+    declared_types,
     get_agent,
 )
-from runs.events import LIFECYCLE_TYPES, RequeueCause, WaitReason
+from runs.events import EventType, RequeueCause, ToolStatus, WaitReason, agent_event_problem
 from runs.exceptions import StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt
 from runs.transitions import FailCode
@@ -119,16 +120,24 @@ def _stored_events(run_id: UUID) -> list[StoredEvent]:
     ]
 
 
-def _invalid_event(directive: Emit) -> str | None:
-    if not isinstance(directive.type, str) or not directive.type or directive.type in LIFECYCLE_TYPES:
-        return f"an agent cannot emit {directive.type!r} events"
+def _invalid_event(directive: Emit, declared: frozenset[str]) -> str | None:
     if not isinstance(directive.data, dict):
         return f"{directive.type} event data must be a JSON object"
+    problem = agent_event_problem(directive.type, directive.data, declared)
+    if problem is not None:
+        return problem
     try:
         json.dumps(directive.data)
     except (TypeError, ValueError) as exc:
         return f"{directive.type} event data is not JSON: {exc}"
     return None
+
+
+def _event_data(directive: Emit) -> dict[str, Any]:
+    if directive.type == EventType.TOOL_FINISHED and "status" not in directive.data:
+        # Agents written before tool statuses existed: a result is `ok`, an `error` is an error.
+        return {**directive.data, "status": ToolStatus.ERROR if "error" in directive.data else ToolStatus.OK}
+    return directive.data
 
 
 class Execution:
@@ -284,10 +293,10 @@ class Execution:
 
     async def _apply(self, directive: Directive) -> End | None:
         if isinstance(directive, Emit):
-            problem = _invalid_event(directive)
+            problem = _invalid_event(directive, declared_types(self.agent_name))
             if problem is not None:
                 return await self._fail(FailCode.INVALID_OUTPUT, problem)
-            await self.writer.emit(directive.type, directive.data)
+            await self.writer.emit(directive.type, _event_data(directive))
             return None
         if isinstance(directive, Step):
             await self.writer.step()

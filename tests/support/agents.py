@@ -1,17 +1,30 @@
-"""Agents of the tests' own, brought in from outside the `runs` package as users bring theirs
-(DESIGN §4): a worker imports this module when RUNLEDGER_AGENTS names it. Each takes one kind of
-step that the attempt must stop when the run is cancelled, in a way a test can watch from outside
-the worker.
-"""
+"""Agents of the tests' own, in a module outside the project as a user's would be: web and worker
+processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by importing it.
+
+Beside the planner, agents that each take one kind of step the attempt must stop when the run is
+cancelled (DESIGN §4), in a way a test can watch from outside the worker."""
 
 import asyncio
 import sys
 from collections.abc import AsyncIterator
 
-from runs.agents import Agent, AgentContext, Complete, Emit, Step, register
-from runs.agents.base import Directive
+from runs.agents import AgentContext, Complete, Directive, Emit, Step, register
 from runs.agents.demo import stubborn_tool
-from runs.events import EventType
+from runs.events import EventType, ToolStatus
+
+# The environment that makes a web or worker process load these agents beside the demo.
+AGENTS_ENV = {"RUNLEDGER_AGENTS": f"runs.agents.demo,{__name__}"}
+
+PLAN_UPDATED = "plan.updated"
+
+
+@register("planner", event_types=[PLAN_UPDATED])
+async def planner(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Announces its plan in a type of its own, then answers."""
+    yield Emit(PLAN_UPDATED, {"steps": ["think", "answer"]})
+    yield Emit(EventType.OUTPUT_DELTA, {"text": "planned"})
+    yield Complete({"text": "planned"})
+
 
 # A child process that ignores SIGTERM — and so does the grandchild it starts in its process
 # group, since an ignored signal stays ignored across fork and exec — so only the SIGKILL after
@@ -42,7 +55,7 @@ async def process_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
         if ctx.input.get("ignore_cancel"):
             await stubborn_tool(60)
         raise
-    yield Emit(EventType.TOOL_FINISHED, call | {"status": "ok", "result": {"returncode": returncode}})
+    yield Emit(EventType.TOOL_FINISHED, call | {"status": ToolStatus.OK, "result": {"returncode": returncode}})
 
 
 @register("test-http-stream")
@@ -61,7 +74,3 @@ async def http_stream_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
         async for _ in lines:
             read += 1
     yield Complete({"lines": read})
-
-
-# By name, for a test process that registers them only while a test uses them.
-AGENTS: dict[str, Agent] = {"test-process": process_agent, "test-http-stream": http_stream_agent}

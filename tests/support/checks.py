@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from runs.agents.demo import demo_text
-from runs.events import TERMINAL_EVENT, TERMINAL_EVENT_TYPES, EventType, WaitReason
+from runs.events import TERMINAL_EVENT, TERMINAL_EVENT_TYPES, EventType, ToolStatus, WaitReason
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
 from tests.factories import assert_log_is_sound
@@ -23,6 +23,15 @@ def assert_nothing_after_terminal(run: Run) -> None:
     run = fresh(run)
     events = assert_log_is_sound(run)
     assert events[-1].type == TERMINAL_EVENT[run.status]
+
+
+def assert_tool_call_sealed(run: Run) -> None:
+    """The run ended during its one tool call: the call's only finish is the platform's
+    `interrupted` seal, just before the terminal event (no late result of the tool was stored)."""
+    events = assert_log_is_sound(fresh(run))
+    finishes = [e for e in events if e.type == EventType.TOOL_FINISHED]
+    assert [e.data["status"] for e in finishes] == [ToolStatus.INTERRUPTED], [e.data for e in finishes]
+    assert events[-2] == finishes[0]
 
 
 def assert_attempts_never_overlap(attempts: list[RunAttempt]) -> None:

@@ -22,7 +22,9 @@ class CuttableProxy:
     so a network drop has to happen on the server side. Every request passes through here on a
     fresh upstream connection (the proxy forces `Connection: close`), the proxy records each
     request head, and the test can cut every open stream and hold new stream requests down while
-    other requests (the Stop button's POST, say) still pass.
+    other requests (the Stop button's POST, say) still pass. `drop_next_answer(path)` makes the
+    ambiguous failure of a command: the request reaches the server and is answered, but the
+    answer never reaches the client.
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -32,6 +34,8 @@ class CuttableProxy:
         self.cuts = 0
         self._streams: set[asyncio.StreamWriter] = set()
         self._hold_streams = False
+        self._drop_answer_to: str | None = None
+        self.dropped_answers = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -55,6 +59,11 @@ class CuttableProxy:
 
     def restore(self) -> None:
         self._call(self._set_hold, False)
+
+    def drop_next_answer(self, path: str) -> None:
+        """The next request to `path` is forwarded and answered; the client's connection is then
+        closed without the answer."""
+        self._call(setattr, self, "_drop_answer_to", path)
 
     def stream_requests(self) -> list[SeenRequest]:
         return [r for r in list(self.requests) if "/stream/" in r.path]
@@ -136,19 +145,29 @@ class CuttableProxy:
         if is_stream:
             self._streams.add(client_w)
         up_w.write(forwarded)
+        if self._drop_answer_to is not None and path == self._drop_answer_to:
+            self._drop_answer_to = None
+            body = asyncio.ensure_future(self._pipe(client_r, up_w))
+            await up_r.read()  # the whole answer: the server closes after it (Connection: close)
+            body.cancel()
+            self.dropped_answers += 1
+            client_w.transport.abort()
+            up_w.close()
+            return
 
-        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                while data := await reader.read(65536):
-                    writer.write(data)
-                    await writer.drain()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            finally:
-                writer.close()  # flushes what is buffered; a cut aborts instead
-
-        await asyncio.gather(pipe(client_r, up_w), pipe(up_r, client_w))
+        await asyncio.gather(self._pipe(client_r, up_w), self._pipe(up_r, client_w))
         self._streams.discard(client_w)
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()  # flushes what is buffered; a cut aborts instead
 
 
 # The server's CommandComplete message for a COMMIT: 'C', int32 length 11, "COMMIT\0".

@@ -1,12 +1,9 @@
 """Runs that worker processes execute: waiting for their progress, and for a worker to take the next one."""
 
-import sys
-
 from django.contrib.auth.models import User
 
 from runs.models import Run
 from tests.factories import queued_run
-from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
 from tests.support.runs import attempt, delta_count, fresh
 from tests.support.waiting import wait_until
 
@@ -30,18 +27,3 @@ def prove_worker_moved_on(owner: User, worker_id: str) -> Run:
     found = attempt(done)
     assert found is not None and found.worker == worker_id
     return done
-
-
-# The modules a worker imports to run the tests' own agents too (tests/support/agents.py).
-AGENT_MODULES = "runs.agents.demo,tests.support.agents"
-
-
-def agents_worker(procs: Procs, worker_id: str) -> Proc:
-    """A worker process that also runs the tests' own agents."""
-    env = subprocess_env(RUNLEDGER_AGENTS=AGENT_MODULES)
-    # TEMPORARY, until the RUNLEDGER_AGENTS setting lands: then this is
-    # `return procs.worker(worker_id, env=env)` and tests/support/agents_worker.py goes.
-    args = [sys.executable, "-m", "tests.support.agents_worker", "runworker", "--worker-id", worker_id]
-    proc = procs.start(f"worker-{worker_id}", [*args, "--concurrency", "1"], env)
-    wait_log_line(proc, f"runworker {worker_id} ready")
-    return proc

@@ -2,6 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from runs.agents.loading import require_agents
 from runs.worker import Worker
 
 
@@ -20,6 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="the id recorded on attempts (default host:pid)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Also under --skip-checks: a worker without its agents would fail every run it claims.
+        require_agents()
         worker = Worker(
             worker_id=options["worker_id"],
             concurrency=options["concurrency"],

@@ -106,7 +106,8 @@ window.RunledgerStream = (function () {
       source = es;
       es.onopen = () => report("live");
       es.onmessage = arrive;
-      Object.values(V.types).forEach((type) => es.addEventListener(type, arrive));
+      // EventSource delivers a named event only to listeners of its name: the agent's own types too.
+      Object.values(V.types).concat(V.declared || []).forEach((type) => es.addEventListener(type, arrive));
       es.onerror = () => {
         if (done) return;
         if (es.readyState !== EventSource.CLOSED) {

@@ -55,7 +55,8 @@
         activity("Tool " + d.name + " started", "tool");
         break;
       case T.TOOL_FINISHED:
-        activity("Tool " + d.name + " finished" + (d.error ? " with an error" : ""), "tool");
+        if (d.status === V.toolStatuses.INTERRUPTED) activity("Tool " + d.name + " interrupted", "tool");
+        else activity("Tool " + d.name + " finished" + (d.status === V.toolStatuses.ERROR ? " with an error" : ""), "tool");
         break;
       case T.CHILD_SPAWNED:
         activity("Child run " + String(d.run_id || "").slice(0, 8) + " started", "child");
@@ -76,6 +77,7 @@
         activity("Requeued (" + d.cause + ")");
         break;
       default:
+        if (V.declared.includes(event.type)) activity(event.type, "custom");
         if (V.terminal[event.type]) {
           const status = V.terminal[event.type];
           const why = d.reason || d.note || "";
@@ -95,28 +97,32 @@
     $("resume-form").hidden = true;
     if (client) client.close();
     setConnection("ended", "ended");
-    pollReleased(40);
+    pollReleased(250);
   }
 
-  // Nothing follows the terminal event; "the work has stopped" is the attempt's released_at.
-  async function pollReleased(triesLeft) {
+  // Nothing follows the terminal event; "the work has stopped" is the attempt's released_at. A
+  // live worker records it within its cancel grace; for a dead one the sweeper records when its
+  // lease lapsed, so the page keeps asking, less and less often, until one of them has.
+  async function pollReleased(delayMs) {
     try {
       const response = await fetch(runUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
       if (response.ok) {
         const run = await response.json();
-        if (!run.attempt) {
+        const attempt = run.attempt;
+        if (!attempt) {
           $("released").textContent = "no worker held it";
           return;
         }
-        if (run.attempt.released_at) {
-          $("released").textContent = "released at " + run.attempt.released_at;
+        if (attempt.released_at) {
+          const lost = attempt.outcome === "lost" ? " (its worker was lost; its lease lapsed then)" : "";
+          $("released").textContent = "released at " + attempt.released_at + lost;
           root.dataset.released = "yes";
           return;
         }
+        $("released").textContent = "not yet (the worker's lease lapses at " + attempt.lease_expires_at + ")";
       }
     } catch (err) { /* transient: try again below */ }
-    if (triesLeft > 1) setTimeout(() => pollReleased(triesLeft - 1), 250);
-    else $("released").textContent = "not yet";
+    setTimeout(() => pollReleased(Math.min(delayMs * 2, 5000)), delayMs);
   }
 
   function connect() {

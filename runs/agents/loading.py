@@ -1,0 +1,47 @@
+"""Loading the agents a deployment names in `RUNLEDGER_AGENTS` (DESIGN §4).
+
+Every process imports them when Django starts (`RunsConfig.ready`). A module that cannot be
+imported is remembered rather than raised there, so `manage.py check` can report it as a system
+check error; the processes that would run or accept runs — the web application and
+`manage.py runworker` — refuse to start with the same message (`require_agents`).
+"""
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+_failures: list[str] = []
+
+
+def load_agents(paths: Sequence[str] | None = None) -> list[str]:
+    """Import every module in `paths` (default: the setting); the problems, one line each."""
+    if paths is None:
+        paths = settings.RUNLEDGER_AGENTS
+    if isinstance(paths, str) or not isinstance(paths, Sequence):
+        _failures[:] = [f"RUNLEDGER_AGENTS must be a list of module paths, not {paths!r}"]
+        return list(_failures)
+    problems = []
+    for path in paths:
+        try:
+            importlib.import_module(path)
+        except Exception as exc:
+            problems.append(f"RUNLEDGER_AGENTS names {path!r}, which cannot be imported: {type(exc).__name__}: {exc}")
+    _failures[:] = problems
+    return problems
+
+
+def require_agents() -> None:
+    """Stop the calling process if any agent module failed to load."""
+    if _failures:
+        raise ImproperlyConfigured("; ".join(_failures))
+
+
+def check_agents(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return [
+        checks.Error(problem, hint="Fix the module or remove it from RUNLEDGER_AGENTS.", id="runs.E001")
+        for problem in _failures
+    ]
