@@ -24,7 +24,13 @@ class DemoRunForm(forms.Form):
     deltas = forms.IntegerField(min_value=1, max_value=10_000, initial=40)
     delay_ms = forms.IntegerField(min_value=0, max_value=10_000, initial=100, label="Delay (ms)")
     tool = forms.ChoiceField(
-        choices=[("", "none"), ("slow", "slow (honours cancel)"), ("stubborn", "stubborn (ignores cancel)")],
+        choices=[
+            ("", "none"),
+            ("slow", "slow (honours cancel)"),
+            ("stubborn", "stubborn (ignores cancel)"),
+            ("process", "process (a child process)"),
+            ("blocking", "blocking (code in a thread)"),
+        ],
         required=False,
     )
     ask = forms.CharField(max_length=200, required=False, label="Ask for input (prompt)")

@@ -56,7 +56,7 @@ def test_fast_deltas_are_batched_into_few_transactions(alice: User) -> None:
     assert_log_is_sound(run)
 
 
-@pytest.mark.parametrize("tool", ["slow", "stubborn"])
+@pytest.mark.parametrize("tool", ["slow", "stubborn", "process", "blocking"])
 def test_the_tool_is_called_halfway(alice: User, tool: str) -> None:
     run = queued_run(alice, input={"deltas": 4, "delay_ms": 0, "tool": tool, "tool_ms": 20})
 
@@ -77,9 +77,14 @@ def test_the_tool_is_called_halfway(alice: User, tool: str) -> None:
         "run.completed",
     ]
     started, finished = events(run, "tool.started")[0], events(run, "tool.finished")[0]
+    pid = started.data.pop("pid", None)
     assert started.data == {"call_id": TOOL_CALL_ID, "name": tool, "arguments": {"seconds": 0.02}}
+    assert (pid is not None) == (tool == "process")  # a child process names its pid
     assert finished.data["call_id"] == TOOL_CALL_ID and finished.data["name"] == tool
+    assert finished.data["status"] == "ok"
     assert finished.data["result"]["slept_ms"] == 20
+    if tool == "process":
+        assert finished.data["result"] == {"slept_ms": 20, "returncode": 0, "stdout": "slept 20 ms"}
     assert run.output["tool_result"] == finished.data["result"]
     assert run.steps_used == 3  # two model turns and one tool call
 

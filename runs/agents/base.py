@@ -6,23 +6,48 @@ call), `Wait` (park the run for input), `Complete` or `Fail`. A generator that e
 `Complete` or `Fail` completes with no output.
 
 Cancellation is cooperative first, forced second. The worker runs the agent in a task: when the
-attempt's token trips it cancels that task, so the agent stops at its next await; code that must
-not be cancelled half-way (or work running in a thread) races itself against `ctx.token` with
-`token.race(...)`. An agent that ignores both is abandoned — the worker stops awaiting it and its
-late results are never committed (appends are fenced by the attempt's generation).
+attempt's token trips (the run was cancelled or stopped, its lease lapsed, the worker shuts down)
+it cancels that task, so the agent stops at its next await; code that must not be cancelled
+half-way races itself against `ctx.token` with `token.race(...)`. An agent that ignores both is
+abandoned after RUNLEDGER_CANCEL_GRACE_SECONDS — the worker stops awaiting it and its late results
+are never committed (appends are fenced by the attempt's generation).
+
+Some steps an await alone cannot stop. Start them through the context and the attempt stops them
+for you, whether the agent honours the cancellation or is abandoned, before it records
+`released_at` (the attempt's grace is one deadline for all of it):
+- `proc = await ctx.start_process(program, *args, **kwargs)` — a child process
+  (`asyncio.create_subprocess_exec` arguments; an `asyncio.subprocess.Process`: `proc.pid`,
+  `await proc.wait()`, `await proc.communicate()`) in a process group of its own. On stop the group
+  gets SIGTERM, then SIGKILL after the grace, and the process is reaped. When the process exits,
+  whatever it left running in its group is killed. Put `proc.pid` in the `tool.started` event.
+- `result = await ctx.to_thread(fn, *args, **kwargs)` — blocking code in a thread. A Python thread
+  cannot be interrupted: on stop the await ends at once, the attempt waits for the thread until
+  the grace is over and then abandons it; its result is discarded and its late end logged.
+- `async with ctx.http_stream(method, url, **kwargs) as response:` — an `httpx.Response` to iterate
+  (`response.aiter_lines()`, `aiter_bytes()`); keyword arguments go to `httpx.AsyncClient.stream`
+  (httpx's default timeouts apply unless you pass `timeout=`), and `client=` uses a client of yours.
+  On stop the response and its connection are closed, so the server sees the disconnect.
+Once the attempt has stopped, these refuse to start anything (`Cancelled`).
 
 A new attempt gets the run's stored events in `ctx.events`, so it continues from them instead of
 re-emitting what is already stored.
 """
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 from runs.events import custom_type_problem
 
+if TYPE_CHECKING:
+    # Only worker processes load httpx; the web processes import this module too.
+    import httpx
+
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -123,6 +148,25 @@ class AgentContext(Protocol):
         """Create a child run of the same agent, owned by this run's owner. The parent's
         `EventType.CHILD_SPAWNED` event records it in the same transaction, so a later attempt sees it in
         `events` and never spawns it twice."""
+        ...
+
+    def start_process(
+        self, program: str | os.PathLike[str], *args: Any, **kwargs: Any
+    ) -> Awaitable[asyncio.subprocess.Process]:
+        """`asyncio.create_subprocess_exec` in a process group of its own, which the attempt
+        terminates (SIGTERM, then SIGKILL after the grace) and reaps when it stops."""
+        ...
+
+    def to_thread(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+        """`fn(*args, **kwargs)` in a thread of its own; on stop the await ends at once and the
+        thread, which cannot be interrupted, is abandoned after the grace."""
+        ...
+
+    def http_stream(
+        self, method: str, url: "httpx.URL | str", *, client: "httpx.AsyncClient | None" = None, **kwargs: Any
+    ) -> "AbstractAsyncContextManager[httpx.Response]":
+        """A streamed HTTP response (`httpx.AsyncClient.stream`), closed with its connection when
+        the attempt stops."""
         ...
 
 

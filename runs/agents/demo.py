@@ -2,8 +2,11 @@
 
 Input (defaults): {"deltas": 40, "delay_ms": 100, "tool": null, "ask": null, "children": 0}
 - `deltas` text chunks (`output.delta`), `delay_ms` apart — the "model stream";
-- `tool`: "slow" (a tool that honours cancellation) or "stubborn" (one that ignores it), called
-  halfway with `tool.started` / `tool.finished`; it takes `tool_ms` (default 5000) milliseconds;
+- `tool`, called halfway with `tool.started` / `tool.finished` (`status` "ok" and its result); it
+  takes `tool_ms` (default 5000) milliseconds. One of each kind of step a cancel must stop:
+  "slow" (an await that honours cancellation), "stubborn" (an await that ignores it: the worker
+  abandons it), "process" (a real child process, which starts a grandchild of its own in its
+  process group; its `pid` is in `tool.started`) or "blocking" (synchronous code in a thread);
 - `ask`: a prompt; halfway the run goes `waiting` (`input_required`), and the resume input is
   echoed in the output as `answer`;
 - `children`: that many child demo runs spawned first, each with the same input but no children;
@@ -16,14 +19,28 @@ exactly what one uninterrupted run produces (`demo_text(deltas)`).
 """
 
 import asyncio
+import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, StoredEvent, Wait, register
-from runs.events import EventType, WaitReason
+from runs.events import EventType, ToolStatus, WaitReason
 
 TOOL_CALL_ID = "call-1"
-TOOLS = ("slow", "stubborn")
+TOOLS = ("slow", "stubborn", "process", "blocking")
+
+# The "process" tool: sleeps, with a grandchild that sleeps as long, both in the child's process
+# group — the whole group must go when the run is cancelled.
+PROCESS_SCRIPT = """
+import subprocess, sys, time
+seconds = float(sys.argv[1])
+sleep = "import sys, time; time.sleep(float(sys.argv[1]))"
+grandchild = subprocess.Popen([sys.executable, "-c", sleep, sys.argv[1]], stdout=subprocess.DEVNULL)
+time.sleep(seconds)
+grandchild.wait()
+print(f"slept {round(seconds * 1000)} ms")
+"""
 
 
 def delta_text(i: int) -> str:
@@ -52,6 +69,22 @@ async def stubborn_tool(seconds: float) -> dict[str, Any]:
         except asyncio.CancelledError:
             continue
     return {"slept_ms": round(seconds * 1000), "ignored_cancellation": True}
+
+
+async def process_result(process: asyncio.subprocess.Process, seconds: float) -> tuple[ToolStatus, dict[str, Any]]:
+    stdout, _ = await process.communicate()
+    result = {
+        "slept_ms": round(seconds * 1000),
+        "returncode": process.returncode,
+        "stdout": stdout.decode(errors="replace").strip(),
+    }
+    return (ToolStatus.OK if process.returncode == 0 else ToolStatus.ERROR), result
+
+
+def blocking_sleep(seconds: float) -> dict[str, Any]:
+    # Synchronous, as a blocking client library is: nothing can interrupt it.
+    time.sleep(seconds)
+    return {"slept_ms": round(seconds * 1000)}
 
 
 def _int(input: dict[str, Any], key: str, default: int) -> int:
@@ -122,15 +155,28 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
     for i in range(deltas):
         if i == half:
             if tool is not None and not stored.tool_finished:
-                arguments = {"seconds": tool_seconds}
+                call = {"call_id": TOOL_CALL_ID, "name": tool}
                 if not stored.tool_started:
                     yield Step("tool")
-                    yield Emit(EventType.TOOL_STARTED, {"call_id": TOOL_CALL_ID, "name": tool, "arguments": arguments})
+                process = None
+                if tool == "process":
+                    # Started before `tool.started`, which names its pid.
+                    process = await ctx.start_process(
+                        sys.executable, "-c", PROCESS_SCRIPT, str(tool_seconds), stdout=asyncio.subprocess.PIPE
+                    )
+                if not stored.tool_started:
+                    started = call | {"arguments": {"seconds": tool_seconds}}
+                    yield Emit(EventType.TOOL_STARTED, started if process is None else started | {"pid": process.pid})
+                status = ToolStatus.OK
                 if tool == "slow":
                     tool_result = await slow_tool(ctx, tool_seconds)
-                else:
+                elif tool == "stubborn":
                     tool_result = await stubborn_tool(tool_seconds)
-                yield Emit(EventType.TOOL_FINISHED, {"call_id": TOOL_CALL_ID, "name": tool, "result": tool_result})
+                elif process is not None:
+                    status, tool_result = await process_result(process, tool_seconds)
+                else:
+                    tool_result = await ctx.to_thread(blocking_sleep, tool_seconds)
+                yield Emit(EventType.TOOL_FINISHED, call | {"status": status, "result": tool_result})
             if ask is not None and not stored.asked:
                 yield Wait(WaitReason.INPUT_REQUIRED, str(ask))
                 return

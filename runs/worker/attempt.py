@@ -4,7 +4,11 @@ The agent runs in its own task, one directive at a time, raced against the attem
 the token trips (the run ended, its lease was lost, the worker shuts down) the driver cancels the
 agent's task, gives it `RUNLEDGER_CANCEL_GRACE_SECONDS` to unwind and otherwise abandons it: the
 worker stops awaiting it, and whatever it produces later is dropped (and would be refused by the
-generation fence anyway). Then the attempt records `released_at`.
+generation fence anyway). The child processes, threads and HTTP streams the agent started through
+its context (`runs.worker.steps`) share that one deadline: at the trip each process group gets
+SIGTERM, at the deadline SIGKILL, threads still running are abandoned and streams are closed. Only
+once the processes are reaped does the attempt record `released_at` — so the whole unwind stays
+inside the budget `AttemptConfig.fence_after` sets aside for it.
 
 Pause and shutdown requests are honoured at the next safe boundary: between two directives, after
 everything emitted so far is stored.
@@ -17,10 +21,13 @@ import asyncio
 import enum
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ParamSpec, TypeVar
 from uuid import UUID
 
+import httpx
 from django.utils import timezone
 
 from runs import selectors, services
@@ -43,9 +50,13 @@ from runs.models import AttemptOutcome, Run, RunAttempt
 from runs.transitions import FailCode
 from runs.worker.db import TRANSIENT_DB_ERRORS, Db
 from runs.worker.lease import AttemptConfig, Lease
+from runs.worker.steps import Steps
 from runs.worker.writer import EventWriter
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # Agent tasks the worker stopped awaiting; kept referenced so they are not garbage-collected mid-run.
 _ABANDONED: set[asyncio.Future[Any]] = set()
@@ -80,6 +91,19 @@ class _AttemptContext:
         except TRANSIENT_DB_ERRORS as exc:  # `commit` gives up on these only once the token tripped
             raise Cancelled(ex.token.reason) from exc
         return child.pk
+
+    async def start_process(
+        self, program: str | os.PathLike[str], *args: Any, **kwargs: Any
+    ) -> asyncio.subprocess.Process:
+        return await self._execution.steps.start_process(program, *args, **kwargs)
+
+    async def to_thread(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._execution.steps.to_thread(fn, *args, **kwargs)
+
+    def http_stream(
+        self, method: str, url: httpx.URL | str, *, client: httpx.AsyncClient | None = None, **kwargs: Any
+    ) -> AbstractAsyncContextManager[httpx.Response]:
+        return self._execution.steps.http_stream(method, url, client=client, **kwargs)
 
 
 async def _next_directive(generator: AsyncIterator[Directive]) -> Directive:
@@ -144,6 +168,9 @@ class Execution:
             label=repr(self),
         )
         self.writer = EventWriter(self.lease, run)
+        # What the agent started through its context that an await alone cannot stop; it keeps
+        # the unwind's one deadline too.
+        self.steps = Steps(label=repr(self), token=self.token, grace_seconds=config.cancel_grace_seconds)
         # True when the driver failed: the worker stopped the attempt on its own account.
         self._driver_failed = False
         # Requests from the worker, honoured at the next safe boundary (forced: at once).
@@ -180,6 +207,14 @@ class Execution:
     # --- the attempt -----------------------------------------------------------------------------
 
     async def run(self) -> End:
+        try:
+            return await self._run()
+        except asyncio.CancelledError:
+            # The worker is exiting without waiting for the attempt: nothing it started may outlive it.
+            self.steps.kill()
+            raise
+
+    async def _run(self) -> End:
         heartbeat = asyncio.create_task(self.lease.keep(), name=f"heartbeat {self}")
         try:
             end = await self._drive()
@@ -213,6 +248,7 @@ class Execution:
             return await self._fail(FailCode.AGENT_ERROR, f"unknown agent {self.agent_name!r}")
         generator = agent(_AttemptContext(self, events))
         tripped = asyncio.ensure_future(self.token.wait())
+        tripped.add_done_callback(self._on_trip)
         abandoned = False
         try:
             while True:
@@ -298,6 +334,7 @@ class Execution:
         """Hand the run back to the queue on a clean shutdown (not counted as a lost attempt)."""
         if not self._shutdown_forced:
             await self.writer.drain()
+        await self.steps.close()  # the requeue releases the attempt
         try:
             await self.writer.commit(
                 services.run_requeue,
@@ -323,6 +360,8 @@ class Execution:
         await self.writer.drain()
         if self.token.tripped:
             return End.STOPPED
+        # It commits the release too: whatever the agent left running stops first.
+        await self.steps.close()
         try:
             await self.writer.commit(service, **kwargs)
         except StaleAttempt as exc:
@@ -333,19 +372,27 @@ class Execution:
         self._last_write = service.__name__
         return End.COMMITTED
 
+    def _on_trip(self, tripped: asyncio.Future[None]) -> None:
+        # At the trip itself, not once the agent has unwound: a process gets the whole grace to exit.
+        if not tripped.cancelled():
+            self.steps.interrupt()
+
     async def _unwind(self, step: asyncio.Future[Directive]) -> bool:
-        """Cancel the agent's task and give it a moment; False if it ignored us and is abandoned."""
+        """Cancel the agent's task and give it until the deadline; False if it ignored us and is
+        abandoned. Either way, what it started is stopped."""
         if not step.done():
             step.cancel()
-            await asyncio.wait({step}, timeout=self.lease.config.cancel_grace_seconds)
-        if step.done():
+            await asyncio.wait({step}, timeout=self.steps.time_left())
+        ended = step.done()
+        if ended:
             if not step.cancelled():
                 step.exception()  # retrieved, so asyncio does not report it as unhandled
-            return True
-        log.warning("%s: the agent ignored cancellation; abandoning it", self)
-        _ABANDONED.add(step)
-        step.add_done_callback(self._late)
-        return False
+        else:
+            log.warning("%s: the agent ignored cancellation; abandoning it", self)
+            _ABANDONED.add(step)
+            step.add_done_callback(self._late)
+        await self.steps.close()
+        return ended
 
     def _late(self, step: asyncio.Future[Any]) -> None:
         _ABANDONED.discard(step)
@@ -356,8 +403,10 @@ class Execution:
         aclose = getattr(generator, "aclose", None)
         if aclose is None:
             return
+        # When stopping, within the unwind's second grace (`Steps.time_left`).
+        timeout = self.steps.time_left(hard=True) if self.token.tripped else self.lease.config.cancel_grace_seconds
         try:
-            await asyncio.wait_for(aclose(), timeout=self.lease.config.cancel_grace_seconds)
+            await asyncio.wait_for(aclose(), timeout=timeout)
         except Exception:
             log.debug("%s: closing the agent raised", self, exc_info=True)
 
@@ -367,6 +416,7 @@ class Execution:
         """Record when the attempt stopped executing. The database may be unreachable just now
         (that may be why the attempt stopped): the time is taken now and the record retried until
         it lands, so `released_at` says when the work stopped, not when the database came back."""
+        await self.steps.close()
         released_at = timezone.now()
         delay = 0.1
         while True:

@@ -33,8 +33,9 @@ class AttemptConfig:
     @property
     def fence_after(self) -> float:
         """Seconds after a renewal was sent that the attempt stops itself if none succeeded since:
-        the lease, less up to two cancel graces to unwind the agent (its task, then its generator)
-        and a margin for a timer that fires late on a busy loop."""
+        the lease, less up to two cancel graces to unwind the agent (its task, child processes and
+        threads until one deadline; then killing and reaping what is left, and closing its
+        generator — `runs.worker.steps`) and a margin for a timer that fires late on a busy loop."""
         margin = min(self.heartbeat_seconds, self.lease_seconds / 4)
         return self.lease_seconds - margin - 2 * self.cancel_grace_seconds
 

@@ -6,6 +6,9 @@
     threads.py     race and in_thread: real threads on their own database connections
     runs.py        a run as the database holds it: fresh, attempt, event_types, stored_text, ...
     workers.py     runs that worker processes execute: wait_status, wait_streaming, ...
+    agents.py      the tests' own agents, loaded like a user's (AGENTS_ENV): a planner with its own
+                   event type, a child process deaf to SIGTERM, an HTTP stream
+    slow_http.py   a slow streaming HTTP server in a thread that records when its client went away
     checks.py      what must hold of runs once the dust settles (also after a fault-injection run)
     db.py          API tokens, and what PostgreSQL reports: LISTEN connections, event-table scans
     pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture

@@ -1,10 +1,16 @@
 """Agents of the tests' own, in a module outside the project as a user's would be: web and worker
-processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by importing it."""
+processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by importing it.
 
+Beside the planner, agents that each take one kind of step the attempt must stop when the run is
+cancelled (DESIGN §4), in a way a test can watch from outside the worker."""
+
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 
-from runs.agents import AgentContext, Complete, Directive, Emit, register
-from runs.events import EventType
+from runs.agents import AgentContext, Complete, Directive, Emit, Step, register
+from runs.agents.demo import stubborn_tool
+from runs.events import EventType, ToolStatus
 
 # The environment that makes a web or worker process load these agents beside the demo.
 AGENTS_ENV = {"RUNLEDGER_AGENTS": f"runs.agents.demo,{__name__}"}
@@ -18,3 +24,53 @@ async def planner(ctx: AgentContext) -> AsyncIterator[Directive]:
     yield Emit(PLAN_UPDATED, {"steps": ["think", "answer"]})
     yield Emit(EventType.OUTPUT_DELTA, {"text": "planned"})
     yield Complete({"text": "planned"})
+
+
+# A child process that ignores SIGTERM — and so does the grandchild it starts in its process
+# group, since an ignored signal stays ignored across fork and exec — so only the SIGKILL after
+# the grace ends them. It prints the grandchild's pid once both ignore SIGTERM.
+DEAF_TO_SIGTERM = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sleep = "import time; time.sleep(120)"
+grandchild = subprocess.Popen([sys.executable, "-c", sleep], stdout=subprocess.DEVNULL)
+print(grandchild.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@register("test-process")
+async def process_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Runs DEAF_TO_SIGTERM; names the child's and the grandchild's pids in `tool.started`.
+    With `ignore_cancel`, the agent ignores the cancellation too, and is abandoned."""
+    yield Step("tool")
+    process = await ctx.start_process(sys.executable, "-c", DEAF_TO_SIGTERM, stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    grandchild = int(await process.stdout.readline())
+    call = {"call_id": "call-1", "name": "deaf-process"}
+    yield Emit(EventType.TOOL_STARTED, call | {"arguments": {}, "pid": process.pid, "grandchild_pid": grandchild})
+    try:
+        returncode = await process.wait()
+    except asyncio.CancelledError:
+        if ctx.input.get("ignore_cancel"):
+            await stubborn_tool(60)
+        raise
+    yield Emit(EventType.TOOL_FINISHED, call | {"status": ToolStatus.OK, "result": {"returncode": returncode}})
+
+
+@register("test-http-stream")
+async def http_stream_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Streams `input["url"]`: its first line becomes an `output.delta`, the rest is read without
+    yielding, so a cancellation finds the agent inside the stream. With `ignore_cancel`, the agent
+    stops reading after the first line and ignores the cancellation, holding the stream open:
+    only the attempt can close it then (a read that is cancelled closes its connection itself)."""
+    yield Step("model")
+    async with ctx.http_stream("GET", ctx.input["url"], timeout=30) as response:
+        lines = response.aiter_lines()
+        yield Emit(EventType.OUTPUT_DELTA, {"text": await anext(lines)})
+        if ctx.input.get("ignore_cancel"):
+            await stubborn_tool(60)
+        read = 1
+        async for _ in lines:
+            read += 1
+    yield Complete({"lines": read})

@@ -219,6 +219,36 @@ def threads_of(pid: int) -> int:
     return proc_status(pid)["threads"]
 
 
+def process_gone(pid: int) -> bool:
+    """True once `pid` has exited: no such process, or a zombie (dead, its exit status waiting for
+    a parent that may never collect it — an orphan's new parent in a container often does not)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("State:"):
+                    return line.split()[1] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return False
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies left out) of process group `pgid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it exited while we looked
+        # The command name, in parentheses, may hold anything: the fields follow its last ')'.
+        state, _ppid, pgrp = stat.rpartition(")")[2].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            members.append(int(entry))
+    return sorted(members)
+
+
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Procs]:
     registry = Procs(tmp_path)

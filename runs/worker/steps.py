@@ -1,0 +1,271 @@
+"""The steps an agent takes through its context that cancelling its task cannot stop by itself
+(DESIGN §4): child processes, blocking code in threads, HTTP streams.
+
+An attempt tracks each one from start to end, so that whatever the agent does when the attempt
+stops — honour the cancellation, or ignore it and be abandoned — nothing it started is still
+running when the attempt records `released_at`:
+
+- a **child process** runs in a process group (a session) of its own. When the attempt stops,
+  the group gets SIGTERM at once and SIGKILL at the unwind deadline, and the leader is reaped
+  before the release. A group lives as long as its leader: when the leader exits, whatever it
+  left running in its group is killed at once. So a group is signalled only while its id is
+  ours — its leader unreaped, or at the leader's exit the members it left holding the id — never
+  later, when the id may belong to another process (Linux reuses no id still in use).
+- **blocking code in a thread** cannot be interrupted in Python. The agent's await ends at once;
+  the attempt waits for the thread until the unwind deadline and otherwise abandons it: its
+  result goes nowhere (the agent is gone, and appends are fenced by generation anyway), and its
+  late end is logged.
+- an **HTTP stream** is closed, response and connection, so the server sees the disconnect.
+
+Once the attempt has stopped its steps it starts no new ones: an abandoned agent that carries
+on gets `Cancelled`.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextvars import copy_context
+from typing import Any, ParamSpec, TypeVar
+
+import httpx
+
+from runs.agents.base import CancellationToken, Cancelled
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# Arguments that would take a child out of the process group the attempt stops it by.
+_GROUP_ARGUMENTS = ("start_new_session", "process_group")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's own protocol for `create_subprocess_exec`, which also tells when the leader
+    exited and was reaped: `Process.wait()` waits for its pipes to close as well, and a grandchild
+    holding a pipe would keep it waiting."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop, on_exit: Callable[[int], None]) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self._on_exit = on_exit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self._pid = transport.get_pid()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._on_exit(self._pid)
+
+
+class Steps:
+    """The child processes, threads and HTTP streams of one attempt."""
+
+    def __init__(self, *, label: str, token: CancellationToken, grace_seconds: float) -> None:
+        self._label = label
+        self._token = token
+        self._grace = grace_seconds
+        # Loop time by which the unwind must be done; set when it starts (`deadline`).
+        self._deadline: float | None = None
+        # Leaders not reaped yet, by pid (= their process group's id).
+        self._processes: dict[int, _ChildProtocol] = {}
+        self._terminated: set[int] = set()
+        # One future per thread, resolved by the thread when it ends.
+        self._threads: set[asyncio.Future[Any]] = set()
+        # Open HTTP responses, and the clients the attempt made for the agent's streams.
+        self._responses: set[httpx.Response] = set()
+        self._clients: set[httpx.AsyncClient] = set()
+        # No new step starts once this is set; `_stopped` once `close` ran.
+        self._closed = self._stopped = False
+
+    def deadline(self) -> float:
+        """The one deadline of the attempt's whole unwind, taken when it starts (the token's trip,
+        or the attempt's end): the agent's task, SIGTERM before SIGKILL and the threads all get
+        until then. Killing, reaping and closing the agent's generator share one more grace
+        (`hard`). Both fit in what `AttemptConfig.fence_after` sets aside for unwinding."""
+        if self._deadline is None:
+            self._deadline = asyncio.get_running_loop().time() + self._grace
+        return self._deadline
+
+    def time_left(self, *, hard: bool = False) -> float:
+        left = self.deadline() + (self._grace if hard else 0.0) - asyncio.get_running_loop().time()
+        return max(0.0, left)
+
+    def _check_open(self) -> None:
+        if self._closed or self._token.tripped:
+            raise Cancelled(self._token.reason or "the attempt has ended")
+
+    # --- child processes -------------------------------------------------------------------------
+
+    async def start_process(
+        self, program: str | os.PathLike[str], *args: Any, **kwargs: Any
+    ) -> asyncio.subprocess.Process:
+        self._check_open()
+        for name in _GROUP_ARGUMENTS:
+            if name in kwargs:
+                raise ValueError(f"{name} is the attempt's: it stops a child process by its process group")
+        loop = asyncio.get_running_loop()
+        limit = kwargs.pop("limit", 2**16)
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ChildProtocol(limit, loop, self._leader_exited), program, *args, start_new_session=True, **kwargs
+        )
+        process = asyncio.subprocess.Process(transport, protocol, loop)
+        if not protocol.exited.done():
+            self._processes[process.pid] = protocol
+        if self._closed:
+            # Started while the attempt was stopping its steps: it must not outlive the attempt.
+            self._stop_group(process.pid, signal.SIGKILL)
+            await protocol.exited
+            raise Cancelled(self._token.reason or "the attempt has ended")
+        return process
+
+    def _leader_exited(self, pid: int) -> None:
+        # The leader is reaped (perhaps before `start_process` even tracked it): its group id stays
+        # ours only while some member is left, so whatever is left goes now, never later.
+        self._processes.pop(pid, None)
+        _signal_group(pid, signal.SIGKILL)
+
+    def _stop_group(self, pid: int, sig: signal.Signals) -> None:
+        if pid in self._processes:
+            _signal_group(pid, sig)
+
+    def interrupt(self) -> None:
+        """Start the unwind: its deadline runs from now, and every running process group gets
+        SIGTERM (once), so that each process has the whole grace to exit."""
+        self.deadline()
+        for pid in list(self._processes):
+            if pid not in self._terminated:
+                self._terminated.add(pid)
+                self._stop_group(pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL every running process group at once, for a worker exiting without waiting."""
+        self._closed = True
+        for pid in list(self._processes):
+            self._stop_group(pid, signal.SIGKILL)
+
+    # --- threads ---------------------------------------------------------------------------------
+
+    async def to_thread(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[T] = loop.create_future()
+        context = copy_context()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(result)
+            else:
+                done.set_exception(error)
+
+        def body() -> None:
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = context.run(fn, *args, **kwargs)
+            except BaseException as exc:  # it belongs to whoever awaits the thread, if anyone still does
+                error = exc if isinstance(exc, Exception) else RuntimeError(f"the thread raised {exc!r}")
+            # The loop is closed when the worker exited before this abandoned thread ended.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, result, error)
+
+        self._threads.add(done)
+        done.add_done_callback(self._threads.discard)
+        # A daemon thread of its own, not the loop's default executor: an abandoned thread there
+        # would hold a pool slot for as long as it runs (enough of them starve every other
+        # `to_thread`), and interpreter exit joins executor threads, so it would also hold up the
+        # worker's shutdown.
+        name = f"{getattr(fn, '__qualname__', 'thread')} of {self._label}"
+        threading.Thread(target=body, name=name, daemon=True).start()
+        # Shielded: cancelling the agent ends its await at once, but not the attempt's own
+        # knowledge of when the thread really ends.
+        return await asyncio.shield(done)
+
+    def _late_thread(self, done: asyncio.Future[Any]) -> None:
+        if not done.cancelled():
+            done.exception()  # retrieved, so asyncio does not report it as unhandled
+        log.warning("an abandoned thread of %s finished late; its result was discarded", self._label)
+
+    # --- HTTP streams ----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def http_stream(
+        self, method: str, url: httpx.URL | str, *, client: httpx.AsyncClient | None = None, **kwargs: Any
+    ) -> AsyncIterator[httpx.Response]:
+        self._check_open()
+        own: httpx.AsyncClient | None = None
+        if client is None:
+            # Tracked from the start: a request still waiting for its headers holds a connection too.
+            client = own = httpx.AsyncClient()
+            self._clients.add(own)
+        try:
+            async with client.stream(method, url, **kwargs) as response:
+                self._responses.add(response)
+                try:
+                    yield response
+                finally:
+                    self._responses.discard(response)
+        finally:
+            if own is not None:
+                self._clients.discard(own)
+                await own.aclose()
+
+    async def _close_http(self, closable: httpx.Response | httpx.AsyncClient) -> None:
+        # A response not read to its end closes its connection, and a client its pool: either
+        # way the server sees the disconnect.
+        try:
+            await closable.aclose()
+        except Exception:
+            log.debug("%s: closing an HTTP stream raised", self._label, exc_info=True)
+
+    # --- stopping --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop every step still running; the attempt calls this before it records its release.
+
+        Processes and threads get until the deadline; then the process groups left are killed
+        and their leaders reaped, HTTP streams closed, within the hard deadline. A thread still
+        running then is abandoned. Later calls return at once."""
+        if self._stopped:
+            return
+        self._closed = self._stopped = True
+        self.interrupt()
+        # The agent's task has ended or been abandoned by now, so nobody else is reading them.
+        http: list[httpx.Response | httpx.AsyncClient] = [*self._responses, *self._clients]
+        self._responses.clear()
+        self._clients.clear()
+        if http:
+            closing = [asyncio.ensure_future(self._close_http(c)) for c in http]
+            await asyncio.wait(closing, timeout=self.time_left(hard=True))
+        running = [p.exited for p in self._processes.values()] + list(self._threads)
+        if running:
+            await asyncio.wait(running, timeout=self.time_left())
+        if self._processes:
+            log.info(
+                "%s: killing the process groups still running after the grace: %s", self._label, list(self._processes)
+            )
+            for pid in list(self._processes):
+                self._stop_group(pid, signal.SIGKILL)
+            exits = [p.exited for p in self._processes.values()]
+            await asyncio.wait(exits, timeout=self.time_left(hard=True))
+            for pid in self._processes:
+                log.error("%s: child process %d did not die of SIGKILL in time; releasing anyway", self._label, pid)
+        for done in list(self._threads):
+            log.warning("%s: a thread is still running after the grace; abandoning it", self._label)
+            done.add_done_callback(self._late_thread)
+        self._threads.clear()

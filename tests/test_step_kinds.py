@@ -1,0 +1,168 @@
+"""Every kind of step stops when its run is cancelled (DESIGN §4): a child process and its whole
+process group, blocking code in a thread, an HTTP stream — whether the agent honours the
+cancellation or ignores it and is abandoned.
+
+Each test runs a real worker process on the test database and cancels through the service, as
+the API does; what the attempt stopped is watched from outside the worker: /proc, the stored
+events, the worker's log, the server end of the HTTP stream.
+"""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+
+from runs import services
+from runs.events import EventType
+from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from tests.factories import queued_run
+from tests.support.agents import AGENTS_ENV
+from tests.support.checks import assert_nothing_after_terminal
+from tests.support.procs import FAST_INTERVALS, Procs, group_members, process_gone, subprocess_env
+from tests.support.runs import delta_count, fresh, released
+from tests.support.slow_http import SlowStream
+from tests.support.waiting import wait_until
+from tests.support.workers import prove_worker_moved_on
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.processes,
+    pytest.mark.timeout(90),
+    pytest.mark.sqlite,
+]
+
+GRACE = timedelta(seconds=float(FAST_INTERVALS["RUNLEDGER_CANCEL_GRACE_SECONDS"]))
+# Cancel → released, at most: the worker hears of the cancel (a notification, or the 0.5 s poll),
+# then unwinds within two graces.
+PROMPTLY = timedelta(seconds=2)
+
+
+def tool_started(run: Run) -> RunEvent | None:
+    return RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_STARTED).first()
+
+
+def tool_finishes(run: Run) -> list[str]:
+    """The status of each `tool.finished`: a cancelled call's only finish is the platform's
+    `interrupted` seal — its late result, had one come, would be a finish with `ok`."""
+    finished = RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_FINISHED).order_by("seq")
+    return [e.data["status"] for e in finished]
+
+
+def cancel_and_wait_for_release(run: Run, owner: User) -> tuple[RunAttempt, timedelta]:
+    """Cancel `run`; its released attempt, and how long after the cancel committed it was released."""
+    services.run_cancel(run_id=run.pk, actor=owner)
+    gone = wait_until(lambda: released(run), what="the attempt's release")
+    ended_at = fresh(run).ended_at
+    assert gone.outcome == AttemptOutcome.CANCELLED
+    assert gone.released_at is not None and ended_at is not None
+    return gone, gone.released_at - ended_at
+
+
+# --- child processes -------------------------------------------------------------------------------
+
+
+def test_cancelling_a_child_process_ends_its_whole_process_group(procs: Procs, alice: User) -> None:
+    procs.worker("w1")
+    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "process", "tool_ms": 60_000})
+    started = wait_until(lambda: tool_started(run), what="the process tool")
+    pid = started.data["pid"]
+    # The child and the grandchild it starts in its process group.
+    group = wait_until(lambda: len(members := group_members(pid)) == 2 and members, what="the process and its child")
+    assert pid in group
+
+    _, took = cancel_and_wait_for_release(run, alice)
+
+    # Both honour SIGTERM; by the time the release is visible, the whole group is gone.
+    assert group_members(pid) == [] and all(process_gone(p) for p in group), group
+    assert took < PROMPTLY, took
+    assert tool_finishes(run) == ["interrupted"]
+    assert_nothing_after_terminal(run)
+
+
+@pytest.mark.parametrize("agent_ignores_cancel", [False, True], ids=["agent-honours-cancel", "agent-ignores-cancel"])
+def test_a_child_process_deaf_to_sigterm_is_killed_after_the_grace_and_reaped_before_the_release(
+    procs: Procs, alice: User, agent_ignores_cancel: bool
+) -> None:
+    worker = procs.worker("w1", env=subprocess_env(**AGENTS_ENV))
+    run = queued_run(alice, agent="test-process", input={"ignore_cancel": agent_ignores_cancel})
+    started = wait_until(lambda: tool_started(run), what="the deaf process")
+    pid, grandchild = started.data["pid"], started.data["grandchild_pid"]
+    assert group_members(pid) == sorted([pid, grandchild])
+
+    _, took = cancel_and_wait_for_release(run, alice)
+
+    # Only the SIGKILL at the end of the grace could end them, and the release waited for it.
+    assert group_members(pid) == [] and process_gone(pid) and process_gone(grandchild)
+    assert GRACE <= took < PROMPTLY, took
+    log = worker.log()
+    assert f"killing the process groups still running after the grace: [{pid}]" in log, log
+    assert ("the agent ignored cancellation; abandoning it" in log) == agent_ignores_cancel, log
+    assert tool_finishes(run) == ["interrupted"]
+    assert_nothing_after_terminal(run)
+
+
+# --- blocking code in a thread --------------------------------------------------------------------
+
+
+def test_blocking_code_in_a_thread_is_abandoned_and_its_late_result_never_stored(procs: Procs, alice: User) -> None:
+    worker = procs.worker("w1")
+    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "blocking", "tool_ms": 2500})
+    wait_until(lambda: tool_started(run), what="the blocking tool")
+
+    _, took = cancel_and_wait_for_release(run, alice)
+
+    # The attempt waited for the thread until the grace was over, not for the 2.5 s it sleeps.
+    assert GRACE <= took < PROMPTLY, took
+    last_seq = fresh(run).last_seq
+    prove_worker_moved_on(alice, "w1")  # while the abandoned thread still sleeps
+    wait_log_line_about = f"an abandoned thread of <attempt 1 of run {run.pk}> finished late; its result was discarded"
+    wait_until(lambda: wait_log_line_about in worker.log(), timeout=15, what="the late end of the thread")
+    assert fresh(run).last_seq == last_seq  # nothing of it was stored: no result, no delta after it
+    assert tool_finishes(run) == ["interrupted"]
+    assert_nothing_after_terminal(run)
+
+
+def test_an_abandoned_thread_does_not_hold_up_the_workers_exit(procs: Procs, alice: User) -> None:
+    worker = procs.worker("w1")
+    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "blocking", "tool_ms": 60_000})
+    wait_until(lambda: tool_started(run), what="the blocking tool")
+    cancel_and_wait_for_release(run, alice)
+
+    began = time.monotonic()
+    # A thread of the default executor would be joined at interpreter exit, a minute from now;
+    # `stop` would then SIGKILL the worker after 10 s and report -9.
+    assert worker.stop(timeout=10) == 0
+    assert time.monotonic() - began < 5
+
+
+# --- HTTP streams ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent_ignores_cancel", [False, True], ids=["agent-honours-cancel", "agent-ignores-cancel"])
+def test_cancelling_an_http_stream_closes_it_and_the_server_sees_the_disconnect(
+    procs: Procs, alice: User, agent_ignores_cancel: bool
+) -> None:
+    with SlowStream() as server:
+        worker = procs.worker("w1", env=subprocess_env(**AGENTS_ENV))
+        run = queued_run(
+            alice, agent="test-http-stream", input={"url": server.url, "ignore_cancel": agent_ignores_cancel}
+        )
+        wait_until(lambda: delta_count(run) == 1, what="the stream's first line")
+        wait_until(lambda: server.lines_sent >= 3, what="the stream going on")
+        assert not server.disconnected.is_set()
+
+        gone, took = cancel_and_wait_for_release(run, alice)
+
+        wait_until(server.disconnected.is_set, what="the server seeing the disconnect")
+        assert server.disconnected_at is not None and gone.released_at is not None
+        ended_at = fresh(run).ended_at
+        assert ended_at is not None
+        disconnected = timedelta(seconds=server.disconnected_at - ended_at.timestamp())
+        # An agent that ignores the cancellation keeps the stream open until the attempt closes
+        # it, at the end of the grace; the cancelled read of one that honours it closes it at once.
+        assert (GRACE if agent_ignores_cancel else timedelta(0)) <= disconnected < PROMPTLY, disconnected
+        assert took < PROMPTLY, took
+        assert ("the agent ignored cancellation; abandoning it" in worker.log()) == agent_ignores_cancel
+        assert delta_count(run) == 1
+        assert_nothing_after_terminal(run)
