@@ -9,6 +9,8 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
+        from runs.intervals import check_intervals
 
         load_agents()
         checks.register(check_agents)
+        checks.register(check_intervals)

@@ -5,19 +5,25 @@ every wait is for a database condition or a log line, with a deadline.
 """
 
 import signal
+import subprocess
+import sys
 from typing import Any
 
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
+from pytest_django import Settings
 
 from runs.agents.demo import demo_text
+from runs.intervals import check_intervals
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.worker import Worker
 from tests.factories import queued_run
 from tests.support.checks import assert_nothing_after_terminal
 from tests.support.db import token_for
-from tests.support.procs import Proc, Procs, database_url, subprocess_env, wait_log_line
+from tests.support.procs import ROOT, Proc, Procs, database_url, subprocess_env, wait_log_line
 from tests.support.proxies import PartitionableProxy
 from tests.support.runs import attempt, delta_count, deltas_of, event_types, fresh, released, stored_text
 from tests.support.waiting import wait_until
@@ -105,6 +111,64 @@ def test_a_cancelled_runs_dead_worker_is_released_as_of_its_lease_and_the_api_sa
     body = wait_until(lambda: (b := api.get(f"/api/runs/{run.pk}/").json())["attempt"]["released_at"] and b)
     assert body["attempt"]["released_at"] == lease and body["attempt"]["outcome"] == "lost"
     assert body["status"] == "cancelled" and body["lost_attempts"] == 0
+
+
+# --- interval settings that work together, or are refused ---------------------------------------
+
+# (lease, heartbeat, cancel grace) in seconds, as an operator would set them in the environment.
+SETTINGS_THAT_WORK = [("2", "0.5", "0.5"), ("2", "0.4", "0.2"), ("3", "1", "0.25")]
+SETTINGS_REFUSED = [
+    (("1", "0.5", "0.5"), "the lease must be longer than 1.625 s"),
+    (("2", "1.5", "0.1"), "the lease must be longer than 2.075 s"),
+    (("0", "0.5", "0.2"), "RUNLEDGER_LEASE_SECONDS must be positive"),
+    (("2", "-1", "0.2"), "RUNLEDGER_HEARTBEAT_SECONDS must be a number ≥ 0, not '-1'"),
+    (("2", "0.5", "soon"), "RUNLEDGER_CANCEL_GRACE_SECONDS must be a number ≥ 0, not 'soon'"),
+]
+
+
+def _intervals(lease: str, heartbeat: str, grace: str) -> dict[str, str]:
+    return subprocess_env(
+        RUNLEDGER_LEASE_SECONDS=lease, RUNLEDGER_HEARTBEAT_SECONDS=heartbeat, RUNLEDGER_CANCEL_GRACE_SECONDS=grace
+    )
+
+
+@pytest.mark.parametrize("intervals", SETTINGS_THAT_WORK, ids="lease {0[0]}s heartbeat {0[1]}s grace {0[2]}s".format)
+def test_a_killed_workers_run_completes_on_another_worker_with_settings_that_work(
+    procs: Procs, alice: User, intervals: tuple[str, str, str]
+) -> None:
+    lease = float(intervals[0])
+    env = _intervals(*intervals)
+    first = procs.worker("w1", env=env)
+    # Streams for twice the lease before its worker dies, then some more.
+    streamed = int(2 * lease / 0.025)
+    run = queued_run(alice, input={"deltas": streamed + 120, "delay_ms": 25})
+    wait_until(lambda: deltas_of(run, 1) >= streamed, timeout=30, what="two leases' worth of streaming")
+    # Its attempt renewed its lease all along instead of fencing itself.
+    assert (fresh(run).generation, fresh(run).lost_attempts) == (1, 0)
+    assert "could not renew its lease" not in first.log()
+    first.kill()
+    procs.worker("w2", env=env)
+
+    run = wait_status(run, "completed", timeout=30)
+    assert (run.generation, run.lost_attempts) == (2, 1)
+    assert_taken_over(run, lost=1, cause="lease_expired")
+
+
+@pytest.mark.parametrize(("intervals", "message"), SETTINGS_REFUSED, ids=[" ".join(i) for i, _ in SETTINGS_REFUSED])
+def test_settings_that_cannot_work_are_refused_at_start_with_a_message_naming_them(
+    intervals: tuple[str, str, str], message: str
+) -> None:
+    worker = subprocess.run(
+        [sys.executable, "manage.py", "runworker", "--skip-checks"],
+        cwd=ROOT,
+        env=_intervals(*intervals),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode != 0
+    assert message in worker.stderr, worker.stderr
+    assert "RUNLEDGER_" in worker.stderr.splitlines()[-1]
 
 
 # --- a worker stalled, or cut off from the database --------------------------------------------
@@ -250,3 +314,24 @@ def test_no_run_stays_running_when_every_worker_dies(procs: Procs, alice: User) 
         run = wait_status(run, "completed", timeout=30)
         assert (run.generation, run.lost_attempts) == (2, 1)
         assert_taken_over(run, lost=1, cause="lease_expired")
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("RUNLEDGER_POLL_SECONDS", 0, "RUNLEDGER_POLL_SECONDS must be a number of seconds above 0, not 0"),
+        ("RUNLEDGER_SWEEP_SECONDS", "5", "RUNLEDGER_SWEEP_SECONDS must be a number of seconds above 0, not '5'"),
+        ("RUNLEDGER_SHUTDOWN_GRACE_SECONDS", -1, "RUNLEDGER_SHUTDOWN_GRACE_SECONDS must be a number of seconds of"),
+        ("RUNLEDGER_LEASE_SECONDS", 1, "the lease must be longer than"),
+    ],
+)
+def test_the_system_check_and_the_worker_refuse_intervals_set_in_code(
+    settings: Settings, name: str, value: Any, message: str
+) -> None:
+    settings.RUNLEDGER_HEARTBEAT_SECONDS, settings.RUNLEDGER_CANCEL_GRACE_SECONDS = 0.5, 0.5
+    assert check_intervals() == []
+    setattr(settings, name, value)
+    assert [(e.id, message in e.msg) for e in check_intervals()] == [("runs.E002", True)]
+    with pytest.raises(ImproperlyConfigured, match=message):
+        Worker(once=True)

@@ -3,7 +3,7 @@ renews it.
 
 Self-fencing: the attempt may execute only while it certainly holds its lease. Its lease is
 counted from the moment the last successful renewal (or the claim) was *sent*, on the loop's
-monotonic clock; `AttemptConfig.fence_after` seconds later — the lease less the time the agent
+monotonic clock; `AttemptConfig.fence_after` (runs.intervals) seconds later — the lease less the time the agent
 gets to unwind and a margin — the attempt stops itself and makes no more writes, whether the
 database is unreachable, a renewal hangs, or the process was stalled. So it has stopped, and
 recorded when, before any sweeper may requeue the run; its writes are fenced by generation anyway.
@@ -18,26 +18,10 @@ from uuid import UUID
 
 from runs import services
 from runs.agents.base import CancellationToken
+from runs.intervals import AttemptConfig
 from runs.worker.db import TRANSIENT_DB_ERRORS, Db
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AttemptConfig:
-    heartbeat_seconds: float
-    lease_seconds: float
-    cancel_grace_seconds: float
-    batch_max: int
-
-    @property
-    def fence_after(self) -> float:
-        """Seconds after a renewal was sent that the attempt stops itself if none succeeded since:
-        the lease, less up to two cancel graces to unwind the agent (its task, child processes and
-        threads until one deadline; then killing and reaping what is left, and closing its
-        generator — `runs.worker.steps`) and a margin for a timer that fires late on a busy loop."""
-        margin = min(self.heartbeat_seconds, self.lease_seconds / 4)
-        return self.lease_seconds - margin - 2 * self.cancel_grace_seconds
 
 
 async def sleep_unless_tripped(token: CancellationToken, seconds: float) -> None:

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from runs import notify, services
+from runs.intervals import require_intervals
 from runs.listener import Listener
 from runs.models import Run
 from runs.transitions import Status
@@ -78,12 +79,8 @@ class Worker:
         self.poll_seconds = float(
             settings.RUNLEDGER_SQLITE_POLL_SECONDS if self.sqlite else settings.RUNLEDGER_POLL_SECONDS
         )
-        self.attempt_config = AttemptConfig(
-            heartbeat_seconds=float(settings.RUNLEDGER_HEARTBEAT_SECONDS),
-            lease_seconds=float(settings.RUNLEDGER_LEASE_SECONDS),
-            cancel_grace_seconds=float(settings.RUNLEDGER_CANCEL_GRACE_SECONDS),
-            batch_max=int(settings.RUNLEDGER_APPEND_BATCH_MAX),
-        )
+        require_intervals()  # also under --skip-checks, and for settings made in code
+        self.attempt_config = AttemptConfig.configured()
         self.shutdown_grace_seconds = float(settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS)
         self.sweep_seconds = float(settings.RUNLEDGER_SWEEP_SECONDS)
         if self.attempt_config.fence_after < 2 * self.attempt_config.heartbeat_seconds:
