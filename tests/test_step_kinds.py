@@ -7,6 +7,7 @@ the API does; what the attempt stopped is watched from outside the worker: /proc
 events, the worker's log, the server end of the HTTP stream.
 """
 
+import signal
 import time
 from datetime import timedelta
 
@@ -78,6 +79,22 @@ def test_cancelling_a_child_process_ends_its_whole_process_group(procs: Procs, a
     assert took < PROMPTLY, took
     assert tool_finishes(run) == ["interrupted"]
     assert_nothing_after_terminal(run)
+
+
+def test_a_worker_that_exits_at_once_takes_its_child_processes_with_it(procs: Procs, alice: User) -> None:
+    worker = procs.worker("w1")
+    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "process", "tool_ms": 60_000})
+    pid = wait_until(lambda: tool_started(run), what="the process tool").data["pid"]
+    group = wait_until(lambda: len(members := group_members(pid)) == 2 and members, what="the process and its child")
+
+    # The second signal exits without waiting for any run (they come back by lease expiry).
+    worker.signal(signal.SIGTERM)
+    wait_until(lambda: "finishing at safe boundaries" in worker.log(), what="the first signal heard")
+    worker.signal(signal.SIGTERM)
+    assert worker.popen.wait(timeout=30) == 1
+
+    wait_until(lambda: all(process_gone(p) for p in group), what="the whole group gone", timeout=5)
+    assert group_members(pid) == []
 
 
 @pytest.mark.parametrize("agent_ignores_cancel", [False, True], ids=["agent-honours-cancel", "agent-ignores-cancel"])

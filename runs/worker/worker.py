@@ -192,6 +192,10 @@ class Worker:
         self._signals += 1
         if self._signals > 1:
             log.warning("%s: second %s; exiting now", self, signal.Signals(sig).name)
+            # The processes its agents started live in sessions of their own: nothing would stop
+            # them once this process is gone.
+            for execution in self._registry:
+                execution.steps.kill()
             os._exit(1)
         log.info("%s: %s; finishing at safe boundaries", self, signal.Signals(sig).name)
         self._request_stop()
