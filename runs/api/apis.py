@@ -71,14 +71,27 @@ def _run_data(run: Run, request: Request) -> dict[str, Any]:
     return dict(RunOutputSerializer(run, context={"request": request}).data)
 
 
-@extend_schema_serializer(component_name="RunPage")
-class RunPageSerializer(serializers.Serializer[Any]):
-    """A page of runs (what `paginated_response` answers)."""
+def _page_of(
+    item: type[serializers.Serializer[Any]], component_name: str, noun: str
+) -> type[serializers.Serializer[Any]]:
+    @extend_schema_serializer(component_name=component_name)
+    class PageSerializer(serializers.Serializer[Any]):
+        __doc__ = f"A page of {noun} (what `paginated_response` answers)."
 
-    count = serializers.IntegerField()
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
-    results = RunOutputSerializer(many=True)
+        count = serializers.IntegerField()
+        next = serializers.URLField(allow_null=True)
+        previous = serializers.URLField(allow_null=True)
+        results = item(many=True)
+
+    return PageSerializer
+
+
+class PageFilterSerializer(serializers.Serializer[Any]):
+    page = StrictIntegerField(min_value=1, required=False, help_text="1-based; past the last page is a 404")
+    page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
+
+
+RunPageSerializer = _page_of(RunOutputSerializer, "RunPage", "runs")
 
 
 @extend_schema_serializer(component_name="Agent")
@@ -90,17 +103,9 @@ class AgentOutputSerializer(serializers.Serializer[Any]):
 
 
 class AgentListApi(APIView):
-    @extend_schema_serializer(component_name="AgentPage")
-    class PageSerializer(serializers.Serializer[Any]):
-        count = serializers.IntegerField()
-        next = serializers.URLField(allow_null=True)
-        previous = serializers.URLField(allow_null=True)
-        results = AgentOutputSerializer(many=True)
-
     @extend_schema_serializer(component_name="AgentListFilter")
-    class FilterSerializer(serializers.Serializer[Any]):
-        page = StrictIntegerField(min_value=1, required=False, help_text="1-based; past the last page is a 404")
-        page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
+    class FilterSerializer(PageFilterSerializer):
+        pass
 
     @extend_schema(
         operation_id="agents_list",
@@ -108,7 +113,7 @@ class AgentListApi(APIView):
         description="Every agent a run may name (`RUNLEDGER_AGENTS`), by name, with the event types of its "
         "own each declared (DESIGN §2), so a client knows every type a stream can carry.",
         parameters=[FilterSerializer],
-        responses=responses({200: PageSerializer}, 400, 404),
+        responses=responses({200: _page_of(AgentOutputSerializer, "AgentPage", "agents")}, 400, 404),
     )
     def get(self, request: Request) -> Response:
         _valid(self.FilterSerializer, request.query_params)
@@ -125,14 +130,12 @@ class AgentListApi(APIView):
 # One URL, two operations: each method has its own input serializer and schema.
 class RunCollectionApi(APIView):
     @extend_schema_serializer(component_name="RunListFilter")
-    class FilterSerializer(serializers.Serializer[Any]):
+    class FilterSerializer(PageFilterSerializer):
         status = serializers.ChoiceField(choices=RUN_STATUSES, required=False)
         agent = serializers.CharField(max_length=64, required=False)
         parent = serializers.UUIDField(required=False)  # type: ignore[assignment]  # DRF pops declared fields
         created_after = serializers.DateTimeField(required=False, help_text="created at or after (ISO 8601)")
         created_before = serializers.DateTimeField(required=False, help_text="created before (ISO 8601)")
-        page = StrictIntegerField(min_value=1, required=False, help_text="1-based; past the last page is a 404")
-        page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
 
     @extend_schema_serializer(component_name="RunCreateInput")
     class InputSerializer(serializers.Serializer[Any]):
