@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import expect
 
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
@@ -187,3 +188,22 @@ def test_the_pages_fit_a_phone_screen(site: Site) -> None:
         # Nothing wider than the screen: no sideways scrolling on a phone.
         assert site.page.evaluate("document.documentElement.scrollWidth") <= 390
         save_screenshot(site.page, name)
+
+
+def test_stop_of_a_run_whose_worker_died_shows_the_release_once_its_lease_lapses(site: Site, procs: Procs) -> None:
+    run = demo_run(site.user, deltas=400, delay_ms=50)
+    site.open(run)
+    site.wait_seq_at_least(6)
+    worker = next(p for p in procs.started if p.name == "worker-watch-w1")
+    worker.kill()
+    site.page.click("#stop")
+    site.wait_attr("status", "cancelled")
+    expect(site.page.locator("#released")).to_contain_text("not yet (the worker's lease lapses at ", timeout=20_000)
+
+    procs.worker("watch-w2")  # its sweeper finds the lapsed lease
+
+    site.wait_attr("released", "yes", timeout=30_000)
+    attempt = RunAttempt.objects.get(run=run)
+    assert attempt.outcome == "lost" and attempt.released_at == attempt.lease_expires_at
+    text = str(site.page.locator("#released").text_content())
+    assert text.startswith("released at ") and text.endswith("(its worker was lost; its lease lapsed then)")
