@@ -93,7 +93,17 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
         "3",
         "4",
     ]
-    expect(page.locator("[data-rl-run-status]")).to_have_text("stopped")
+    expect(page.locator(".field-status_label .rl-badge")).to_have_text("stopped")
     expect(page.locator("#rl-tail-status")).to_have_text("ended: the run is stopped")
     expect(page.locator("text=Stop run…")).to_have_count(0)
     expect(page.locator("text=Cancel run…")).to_have_count(0)
+
+    # The facts turn final without a reload: the title, the end, and the release once it comes.
+    expect(page.locator("#content > h2")).to_contain_text("(stopped)")
+    expect(page.locator(".field-end_code .readonly")).to_have_text("policy")
+    expect(page.locator(".field-ended .readonly")).not_to_have_text("—")
+    expect(page.locator(".field-stop_latency")).to_contain_text("not released yet")
+    services.run_attempt_release(run_id=run.pk, generation=run.generation)
+    page.wait_for_function("document.body.dataset.rlFacts === 'final'", timeout=20_000)
+    expect(page.locator(".field-stop_latency")).to_contain_text(" s")
+    expect(page.locator("#rl-events-body tr")).to_have_count(4)  # the tail stayed as it was

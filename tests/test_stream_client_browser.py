@@ -12,6 +12,7 @@ the gap it leaves in seq, filled from the events JSON pages.
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from uuid import uuid4
 
 import pytest
 from django.contrib.auth.models import User
@@ -165,3 +166,40 @@ def test_the_client_delivers_every_event_once_in_seq_order_reading_as_many_pages
     assert site.attr("last-seq") == str(run.last_seq)
     assert site.attr("status") == "completed"
     assert site.page.locator("#output").text_content() == "done"
+
+
+# A client of the module's own on the page, for a stream the server refuses.
+OPEN_REFUSED = """([streamUrl, eventsUrl]) => {
+  window.refused = { states: [] };
+  RunledgerStream.open({
+    streamUrl, eventsUrl, afterSeq: 0, retryClosedMs: 200,
+    onEvent: () => {},
+    onState: (state, detail) => refused.states.push([state, detail === undefined ? null : String(detail)]),
+  });
+}"""
+
+
+@pytest.mark.parametrize("refusal", ["404", "401"])
+def test_a_stream_refused_for_good_stops_retrying_and_says_why(site: Site, refusal: str) -> None:
+    run = running_run(site.user)
+    site.open(run)
+    site.wait_attr("connection", "live")
+    run_id = str(run.pk)
+    if refusal == "404":
+        run_id = str(uuid4())  # no such run
+    else:
+        site.page.context.clear_cookies()  # signed out
+    urls = [f"/api/runs/{run_id}/stream/", f"/api/runs/{run_id}/events/"]
+
+    def stream_requests() -> int:
+        return len([u for u in site.requests if u.startswith(f"{site.url}{urls[0]}")])
+
+    before = stream_requests()  # the page's own stream of the run
+    site.page.evaluate(OPEN_REFUSED, urls)
+
+    site.page.wait_for_function("refused.states.some(([state]) => state === 'stopped')", timeout=WAIT_MS)
+    why = {"404": "no such run (404)", "401": "not signed in (401)"}[refusal]
+    assert site.page.evaluate("refused.states") == [["connecting", None], ["stopped", why]]
+    # Many retry intervals later, still the one stream request: it never retried.
+    site.page.wait_for_timeout(1500)
+    assert stream_requests() == before + 1

@@ -118,6 +118,9 @@ def test_a_reload_mid_stream_catches_up_and_the_run_keeps_running(site: Site) ->
     site.wait_attr("status", "completed", timeout=30_000)
     assert site.output() == stored_text(run) != ""
     assert Run.objects.get(pk=run.pk).end_code == ""
+    # The final facts, as committed, without a reload.
+    expect(site.page.locator("#result")).to_contain_text('"deltas":80', timeout=10_000)
+    expect(site.page.locator("#ended")).to_contain_text("completed at ")
 
 
 def test_stop_cancels_once_and_shows_when_the_worker_released_the_run(site: Site) -> None:

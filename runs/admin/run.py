@@ -394,6 +394,9 @@ class RunAdmin(CommandsMixin):
             {
                 "results": [{**event.as_dict(), "time": event_time(event.created_at)} for event in events],
                 "last_seq": run.last_seq,
+                "run_status": run.status,
+                # As in the API's pages: the stream client learns from it that a closed stream ended.
+                "end_of_stream": run.is_terminal and (events[-1].seq if events else int(raw)) >= run.last_seq,
             }
         )
 

@@ -68,6 +68,35 @@
         badge.className = "rl-badge rl-status-" + finalStatus;
       });
       document.querySelectorAll(".rl-live-only").forEach((element) => element.remove());
+      refreshFacts(250, 40);
+    }
+
+    // The page's facts (title, fields, attempts) as the server renders them now that the run has
+    // ended, and again until the worker's release is recorded: no reload, and the tail stays.
+    // Disjoint: the attempts' inline holds a fieldset of its own, which goes with its group.
+    const FACTS = [
+      "#content > h1",
+      "#content > h2",
+      ".breadcrumbs",
+      "#run_form fieldset:not(.inline-group fieldset)",
+      "#run_form .inline-group",
+    ];
+    async function refreshFacts(delayMs, triesLeft) {
+      let settled = false;
+      try {
+        const response = await fetch(window.location.href, { credentials: "same-origin" });
+        if (response.ok) {
+          const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+          FACTS.forEach((selector) => {
+            const now = document.querySelectorAll(selector);
+            const then = fresh.querySelectorAll(selector);
+            if (now.length === then.length) now.forEach((element, i) => element.replaceWith(then[i]));
+          });
+          settled = !fresh.body.textContent.includes("not released yet");
+          document.body.dataset.rlFacts = settled ? "final" : "ended";
+        }
+      } catch (error) { /* transient: try again below */ }
+      if (!settled && triesLeft > 1) setTimeout(() => refreshFacts(Math.min(delayMs * 2, 5000), triesLeft - 1), delayMs);
     }
 
     RunledgerStream.open({
@@ -80,6 +109,7 @@
         else if (state === "reconnecting") setStatus("reconnecting…", "trouble");
         else if (state === "disconnected") setStatus("disconnected (reload the page)", "trouble");
         else if (state === "trouble") setStatus("error: " + detail.message + " (reload the page)", "trouble");
+        else if (state === "stopped") setStatus("stopped: " + detail, "trouble");
         else if (state === "ended") finish(detail);
       },
     });

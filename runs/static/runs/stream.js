@@ -15,8 +15,9 @@
 // States: "connecting" (once, at open), "live" (the stream is open), "reconnecting" (EventSource
 // retries by itself, or the client does after retryClosedMs), "disconnected" (the browser gave up
 // and retryClosedMs is null), "trouble" (detail: the Error of a failed gap fill; the next event
-// tries again), "ended" (detail: the final status, after the terminal event was delivered).
-// After close() or "ended" no callback is made.
+// tries again), "stopped" (detail: why — the server answered 401, 403 or 404; no retry),
+// "ended" (detail: the final status, after the terminal event was delivered).
+// After close(), "stopped" or "ended" no callback is made.
 //
 // Why each part:
 // - EventSource hands a named event only to a listener for that name, with no wildcard: the
@@ -31,6 +32,9 @@
 // - EventSource resends Last-Event-ID on its own reconnects; once it has given up
 //   (readyState CLOSED, e.g. after an HTTP error) only a new EventSource retries, and its cursor
 //   is ?after_seq=<last delivered seq>.
+// - EventSource never tells why it gave up. The client asks the events JSON (the same cursor):
+//   401, 403 and 404 will not change by retrying, so it stops and says why ("stopped"); a page
+//   that reaches the end of a finished run (the stream's 204) ends it; anything else is retried.
 "use strict";
 window.RunledgerStream = (function () {
   function vocabulary(elementId) {
@@ -100,6 +104,44 @@ window.RunledgerStream = (function () {
         .catch((error) => report("trouble", error));
     }
 
+    const REFUSALS = { 401: "not signed in (401)", 403: "not allowed (403)", 404: "no such run (404)" };
+
+    // The stream gave up: learn why from the events JSON, deliver what it holds, then go on.
+    async function whyClosed() {
+      let response;
+      try {
+        response = await fetch(afterSeq(options.eventsUrl, lastSeq), {
+          credentials: "same-origin",
+          headers: { Accept: "application/json" },
+        });
+      } catch (error) {
+        response = null; // unreachable: retried like any other failure
+      }
+      if (done) return;
+      if (response && REFUSALS[response.status]) {
+        const why = REFUSALS[response.status];
+        close();
+        onState("stopped", why);
+        return;
+      }
+      if (response && response.ok) {
+        const page = await response.json();
+        page.results.forEach(deliver);
+        if (done) return;
+        if (page.end_of_stream) {
+          close();
+          onState("ended", page.run_status);
+          return;
+        }
+      }
+      if (retryClosedMs === null) {
+        report("disconnected");
+      } else {
+        report("reconnecting");
+        retryTimer = setTimeout(connect, retryClosedMs);
+      }
+    }
+
     function connect() {
       retryTimer = null;
       const es = new EventSource(afterSeq(options.streamUrl, lastSeq));
@@ -112,11 +154,9 @@ window.RunledgerStream = (function () {
         if (done) return;
         if (es.readyState !== EventSource.CLOSED) {
           report("reconnecting");
-        } else if (retryClosedMs === null) {
-          report("disconnected");
         } else {
-          report("reconnecting");
-          retryTimer = setTimeout(connect, retryClosedMs);
+          // After any event still being handled, so the cursor asked about is the last delivered.
+          queue = queue.then(whyClosed).catch((error) => report("trouble", error));
         }
       };
     }

@@ -100,6 +100,14 @@
     pollReleased(250);
   }
 
+  // The run's final facts, as the server committed them.
+  function showEnd(run) {
+    if (!run.ended_at) return;
+    $("ended").textContent = run.status + (run.end_code ? " (" + run.end_code + ")" : "") + " at " + run.ended_at;
+    const result = run.status === V.terminal[T.RUN_FAILED] ? run.error : run.output;
+    $("result").textContent = result === null || result === undefined ? "—" : JSON.stringify(result);
+  }
+
   // Nothing follows the terminal event; "the work has stopped" is the attempt's released_at. A
   // live worker records it within its cancel grace; for a dead one the sweeper records when its
   // lease lapsed, so the page keeps asking, less and less often, until one of them has.
@@ -108,6 +116,7 @@
       const response = await fetch(runUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
       if (response.ok) {
         const run = await response.json();
+        showEnd(run);
         const attempt = run.attempt;
         if (!attempt) {
           $("released").textContent = "no worker held it";
@@ -139,6 +148,7 @@
         else if (state === "reconnecting") setConnection("reconnecting", "reconnecting…");
         else if (state === "trouble") setConnection("trouble", "trouble: " + detail.message);
         else if (state === "ended") setConnection("ended", "ended");
+        else if (state === "stopped") setConnection("stopped", "stopped: " + detail);
       },
     });
   }
