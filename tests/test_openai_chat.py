@@ -218,9 +218,8 @@ def test_without_the_openai_extra_every_process_stops_naming_the_extra(tmp_path:
     )
     assert check.returncode != 0
     assert "runs.E001) RUNLEDGER_AGENTS names 'runs.agents.openai_chat', which cannot be imported" in check.stderr
-    assert "needs the OpenAI SDK, which comes with Runledger's `openai` extra: pip install -e '.[openai]'" in (
-        check.stderr
-    )
+    cure = "needs the OpenAI SDK, which comes with Runledger's `openai` extra: pip install -e '.[openai]'"
+    assert f"{cure} (No module named 'openai')" in check.stderr, check.stderr
 
 
 # --- requeue --------------------------------------------------------------------------------------
