@@ -133,10 +133,13 @@ def test_a_stop_the_worker_finds_between_two_chunks_closes_the_model_stream_too(
 ) -> None:
     # A budget stop trips while the agent is mostly parked at a `yield` (the server sends as fast
     # as it can), not inside a read: the worker closes the agent's generator rather than cancel a
-    # read, and only the agent's own `async with` closes the stream then.
+    # read, and only the agent's own `async with` closes the stream then. The answer is longer
+    # than the sockets' buffers hold, so the server cannot have sent it all by then.
     procs.worker("w1", env=model.env(RUNLEDGER_CANCEL_GRACE_SECONDS=str(GRACE_SECONDS)))
     run = wait_status(
-        queued_run(alice, agent="openai_chat", input={"model": "test+words-3000", "messages": MESSAGES}, max_events=10),
+        queued_run(
+            alice, agent="openai_chat", input={"model": "test+words-300000", "messages": MESSAGES}, max_events=10
+        ),
         "stopped",
     )
     assert run.end_code == "budget_exhausted"

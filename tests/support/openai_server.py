@@ -202,30 +202,36 @@ class Connection:
         def choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
 
-        if behaviour.wait and self.client_gone(behaviour.wait):
-            self.log.write("disconnect", conn=self.number, request=number, chunks=0)
-            return False
-        self.conn.sendall(STREAM_HEAD)
-        self.send_event(choice({"role": "assistant", "content": ""}))
         sent = 0
-        for text in words:
-            if behaviour.drop_after is not None and sent >= behaviour.drop_after:
-                self.log.write("drop", conn=self.number, request=number, chunks=sent)
-                self.conn.shutdown(socket.SHUT_RDWR)
-                return False
-            if self.client_gone(behaviour.pace):
-                self.log.write("disconnect", conn=self.number, request=number, chunks=sent)
-                return False
-            self.send_event(choice({"content": text}))
-            self.log.write("chunk", conn=self.number, request=number, index=sent, text=text)
-            sent += 1
-        self.send_event(choice({}, finish))
-        if (body.get("stream_options") or {}).get("include_usage"):
-            prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-            usage = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
-            self.send_event({**base, "choices": [], "usage": usage})
-        self.send_frame(b"data: [DONE]\n\n")
-        self.conn.sendall(b"0\r\n\r\n")
+
+        def gone() -> bool:
+            self.log.write("disconnect", conn=self.number, request=number, chunks=sent)
+            return False
+
+        if behaviour.wait and self.client_gone(behaviour.wait):
+            return gone()
+        try:
+            self.conn.sendall(STREAM_HEAD)
+            self.send_event(choice({"role": "assistant", "content": ""}))
+            for text in words:
+                if behaviour.drop_after is not None and sent >= behaviour.drop_after:
+                    self.log.write("drop", conn=self.number, request=number, chunks=sent)
+                    self.conn.shutdown(socket.SHUT_RDWR)
+                    return False
+                if self.client_gone(behaviour.pace):
+                    return gone()
+                self.send_event(choice({"content": text}))
+                self.log.write("chunk", conn=self.number, request=number, index=sent, text=text)
+                sent += 1
+            self.send_event(choice({}, finish))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+                usage = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
+                self.send_event({**base, "choices": [], "usage": usage})
+            self.send_frame(b"data: [DONE]\n\n")
+            self.conn.sendall(b"0\r\n\r\n")
+        except OSError:  # reset or broken pipe: the client went away while a send was under way
+            return gone()
         self.log.write("end", conn=self.number, request=number, status=200, chunks=sent, finish_reason=finish)
         return True
 
