@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import model_stream
 from bench.lib import RESULTS, ROOT, CpuMeter, app_running, durable_cluster, git_revision, machine_facts, postgres_facts
 from runs.events import EventType
 
@@ -51,6 +52,8 @@ FULL = {
     "tiers": [("x10", 10_000, 10), ("x100", 100_000, 10)],
     "growth_cancel_runs": 100,
     "growth_watchers": 100,
+    # openai_chat runs cancelled one at a time (bench/model_stream.py).
+    "model_cancels": 40,
 }
 QUICK = {
     **FULL,
@@ -65,6 +68,7 @@ QUICK = {
     "replay_events": 20_000,
     "tiers": [("x10", 2_000, 10), ("x100", 20_000, 10)],
     "growth_cancel_runs": 50,
+    "model_cancels": 30,
 }
 
 TARGETS = {
@@ -162,7 +166,8 @@ def main() -> int:
         "machine": machine,
         "targets": TARGETS,
     }
-    with durable_cluster() as cluster:
+    # The model server first: every process app_running starts then loads openai_chat against it.
+    with durable_cluster() as cluster, model_stream.model_server() as model:
         log(f"durable cluster at {cluster.url}")
         floor_url = cluster.create_database("floor")
         result["floor"] = run_floor(floor_url)
@@ -175,6 +180,8 @@ def main() -> int:
             tiers: dict[str, Any] = {}
             log("tier x1 (only the benchmark's own rows)")
             tiers["x1"], replay_run = tier_suite(ctx, cfg, full=True, replay_run=None, floor_url=floor_url)
+            log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
+            tiers["x1"]["model_stream"] = model_stream.measure(ctx, model, cancels=cfg["model_cancels"])
             if not args.no_growth:
                 have = 0
                 for label, total_runs, per_run in cfg["tiers"]:
@@ -355,7 +362,7 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         "read in pages of 1000",
         replay_target,
     )
-    return rows
+    return rows + model_stream.figure_rows(t.get("model_stream"), f)
 
 
 GROWTH = [

@@ -254,3 +254,12 @@ RUNLEDGER_CANCEL_GRACE_SECONDS = _env_float("RUNLEDGER_CANCEL_GRACE_SECONDS", 0.
 # Most events one append transaction carries; events emitted while an append is in flight are
 # batched into the next one.
 RUNLEDGER_APPEND_BATCH_MAX = _env_int("RUNLEDGER_APPEND_BATCH_MAX", 200)
+
+# The `openai_chat` agent (runs.agents.openai_chat, the `openai` extra): any OpenAI-compatible Chat
+# Completions endpoint — OpenAI, vLLM, Ollama. Each is also read from the environment variable of the
+# same name. An empty key suits servers that need none (a placeholder is sent: the SDK needs one).
+RUNLEDGER_OPENAI_BASE_URL = os.environ.get("RUNLEDGER_OPENAI_BASE_URL", "https://api.openai.com/v1")
+RUNLEDGER_OPENAI_API_KEY = os.environ.get("RUNLEDGER_OPENAI_API_KEY", "")
+# Whether runs that do not say (input `continue`) continue a requeued answer in place; only for
+# servers that support vLLM's `continue_final_message` (OpenAI refuses the parameter).
+RUNLEDGER_OPENAI_CONTINUE = os.environ.get("RUNLEDGER_OPENAI_CONTINUE", "0") not in ("0", "false", "no", "")

@@ -9,6 +9,9 @@
     agents.py      the tests' own agents, loaded like a user's (AGENTS_ENV): a planner with its own
                    event type, a child process deaf to SIGTERM, an HTTP stream
     slow_http.py   a slow streaming HTTP server in a thread that records when its client went away
+    openai_server.py  an OpenAI-compatible streaming model server, a process of its own (ModelServer
+                   starts it): behaviours chosen by the model name, every request, chunk and
+                   disconnect in a JSON-lines log
     checks.py      what must hold of runs once the dust settles (also after a fault-injection run)
     db.py          API tokens, and what PostgreSQL reports: LISTEN connections, event-table scans
     pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture
@@ -19,6 +22,6 @@
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
 
 procs.py, browser.py and pg.py are pytest plugins (conftest.py lists them). bench/ uses procs,
-waiting, sse and db too; procs, waiting and sse import nothing of Django that needs settings, so
-bench can import them before `django.setup()`.
+waiting, sse, db and openai_server too; procs, waiting, sse and openai_server import nothing of
+Django that needs settings, so bench can import them before `django.setup()`.
 """

@@ -31,6 +31,14 @@ def stored_text(run: Run) -> str:
     return "".join(e.data["text"] for e in deltas)
 
 
+def delta_texts(run: Run, generation: int | None = None) -> list[str]:
+    """The text of each stored output.delta in seq order (of one attempt's, given its generation)."""
+    deltas = RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA).order_by("seq")
+    if generation is not None:
+        deltas = deltas.filter(attempt=generation)
+    return [e.data["text"] for e in deltas]
+
+
 def delta_count(run: Run) -> int:
     return RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA).count()
 

@@ -1,0 +1,267 @@
+"""The `openai_chat` agent (runs.agents.openai_chat) against an OpenAI-compatible model server.
+
+The real endpoints are outside this network, so the model server is tests/support/openai_server.py,
+a process of its own speaking real HTTP and SSE, whose log says what it received, what it sent and
+when it saw a client go away. The agent runs in real worker processes started with
+RUNLEDGER_AGENTS naming it and RUNLEDGER_OPENAI_BASE_URL pointing at that server.
+"""
+
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+import runs.agents.openai_chat  # noqa: F401  (registers the agent here, as RUNLEDGER_AGENTS does in the workers)
+from runs import services
+from runs.events import EventType
+from runs.models import AttemptOutcome, Run
+from tests.factories import queued_run
+from tests.support.checks import assert_nothing_after_terminal
+from tests.support.openai_server import API_KEY, ModelServer, answer_text, answer_words
+from tests.support.procs import ROOT, Procs, subprocess_env
+from tests.support.runs import delta_count, delta_texts, deltas_of, event_types, fresh, released, stored_text
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_status
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.timeout(90)]
+
+MESSAGES = [
+    {"role": "system", "content": "You answer in words."},
+    {"role": "user", "content": "Count for me, please."},
+]
+# The cancel grace the worker gets in the cancel tests: the production default.
+GRACE_SECONDS = 0.5
+
+
+@pytest.fixture
+def model(procs: Procs, tmp_path: Path) -> ModelServer:
+    return ModelServer(procs, tmp_path)
+
+
+def chat_run(owner: User, model: str, **input: Any) -> Run:
+    return queued_run(owner, agent="openai_chat", input={"model": model, "messages": MESSAGES, **input})
+
+
+def only_request(model: ModelServer) -> dict[str, Any]:
+    requests = model.requests()
+    assert len(requests) == 1, requests
+    return requests[0]
+
+
+# --- streaming --------------------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_an_answer_is_stored_delta_by_delta_as_sent_and_completes_with_its_text_and_usage(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    procs.worker("w1", env=model.env())
+    run = wait_status(chat_run(alice, "test+words-30+slow-5ms", max_tokens=100, temperature=0.3), "completed")
+
+    request = only_request(model)
+    assert request["body"] == {
+        "model": "test+words-30+slow-5ms",
+        "messages": MESSAGES,
+        "max_tokens": 100,
+        "temperature": 0.3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert request["authorization"] == f"Bearer {API_KEY}"
+    # Each chunk the server sent is one delta, in order, and nothing else is.
+    assert delta_texts(run) == model.sent(request["request"]) == answer_words(30)
+    assert run.output == {
+        "text": answer_text(30),
+        "usage": {"prompt_tokens": 8, "completion_tokens": 30, "total_tokens": 38},
+        "finish_reason": "stop",
+    }
+    assert stored_text(run) == run.output["text"]
+    types = event_types(run)
+    assert types == [EventType.RUN_CREATED, EventType.RUN_STARTED] + [EventType.OUTPUT_DELTA] * 30 + [
+        EventType.RUN_COMPLETED
+    ]
+    assert run.steps_used == 1  # one model turn
+
+    # Cut short by max_tokens: a completion all the same, which says so.
+    short = wait_status(chat_run(alice, "test+words-30", max_tokens=4), "completed")
+    assert short.output["finish_reason"] == "length"
+    assert stored_text(short) == short.output["text"] == answer_text(4)
+
+
+# --- cancel -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("behaviour", "streamed"), [("slow-20ms", 5), ("wait-60000ms", 0)], ids=["mid-stream", "before-the-first-chunk"]
+)
+def test_a_cancel_closes_the_model_stream_within_the_grace_and_stores_nothing_after_it(
+    procs: Procs, model: ModelServer, alice: User, behaviour: str, streamed: int
+) -> None:
+    procs.worker("w1", env=model.env(RUNLEDGER_CANCEL_GRACE_SECONDS=str(GRACE_SECONDS)))
+    run = chat_run(alice, f"test+words-3000+{behaviour}")
+    if streamed:
+        wait_until(lambda: delta_count(run) >= streamed, what="the answer streaming")
+    else:
+        wait_until(model.requests, what="the request at the server")
+    request = only_request(model)["request"]
+    assert model.ended(request) is None
+
+    services.run_cancel(run_id=run.pk, actor=alice)
+
+    gone = wait_until(lambda: model.ended(request), what="the server seeing the stream end")
+    assert gone["event"] == "disconnect", gone
+    attempt = wait_until(lambda: released(run), what="the attempt's release")
+    run = fresh(run)
+    assert run.status == "cancelled" and run.ended_at is not None
+    assert attempt.outcome == AttemptOutcome.CANCELLED and attempt.released_at is not None
+    # The model server stopped generating within the grace of the cancel's commit.
+    assert timedelta(seconds=gone["at"] - run.ended_at.timestamp()) < timedelta(seconds=GRACE_SECONDS), gone
+    # What is stored is what the server sent, in order, up to the cancel — and nothing after it.
+    sent = model.sent(request)
+    assert len(sent) == gone["chunks"] >= streamed
+    assert delta_texts(run) == sent[: delta_count(run)]
+    assert_nothing_after_terminal(run)
+
+
+def test_a_stop_the_worker_finds_between_two_chunks_closes_the_model_stream_too(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    # A budget stop trips while the agent is mostly parked at a `yield` (the server sends as fast
+    # as it can), not inside a read: the worker closes the agent's generator rather than cancel a
+    # read, and only the agent's own `async with` closes the stream then. The answer is longer
+    # than the sockets' buffers hold, so the server cannot have sent it all by then.
+    procs.worker("w1", env=model.env(RUNLEDGER_CANCEL_GRACE_SECONDS=str(GRACE_SECONDS)))
+    run = wait_status(
+        queued_run(
+            alice, agent="openai_chat", input={"model": "test+words-300000", "messages": MESSAGES}, max_events=10
+        ),
+        "stopped",
+    )
+    assert run.end_code == "budget_exhausted"
+    gone = wait_until(lambda: model.ended(only_request(model)["request"]), what="the server seeing the stream end")
+    assert gone["event"] == "disconnect", gone
+    assert run.ended_at is not None
+    assert timedelta(seconds=gone["at"] - run.ended_at.timestamp()) < timedelta(seconds=GRACE_SECONDS), gone
+    assert delta_texts(run) == answer_words(10)
+    assert_nothing_after_terminal(run)
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+
+def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_agent_error(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    procs.worker("w1", env=model.env())
+    dropped = wait_status(chat_run(alice, "test+words-20+drop-after-5"), "failed")
+    assert dropped.end_code == "agent_error"
+    assert dropped.end_reason.startswith("the model stream ended early, after 5 chunks: Connection error."), (
+        dropped.end_reason
+    )
+    assert "incomplete chunked read" in dropped.end_reason
+    assert stored_text(dropped) == answer_text(5)
+    assert_nothing_after_terminal(dropped)
+
+    for status in (500, 429):
+        failed = wait_status(chat_run(alice, f"test+status-{status}"), "failed")
+        assert failed.end_code == "agent_error"
+        assert failed.end_reason == f"the model server answered HTTP {status}: test server: status {status}"
+        assert failed.error == {
+            "body": {"message": f"test server: status {status}", "type": "test_error", "code": status}
+        }
+        assert delta_count(failed) == 0
+    # The SDK's retries are off: one request a run (the platform's requeue is the retry).
+    assert [r["body"]["model"] for r in model.requests()] == [
+        "test+words-20+drop-after-5",
+        "test+status-500",
+        "test+status-429",
+    ]
+
+
+BAD_INPUTS: list[tuple[dict[str, Any], str]] = [
+    ({"messages": MESSAGES}, "model must be a non-empty string"),
+    ({"model": " ", "messages": MESSAGES}, "model must be a non-empty string"),
+    ({"model": "m"}, "messages must be a non-empty list"),
+    ({"model": "m", "messages": []}, "messages must be a non-empty list"),
+    ({"model": "m", "messages": [{"role": "user"}]}, "messages[0] must be an object with exactly a role"),
+    ({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}, "messages[0] must be an object"),
+    ({"model": "m", "messages": [*MESSAGES, {"role": "user", "content": 7}]}, "messages[2] must be an object"),
+    ({"model": "m", "messages": MESSAGES, "max_tokens": 0}, "max_tokens must be a whole number ≥ 1"),
+    ({"model": "m", "messages": MESSAGES, "max_tokens": "10"}, "max_tokens must be a whole number ≥ 1"),
+    ({"model": "m", "messages": MESSAGES, "temperature": 3}, "temperature must be a number from 0 to 2"),
+    ({"model": "m", "messages": MESSAGES, "continue": "yes"}, "continue must be true or false"),
+    ({"model": "m", "messages": MESSAGES, "max_token": 10}, "unknown input keys ['max_token']"),
+]
+
+
+def test_bad_input_fails_the_run_with_a_reason_before_anything_is_sent(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    procs.worker("w1", env=model.env())
+    runs = [queued_run(alice, agent="openai_chat", input=input) for input, _ in BAD_INPUTS]
+    for run, (_, reason) in zip(runs, BAD_INPUTS, strict=True):
+        run = wait_status(run, "failed", "completed")
+        assert (run.status, run.end_code) == ("failed", "agent_error")
+        assert run.end_reason.startswith("bad input: ") and reason in run.end_reason, run.end_reason
+        assert run.error == {"input": run.input}
+    assert model.requests() == []
+
+
+def test_without_the_openai_extra_every_process_stops_naming_the_extra(tmp_path: Path) -> None:
+    # The SDK made unimportable, as in an install without the extra.
+    (tmp_path / "openai.py").write_text("raise ModuleNotFoundError(\"No module named 'openai'\", name='openai')\n")
+    env = subprocess_env(RUNLEDGER_AGENTS="runs.agents.demo,runs.agents.openai_chat", PYTHONPATH=str(tmp_path))
+    check = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode != 0
+    assert "runs.E001) RUNLEDGER_AGENTS names 'runs.agents.openai_chat', which cannot be imported" in check.stderr
+    cure = "needs the OpenAI SDK, which comes with Runledger's `openai` extra: pip install -e '.[openai]'"
+    assert f"{cure} (No module named 'openai')" in check.stderr, check.stderr
+
+
+# --- requeue --------------------------------------------------------------------------------------
+
+WORDS = 300
+
+
+@pytest.mark.parametrize("continues", [True, False], ids=["continue-final-message", "asked-again"])
+def test_a_requeued_attempt_goes_on_from_the_stored_text_and_stores_nothing_twice(
+    procs: Procs, model: ModelServer, alice: User, continues: bool
+) -> None:
+    first = procs.worker("w1", env=model.env())
+    input = {"continue": True} if continues else {}
+    run = chat_run(alice, f"test+words-{WORDS}+slow-20ms", **input)
+    wait_until(lambda: delta_count(run) >= 10, what="some of the answer")
+    first.kill()
+    procs.worker("w2", env=model.env())  # its sweeper requeues the run once the lease lapses
+
+    run = wait_status(run, "completed", timeout=30)
+
+    assert (run.generation, run.lost_attempts) == (2, 1)
+    stored_first = "".join(delta_texts(run, 1))
+    kept = deltas_of(run, 1)
+    asked, again = model.requests()
+    assert model.ended(asked["request"])["event"] == "disconnect"  # the dead worker's connection closed
+    if continues:
+        # The server was asked to go on from the stored text, and sent only the rest.
+        assert again["body"]["messages"] == [*MESSAGES, {"role": "assistant", "content": stored_first}]
+        assert again["body"]["continue_final_message"] is True and again["body"]["add_generation_prompt"] is False
+        assert model.sent(again["request"]) == answer_words(WORDS)[kept:]
+        billed = WORDS - kept
+    else:
+        # Asked the same again, the server sent the whole answer; the stored part was skipped.
+        assert again["body"] == asked["body"]
+        assert model.sent(again["request"]) == answer_words(WORDS)
+        billed = WORDS
+    # Either way the stored text is the model's text once: no gap, no repeat.
+    assert delta_texts(run) == answer_words(WORDS) and stored_text(run) == answer_text(WORDS)
+    assert run.output["text"] == answer_text(WORDS)
+    assert run.output["usage"]["completion_tokens"] == billed
+    assert run.steps_used == 1
+    assert_nothing_after_terminal(run)
