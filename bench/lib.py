@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
+FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # --- statistics ---------------------------------------------------------------------------------
@@ -122,6 +127,20 @@ def durable_cluster() -> Iterator[Cluster]:
     finally:
         subprocess.run([str(ROOT / "bin" / "pgcluster"), "stop", str(pgdir)], check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the floor: raw psycopg doing the same work ------------------------------------------------
+
+
+def floor_command(url: str) -> list[str]:
+    return [sys.executable, str(FLOOR_SCRIPT), url]
+
+
+def run_floor(url: str) -> dict[str, Any]:
+    """`pg_floor.py` against `url` (a scratch database: it makes tables of its own there)."""
+    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
+    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 # --- measuring processes -------------------------------------------------------------------------
@@ -311,10 +330,14 @@ class Ctx:
 
 
 @contextmanager
-def app_running(cluster: Cluster, *, workers: int = 2, concurrency: int = 120) -> Iterator[Ctx]:
+def app_running(
+    cluster: Cluster, *, workers: int = 2, concurrency: int = 120, env: Mapping[str, str] | None = None
+) -> Iterator[Ctx]:
     """The application database `runledger` migrated, one uvicorn web process and `workers` worker
-    processes started (default settings), a user with a token."""
+    processes started (default settings), a user with a token. `env` is set in this process's
+    environment first, which every process started inherits (e.g. the agents to load)."""
     url = cluster.create_database("runledger")
+    os.environ.update(env or {})
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django

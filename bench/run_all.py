@@ -21,7 +21,6 @@ floor itself; absolute times drift on a shared machine, ratios from the same run
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -30,10 +29,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import RESULTS, ROOT, CpuMeter, app_running, durable_cluster, git_revision, machine_facts, postgres_facts
+from bench.lib import (
+    RESULTS,
+    CpuMeter,
+    app_running,
+    durable_cluster,
+    floor_command,
+    git_revision,
+    log,
+    machine_facts,
+    postgres_facts,
+    run_floor,
+)
 from runs.events import EventType
-
-FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
 
 FULL = {
     "cancel_runs": 200,
@@ -75,20 +83,6 @@ TARGETS = {
     "watchers_1000_p99_ms": 250,
     "replay_100k_s": 2,
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def floor_command(url: str) -> list[str]:
-    return [sys.executable, str(FLOOR_SCRIPT), url]
-
-
-def run_floor(url: str) -> dict[str, Any]:
-    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
-    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def tier_suite(
