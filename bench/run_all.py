@@ -8,7 +8,9 @@
 3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
    processes (default settings: production intervals), and measures:
    cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
-   10/100/1000 watchers), replay (JSON pages, SSE).
+   10/100/1000 watchers), replay (JSON pages, SSE), and cancel per kind of step (await, child
+   process, thread abandon, HTTP stream; bench/step_kinds.py), alone and under 200 running runs.
+   The processes load the tests' agents (tests/support/agents.py) beside the demo.
 4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
    database holds x10 and x100 more, and measures again.
 5. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
@@ -29,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import step_kinds
 from bench.lib import (
     RESULTS,
     CpuMeter,
@@ -42,8 +45,9 @@ from bench.lib import (
     run_floor,
 )
 from runs.events import EventType
+from tests.support.agents import AGENTS_ENV
 
-FULL = {
+FULL: dict[str, Any] = {
     "cancel_runs": 200,
     "cancel_delay_ms": 1000,
     "start_samples": 40,
@@ -59,8 +63,9 @@ FULL = {
     "tiers": [("x10", 10_000, 10), ("x100", 100_000, 10)],
     "growth_cancel_runs": 100,
     "growth_watchers": 100,
+    **step_kinds.FULL,
 }
-QUICK = {
+QUICK: dict[str, Any] = {
     **FULL,
     "cancel_runs": 50,
     "start_samples": 10,
@@ -73,6 +78,7 @@ QUICK = {
     "replay_events": 20_000,
     "tiers": [("x10", 2_000, 10), ("x100", 20_000, 10)],
     "growth_cancel_runs": 50,
+    **step_kinds.QUICK,
 }
 
 TARGETS = {
@@ -128,6 +134,18 @@ def tier_suite(
             via=via,
             floor=floor_command(floor_url) if full and via == "service" else None,
         )
+    if full:
+        from bench import scenarios_steps
+
+        out["step_kinds"] = phase(
+            f"cancel per kind of step ({cfg['step_samples']} each, alone and under {cfg['step_background']} runs)",
+            scenarios_steps.step_kinds,
+            ctx,
+            samples=cfg["step_samples"],
+            background=cfg["step_background"],
+            delay_ms=cfg["step_delay_ms"],
+            tool_ms=cfg["step_tool_ms"],
+        )
     out["phase_seconds"] = timings
     return out, replay_run
 
@@ -161,8 +179,8 @@ def main() -> int:
         floor_url = cluster.create_database("floor")
         result["floor"] = run_floor(floor_url)
         log(f"floor: {result['floor']}")
-        concurrency = max(cfg["cancel_runs"], cfg["many_runs"]) // 2 + 20
-        with app_running(cluster, workers=2, concurrency=concurrency) as ctx:
+        concurrency = step_kinds.concurrency(max(cfg["cancel_runs"], cfg["many_runs"], cfg["step_background"]))
+        with app_running(cluster, workers=2, concurrency=concurrency, env=AGENTS_ENV) as ctx:
             from bench import scenarios as sc
 
             machine.update(postgres_facts())
@@ -269,6 +287,20 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
                 "ms",
                 loaded[floor]["p99"],
                 f"{loaded_is} p99 while the runs stream",
+            )
+    steps = t.get("step_kinds")
+    if steps:
+        # A cancel's release per kind of step, beside a transaction's NOTIFY reaching a listener.
+        for row in step_kinds.rows(steps):
+            alone = row["target_p99_ms"] is not None
+            under = steps["under_load"].get("floor_under_load") if not alone else None
+            add(
+                f"cancel (service), {row['kind']} step, {row['setting']}: committed → released p99",
+                row["p99"],
+                "ms",
+                (under or f)["txn_start_to_notified_ms"]["p99"],
+                "txn → NOTIFY p99" + (" while the runs stream" if under else ""),
+                row["target_p99_ms"],
             )
     s = t["start"]
     for event, key, notifies, target in (
@@ -441,6 +473,9 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {row['figure']} | {_fmt(row['x_floor'])} | {_fmt(row['value'])} {unit} | {floor} | "
             f"{target + ' ' + unit if target else ''} | {'' if row['met'] is None else _fmt(row['met'])} |"
         )
+    steps = r["tiers"]["x1"].get("step_kinds")
+    if steps:
+        lines += ["", step_kinds.markdown(steps, r["floor"]).rstrip("\n")]
     tiers = [k for k in r["tiers"] if k != "x1"]
     if tiers:
         bg = {k: r["tiers"][k].get("background", {}) for k in tiers}
