@@ -50,6 +50,9 @@ EXPECTED_TAIL[HTTP] = [(EventType.OUTPUT_DELTA, None), (EventType.RUN_CANCELLED,
 TARGET_P99_MS = 25
 
 
+SAMPLE_KEYS = ("run_id", "committed_at", "released_after_commit_ms")
+
+
 def grace_seconds() -> float:
     """The workers' RUNLEDGER_CANCEL_GRACE_SECONDS: they read the environment this process does."""
     return float(settings.RUNLEDGER_CANCEL_GRACE_SECONDS)
@@ -79,6 +82,7 @@ def _cancel_one(ctx: Ctx, kind: str, tool_ms: int) -> dict[str, Any]:
         assert started is not None and attempt is not None and attempt.released_at is not None
         sample: dict[str, Any] = {
             "run_id": str(run.pk),
+            "committed_at": committed,
             "committed_ms": (committed - t0) * 1000,
             "released_after_commit_ms": (attempt.released_at.timestamp() - committed) * 1000,
             "outcome": attempt.outcome,
@@ -117,6 +121,10 @@ def _kind_report(kind: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
         "outcomes": dict(Counter(str(s["outcome"]) for s in samples)),
         "logs_sound": len(samples) - len(problems),
         "log_problems": problems[:5],
+        # Each run and its figures, for a second look (e.g. `bench/step_kinds.py --trace`).
+        "samples": [
+            {k: round(v, 6) if isinstance(v, float) else v for k, v in s.items() if k in SAMPLE_KEYS} for s in samples
+        ],
     }
     if kind == PROCESS:
         report["groups_left_at_release"] = [s["group_left"] for s in samples if s["group_left"]][:5]

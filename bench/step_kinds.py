@@ -14,11 +14,17 @@ attempt's `released_at` (bench/scenarios_steps.py); first with nothing else runn
 of `--background` demo runs streaming a delta every `--delay-ms`. It checks every attempt's
 outcome and every cancelled run's log. Prints the table and writes bench/results/step_kinds.json;
 bench/run_all.py runs the same scenario and puts the table in its summary.
+
+`--trace` also loads bench/trace_cancel.py into the workers and prints where the time goes: when
+each stage of every cancellation happened inside the worker, from the notification to the
+release write, as p50 / p99 after the commit.
 """
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,9 +40,12 @@ from bench.lib import (
     git_revision,
     log,
     machine_facts,
+    percentile,
     postgres_facts,
     run_floor,
 )
+from bench.trace_cancel import STAGES
+from bench.trace_cancel import read as read_trace
 from tests.support.agents import AGENTS_ENV
 
 # Sizes, also bench/run_all.py's: 200 background runs; the steps last a minute, so that every
@@ -140,6 +149,42 @@ def markdown(r: dict[str, Any], floor: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stages(r: dict[str, Any], trace: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
+    """Per kind and setting, when each traced stage happened after the commit (p50, p99 in ms);
+    `released` is the attempt's `released_at`."""
+    out = []
+    for label, setting in _settings(r):
+        for kind, k in setting["kinds"].items():
+            row: dict[str, Any] = {"kind": kind, "setting": label}
+            for stage in (*STAGES, "released"):
+                after = []
+                for sample in k["samples"]:
+                    stamps = trace.get(sample["run_id"], {})
+                    if stage == "released":
+                        after.append(sample["released_after_commit_ms"])
+                    elif stamps.get(stage):
+                        after.append((stamps[stage][0] - sample["committed_at"]) * 1000)
+                if after:
+                    row[stage] = [round(percentile(after, 50), 2), round(percentile(after, 99), 2)]
+            out.append(row)
+    return out
+
+
+def stages_markdown(rows: list[dict[str, Any]]) -> str:
+    heads = [s for s in (*STAGES, "released") if any(s in row for row in rows)]
+    lines = [
+        "Where the time goes: when each stage happened in the worker, ms after the commit (p50 / p99; "
+        "bench/trace_cancel.py names the stages).",
+        "",
+        "| step kind | setting | " + " | ".join(heads) + " |",
+        "|---|---|" + "---:|" * len(heads),
+    ]
+    for row in rows:
+        cells = [f"{_ms(row[h][0])} / {_ms(row[h][1])}" if h in row else "" for h in heads]
+        lines.append(f"| {row['kind']} | {row['setting']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK['step_samples']} cancels per kind and setting")
@@ -147,15 +192,22 @@ def main() -> int:
     parser.add_argument("--background", type=int, default=FULL["step_background"], help="background runs")
     parser.add_argument("--delay-ms", type=int, default=FULL["step_delay_ms"], help="the background runs' pace")
     parser.add_argument("--tool-ms", type=int, default=FULL["step_tool_ms"], help="how long each step would last")
+    parser.add_argument("--trace", action="store_true", help="also trace each cancellation's stages in the workers")
     parser.add_argument("--out", default=str(RESULTS / "step_kinds.json"))
     args = parser.parse_args()
     samples = args.samples or (QUICK if args.quick else FULL)["step_samples"]
+    env = dict(AGENTS_ENV)
+    if args.trace:
+        fd, trace_path = tempfile.mkstemp(prefix="runledger-trace-", suffix=".txt")
+        os.close(fd)
+        env["BENCH_TRACE_FILE"] = trace_path
+        env["RUNLEDGER_AGENTS"] += ",bench.trace_cancel"
     idle = CpuMeter({})
     machine = machine_facts()
     with durable_cluster() as cluster:
         floor_url = cluster.create_database("floor")
         floor = run_floor(floor_url)
-        with app_running(cluster, workers=2, concurrency=concurrency(args.background), env=AGENTS_ENV) as ctx:
+        with app_running(cluster, workers=2, concurrency=concurrency(args.background), env=env) as ctx:
             from bench import scenarios_steps
 
             machine.update(postgres_facts(), cpu_busy_pct_before_start=idle.stop()["machine_cpu_busy_pct"])
@@ -177,10 +229,15 @@ def main() -> int:
         "floor": floor,
         **result,
     }
+    if args.trace:
+        report["stages"] = stages(report, read_trace(trace_path))
+        os.unlink(trace_path)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(markdown(report, floor))
+    if args.trace:
+        print(stages_markdown(report["stages"]))
     print(f"written to {out}")
     return 0
 
