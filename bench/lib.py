@@ -66,7 +66,12 @@ def summary(ms: list[float]) -> dict[str, float]:
 # --- the machine --------------------------------------------------------------------------------
 
 
-def machine_facts() -> dict[str, Any]:
+def machine_facts(*, idle_seconds: float = 0) -> dict[str, Any]:
+    """The machine; with `idle_seconds`, also how busy its CPU is meanwhile (before the benchmark
+    starts anything: other users of a shared machine)."""
+    before = CpuMeter({}) if idle_seconds else None
+    if before is not None:
+        time.sleep(idle_seconds)  # the interval measured, not a wait for anything
     cpu = ""
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -85,6 +90,7 @@ def machine_facts() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        **({"cpu_busy_pct_before_start": before.stop()["machine_cpu_busy_pct"]} if before is not None else {}),
     }
 
 

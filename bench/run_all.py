@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import step_kinds
 from bench.lib import (
     RESULTS,
-    CpuMeter,
     app_running,
     durable_cluster,
     floor_command,
@@ -162,9 +161,7 @@ def main() -> int:
         return 0
     cfg = QUICK if args.quick else FULL
     began = time.time()
-    idle = CpuMeter({})
-    time.sleep(3)
-    machine = {**machine_facts(), "cpu_busy_pct_before_start": idle.stop()["machine_cpu_busy_pct"]}
+    machine = machine_facts(idle_seconds=3)
     result: dict[str, Any] = {
         "benchmark": "run_all",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),

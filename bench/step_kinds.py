@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import (
     RESULTS,
-    CpuMeter,
     app_running,
     durable_cluster,
     floor_command,
@@ -202,15 +201,14 @@ def main() -> int:
         os.close(fd)
         env["BENCH_TRACE_FILE"] = trace_path
         env["RUNLEDGER_AGENTS"] += ",bench.trace_cancel"
-    idle = CpuMeter({})
-    machine = machine_facts()
+    machine = machine_facts(idle_seconds=3)
     with durable_cluster() as cluster:
         floor_url = cluster.create_database("floor")
         floor = run_floor(floor_url)
         with app_running(cluster, workers=2, concurrency=concurrency(args.background), env=env) as ctx:
             from bench import scenarios_steps
 
-            machine.update(postgres_facts(), cpu_busy_pct_before_start=idle.stop()["machine_cpu_busy_pct"])
+            machine.update(postgres_facts())
             log(f"cancelling {samples} runs of each kind, alone and on top of {args.background} running runs")
             result = scenarios_steps.step_kinds(
                 ctx,
@@ -235,6 +233,12 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    m = machine
+    print(
+        f"{m['nproc']} x {m['cpu']}, {m['memory_gib']} GiB, PostgreSQL {m['postgresql']} (fsync {m['postgresql_fsync']}), "
+        f"Python {m['python']}; CPU {m['cpu_busy_pct_before_start']}% busy before the run (other users), "
+        f"load average {m['load_average'][0]}; revision {report['revision']}\n"
+    )
     print(markdown(report, floor))
     if args.trace:
         print(stages_markdown(report["stages"]))
