@@ -463,10 +463,10 @@ def add_background(ctx: Ctx, *, runs: int, events_per_run: int) -> dict[str, Any
             INSERT INTO runs_run (id, owner_id, agent, input, status, end_code, end_reason, ended_by, output, error,
                 parent_id, last_seq, generation, max_attempts, lost_attempts, resume_ticket, pause_requested_at,
                 max_steps, max_events, steps_used, events_used, deadline, created_at, started_at, ended_at,
-                updated_at)
+                updated_at, open_tool_calls)
             SELECT id, %s, 'demo', '{"deltas": 8}', 'completed', '', '', '', '{"deltas": 8}', NULL, NULL, %s, 1, 3, 0,
                 '', NULL, NULL, NULL, 2, %s, NULL, created_at, created_at, created_at + interval '2 s',
-                created_at + interval '2 s'
+                created_at + interval '2 s', '[]'
             FROM bg
             """,
             (owner.pk, events_per_run, events_per_run - 3),
