@@ -148,23 +148,45 @@ def markdown(r: dict[str, Any], floor: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The stretches between the traced stages (from the commit when the first is None), to tell where
+# the slowest cancels lost their time.
+SEGMENTS = (
+    ("to the loop", None, "recheck"),  # the notification heard and the re-read queued
+    ("re-read", "recheck", "read"),  # the control lane's thread reads the run's state
+    ("trip", "read", "tripped"),  # back on the loop, the token trips
+    ("unwind", "tripped", "close"),  # the agent's task cancelled and unwound
+    ("steps", "close", "closed"),  # processes reaped, threads waited for or abandoned, streams closed
+)
+
+
+def _after_commit(sample: dict[str, Any], trace: dict[str, dict[str, list[float]]]) -> dict[str, float]:
+    """When each stage of one cancellation happened, ms after its commit (the first stamp of each)."""
+    stamps = trace.get(sample["run_id"], {})
+    out = {stage: (times[0] - sample["committed_at"]) * 1000 for stage, times in stamps.items()}
+    return out | {"released": sample["released_after_commit_ms"]}
+
+
 def stages(r: dict[str, Any], trace: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
-    """Per kind and setting, when each traced stage happened after the commit (p50, p99 in ms);
-    `released` is the attempt's `released_at`."""
+    """Per kind and setting, when each traced stage happened after the commit (p50, p99 in ms;
+    `released` is the attempt's `released_at`), and for the slowest 5 % of the cancels the mean
+    length of each stretch between stages."""
     out = []
     for label, setting in _settings(r):
         for kind, k in setting["kinds"].items():
+            timed = sorted((_after_commit(s, trace) for s in k["samples"]), key=lambda t: t["released"])
             row: dict[str, Any] = {"kind": kind, "setting": label}
             for stage in (*STAGES, "released"):
-                after = []
-                for sample in k["samples"]:
-                    stamps = trace.get(sample["run_id"], {})
-                    if stage == "released":
-                        after.append(sample["released_after_commit_ms"])
-                    elif stamps.get(stage):
-                        after.append((stamps[stage][0] - sample["committed_at"]) * 1000)
+                after = [t[stage] for t in timed if stage in t]
                 if after:
                     row[stage] = [round(percentile(after, 50), 2), round(percentile(after, 99), 2)]
+            slowest = timed[-max(1, len(timed) // 20) :]
+            row["slowest"] = {"n": len(slowest), "from_ms": round(slowest[0]["released"], 2)}
+            for name, first, last in SEGMENTS:
+                spans = [
+                    t[last] - (t[first] if first else 0) for t in slowest if last in t and (not first or first in t)
+                ]
+                if spans:
+                    row["slowest"][name] = round(sum(spans) / len(spans), 2)
             out.append(row)
     return out
 
@@ -181,6 +203,22 @@ def stages_markdown(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         cells = [f"{_ms(row[h][0])} / {_ms(row[h][1])}" if h in row else "" for h in heads]
         lines.append(f"| {row['kind']} | {row['setting']} | " + " | ".join(cells) + " |")
+    names = [name for name, _, _ in SEGMENTS]
+    lines += [
+        "",
+        "The slowest 5 % of the cancels: the mean length of each stretch, ms.",
+        "",
+        "| step kind | setting | cancels (released after) | " + " | ".join(names) + " |",
+        "|---|---|---|" + "---:|" * len(names),
+    ]
+    for row in rows:
+        slow = row["slowest"]
+        cells = [_ms(slow[n]) if n in slow else "" for n in names]
+        lines.append(
+            f"| {row['kind']} | {row['setting']} | {slow['n']} (≥ {_ms(slow['from_ms'])} ms) | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
