@@ -93,6 +93,7 @@ def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
                     "kind": kind,
                     "setting": label,
                     **{p: s[p] for p in ("n", "p50", "p95", "p99", "max")},
+                    "waits_by_design_ms": r.get("waits_by_design_ms", {}).get(kind, 0),
                     "target_p99_ms": target,
                     "met": None if target is None else s["p99"] <= target,
                     "outcomes": k["outcomes"],
