@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
+FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # --- statistics ---------------------------------------------------------------------------------
@@ -61,7 +66,12 @@ def summary(ms: list[float]) -> dict[str, float]:
 # --- the machine --------------------------------------------------------------------------------
 
 
-def machine_facts() -> dict[str, Any]:
+def machine_facts(*, idle_seconds: float = 0) -> dict[str, Any]:
+    """The machine; with `idle_seconds`, also how busy its CPU is meanwhile (before the benchmark
+    starts anything: other users of a shared machine)."""
+    before = CpuMeter({}) if idle_seconds else None
+    if before is not None:
+        time.sleep(idle_seconds)  # the interval measured, not a wait for anything
     cpu = ""
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -80,6 +90,7 @@ def machine_facts() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        **({"cpu_busy_pct_before_start": before.stop()["machine_cpu_busy_pct"]} if before is not None else {}),
     }
 
 
@@ -122,6 +133,20 @@ def durable_cluster() -> Iterator[Cluster]:
     finally:
         subprocess.run([str(ROOT / "bin" / "pgcluster"), "stop", str(pgdir)], check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+# --- the floor: raw psycopg doing the same work ------------------------------------------------
+
+
+def floor_command(url: str) -> list[str]:
+    return [sys.executable, str(FLOOR_SCRIPT), url]
+
+
+def run_floor(url: str) -> dict[str, Any]:
+    """`pg_floor.py` against `url` (a scratch database: it makes tables of its own there)."""
+    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
+    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 # --- measuring processes -------------------------------------------------------------------------
@@ -311,10 +336,14 @@ class Ctx:
 
 
 @contextmanager
-def app_running(cluster: Cluster, *, workers: int = 2, concurrency: int = 120) -> Iterator[Ctx]:
+def app_running(
+    cluster: Cluster, *, workers: int = 2, concurrency: int = 120, env: Mapping[str, str] | None = None
+) -> Iterator[Ctx]:
     """The application database `runledger` migrated, one uvicorn web process and `workers` worker
-    processes started (default settings), a user with a token."""
+    processes started (default settings), a user with a token. `env` is set in this process's
+    environment first, which every process started inherits (e.g. the agents to load)."""
     url = cluster.create_database("runledger")
+    os.environ.update(env or {})
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django

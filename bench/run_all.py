@@ -8,7 +8,9 @@
 3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
    processes (default settings: production intervals), and measures:
    cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
-   10/100/1000 watchers), replay (JSON pages, SSE).
+   10/100/1000 watchers), replay (JSON pages, SSE), and cancel per kind of step (await, child
+   process, thread abandon, HTTP stream; bench/step_kinds.py), alone and under 200 running runs.
+   The processes load the tests' agents (tests/support/agents.py) beside the demo.
 4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
    database holds x10 and x100 more, and measures again.
 5. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
@@ -21,7 +23,6 @@ floor itself; absolute times drift on a shared machine, ratios from the same run
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -30,13 +31,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import model_stream
-from bench.lib import RESULTS, ROOT, CpuMeter, app_running, durable_cluster, git_revision, machine_facts, postgres_facts
+from bench import model_stream, step_kinds
+from bench.lib import (
+    RESULTS,
+    app_running,
+    durable_cluster,
+    floor_command,
+    git_revision,
+    log,
+    machine_facts,
+    postgres_facts,
+    run_floor,
+)
 from runs.events import EventType
+from tests.support.agents import AGENTS_ENV
 
-FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
-
-FULL = {
+FULL: dict[str, Any] = {
     "cancel_runs": 200,
     "cancel_delay_ms": 1000,
     "start_samples": 40,
@@ -54,8 +64,9 @@ FULL = {
     "growth_watchers": 100,
     # openai_chat runs cancelled one at a time (bench/model_stream.py).
     "model_cancels": 40,
+    **step_kinds.FULL,
 }
-QUICK = {
+QUICK: dict[str, Any] = {
     **FULL,
     "cancel_runs": 50,
     "start_samples": 10,
@@ -69,6 +80,7 @@ QUICK = {
     "tiers": [("x10", 2_000, 10), ("x100", 20_000, 10)],
     "growth_cancel_runs": 50,
     "model_cancels": 30,
+    **step_kinds.QUICK,
 }
 
 TARGETS = {
@@ -79,20 +91,6 @@ TARGETS = {
     "watchers_1000_p99_ms": 250,
     "replay_100k_s": 2,
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def floor_command(url: str) -> list[str]:
-    return [sys.executable, str(FLOOR_SCRIPT), url]
-
-
-def run_floor(url: str) -> dict[str, Any]:
-    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
-    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def tier_suite(
@@ -138,6 +136,18 @@ def tier_suite(
             via=via,
             floor=floor_command(floor_url) if full and via == "service" else None,
         )
+    if full:
+        from bench import scenarios_steps
+
+        out["step_kinds"] = phase(
+            f"cancel per kind of step ({cfg['step_samples']} each, alone and under {cfg['step_background']} runs)",
+            scenarios_steps.step_kinds,
+            ctx,
+            samples=cfg["step_samples"],
+            background=cfg["step_background"],
+            delay_ms=cfg["step_delay_ms"],
+            tool_ms=cfg["step_tool_ms"],
+        )
     out["phase_seconds"] = timings
     return out, replay_run
 
@@ -154,9 +164,7 @@ def main() -> int:
         return 0
     cfg = QUICK if args.quick else FULL
     began = time.time()
-    idle = CpuMeter({})
-    time.sleep(3)
-    machine = {**machine_facts(), "cpu_busy_pct_before_start": idle.stop()["machine_cpu_busy_pct"]}
+    machine = machine_facts(idle_seconds=3)
     result: dict[str, Any] = {
         "benchmark": "run_all",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -172,8 +180,10 @@ def main() -> int:
         floor_url = cluster.create_database("floor")
         result["floor"] = run_floor(floor_url)
         log(f"floor: {result['floor']}")
-        concurrency = max(cfg["cancel_runs"], cfg["many_runs"]) // 2 + 20
-        with app_running(cluster, workers=2, concurrency=concurrency) as ctx:
+        concurrency = step_kinds.concurrency(max(cfg["cancel_runs"], cfg["many_runs"], cfg["step_background"]))
+        # openai_chat (set by model_server) beside the step kinds' test agents.
+        agents = {"RUNLEDGER_AGENTS": f"{os.environ['RUNLEDGER_AGENTS']},{AGENTS_ENV['RUNLEDGER_AGENTS']}"}
+        with app_running(cluster, workers=2, concurrency=concurrency, env=agents) as ctx:
             from bench import scenarios as sc
 
             machine.update(postgres_facts())
@@ -282,6 +292,24 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
                 "ms",
                 loaded[floor]["p99"],
                 f"{loaded_is} p99 while the runs stream",
+            )
+    steps = t.get("step_kinds")
+    if steps:
+        # A cancel's release per kind of step, beside a transaction's NOTIFY reaching a listener
+        # (plus the grace, for a thread: the worker waits that long for it by design).
+        for row in step_kinds.rows(steps):
+            alone = row["target_p99_ms"] is not None
+            under = steps["under_load"].get("floor_under_load") if not alone else None
+            wait = row["waits_by_design_ms"]
+            add(
+                f"cancel (service), {row['kind']} step, {row['setting']}: committed → released p99",
+                row["p99"],
+                "ms",
+                wait + (under or f)["txn_start_to_notified_ms"]["p99"],
+                (f"{wait:g} ms grace + " if wait else "")
+                + "txn → NOTIFY p99"
+                + (" while the runs stream" if under else ""),
+                row["target_p99_ms"],
             )
     s = t["start"]
     for event, key, notifies, target in (
@@ -454,6 +482,9 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {row['figure']} | {_fmt(row['x_floor'])} | {_fmt(row['value'])} {unit} | {floor} | "
             f"{target + ' ' + unit if target else ''} | {'' if row['met'] is None else _fmt(row['met'])} |"
         )
+    steps = r["tiers"]["x1"].get("step_kinds")
+    if steps:
+        lines += ["", step_kinds.markdown(steps, r["floor"]).rstrip("\n")]
     tiers = [k for k in r["tiers"] if k != "x1"]
     if tiers:
         bg = {k: r["tiers"][k].get("background", {}) for k in tiers}

@@ -96,14 +96,12 @@ def complete(run: Run) -> None:
 # --- cancel -------------------------------------------------------------------------------------
 
 
-def cancel(
-    ctx: Ctx, *, runs: int, delay_ms: int, gap_ms: int, via: str, floor: list[str] | None = None
-) -> dict[str, Any]:
-    """`runs` demo runs streaming in the workers; cancel each (service call or HTTP POST) and
-    measure request start → committed response, and → the attempt's released_at.
+def streaming_runs(ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | None = None) -> tuple[list[Any], Any]:
+    """`runs` demo runs streaming a delta every `delay_ms` in the workers (they stream on until
+    cancelled); returns their ids once every one is running and has streamed, past the claim burst.
 
-    `floor` (the pg_floor.py command line) runs the floor once more while the runs stream, just
-    before the cancels: the same raw work under the same background load."""
+    `floor` (the pg_floor.py command line) runs the floor once more then: the same raw work under
+    the same background load; its figures are returned beside the ids (None without it)."""
     created = [
         services.run_create(owner=ctx.user, agent="demo", input={"deltas": 1_000_000, "delay_ms": delay_ms})
         for _ in range(runs)
@@ -123,6 +121,17 @@ def cancel(
     if floor:
         done = subprocess.run(floor, check=True, capture_output=True, text=True)
         floor_under_load = json.loads(done.stdout.strip().splitlines()[-1])
+    return ids, floor_under_load
+
+
+def cancel(
+    ctx: Ctx, *, runs: int, delay_ms: int, gap_ms: int, via: str, floor: list[str] | None = None
+) -> dict[str, Any]:
+    """`runs` demo runs streaming in the workers; cancel each (service call or HTTP POST) and
+    measure request start → committed response, and → the attempt's released_at.
+
+    `floor`: the floor measured once more while the runs stream, just before the cancels."""
+    ids, floor_under_load = streaming_runs(ctx, runs=runs, delay_ms=delay_ms, floor=floor)
     http = Http(ctx.base, ctx.token) if via == "http" else None
     cpu = CpuMeter({"web": ctx.web.pid, **{f"worker{i}": w.pid for i, w in enumerate(ctx.workers)}})
     started: dict[Any, float] = {}
@@ -454,10 +463,10 @@ def add_background(ctx: Ctx, *, runs: int, events_per_run: int) -> dict[str, Any
             INSERT INTO runs_run (id, owner_id, agent, input, status, end_code, end_reason, ended_by, output, error,
                 parent_id, last_seq, generation, max_attempts, lost_attempts, resume_ticket, pause_requested_at,
                 max_steps, max_events, steps_used, events_used, deadline, created_at, started_at, ended_at,
-                updated_at)
+                updated_at, open_tool_calls)
             SELECT id, %s, 'demo', '{"deltas": 8}', 'completed', '', '', '', '{"deltas": 8}', NULL, NULL, %s, 1, 3, 0,
                 '', NULL, NULL, NULL, 2, %s, NULL, created_at, created_at, created_at + interval '2 s',
-                created_at + interval '2 s'
+                created_at + interval '2 s', '[]'
             FROM bg
             """,
             (owner.pk, events_per_run, events_per_run - 3),
