@@ -42,7 +42,7 @@ def _install() -> None:
 
     def _on_notify(self: worker.Worker, channel: str, payload: str) -> None:
         if channel == notify.CONTROL:
-            stamp(payload, "notified")
+            stamp(notify.parse_control_payload(payload)[0], "notified")
         on_notify(self, channel, payload)
 
     recheck = worker.Worker._recheck

@@ -3,6 +3,8 @@
 On PostgreSQL a notification is `pg_notify` inside the writing transaction, so it is delivered
 only if, and when, that transaction commits. Notifications only wake readers: the database rows
 are the authority, and every listener also re-reads on a timer, so a lost one delays, never loses.
+The one fact a payload carries that a reader acts on is a terminal status: it is committed (the
+notification would not exist otherwise) and absorbing (no later write can undo it).
 On SQLite there is no cross-process channel; readers and workers poll.
 """
 
@@ -12,7 +14,8 @@ from django.db import connection
 
 # payload "<run_id>:<last_seq>" — new events were committed
 EVENTS = "runledger_events"
-# payload "<run_id>" — the run's control state changed (terminal, pause requested)
+# payload "<run_id>:<status>" — the run's control state changed (terminal, waiting, pause
+# requested); status is the one its transaction committed
 CONTROL = "runledger_control"
 # payload "<run_id>" — a run became queued
 QUEUE = "runledger_queue"
@@ -31,8 +34,8 @@ def events_committed(run_id: UUID, last_seq: int) -> None:
     _send(EVENTS, f"{run_id}:{last_seq}")
 
 
-def control_changed(run_id: UUID) -> None:
-    _send(CONTROL, str(run_id))
+def control_changed(run_id: UUID, status: str) -> None:
+    _send(CONTROL, f"{run_id}:{status}")
 
 
 def run_queued(run_id: UUID) -> None:
@@ -42,3 +45,8 @@ def run_queued(run_id: UUID) -> None:
 def parse_events_payload(payload: str) -> tuple[str, int]:
     run_id, _, seq = payload.rpartition(":")
     return run_id, int(seq)
+
+
+def parse_control_payload(payload: str) -> tuple[str, str]:
+    run_id, _, status = payload.partition(":")
+    return run_id, status

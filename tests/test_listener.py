@@ -56,18 +56,18 @@ def test_commits_are_heard_and_rollbacks_are_not(listening: ListenerThread, alic
     assert listening.next_note(notify.QUEUE) == str(run.pk)
     assert listening.next_note(notify.EVENTS) == f"{run.pk}:1"
     services.run_cancel(run_id=run.pk, actor=alice)
-    assert listening.next_note(notify.CONTROL) == str(run.pk)
+    assert listening.next_note(notify.CONTROL) == f"{run.pk}:cancelled"
 
     with pytest.raises(RuntimeError):
         from django.db import transaction
 
         with transaction.atomic():
-            notify.control_changed(run.pk)
+            notify.control_changed(run.pk, "cancelled")
             raise RuntimeError("rolled back")
     marker = queued_run(alice)
     # The next control-channel note after the rollback is not the rolled-back one.
     services.run_cancel(run_id=marker.pk, actor=alice)
-    assert listening.next_note(notify.CONTROL) == str(marker.pk)
+    assert listening.next_note(notify.CONTROL) == f"{marker.pk}:cancelled"
 
 
 def test_the_listener_reconnects_after_its_connection_is_killed(listening: ListenerThread, alice: User) -> None:

@@ -92,6 +92,19 @@ def test_cancelling_a_streaming_run_stops_the_worker_executing_it(procs: Procs, 
     assert delta_count(run) < STREAMING["deltas"]
 
 
+def test_a_cancels_notification_stops_the_attempt_at_once_without_a_re_read(procs: Procs, alice: User) -> None:
+    # A poll far away: only the notification can be how the worker learns of the cancel.
+    worker = procs.worker("w1", env=subprocess_env(RUNLEDGER_POLL_SECONDS="60"))
+    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "slow", "tool_ms": 60_000})
+    wait_until(lambda: "tool.started" in event_types(run), what="the tool call")
+
+    services.run_cancel(run_id=run.pk, actor=alice)
+
+    wait_until(lambda: released(run), what="the attempt's release")
+    # The payload named the committed terminal status: no re-read, whose reason names the attempt.
+    assert "stopping: the run is cancelled (learnt by notification)" in worker.log(), worker.log()
+
+
 def test_a_slow_tool_that_honours_cancellation_stops_at_once(procs: Procs, alice: User) -> None:
     procs.worker("w1")
     run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "slow", "tool_ms": 60_000})

@@ -70,7 +70,7 @@ def run_pause(*, run_id: UUID | str) -> CommandResult:
             run.pause_requested_at = now
             run.updated_at = now
             run.save(update_fields=["pause_requested_at", "updated_at"])
-            notify.control_changed(run.id)
+            notify.control_changed(run.id, run.status)
             return CommandResult(run=run, changed=True, pending=True)
         park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)  # queued → waiting; terminal raises
     return CommandResult(run=run, changed=True)

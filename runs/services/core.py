@@ -114,7 +114,7 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
     append(run, [(EventType.RUN_WAITING, {"reason": reason, "prompt": prompt})], attempt=attempt, now=now)
     run.save(update_fields=["status", "resume_ticket", "pause_requested_at", "updated_at", "last_seq"])
     # A worker that held the run lets go of it (or re-reads and finds nothing to do).
-    notify.control_changed(run.id)
+    notify.control_changed(run.id, run.status)
 
 
 def end(
@@ -167,7 +167,7 @@ def end(
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
         close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
-    notify.control_changed(run.id)
+    notify.control_changed(run.id, status)
     if cascade:
         _end_descendants(run, now=now)
 

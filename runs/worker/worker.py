@@ -41,7 +41,7 @@ from runs import notify, services
 from runs.intervals import require_intervals
 from runs.listener import Listener
 from runs.models import Run
-from runs.transitions import Status
+from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import AttemptConfig, Execution
 from runs.worker.db import Db
 from runs.worker.registry import AttemptRegistry
@@ -263,12 +263,18 @@ class Worker:
         if channel == notify.QUEUE:
             self._wake.set()
         elif channel == notify.CONTROL:
+            raw_id, status = notify.parse_control_payload(payload)
             try:
-                run_id = UUID(payload)
+                run_id = UUID(raw_id)
             except ValueError:
                 return
             held = self._registry.get(run_id)
-            if held is not None:
+            if held is None:
+                return
+            if status in TERMINAL:
+                # A committed, absorbing fact (runs.notify): stop now, without the re-read's round trip.
+                held.stop(f"the run is {status}", via="notification")
+            else:
                 self._spawn(self._recheck([(held.run_id, held.generation)], via="notification"))
 
     def _on_listener_connect(self) -> None:
