@@ -1,7 +1,7 @@
 """Runledger's Python client: `Client` and `AsyncClient` for the REST API and its SSE streams,
 which resume by themselves, and the `runledger` command line (runledger_client.cli)."""
 
-from runledger_client._core import CreateOptions, Retry, RunFilters, __version__
+from runledger_client._core import ClientOptions, CreateOptions, Retry, RunFilters, __version__
 from runledger_client.aio import AsyncClient
 from runledger_client.client import Client
 from runledger_client.errors import (
@@ -30,6 +30,7 @@ __all__ = [
     "APIError",
     "AsyncClient",
     "Client",
+    "ClientOptions",
     "Conflict",
     "CreateOptions",
     "DatabaseUnavailable",

@@ -60,6 +60,30 @@ class Retry:
         return jittered(min(max(self.cap, floor), start * 2 ** (failures - 1)))
 
 
+class ClientOptions(TypedDict, total=False):
+    """The options of `Client` and `AsyncClient`."""
+
+    timeout: float  # seconds a request may take (default 30)
+    # The longest wait for a stream's next bytes (default 60; the server sends a keep-alive every
+    # 15 s); past it the connection counts as dropped, and the stream reconnects.
+    stream_timeout: float
+    retry: Retry
+
+
+class Config:
+    """What a client holds besides its connections: the server, its options, the httpx settings."""
+
+    def __init__(self, url: str, token: str, options: ClientOptions) -> None:
+        self.url = url.rstrip("/")
+        self.retry = options.get("retry") or Retry()
+        self.timeout = options.get("timeout", 30.0)
+        self.stream_timeout = options.get("stream_timeout", 60.0)
+        self.http: dict[str, Any] = {"base_url": self.url, "headers": default_headers(token), "timeout": self.timeout}
+
+    def stream_timeouts(self, read: float) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, read=read)
+
+
 def jittered(seconds: float) -> float:
     return seconds * (1 + random.random() / 2)
 
@@ -193,26 +217,28 @@ def resume(run_id: object, ticket: str, input: Any) -> Call[Run]:
     return Call("POST", run_path(run_id, "resume"), Run, json={"ticket": ticket, "input": input})
 
 
-def request(
-    method: str,
-    path: str,
-    *,
-    params: dict[str, str] | None,
-    json: Any,
-    content: bytes | None,
-    headers: dict[str, str] | None,
-    idempotent: bool | None,
-) -> Call[Any]:
+class RequestOptions(TypedDict, total=False):
+    """`request()`'s options: what httpx sends, and whether the request is safe to repeat (by
+    default GET, HEAD and OPTIONS are)."""
+
+    params: dict[str, str]
+    json: Any
+    content: bytes
+    headers: dict[str, str]
+    idempotent: bool
+
+
+def request(method: str, path: str, options: RequestOptions) -> Call[Any]:
     method = method.upper()
-    safe = method in ("GET", "HEAD", "OPTIONS") if idempotent is None else idempotent
+    safe = options.get("idempotent", method in ("GET", "HEAD", "OPTIONS"))
     return Call(
         method,
         path,
         raw,
-        params=params,
-        json=json,
-        content=content,
-        headers=headers or {},
+        params=options.get("params"),
+        json=options.get("json"),
+        content=options.get("content"),
+        headers=options.get("headers", {}),
         ok=range(200, 300),
         idempotent=safe,
     )

@@ -11,7 +11,6 @@ from typing import Any, TypeVar, Unpack
 import httpx
 
 from runledger_client import _core
-from runledger_client._core import Attempts, Call, CreateOptions, ReleasePoll, Retry, RunFilters
 from runledger_client._stream import StreamState
 from runledger_client.models import Event, EventPage, Run
 
@@ -26,20 +25,11 @@ class AsyncClient:
         url: str,
         token: str,
         *,
-        timeout: float = 30.0,
-        stream_timeout: float = 60.0,
-        retry: Retry | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[_core.ClientOptions],
     ) -> None:
-        self.url = url.rstrip("/")
-        self.retry = retry or Retry()
-        # A stream read that waits longer than this (the server sends a keep-alive every 15 s)
-        # counts as a dropped connection, and the stream reconnects.
-        self.stream_timeout = stream_timeout
-        self._timeout = timeout
-        self._http = httpx.AsyncClient(
-            base_url=self.url, headers=_core.default_headers(token), timeout=timeout, transport=transport
-        )
+        self.config = _core.Config(url, token, options)
+        self._http = httpx.AsyncClient(transport=transport, **self.config.http)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -58,7 +48,7 @@ class AsyncClient:
         input: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        **options: Unpack[CreateOptions],
+        **options: Unpack[_core.CreateOptions],
     ) -> Run:
         return await self._send(_core.create(agent, input, dict(options), idempotency_key))
 
@@ -67,7 +57,7 @@ class AsyncClient:
 
     async def list(
         self,
-        **filters: Unpack[RunFilters],
+        **filters: Unpack[_core.RunFilters],
     ) -> AsyncIterator[Run]:
         pages = _core.RunPages(dict(filters))
         while (call := pages.next_call()) is not None:
@@ -78,16 +68,16 @@ class AsyncClient:
         return await self._send(_core.events(run_id, after_seq, limit))
 
     def stream(self, run_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
-        return self._stream(StreamState(run_id, after_seq, self.retry))
+        return self._stream(StreamState(run_id, after_seq, self.config.retry))
 
     async def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
         deadline = None if timeout is None else time.monotonic() + timeout
         run = await self.get(run_id)
         if not run.is_terminal:
-            async for _ in self._stream(StreamState(run_id, run.last_seq, self.retry, deadline)):
+            async for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
                 pass
             run = await self.get(run_id)
-        poll = ReleasePoll(deadline)
+        poll = _core.ReleasePoll(deadline)
         while released and not run.released:
             await asyncio.sleep(poll.delay())
             run = await self.get(run_id)
@@ -107,27 +97,13 @@ class AsyncClient:
     async def resume(self, run_id: str, ticket: str, input: Any = None) -> Run:
         return await self._send(_core.resume(run_id, ticket, input))
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, str] | None = None,
-        json: Any = None,
-        content: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        idempotent: bool | None = None,
-    ) -> Any:
-        return await self._send(
-            _core.request(
-                method, path, params=params, json=json, content=content, headers=headers, idempotent=idempotent
-            )
-        )
+    async def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
+        return await self._send(_core.request(method, path, options))
 
     # --- the drivers ---
 
-    async def _send(self, call: Call[T]) -> T:
-        attempts = Attempts(call, self.retry)
+    async def _send(self, call: _core.Call[T]) -> T:
+        attempts = _core.Attempts(call, self.config.retry)
         while True:
             try:
                 response = await self._http.request(call.method, call.path, **call.request_args())
@@ -141,7 +117,7 @@ class AsyncClient:
     async def _stream(self, state: StreamState) -> AsyncIterator[Event]:
         while not state.finished:
             headers = state.connect_headers()
-            timeout = httpx.Timeout(self._timeout, read=state.read_timeout(self.stream_timeout))
+            timeout = self.config.stream_timeouts(state.read_timeout(self.config.stream_timeout))
             try:
                 async with self._http.stream(
                     "GET", state.path, params=state.params, headers=headers, timeout=timeout

@@ -11,7 +11,6 @@ from typing import Any, TypeVar, Unpack
 import httpx
 
 from runledger_client import _core
-from runledger_client._core import Attempts, Call, CreateOptions, ReleasePoll, Retry, RunFilters
 from runledger_client._stream import StreamState
 from runledger_client.models import Event, EventPage, Run
 
@@ -19,7 +18,8 @@ T = TypeVar("T")
 
 
 class Client:
-    """`Client(url, token)`: the Runledger API with a DRF token (`Authorization: Token <key>`).
+    """`Client(url, token, **options)`: the Runledger API with a DRF token (`Authorization: Token
+    <key>`); the options (`timeout`, `stream_timeout`, `retry`) are `ClientOptions`.
 
     Every request that is safe to repeat is retried on connection errors and 502/503/504 (see
     `Retry`); errors are raised as the exception of their code (`runledger_client.errors`).
@@ -30,20 +30,11 @@ class Client:
         url: str,
         token: str,
         *,
-        timeout: float = 30.0,
-        stream_timeout: float = 60.0,
-        retry: Retry | None = None,
         transport: httpx.BaseTransport | None = None,
+        **options: Unpack[_core.ClientOptions],
     ) -> None:
-        self.url = url.rstrip("/")
-        self.retry = retry or Retry()
-        # A stream read that waits longer than this (the server sends a keep-alive every 15 s)
-        # counts as a dropped connection, and the stream reconnects.
-        self.stream_timeout = stream_timeout
-        self._timeout = timeout
-        self._http = httpx.Client(
-            base_url=self.url, headers=_core.default_headers(token), timeout=timeout, transport=transport
-        )
+        self.config = _core.Config(url, token, options)
+        self._http = httpx.Client(transport=transport, **self.config.http)
 
     def __enter__(self) -> Client:
         return self
@@ -62,7 +53,7 @@ class Client:
         input: dict[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
-        **options: Unpack[CreateOptions],
+        **options: Unpack[_core.CreateOptions],
     ) -> Run:
         """Create a run (201). Sent with an `Idempotency-Key` (made here unless given), so a retry
         after a lost answer returns the same run instead of making a second one."""
@@ -73,7 +64,7 @@ class Client:
 
     def list(
         self,
-        **filters: Unpack[RunFilters],
+        **filters: Unpack[_core.RunFilters],
     ) -> Iterator[Run]:
         """The runs you can see, newest first, fetched page by page as you iterate."""
         pages = _core.RunPages(dict(filters))
@@ -89,7 +80,7 @@ class Client:
         finished run already read to its end). Reconnects by itself after any drop, from the last
         event yielded; never yields a seq twice. Raises NotAuthenticated, PermissionDenied, NotFound
         or ValidationError when the server refuses the stream."""
-        return self._stream(StreamState(run_id, after_seq, self.retry))
+        return self._stream(StreamState(run_id, after_seq, self.config.retry))
 
     def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
         """The run once it is terminal (following its stream meanwhile); with `released`, once its
@@ -98,10 +89,10 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         run = self.get(run_id)
         if not run.is_terminal:
-            for _ in self._stream(StreamState(run_id, run.last_seq, self.retry, deadline)):
+            for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
                 pass
             run = self.get(run_id)
-        poll = ReleasePoll(deadline)
+        poll = _core.ReleasePoll(deadline)
         while released and not run.released:
             time.sleep(poll.delay())
             run = self.get(run_id)
@@ -128,29 +119,15 @@ class Client:
         """Resume a waiting run with its `resume_ticket` (safe to retry with the same input)."""
         return self._send(_core.resume(run_id, ticket, input))
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, str] | None = None,
-        json: Any = None,
-        content: bytes | None = None,
-        headers: dict[str, str] | None = None,
-        idempotent: bool | None = None,
-    ) -> Any:
+    def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         """Any API request: the decoded JSON of a 2xx answer, else the typed error. Retried like
-        the rest when `idempotent` (by default: GET, HEAD, OPTIONS)."""
-        return self._send(
-            _core.request(
-                method, path, params=params, json=json, content=content, headers=headers, idempotent=idempotent
-            )
-        )
+        the rest when it is safe to repeat (`idempotent`; by default GET, HEAD and OPTIONS)."""
+        return self._send(_core.request(method, path, options))
 
     # --- the drivers ---
 
-    def _send(self, call: Call[T]) -> T:
-        attempts = Attempts(call, self.retry)
+    def _send(self, call: _core.Call[T]) -> T:
+        attempts = _core.Attempts(call, self.config.retry)
         while True:
             try:
                 response = self._http.request(call.method, call.path, **call.request_args())
@@ -164,7 +141,7 @@ class Client:
     def _stream(self, state: StreamState) -> Iterator[Event]:
         while not state.finished:
             headers = state.connect_headers()
-            timeout = httpx.Timeout(self._timeout, read=state.read_timeout(self.stream_timeout))
+            timeout = self.config.stream_timeouts(state.read_timeout(self.config.stream_timeout))
             try:
                 with self._http.stream(
                     "GET", state.path, params=state.params, headers=headers, timeout=timeout
