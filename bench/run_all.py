@@ -8,7 +8,8 @@
 3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
    processes (default settings: production intervals), and measures:
    cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
-   10/100/1000 watchers), replay (JSON pages, SSE).
+   10/100/1000 watchers), replay (JSON pages, SSE), and the Python client's stream and resume
+   after a cut (bench/client_stream.py).
 4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
    database holds x10 and x100 more, and measures again.
 5. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
@@ -30,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import client_stream
 from bench.lib import RESULTS, ROOT, CpuMeter, app_running, durable_cluster, git_revision, machine_facts, postgres_facts
 from runs.events import EventType
 
@@ -51,6 +53,7 @@ FULL = {
     "tiers": [("x10", 10_000, 10), ("x100", 100_000, 10)],
     "growth_cancel_runs": 100,
     "growth_watchers": 100,
+    **client_stream.FULL,
 }
 QUICK = {
     **FULL,
@@ -65,6 +68,7 @@ QUICK = {
     "replay_events": 20_000,
     "tiers": [("x10", 2_000, 10), ("x100", 20_000, 10)],
     "growth_cancel_runs": 50,
+    **client_stream.QUICK,
 }
 
 TARGETS = {
@@ -133,6 +137,15 @@ def tier_suite(
             gap_ms=30,
             via=via,
             floor=floor_command(floor_url) if full and via == "service" else None,
+        )
+    if full:
+        out["client_stream"] = phase(
+            "Python client: stream and resume",
+            client_stream.measure,
+            ctx,
+            events=cfg["client_events"],
+            cuts=cfg["client_cuts"],
+            default_retry_cuts=cfg["client_default_retry_cuts"],
         )
     out["phase_seconds"] = timings
     return out, replay_run
@@ -335,6 +348,10 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
             notified["p99"],
             "txn → NOTIFY p99",
             target,
+        )
+    for name, value, unit, target, rate in client_stream.figures(t.get("client_stream")):
+        add(
+            name, value, unit, so["events_per_s"] if rate else None, "the same server, one raw SSE client", target, rate
         )
     rp = t["replay"]
     # The target is for 100k events; --quick replays fewer.

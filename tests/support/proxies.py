@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ class CuttableProxy:
     ambiguous failure of a command: the request reaches the server and is answered, but the
     answer never reaches the client. `cut_streams_after(budget)` cuts every stream answer after
     `budget()` bytes of its body, anywhere in a frame (`cut_tails` keeps the last bytes each cut
-    let through, to tell where it fell).
+    let through, to tell where it fell, and `cut_times` its time.monotonic()).
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -41,6 +42,7 @@ class CuttableProxy:
         self.dropped_answers = 0
         self._budget: Callable[[], int] | None = None
         self.cut_tails: list[bytes] = []
+        self.cut_times: list[float] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -186,10 +188,11 @@ class CuttableProxy:
                 tail = (tail + data)[-8:]
             # Not waiting for more (a live stream may be quiet): a body that ended exactly at the
             # budget but whose end has not arrived yet would count as one cut too many.
+            await writer.drain()
             if budget == 0 and not reader.at_eof():
                 self.cuts += 1
                 self.cut_tails.append(tail)
-            await writer.drain()
+                self.cut_times.append(time.monotonic())
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
