@@ -169,8 +169,11 @@ def test_the_client_installs_in_a_fresh_virtualenv_without_django(tmp_path: Path
     python = str(env_dir / "bin" / "python")
     pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)]
     subprocess.run(pip, check=True, timeout=240, capture_output=True)
-    probe = "import importlib.util as u, runledger_client; print(u.find_spec('django') is None, runledger_client.__version__)"
+    probe = (
+        "import importlib.util as u, pathlib, runledger_client as rl; "
+        "print(u.find_spec('django') is None, rl.__version__, pathlib.Path(rl.__file__).with_name('py.typed').exists())"
+    )
     imported = subprocess.run([python, "-c", probe], check=True, timeout=30, capture_output=True, text=True)
-    assert imported.stdout.split() == ["True", "0.1.0"]
+    assert imported.stdout.split() == ["True", "0.1.0", "True"]  # no Django; typed
     helped = subprocess.run([str(env_dir / "bin" / "runledger"), "--help"], timeout=30, capture_output=True, text=True)
     assert helped.returncode == 0 and "watch" in helped.stdout
