@@ -187,6 +187,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"benchmark": "client_stream", "machine": machine, **result}, indent=2) + "\n")
+    print(f"{'raw socket client (the server alone), same run':72} {result['raw_socket_events_per_s']:>10,} events/s")
     for name, value, unit, target, _ in figures(result):
         print(f"{name:72} {value:>10,} {unit}" + (f"  (target ≥ {target:,})" if target else ""))
     print(json.dumps(result))

@@ -41,33 +41,37 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[Frame]:
         """The frames `chunk` completes."""
-        text = self._buffer + chunk
-        if self._after_cr and text.startswith(b"\n"):
-            text = text[1:]  # the LF of a CRLF split between two chunks
-        self._after_cr = text.endswith(b"\r")
-        if b"\r" in text:
-            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *lines, self._buffer = text.split(b"\n")
+        data = self._buffer + chunk
+        if self._after_cr and data.startswith(b"\n"):
+            data = data[1:]  # the LF of a CRLF split between two chunks
+        self._after_cr = data.endswith(b"\r")
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        # Whole lines are decoded at once (a line end never splits a UTF-8 character); the rest
+        # waits for the next chunk.
+        complete, _, self._buffer = data.rpartition(b"\n")
+        if not _:
+            return []
         frames: list[Frame] = []
-        for line in lines:
+        for line in complete.decode().split("\n"):
             if not line:
                 if self._data:
                     frames.append(Frame(self._id, self._event or "message", "\n".join(self._data)))
                 self._id, self._event, self._data = None, "", []
                 continue
-            name, colon, value = line.partition(b":")
+            name, colon, value = line.partition(":")
             if not name:
                 continue  # a comment (`: keep-alive`)
-            if colon and value.startswith(b" "):
+            if colon and value.startswith(" "):
                 value = value[1:]
-            if name == b"data":
-                self._data.append(value.decode())
-            elif name == b"id":
-                if b"\0" not in value:
-                    self._id = value.decode()
-            elif name == b"event":
-                self._event = value.decode()
-            elif name == b"retry" and value.isdigit():
+            if name == "data":
+                self._data.append(value)
+            elif name == "id":
+                if "\0" not in value:
+                    self._id = value
+            elif name == "event":
+                self._event = value
+            elif name == "retry" and value.isdigit():
                 self.retry = int(value)
         return frames
 
