@@ -8,9 +8,11 @@
 3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
    processes (default settings: production intervals), and measures:
    cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
-   10/100/1000 watchers), replay (JSON pages, SSE), and cancel per kind of step (await, child
-   process, thread abandon, HTTP stream; bench/step_kinds.py), alone and under 200 running runs.
-   The processes load the tests' agents (tests/support/agents.py) beside the demo.
+   10/100/1000 watchers), replay (JSON pages, SSE), cancel per kind of step (await, child
+   process, thread abandon, HTTP stream; bench/step_kinds.py), alone and under 200 running runs,
+   cancel → model stream closed (bench/model_stream.py), and the Python client's stream and resume
+   after a cut (bench/client_stream.py). The processes load the tests' agents
+   (tests/support/agents.py) and openai_chat beside the demo.
 4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
    database holds x10 and x100 more, and measures again.
 5. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
@@ -31,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import model_stream, step_kinds
+from bench import client_stream, model_stream, step_kinds
 from bench.lib import (
     RESULTS,
     app_running,
@@ -65,6 +67,7 @@ FULL: dict[str, Any] = {
     # openai_chat runs cancelled one at a time (bench/model_stream.py).
     "model_cancels": 40,
     **step_kinds.FULL,
+    **client_stream.FULL,
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -81,6 +84,7 @@ QUICK: dict[str, Any] = {
     "growth_cancel_runs": 50,
     "model_cancels": 30,
     **step_kinds.QUICK,
+    **client_stream.QUICK,
 }
 
 TARGETS = {
@@ -147,6 +151,14 @@ def tier_suite(
             background=cfg["step_background"],
             delay_ms=cfg["step_delay_ms"],
             tool_ms=cfg["step_tool_ms"],
+        )
+        out["client_stream"] = phase(
+            "Python client: stream and resume",
+            client_stream.measure,
+            ctx,
+            events=cfg["client_events"],
+            cuts=cfg["client_cuts"],
+            default_retry_cuts=cfg["client_default_retry_cuts"],
         )
     out["phase_seconds"] = timings
     return out, replay_run
@@ -370,6 +382,10 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
             notified["p99"],
             "txn → NOTIFY p99",
             target,
+        )
+    for name, value, unit, target, rate in client_stream.figures(t.get("client_stream")):
+        add(
+            name, value, unit, so["events_per_s"] if rate else None, "the same server, one raw SSE client", target, rate
         )
     rp = t["replay"]
     # The target is for 100k events; --quick replays fewer.

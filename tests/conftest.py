@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
-pytest_plugins = ["tests.support.procs", "tests.support.browser", "tests.support.pg"]
+pytest_plugins = ["tests.support.procs", "tests.support.browser", "tests.support.pg", "tests.support.live"]
 
 ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 

@@ -5,6 +5,8 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -24,7 +26,9 @@ class CuttableProxy:
     request head, and the test can cut every open stream and hold new stream requests down while
     other requests (the Stop button's POST, say) still pass. `drop_next_answer(path)` makes the
     ambiguous failure of a command: the request reaches the server and is answered, but the
-    answer never reaches the client.
+    answer never reaches the client. `cut_streams_after(budget)` cuts every stream answer after
+    `budget()` bytes of its body, anywhere in a frame (`cut_tails` keeps the last bytes each cut
+    let through, to tell where it fell, and `cut_times` its time.monotonic()).
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -36,6 +40,9 @@ class CuttableProxy:
         self._hold_streams = False
         self._drop_answer_to: str | None = None
         self.dropped_answers = 0
+        self._budget: Callable[[], int] | None = None
+        self.cut_tails: list[bytes] = []
+        self.cut_times: list[float] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -64,6 +71,12 @@ class CuttableProxy:
         """The next request to `path` is forwarded and answered; the client's connection is then
         closed without the answer."""
         self._call(setattr, self, "_drop_answer_to", path)
+
+    def cut_streams_after(self, budget: Callable[[], int] | None) -> None:
+        """From now on each stream answer passes its head and then `budget()` bytes of its body
+        (as sent: HTTP chunk framing included), and its connection is then closed, server side;
+        None stops cutting. `budget` runs on the proxy's thread."""
+        self._call(setattr, self, "_budget", budget)
 
     def stream_requests(self) -> list[SeenRequest]:
         return [r for r in list(self.requests) if "/stream/" in r.path]
@@ -155,8 +168,35 @@ class CuttableProxy:
             up_w.close()
             return
 
-        await asyncio.gather(self._pipe(client_r, up_w), self._pipe(up_r, client_w))
+        if is_stream and self._budget is not None:
+            answer = self._pipe_cut(up_r, client_w, self._budget())
+        else:
+            answer = self._pipe(up_r, client_w)
+        await asyncio.gather(self._pipe(client_r, up_w), answer)
         self._streams.discard(client_w)
+
+    async def _pipe_cut(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, budget: int) -> None:
+        """The answer's head, then at most `budget` bytes of its body; if the body goes on, the
+        connection is closed there (a FIN after those bytes: the client sees its stream end in the
+        middle of whatever it was reading)."""
+        try:
+            writer.write(await reader.readuntil(b"\r\n\r\n"))
+            tail = b""
+            while budget > 0 and (data := await reader.read(min(65536, budget))):
+                writer.write(data)
+                budget -= len(data)
+                tail = (tail + data)[-8:]
+            # Not waiting for more (a live stream may be quiet): a body that ended exactly at the
+            # budget but whose end has not arrived yet would count as one cut too many.
+            await writer.drain()
+            if budget == 0 and not reader.at_eof():
+                self.cuts += 1
+                self.cut_tails.append(tail)
+                self.cut_times.append(time.monotonic())
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
 
     @staticmethod
     async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

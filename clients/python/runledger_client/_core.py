@@ -1,0 +1,287 @@
+"""What the sync and async clients share, free of I/O: each API operation as a `Call` (the request
+and how to read its answer), the retry policy, and the retry loop's decisions (`Attempts`).
+
+A client only sends a call, sleeps as `Attempts` says, and hands the final answer back to the call.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Container
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypedDict, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from runledger_client.errors import TransportError, error_from, retry_after
+from runledger_client.models import EventPage, Run
+
+__version__ = "0.1.0"
+
+T = TypeVar("T")
+
+# What the server may answer when it will be back soon; a call that is safe to repeat is retried.
+TRANSIENT_STATUSES = frozenset({502, 503, 504})
+
+
+def default_headers(token: str) -> dict[str, str]:
+    return {
+        "Authorization": f"Token {token}",
+        "Accept": "application/json",
+        "User-Agent": f"runledger-client/{__version__}",
+    }
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How hard the client tries before it raises.
+
+    A request that is safe to repeat (all of the API's: GETs, `create` with its Idempotency-Key,
+    and the commands, which the server makes idempotent) is sent up to `attempts` times when the
+    connection fails or the server answers 502/503/504. A stream reconnects after every drop; it
+    gives up after `stream_attempts` connects in a row that the server did not accept. Waits double
+    from `base` up to `cap` seconds, times a random 1-1.5 (so clients that lost one server do not
+    all come back at once), and are never shorter than a `Retry-After` the server gave.
+    """
+
+    attempts: int = 5
+    stream_attempts: int = 20
+    base: float = 0.2
+    cap: float = 5.0
+
+    def backoff(self, failures: int, floor: float = 0.0) -> float:
+        """The wait after `failures` (>= 1) failures in a row; `floor` is where the doubling starts
+        when it is above `base` (a stream's `retry:`)."""
+        start = max(self.base, floor)
+        return jittered(min(max(self.cap, floor), start * 2 ** (failures - 1)))
+
+
+class ClientOptions(TypedDict, total=False):
+    """The options of `Client` and `AsyncClient`."""
+
+    timeout: float  # seconds a request may take (default 30)
+    # The longest wait for a stream's next bytes (default 60; the server sends a keep-alive every
+    # 15 s); past it the connection counts as dropped, and the stream reconnects.
+    stream_timeout: float
+    retry: Retry
+
+
+class Config:
+    """What a client holds besides its connections: the server, its options, the httpx settings."""
+
+    def __init__(self, url: str, token: str, options: ClientOptions) -> None:
+        self.url = url.rstrip("/")
+        self.retry = options.get("retry") or Retry()
+        self.timeout = options.get("timeout", 30.0)
+        self.stream_timeout = options.get("stream_timeout", 60.0)
+        self.http: dict[str, Any] = {"base_url": self.url, "headers": default_headers(token), "timeout": self.timeout}
+
+    def stream_timeouts(self, read: float) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout, read=read)
+
+
+def jittered(seconds: float) -> float:
+    return seconds * (1 + random.random() / 2)
+
+
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def remaining(deadline: float | None, default: float) -> float:
+    """`default`, or less when `deadline` (a time.monotonic()) comes sooner."""
+    return default if deadline is None else max(0.0, min(default, deadline - time.monotonic()))
+
+
+class CreateOptions(TypedDict, total=False):
+    """`create()`'s options (DESIGN §6): a parent run, budgets, an absolute deadline."""
+
+    parent: str
+    max_steps: int
+    max_events: int
+    max_attempts: int
+    deadline: datetime | str
+
+
+class RunFilters(TypedDict, total=False):
+    """`list()`'s filters; `created_after` is inclusive, `created_before` exclusive."""
+
+    status: str
+    agent: str
+    parent: str
+    created_after: datetime | str
+    created_before: datetime | str
+    page_size: int
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API request and how to read its answer: a status in `ok` is parsed with `parse`,
+    anything else raises the typed error of its code."""
+
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    params: dict[str, str] | None = None
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    ok: Container[int] = (200,)
+    idempotent: bool = True
+
+    def result(self, response: httpx.Response) -> T:
+        if response.status_code not in self.ok:
+            raise error_from(response)
+        return self.parse(response.json() if response.content else None)
+
+    def request_args(self) -> dict[str, Any]:
+        return {"params": self.params, "json": self.json, "content": self.content, "headers": self.headers}
+
+
+class Attempts:
+    """The retry loop of one call: after each failure, how long to wait before the next try, or
+    (out of tries, or a call that is not safe to repeat) the error to raise."""
+
+    def __init__(self, call: Call[Any], retry: Retry) -> None:
+        self.call = call
+        self.retry = retry
+        self.failures = 0
+
+    def after_error(self, exc: httpx.TransportError) -> float:
+        self.failures += 1
+        if not self.call.idempotent or self.failures >= self.retry.attempts:
+            raise TransportError(f"{self.call.method} {self.call.path}: {exc!r}") from exc
+        return self.retry.backoff(self.failures)
+
+    def after_answer(self, response: httpx.Response) -> float | None:
+        """None when the answer is final; else the wait before trying again."""
+        if response.status_code not in TRANSIENT_STATUSES or not self.call.idempotent:
+            return None
+        self.failures += 1
+        wait = retry_after(response) or 0.0
+        if self.failures >= self.retry.attempts or wait > self.retry.cap:
+            return None
+        return max(self.retry.backoff(self.failures), wait)
+
+
+def raw(body: Any) -> Any:
+    return body
+
+
+def run_path(run_id: object, action: str = "") -> str:
+    return f"/api/runs/{quote(str(run_id), safe='')}/" + (f"{action}/" if action else "")
+
+
+def _json_value(value: object) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value if isinstance(value, int | float | str | bool) else str(value)
+
+
+def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], key: str | None) -> Call[Run]:
+    body = {"agent": agent, "input": {} if input is None else input}
+    body.update({name: _json_value(value) for name, value in options.items() if value is not None})
+    # Made once per create, so every retry of it is the same request to the server.
+    headers = {"Idempotency-Key": key or uuid.uuid4().hex}
+    return Call("POST", "/api/runs/", Run, json=body, headers=headers, ok=(200, 201))
+
+
+def get(run_id: object) -> Call[Run]:
+    return Call("GET", run_path(run_id), Run)
+
+
+def events(run_id: object, after_seq: int, limit: int | None) -> Call[EventPage]:
+    params = {"after_seq": str(after_seq)} | ({} if limit is None else {"limit": str(limit)})
+    return Call("GET", run_path(run_id, "events"), EventPage.from_body, params=params)
+
+
+def cancel(run_id: object, note: str) -> Call[Run]:
+    return Call("POST", run_path(run_id, "cancel"), Run, json={"note": note})
+
+
+def stop(run_id: object, reason: str, code: str | None) -> Call[Run]:
+    body = {"reason": reason} | ({} if code is None else {"code": code})
+    return Call("POST", run_path(run_id, "stop"), Run, json=body)
+
+
+def pause(run_id: object) -> Call[Run]:
+    # 202: the run is running and the worker parks it at its next safe boundary.
+    return Call("POST", run_path(run_id, "pause"), Run, ok=(200, 202))
+
+
+def resume(run_id: object, ticket: str, input: Any) -> Call[Run]:
+    return Call("POST", run_path(run_id, "resume"), Run, json={"ticket": ticket, "input": input})
+
+
+class RequestOptions(TypedDict, total=False):
+    """`request()`'s options: what httpx sends, and whether the request is safe to repeat (by
+    default GET, HEAD and OPTIONS are)."""
+
+    params: dict[str, str]
+    json: Any
+    content: bytes
+    headers: dict[str, str]
+    idempotent: bool
+
+
+def request(method: str, path: str, options: RequestOptions) -> Call[Any]:
+    method = method.upper()
+    safe = options.get("idempotent", method in ("GET", "HEAD", "OPTIONS"))
+    return Call(
+        method,
+        path,
+        raw,
+        params=options.get("params"),
+        json=options.get("json"),
+        content=options.get("content"),
+        headers=options.get("headers", {}),
+        ok=range(200, 300),
+        idempotent=safe,
+    )
+
+
+class RunPages:
+    """`list()`: the pages of `GET /api/runs/` in turn, each run once (a run created meanwhile
+    shifts the newest-first pages, so the next page may repeat the last run of this one)."""
+
+    def __init__(self, filters: dict[str, Any]) -> None:
+        self.params = {name: str(_json_value(value)) for name, value in filters.items() if value is not None}
+        self.page = 0
+        self.done = False
+        self._seen: set[str] = set()
+
+    def next_call(self) -> Call[Any] | None:
+        if self.done:
+            return None
+        self.page += 1
+        # Past the last page is a 404; after the first page that only means the list shrank.
+        ok = (200,) if self.page == 1 else (200, 404)
+        return Call("GET", "/api/runs/", raw, params=self.params | {"page": str(self.page)}, ok=ok)
+
+    def take(self, body: Any) -> list[Run]:
+        results = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(results, list) or body.get("next") is None:
+            self.done = True
+        runs = [Run(item) for item in results or [] if str(item.get("id")) not in self._seen]
+        self._seen.update(run.id for run in runs)
+        return runs
+
+
+class ReleasePoll:
+    """`wait(released=True)`: how long to wait between reads of a terminal run until its attempt
+    records `released_at` (nothing follows the terminal event, so this is polled, briefly)."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.interval = 0.05
+
+    def delay(self) -> float:
+        if past(self.deadline):
+            raise TimeoutError("the run's attempt was not released in time")
+        wait = remaining(self.deadline, self.interval)
+        self.interval = min(1.0, self.interval * 1.5)
+        return wait

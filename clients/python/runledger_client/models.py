@@ -1,0 +1,120 @@
+"""What the API answers, as small typed views over its JSON: a run, an event, a page of events.
+
+Each keeps the JSON it was made from (`Run.data`, `Event.object`), so nothing the server sends is
+lost to a field this client does not know yet.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "stopped"})
+TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled", "run.stopped"})
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run as the API returned it (DESIGN §6); `data` is the whole JSON object."""
+
+    data: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @property
+    def id(self) -> str:
+        return str(self.data["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def last_seq(self) -> int:
+        return int(self.data.get("last_seq") or 0)
+
+    @property
+    def end_code(self) -> str:
+        return str(self.data.get("end_code") or "")
+
+    @property
+    def output(self) -> Any:
+        return self.data.get("output")
+
+    @property
+    def resume_ticket(self) -> str | None:
+        """Present for the owner and holders of runs.change_run while the run is waiting."""
+        ticket = self.data.get("resume_ticket")
+        return None if ticket is None else str(ticket)
+
+    @property
+    def attempt(self) -> dict[str, Any] | None:
+        """The current attempt (generation, worker, lease, `released_at`, `outcome`), or None."""
+        attempt = self.data.get("attempt")
+        return attempt if isinstance(attempt, dict) else None
+
+    @property
+    def released(self) -> bool:
+        """No worker executes the run any more: it has no attempt, or its attempt was released."""
+        return self.attempt is None or self.attempt.get("released_at") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One event of a run (DESIGN §2). `object` is the event object as the API sent it, and
+    `text` its JSON text (verbatim from a stream's `data:` line)."""
+
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created_at: str
+    attempt: int | None
+    object: dict[str, Any]
+    text: str
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any], text: str | None = None) -> Event:
+        return cls(
+            seq=int(obj["seq"]),
+            type=str(obj["type"]),
+            data=obj.get("data") or {},
+            created_at=str(obj.get("created_at")),
+            attempt=obj.get("attempt"),
+            object=obj,
+            text=json.dumps(obj, separators=(",", ":")) if text is None else text,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Event:
+        return cls.from_object(json.loads(text), text)
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """`GET /api/runs/{id}/events/`: events with seq > after_seq, and where to continue."""
+
+    events: list[Event]
+    next_after_seq: int
+    last_seq: int
+    run_status: str
+    end_of_stream: bool
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> EventPage:
+        return cls(
+            events=[Event.from_object(obj) for obj in body["results"]],
+            next_after_seq=int(body["next_after_seq"]),
+            last_seq=int(body["last_seq"]),
+            run_status=str(body["run_status"]),
+            end_of_stream=bool(body["end_of_stream"]),
+        )

@@ -1,0 +1,179 @@
+"""The `runledger` command (clients/python) as a real subprocess, against the live server of
+tests/support/live.py through a CuttableProxy: what it prints, and its exit status."""
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+import venv
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from runs.agents.demo import demo_text
+from runs.models import Run
+from tests.support.db import token_for
+from tests.support.live import assert_is_the_stored_log, cut_budgets
+from tests.support.procs import ROOT
+from tests.support.proxies import CuttableProxy
+from tests.support.runs import status_of
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+RUNLEDGER = str(Path(sys.executable).parent / "runledger")  # the console script of the installed client
+
+
+def runledger(
+    proxy: CuttableProxy | None, token: str | None, *args: str, stderr: int | None = subprocess.PIPE
+) -> subprocess.CompletedProcess[str]:
+    """The command, configured through its environment, to its exit (killed after 60 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
+    env |= {"RUNLEDGER_URL": proxy.url} if proxy else {}
+    env |= {"RUNLEDGER_TOKEN": token} if token else {}
+    return subprocess.run([RUNLEDGER, *args], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=60)
+
+
+def created(proxy: CuttableProxy, token: str, input: dict[str, Any]) -> str:
+    done = runledger(proxy, token, "create", "demo", json.dumps(input))
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_watch_jsonl_through_server_side_cuts_prints_exactly_the_stored_log(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    run_id = created(proxy, token, {"deltas": 150, "delay_ms": 2})
+    proxy.cut_streams_after(cut_budgets(7))
+    done = runledger(proxy, token, "watch", run_id, "--jsonl")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # not a terminal: no status line
+    assert_is_the_stored_log([json.loads(line) for line in done.stdout.splitlines()], run_id)
+    assert proxy.cuts >= 20
+
+
+def test_watch_prints_the_text_and_a_status_line_only_on_a_terminal(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    run_id = created(proxy, token, {"deltas": 12, "delay_ms": 0})
+    plain = runledger(proxy, token, "watch", run_id)
+    assert (plain.returncode, plain.stdout, plain.stderr) == (0, demo_text(12) + "\n", "")
+
+    # stderr on a terminal: the live status line is there, and stdout still holds only the text.
+    master, replica = pty.openpty()
+    seen: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(master, seen))
+    reader.start()
+    try:
+        on_tty = runledger(proxy, token, "watch", run_id, "--after-seq", "3", stderr=replica)
+    finally:
+        os.close(replica)
+        reader.join(timeout=10)
+        os.close(master)
+    status_line = b"".join(seen).decode()
+    assert (on_tty.returncode, on_tty.stdout) == (0, demo_text(12)[len("chunk 0 ") :] + "\n")
+    assert "seq 4  output.delta" in status_line and "run.completed: stream ended" in status_line
+
+    # Read to its end already: the server answers 204 and watch ends at once.
+    last_seq = json.loads(runledger(proxy, token, "show", run_id).stdout)["last_seq"]
+    at_end = runledger(proxy, token, "watch", run_id, "--after-seq", str(last_seq), "--jsonl")
+    assert (at_end.returncode, at_end.stdout) == (0, "")
+
+
+def _drain(fd: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # EIO once the replica's last holder closed it
+            return
+        if not data:
+            return
+        into.append(data)
+
+
+def test_cancel_twice_exits_0_and_a_cancel_that_lost_to_completion_exits_1_saying_completed(
+    proxy: CuttableProxy, alice: User
+) -> None:
+    token = token_for(alice)
+    long = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
+    for _ in range(2):
+        done = runledger(proxy, token, "cancel", long, "--note", "enough")
+        assert (done.returncode, done.stdout) == (0, "cancelled\n"), done.stderr
+
+    short = created(proxy, token, {"deltas": 1, "delay_ms": 0})
+    assert runledger(proxy, token, "watch", short).returncode == 0
+    lost = runledger(proxy, token, "cancel", short)
+    assert (lost.returncode, lost.stdout) == (1, "completed\n")
+    assert "invalid_transition" in lost.stderr
+
+
+def test_show_list_resume_pause_and_refusals(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    asked = created(proxy, token, {"deltas": 2, "delay_ms": 0, "ask": "name?"})
+    wait_until(lambda: status_of(Run.objects.get(pk=asked)) == "waiting", 30, "the run asks")
+    shown = json.loads(runledger(proxy, token, "show", asked).stdout)
+    assert shown["status"] == "waiting"
+    resumed = runledger(proxy, token, "resume", asked, "--ticket", shown["resume_ticket"], "--input", '{"n": 1}')
+    assert (resumed.returncode, resumed.stdout) == (0, "queued\n"), resumed.stderr
+    assert runledger(proxy, token, "watch", asked).returncode == 0
+    listed = runledger(proxy, token, "list").stdout.splitlines()
+    assert len(listed) == 1 and listed[0].split()[:3] == [asked, "completed", "demo"]
+    assert json.loads(runledger(proxy, token, "list", "--jsonl").stdout)["output"]["answer"] == {"n": 1}
+
+    long = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
+    paused = runledger(proxy, token, "pause", long)
+    # Queued: waiting at once; running: the worker parks it at its next boundary (202).
+    assert paused.returncode == 0 and paused.stdout in ("waiting\n", "running\n"), paused.stderr
+    refused = runledger(proxy, token, "stop", long, "--reason", "policy")
+    assert (refused.returncode, refused.stdout) == (1, "") and "permission_denied" in refused.stderr
+    assert runledger(proxy, token, "cancel", long).stdout == "cancelled\n"
+    missing = runledger(proxy, token, "show", str(uuid.uuid4()))
+    assert missing.returncode == 1 and "not_found" in missing.stderr
+    stranger = runledger(proxy, "wrong-token", "list")
+    assert stranger.returncode == 1 and "not_authenticated" in stranger.stderr
+
+
+def test_usage_errors_exit_2(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    for args, where in [
+        ((), "required: COMMAND"),
+        (("frobnicate",), "invalid choice"),
+        (("create", "demo", "{not json"), "not JSON"),
+        (("create", "demo", "[1]"), "JSON object"),
+        (("watch",), "id"),
+        (("watch", "x", "--after-seq", "-1"), "integer"),
+        (("stop", "x"), "--reason"),
+        (("resume", "x"), "--ticket"),
+    ]:
+        done = runledger(proxy, token, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert where in done.stderr, (args, done.stderr)
+    unconfigured = runledger(None, None, "list")
+    assert unconfigured.returncode == 2 and "RUNLEDGER_URL" in unconfigured.stderr
+    assert proxy.requests == []  # none of these reached the server
+
+
+@pytest.mark.timeout(300)
+def test_the_client_installs_in_a_fresh_virtualenv_without_django(tmp_path: Path) -> None:
+    """`pip install ./clients/python` into a new virtualenv brings httpx and not Django."""
+    # From a copy: pip builds in the source folder, and the work tree stays as it was.
+    source = shutil.copytree(
+        ROOT / "clients" / "python", tmp_path / "source", ignore=shutil.ignore_patterns("build", "*.egg-info")
+    )
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = str(env_dir / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)]
+    subprocess.run(pip, check=True, timeout=240, capture_output=True)
+    probe = (
+        "import importlib.util as u, pathlib, runledger_client as rl; "
+        "print(u.find_spec('django') is None, rl.__version__, pathlib.Path(rl.__file__).with_name('py.typed').exists())"
+    )
+    imported = subprocess.run([python, "-c", probe], check=True, timeout=30, capture_output=True, text=True)
+    assert imported.stdout.split() == ["True", "0.1.0", "True"]  # no Django; typed
+    helped = subprocess.run([str(env_dir / "bin" / "runledger"), "--help"], timeout=30, capture_output=True, text=True)
+    assert helped.returncode == 0 and "watch" in helped.stdout
