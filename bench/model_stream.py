@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, percentile, summary
+from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, percentile, run_floor, summary
 from tests.support.openai_server import ModelServer
 from tests.support.procs import Procs
 from tests.support.waiting import wait_until
@@ -164,8 +164,6 @@ def figure_rows(m: dict[str, Any] | None, floor: dict[str, Any]) -> list[dict[st
 
 
 def main() -> int:
-    from bench.run_all import run_floor
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cancels", type=int, default=40, help="runs to cancel, one at a time")
     parser.add_argument("--out", default=str(RESULTS / "model_stream.json"))
