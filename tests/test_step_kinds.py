@@ -19,8 +19,8 @@ from runs.events import EventType
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import queued_run
 from tests.support.agents import AGENTS_ENV
-from tests.support.checks import assert_nothing_after_terminal
-from tests.support.procs import FAST_INTERVALS, Procs, group_members, process_gone, subprocess_env
+from tests.support.checks import assert_nothing_after_terminal, assert_tool_call_sealed
+from tests.support.procs import FAST_INTERVALS, Procs, group_members, process_gone, subprocess_env, wait_log_line
 from tests.support.runs import delta_count, fresh, released
 from tests.support.slow_http import SlowStream
 from tests.support.waiting import wait_until
@@ -41,13 +41,6 @@ PROMPTLY = timedelta(seconds=2)
 
 def tool_started(run: Run) -> RunEvent | None:
     return RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_STARTED).first()
-
-
-def tool_finishes(run: Run) -> list[str]:
-    """The status of each `tool.finished`: a cancelled call's only finish is the platform's
-    `interrupted` seal — its late result, had one come, would be a finish with `ok`."""
-    finished = RunEvent.objects.filter(run_id=run.pk, type=EventType.TOOL_FINISHED).order_by("seq")
-    return [e.data["status"] for e in finished]
 
 
 def cancel_and_wait_for_release(run: Run, owner: User) -> tuple[RunAttempt, timedelta]:
@@ -77,8 +70,8 @@ def test_cancelling_a_child_process_ends_its_whole_process_group(procs: Procs, a
     # Both honour SIGTERM; by the time the release is visible, the whole group is gone.
     assert group_members(pid) == [] and all(process_gone(p) for p in group), group
     assert took < PROMPTLY, took
-    assert tool_finishes(run) == ["interrupted"]
-    assert_nothing_after_terminal(run)
+    # The call's only finish is the platform's seal: a late result would be a second, `ok`, one.
+    assert_tool_call_sealed(run)
 
 
 def test_a_worker_that_exits_at_once_takes_its_child_processes_with_it(procs: Procs, alice: User) -> None:
@@ -115,8 +108,8 @@ def test_a_child_process_deaf_to_sigterm_is_killed_after_the_grace_and_reaped_be
     log = worker.log()
     assert f"killing the process groups still running after the grace: [{pid}]" in log, log
     assert ("the agent ignored cancellation; abandoning it" in log) == agent_ignores_cancel, log
-    assert tool_finishes(run) == ["interrupted"]
-    assert_nothing_after_terminal(run)
+    # The call's only finish is the platform's seal: a late result would be a second, `ok`, one.
+    assert_tool_call_sealed(run)
 
 
 # --- blocking code in a thread --------------------------------------------------------------------
@@ -133,11 +126,11 @@ def test_blocking_code_in_a_thread_is_abandoned_and_its_late_result_never_stored
     assert GRACE <= took < PROMPTLY, took
     last_seq = fresh(run).last_seq
     prove_worker_moved_on(alice, "w1")  # while the abandoned thread still sleeps
-    wait_log_line_about = f"an abandoned thread of <attempt 1 of run {run.pk}> finished late; its result was discarded"
-    wait_until(lambda: wait_log_line_about in worker.log(), timeout=15, what="the late end of the thread")
+    late = f"an abandoned thread of <attempt 1 of run {run.pk}> finished late; its result was discarded"
+    wait_log_line(worker, late, timeout=15)
     assert fresh(run).last_seq == last_seq  # nothing of it was stored: no result, no delta after it
-    assert tool_finishes(run) == ["interrupted"]
-    assert_nothing_after_terminal(run)
+    # The call's only finish is the platform's seal: a late result would be a second, `ok`, one.
+    assert_tool_call_sealed(run)
 
 
 def test_an_abandoned_thread_does_not_hold_up_the_workers_exit(procs: Procs, alice: User) -> None:
