@@ -45,6 +45,12 @@ def _env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in os.environ[name].split(",") if item.strip()]
 
 
+# Connections one process may hold at once on PostgreSQL (RUNLEDGER_DB_POOL_SIZE): enough for a web
+# process's stream threads (4 + 4) and a few requests in flight, and for a worker's database threads
+# (at most 7) and its main thread.
+DEFAULT_DB_POOL_SIZE = 10
+
+
 def database_from_url(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
@@ -67,12 +73,14 @@ def database_from_url(url: str) -> dict[str, Any]:
         "tcp_user_timeout": 20_000,
         **query,
     }
-    pool_size = _env_int("RUNLEDGER_DB_POOL_SIZE", 0)
+    pool_size = _env_int("RUNLEDGER_DB_POOL_SIZE", DEFAULT_DB_POOL_SIZE)
     if pool_size > 0:
-        # A process whose threads each open a connection per request or read (the web process:
-        # config/asgi.py turns this on) borrows them from a pool instead: a new PostgreSQL
-        # connection costs ~9 ms here, a borrowed one ~0.1 ms. Waiting for a free one is bounded
-        # like a connect, so an unreachable database still answers 503 promptly.
+        # Each process borrows its connections from a pool of its own (psycopg_pool through
+        # Django): a new PostgreSQL connection costs ~9 ms here, a borrowed one ~0.1 ms. The web
+        # process's threads give theirs back at the end of each request or read; a worker's
+        # database threads keep theirs for life (runs/worker/db.py checks the pool holds them).
+        # Waiting for a free one is bounded like a connect, so an unreachable or exhausted
+        # database still answers 503 promptly. 0 turns the pool off (a connection per request).
         options["pool"] = {
             "min_size": min(2, pool_size),
             "max_size": pool_size,

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
@@ -114,9 +115,36 @@ class DbLane:
                 log.warning("database thread %s did not stop within %ss", thread.name, timeout)
 
 
+CONTROL_THREADS = 2
+SWEEP_THREADS = 1
+
+
+def require_pool_room(*, work_threads: int, concurrency: int) -> None:
+    """Refuse a connection pool too small for the lanes' connections (plus the main thread's).
+
+    A lane's thread keeps its connection for life, so a pool smaller than the lanes leaves the
+    last ones waiting on it forever: the worker claimed runs and then appended nothing — a stall
+    with no error, which is what a small pool looked like before this check."""
+    pool = connection.settings_dict.get("OPTIONS", {}).get("pool")
+    if connection.vendor != "postgresql" or not pool:
+        return
+    needed = work_threads + CONTROL_THREADS + SWEEP_THREADS + 1
+    size = int(pool.get("max_size", needed)) if isinstance(pool, dict) else needed
+    if size < needed:
+        raise ImproperlyConfigured(
+            f"RUNLEDGER_DB_POOL_SIZE={size} is smaller than the {needed} connections a worker with concurrency "
+            f"{concurrency} holds (one for each of its {needed - 1} database threads, for life, and one for its "
+            f"main thread): set it to at least {needed}, or 0 for no pool"
+        )
+
+
 class Db:
     """The worker's lanes: `control` for what cancellation latency and leases depend on, `sweep`
     for the sweeper, `work` for the rest."""
+
+    @staticmethod
+    def work_threads_for(concurrency: int) -> int:
+        return min(max(2, concurrency), 4)
 
     def __init__(self, *, work_threads: int) -> None:
         self.sqlite = connection.vendor == "sqlite"
@@ -124,8 +152,8 @@ class Db:
             self.work = self.control = self.sweep = DbLane("runledger-db", 1)
         else:
             self.work = DbLane("runledger-db-work", work_threads)
-            self.control = DbLane("runledger-db-control", 2)
-            self.sweep = DbLane("runledger-db-sweep", 1)
+            self.control = DbLane("runledger-db-control", CONTROL_THREADS)
+            self.sweep = DbLane("runledger-db-sweep", SWEEP_THREADS)
 
     def stop(self) -> None:
         for lane in {id(lane): lane for lane in (self.work, self.control, self.sweep)}.values():

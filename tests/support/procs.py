@@ -5,6 +5,7 @@ happens. Subprocesses reach the test database through `subprocess_env()`. bench/
 processes with `Procs` too, with an environment of its own (production intervals).
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -217,6 +218,19 @@ def proc_status(pid: int) -> dict[str, int]:
 
 def threads_of(pid: int) -> int:
     return proc_status(pid)["threads"]
+
+
+def connections_to(port: int) -> int:
+    """Established TCP connections whose server end is `port` on this machine (from /proc/net):
+    the client connections a web process holds open."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as rows:
+            next(rows)
+            for row in rows:
+                local, state = row.split()[1], row.split()[3]
+                count += state == "01" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
 
 
 def process_gone(pid: int) -> bool:
