@@ -66,6 +66,8 @@ FULL: dict[str, Any] = {
     "growth_watchers": 100,
     # openai_chat runs cancelled one at a time (bench/model_stream.py).
     "model_cancels": 40,
+    # Requests of each kind one at a time (bench/api_requests.py).
+    "request_samples": 300,
     **step_kinds.FULL,
     **client_stream.FULL,
 }
@@ -83,6 +85,7 @@ QUICK: dict[str, Any] = {
     "tiers": [("x10", 2_000, 10), ("x100", 20_000, 10)],
     "growth_cancel_runs": 50,
     "model_cancels": 30,
+    "request_samples": 150,
     **step_kinds.QUICK,
     **client_stream.QUICK,
 }
@@ -90,10 +93,18 @@ QUICK: dict[str, Any] = {
 TARGETS = {
     "cancel_committed_p99_ms": 25,
     "cancel_released_p99_ms": 100,
-    "start_p50_ms": 100,
+    # Issue 18: create → the first event at a watcher.
+    "start_p50_ms": 20,
     "stream_one_client_events_per_s": 10_000,
-    "watchers_1000_p99_ms": 250,
-    "replay_100k_s": 2,
+    "watchers_1000_p99_ms": 150,
+    "replay_sse_100k_s": 0.8,
+    "replay_json_100k_s": 1.2,
+    # Issue 18, one request at a time: an HTTP cancel of a running run against the floor's
+    # lock-check-write (times the floor), a read of one run (ms).
+    "http_cancel_p50_x_floor": 8,
+    "http_cancel_p99_x_floor": 15,
+    "get_run_p50_ms": 3,
+    "web_kb_per_stream": 50,
 }
 
 
@@ -112,6 +123,15 @@ def tier_suite(
         timings[name] = round(time.time() - t0, 1)
         return value
 
+    if full:
+        from bench import api_requests
+
+        out["requests"] = phase(
+            f"one request at a time ({cfg['request_samples']} each)",
+            api_requests.measure,
+            ctx,
+            samples=cfg["request_samples"],
+        )
     levels = cfg["watchers"] if full else [cfg["growth_watchers"]]
     out["watchers"] = {
         str(n): phase(
@@ -273,6 +293,23 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         )
 
     lcw, notified = f["lock_check_write_ms"], f["txn_start_to_notified_ms"]
+    rq = t.get("requests")
+    if rq:
+        for key, what in (
+            ("healthz_ms", "GET /healthz/ (no database)"),
+            ("get_run_ms", "GET /api/runs/{id}/"),
+            ("create_ms", "POST /api/runs/"),
+            ("cancel_queued_ms", "POST …/cancel/ of a queued run"),
+            ("cancel_running_ms", "POST …/cancel/ of a running run"),
+        ):
+            for p in ("p50", "p99"):
+                target = None
+                if key == "cancel_running_ms":
+                    target = round(TARGETS[f"http_cancel_{p}_x_floor"] * lcw[p], 2)
+                elif key == "get_run_ms" and p == "p50":
+                    target = TARGETS["get_run_p50_ms"]
+                floor = lcw[p] if "cancel" in key or "create" in key else None
+                add(f"one at a time: {what} {p}", rq[key][p], "ms", floor, f"lock-check-write {p}", target)
     # A cancel's committed answer stands beside the floor's lock-check-write, the worker's release
     # beside a transaction's NOTIFY reaching a listener: figure -> (floor, what it is, and its
     # name when measured again under the same load).
@@ -373,6 +410,15 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         rate=True,
     )
     for n, w in t["watchers"].items():
+        per_stream = (w["web_idle"]["rss_kb"] - w["web_before"]["rss_kb"]) / w["watchers"]
+        add(
+            f"{n} watchers: web-process memory per open stream",
+            round(per_stream, 1),
+            "kB",
+            None,
+            "",
+            TARGETS["web_kb_per_stream"],
+        )
         target = TARGETS["watchers_1000_p99_ms"] if n == "1000" else None
         add(f"{n} watchers: commit → delivery p50", w["delay_ms"]["p50"], "ms", notified["p50"], "txn → NOTIFY p50")
         add(
@@ -389,14 +435,14 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         )
     rp = t["replay"]
     # The target is for 100k events; --quick replays fewer.
-    replay_target = TARGETS["replay_100k_s"] if rp["events"] > 100_000 else None
+    full_replay = rp["events"] >= 100_000
     add(
         f"replay {rp['events']:,} events: JSON pages of 1000",
         rp["json_pages_seconds"],
         "s",
         f["replay_100k_s"] * rp["events"] / f["replay_rows"],
         "read in pages of 1000",
-        replay_target,
+        TARGETS["replay_json_100k_s"] if full_replay else None,
     )
     add(
         f"replay {rp['events']:,} events: SSE",
@@ -404,7 +450,7 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         "s",
         f["replay_100k_s"] * rp["events"] / f["replay_rows"],
         "read in pages of 1000",
-        replay_target,
+        TARGETS["replay_sse_100k_s"] if full_replay else None,
     )
     return rows + model_stream.figure_rows(t.get("model_stream"), f)
 

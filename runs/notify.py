@@ -23,23 +23,29 @@ QUEUE = "runledger_queue"
 CHANNELS = (EVENTS, CONTROL, QUEUE)
 
 
-def _send(channel: str, payload: str) -> None:
-    if connection.vendor != "postgresql":
+# (channel, payload)
+Note = tuple[str, str]
+
+
+def send(*notes: Note) -> None:
+    """Every note of a write in one statement: each costs the transaction a round trip otherwise."""
+    if connection.vendor != "postgresql" or not notes:
         return
+    calls = ", ".join("pg_notify(%s, %s)" for _ in notes)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+        cursor.execute(f"SELECT {calls}", [part for note in notes for part in note])
 
 
-def events_committed(run_id: UUID, last_seq: int) -> None:
-    _send(EVENTS, f"{run_id}:{last_seq}")
+def events_committed(run_id: UUID, last_seq: int) -> Note:
+    return EVENTS, f"{run_id}:{last_seq}"
 
 
-def control_changed(run_id: UUID, status: str) -> None:
-    _send(CONTROL, f"{run_id}:{status}")
+def control_changed(run_id: UUID, status: str) -> Note:
+    return CONTROL, f"{run_id}:{status}"
 
 
-def run_queued(run_id: UUID) -> None:
-    _send(QUEUE, str(run_id))
+def run_queued(run_id: UUID) -> Note:
+    return QUEUE, str(run_id)
 
 
 def parse_events_payload(payload: str) -> tuple[str, int]:

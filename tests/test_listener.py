@@ -62,7 +62,7 @@ def test_commits_are_heard_and_rollbacks_are_not(listening: ListenerThread, alic
         from django.db import transaction
 
         with transaction.atomic():
-            notify.control_changed(run.pk, "cancelled")
+            notify.send(notify.control_changed(run.pk, "cancelled"))
             raise RuntimeError("rolled back")
     marker = queued_run(alice)
     # The next control-channel note after the rollback is not the rolled-back one.

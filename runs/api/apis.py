@@ -3,7 +3,8 @@ methods), each validating its input, calling one service or selector, and serial
 
 Checks run in the order of DESIGN §6: authentication (401, `IsAuthenticated`), visibility (404,
 `run_get` with the caller), permission (403, the object permission of the class), input (400),
-then state (200/202/409, from the service).
+then state (200/202/409, from the service). A command checks visibility and permission on the row
+it locks (`RunObjectApi.admit`), so it reads the run once; only a refused body reads it first.
 """
 
 import json
@@ -26,9 +27,11 @@ from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, responses
 from runs.api.selectors import run_events_page, run_with_current_attempt
 from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunOutputSerializer
+from runs.exceptions import NotFound
 from runs.models import Run
-from runs.selectors import run_get, run_list
+from runs.selectors import run_get, run_is_visible, run_list
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
+from runs.services.commands import Admit
 from runs.transitions import CALLER_STOP_CODES, StopCode
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -239,6 +242,33 @@ class RunObjectApi(APIView):
         self.check_object_permissions(request, run)
         return run
 
+    def admit(self, request: Request, run_id: str) -> Admit:
+        """`get_run`'s checks, made by a command on the run it locks."""
+        user = _caller(request)
+
+        def check(run: Run) -> None:
+            if not run_is_visible(run, user=user):
+                raise NotFound(f"run {run_id} not found")
+            self.check_object_permissions(request, run)
+
+        return check
+
+    def valid_input(
+        self, serializer_class: type[serializers.Serializer[Any]], request: Request, run_id: str
+    ) -> dict[str, Any]:
+        """The body as `serializer_class` validates it. A refused body (unparsable, or invalid)
+        checks the run first: an invisible run stays a 404 and a forbidden one a 403, whatever
+        came with it."""
+        try:
+            serializer = serializer_class(data=request.data)
+            if serializer.is_valid():
+                return dict(serializer.validated_data)
+        except Exception:
+            self.get_run(request, run_id)
+            raise
+        self.get_run(request, run_id)
+        raise serializers.ValidationError(serializer.errors)
+
 
 class RunDetailApi(RunObjectApi):
     @extend_schema(
@@ -306,9 +336,8 @@ class RunCancelApi(RunObjectApi):
         "nothing written. Ended otherwise: 409 with the run.",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        run = self.get_run(request, run_id)
-        data = _valid(self.InputSerializer, request.data)
-        result = run_cancel(run_id=run.pk, actor=_caller(request), note=data["note"])
+        data = self.valid_input(self.InputSerializer, request, run_id)
+        result = run_cancel(run_id=run_id, actor=_caller(request), note=data["note"], admit=self.admit(request, run_id))
         return Response(_run_data(result.run, request))
 
 
@@ -328,9 +357,14 @@ class RunStopApi(RunObjectApi):
         "409 with the run.",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        run = self.get_run(request, run_id)
-        data = _valid(self.InputSerializer, request.data)
-        result = run_stop(run_id=run.pk, actor=_caller(request), code=data["code"], reason=data["reason"])
+        data = self.valid_input(self.InputSerializer, request, run_id)
+        result = run_stop(
+            run_id=run_id,
+            actor=_caller(request),
+            code=data["code"],
+            reason=data["reason"],
+            admit=self.admit(request, run_id),
+        )
         return Response(_run_data(result.run, request))
 
 
@@ -348,8 +382,7 @@ class RunPauseApi(RunObjectApi):
         "Terminal: 409.",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        run = self.get_run(request, run_id)
-        result = run_pause(run_id=run.pk)
+        result = run_pause(run_id=run_id, admit=self.admit(request, run_id))
         return Response(_run_data(result.run, request), status=202 if result.pending else 200)
 
 
@@ -371,7 +404,8 @@ class RunResumeApi(RunObjectApi):
         "used or invalidated ticket is a 409 `stale_ticket`; nothing changes.",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        run = self.get_run(request, run_id)
-        data = _valid(self.InputSerializer, request.data)
-        resumed = run_resume(run_id=run.pk, ticket=data["ticket"], input=data["input"])
+        data = self.valid_input(self.InputSerializer, request, run_id)
+        resumed = run_resume(
+            run_id=run_id, ticket=data["ticket"], input=data["input"], admit=self.admit(request, run_id)
+        )
         return Response(_run_data(resumed, request))

@@ -7,6 +7,7 @@ re-read) and stops.
 
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -22,6 +23,17 @@ from runs.models import Run, RunEvent
 from runs.services.core import SYSTEM, append, check, end, lock_run, park
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
+# The caller's own checks on the locked run (the API's visibility and permission): one read of the
+# run serves them and the command, instead of a read before the transaction and another under the
+# lock. Whatever it raises rolls the command back before anything is written.
+Admit = Callable[[Run], None]
+
+
+def _admit(run: Run, admit: Admit | None) -> Run:
+    if admit is not None:
+        admit(run)
+    return run
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -32,9 +44,9 @@ class CommandResult:
     pending: bool = False
 
 
-def run_cancel(*, run_id: UUID | str, actor: User, note: str = "") -> CommandResult:
+def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", admit: Admit | None = None) -> CommandResult:
     with transaction.atomic(durable=True):
-        run = lock_run(run_id)
+        run = _admit(lock_run(run_id), admit)
         if run.status == Status.CANCELLED:
             return CommandResult(run=run, changed=False)
         # Cancelling one's own run is a user cancel even for holders of runs.cancel_run.
@@ -43,7 +55,9 @@ def run_cancel(*, run_id: UUID | str, actor: User, note: str = "") -> CommandRes
     return CommandResult(run=run, changed=True)
 
 
-def run_stop(*, run_id: UUID | str, actor: User | None, code: str = StopCode.STAFF, reason: str) -> CommandResult:
+def run_stop(
+    *, run_id: UUID | str, actor: User | None, code: str = StopCode.STAFF, reason: str, admit: Admit | None = None
+) -> CommandResult:
     if code not in CALLER_STOP_CODES:
         allowed = ", ".join(sorted(CALLER_STOP_CODES))
         raise ValidationFailed(f"stop code must be one of {allowed}", detail={"code": [f"must be one of {allowed}"]})
@@ -51,16 +65,16 @@ def run_stop(*, run_id: UUID | str, actor: User | None, code: str = StopCode.STA
         raise ValidationFailed("a stop needs a reason", detail={"reason": ["this field is required"]})
     by = actor.get_username() if actor is not None else SYSTEM
     with transaction.atomic(durable=True):
-        run = lock_run(run_id)
+        run = _admit(lock_run(run_id), admit)
         if run.status == Status.STOPPED:
             return CommandResult(run=run, changed=False)
         end(run, Status.STOPPED, code=code, reason=reason, by=by, now=timezone.now())
     return CommandResult(run=run, changed=True)
 
 
-def run_pause(*, run_id: UUID | str) -> CommandResult:
+def run_pause(*, run_id: UUID | str, admit: Admit | None = None) -> CommandResult:
     with transaction.atomic(durable=True):
-        run = lock_run(run_id)
+        run = _admit(lock_run(run_id), admit)
         now = timezone.now()
         if run.status == Status.WAITING:
             return CommandResult(run=run, changed=False)
@@ -70,17 +84,17 @@ def run_pause(*, run_id: UUID | str) -> CommandResult:
             run.pause_requested_at = now
             run.updated_at = now
             run.save(update_fields=["pause_requested_at", "updated_at"])
-            notify.control_changed(run.id, run.status)
+            notify.send(notify.control_changed(run.id, run.status))
             return CommandResult(run=run, changed=True, pending=True)
         park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)  # queued → waiting; terminal raises
     return CommandResult(run=run, changed=True)
 
 
-def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None) -> Run:
+def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Admit | None = None) -> Run:
     if not ticket:
         raise ValidationFailed("a resume needs the run's ticket", detail={"ticket": ["this field is required"]})
     with transaction.atomic(durable=True):
-        run = lock_run(run_id)
+        run = _admit(lock_run(run_id), admit)
         if run.status != Status.WAITING or not secrets.compare_digest(run.resume_ticket.encode(), ticket.encode()):
             if _already_resumed(run, ticket=ticket, input=input):
                 return run
@@ -90,9 +104,9 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None) -> Run:
         run.status = Status.QUEUED
         run.resume_ticket = ""
         run.updated_at = now
-        append(run, [(EventType.RUN_RESUMED, {"ticket": ticket, "input": input})], attempt=None, now=now)
+        resumed = {"ticket": ticket, "input": input}
+        append(run, [(EventType.RUN_RESUMED, resumed)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
         run.save(update_fields=["status", "resume_ticket", "updated_at", "last_seq"])
-        notify.run_queued(run.id)
     return run
 
 

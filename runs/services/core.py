@@ -31,8 +31,9 @@ def lock_run(run_id: UUID | str) -> Run:
     # FOR NO KEY UPDATE: event and child inserts take FOR KEY SHARE on the run through their
     # foreign key, and must not wait for this lock. (A no-op on SQLite, whose IMMEDIATE
     # transactions serialise the writers instead.)
+    # The owner comes with it, locked no further (`of`): every answer names them.
     try:
-        return Run.objects.select_for_update(no_key=True).get(pk=run_id)
+        return Run.objects.select_related("owner").select_for_update(no_key=True, of=("self",)).get(pk=run_id)
     except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
 
@@ -65,11 +66,16 @@ def check(run: Run, target: Status) -> None:
 
 
 def append(
-    run: Run, events: Sequence[tuple[str, dict[str, Any]]], *, attempt: int | None, now: datetime
+    run: Run,
+    events: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    attempt: int | None,
+    now: datetime,
+    notes: Sequence[notify.Note] = (),
 ) -> list[RunEvent]:
     """Append under the lock the caller holds; seq is the run's counter, so it is gap-free. The
     caller saves `last_seq` (and `open_tool_calls`, if it appends tool events) with the rest of
-    its changes to the run."""
+    its changes to the run. `notes` go out with the events' own notification."""
     rows = []
     for type_, data in events:
         if type_ == EventType.TOOL_STARTED:
@@ -79,7 +85,7 @@ def append(
         run.last_seq += 1
         rows.append(RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now))
     RunEvent.objects.bulk_create(rows)
-    notify.events_committed(run.id, run.last_seq)
+    notify.send(notify.events_committed(run.id, run.last_seq), *notes)
     return rows
 
 
@@ -111,10 +117,16 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
     run.resume_ticket = secrets.token_urlsafe(24)
     run.pause_requested_at = None
     run.updated_at = now
-    append(run, [(EventType.RUN_WAITING, {"reason": reason, "prompt": prompt})], attempt=attempt, now=now)
+    # The control note: a worker that held the run lets go of it (or re-reads, finds nothing to do).
+    waiting = {"reason": reason, "prompt": prompt}
+    append(
+        run,
+        [(EventType.RUN_WAITING, waiting)],
+        attempt=attempt,
+        now=now,
+        notes=[notify.control_changed(run.id, run.status)],
+    )
     run.save(update_fields=["status", "resume_ticket", "pause_requested_at", "updated_at", "last_seq"])
-    # A worker that held the run lets go of it (or re-reads and finds nothing to do).
-    notify.control_changed(run.id, run.status)
 
 
 def end(
@@ -161,13 +173,13 @@ def end(
         (EventType.TOOL_FINISHED, {"call_id": call_id, "name": name, "status": ToolStatus.INTERRUPTED})
         for call_id, name in run.open_tool_calls
     ]
-    append(run, [*seals, (TERMINAL_EVENT[status], data)], attempt=attempt, now=now)
+    control = notify.control_changed(run.id, status)
+    append(run, [*seals, (TERMINAL_EVENT[status], data)], attempt=attempt, now=now, notes=[control])
     run.save(update_fields=[*ended, "last_seq", "open_tool_calls"])
     if was_running:
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
         close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
-    notify.control_changed(run.id, status)
     if cascade:
         _end_descendants(run, now=now)
 
@@ -217,6 +229,6 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
     check(run, Status.QUEUED)
     run.status = Status.QUEUED
     run.updated_at = now
-    append(run, [(EventType.RUN_REQUEUED, {"generation": generation, "cause": cause})], attempt=None, now=now)
+    requeued = {"generation": generation, "cause": cause}
+    append(run, [(EventType.RUN_REQUEUED, requeued)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
     run.save(update_fields=["status", "updated_at", "last_seq"])
-    notify.run_queued(run.id)

@@ -65,10 +65,10 @@ def run_create(
     )
     spec.check()
     with transaction.atomic(durable=True):
-        return insert_run(spec, owner_id=owner.pk)
+        return insert_run(spec, owner=owner)
 
 
-def insert_run(spec: RunSpec, *, owner_id: Any, now: datetime | None = None, parent_locked: bool = False) -> Run:
+def insert_run(spec: RunSpec, *, owner: User, now: datetime | None = None, parent_locked: bool = False) -> Run:
     """Insert the checked run of `spec`, queued, with its `run.created` event, inside the caller's
     transaction. Its parent is locked here unless the caller holds that lock already."""
     if spec.parent_id is not None and not parent_locked:
@@ -79,7 +79,7 @@ def insert_run(spec: RunSpec, *, owner_id: Any, now: datetime | None = None, par
             raise InvalidTransition(parent.status, "a parent of a new run", run=parent)
     now = now or timezone.now()
     run = Run(
-        owner_id=owner_id,
+        owner=owner,  # type: ignore[misc]  # AUTH_USER_MODEL; the object, so its JSON needs no read of it
         agent=spec.agent,
         input=spec.input,
         parent_id=spec.parent_id,
@@ -91,13 +91,13 @@ def insert_run(spec: RunSpec, *, owner_id: Any, now: datetime | None = None, par
     )
     if spec.max_attempts is not None:
         run.max_attempts = spec.max_attempts
-    run.save(force_insert=True)
     created = {
         "agent": spec.agent,
         "input_keys": sorted(spec.input),
         "parent": str(spec.parent_id) if spec.parent_id else None,
     }
-    append(run, [(EventType.RUN_CREATED, created)], attempt=None, now=now)
-    run.save(update_fields=["last_seq"])
-    notify.run_queued(run.id)
+    # The event first, so the run is inserted with its last_seq at once (no second write of the
+    # row): foreign keys are checked at commit (Django declares them DEFERRABLE INITIALLY DEFERRED).
+    append(run, [(EventType.RUN_CREATED, created)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
+    run.save(force_insert=True)
     return run

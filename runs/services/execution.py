@@ -210,7 +210,7 @@ def run_child_spawn(
         if parent.max_events is not None and parent.events_used >= parent.max_events:
             exhausted = _exhaust(parent, "max_events", now=now)
         else:
-            child = insert_run(spec, owner_id=parent.owner_id, now=now, parent_locked=True)
+            child = insert_run(spec, owner=parent.owner, now=now, parent_locked=True)
             spawned = {"run_id": str(child.pk), "agent": spec.agent}
             append(parent, [(EventType.CHILD_SPAWNED, spawned)], attempt=generation, now=now)
             parent.events_used += 1

@@ -54,7 +54,7 @@ def run_create_idempotent(
         raise ValidationFailed("parent run not found", detail={"parent": [f"no run {spec.parent_id} visible to you"]})
     if key is None:
         with transaction.atomic(durable=True):
-            run = insert_run(spec, owner_id=owner.pk)
+            run = insert_run(spec, owner=owner)
         return Created(answer=answer(run))
     for _ in range(2):
         replay = _replay(owner=owner, key=key, request_body=request_body)
@@ -66,7 +66,7 @@ def run_create_idempotent(
                 record = IdempotencyRecord.objects.create(
                     user_id=owner.pk, key=key, request_body=request_body, created_at=timezone.now()
                 )
-                run = insert_run(spec, owner_id=owner.pk)
+                run = insert_run(spec, owner=owner)
                 first = answer(run)
                 record.response_status = first.status
                 record.response_body = first.body

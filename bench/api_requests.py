@@ -1,0 +1,105 @@
+"""One request at a time over HTTP (issue 18's table): what a user waits for on each endpoint.
+
+Measured on a kept-alive connection, one request after the other, with the workers paused
+(SIGSTOP) so that created runs stay queued and nothing else runs meanwhile:
+`GET /healthz/` (no database), `GET /api/runs/{id}/`, `POST /api/runs/`, `POST …/cancel/` of a
+queued run, and of a running run whose attempt this benchmark holds (the run is `running` with a
+live lease, as a worker's would be, so the cancel writes what a real one does).
+Import only after `django.setup()`.
+"""
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bench.lib import Ctx, Http, summary
+from bench.scenarios import make_running_run
+from tests.support.procs import Procs, free_port, wait_http_ok
+
+
+async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The floor of the HTTP layer: uvicorn answering a bare ASGI app (`bench.api_requests:hello`)."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"status": "ok"}'})
+
+
+@contextmanager
+def workers_paused(ctx: Ctx) -> Iterator[None]:
+    for worker in ctx.workers:
+        os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for worker in ctx.workers:
+            os.kill(worker.pid, signal.SIGCONT)
+
+
+def _timed(samples: int, call: Callable[[int], tuple[int, Any]], expect: int) -> dict[str, float]:
+    ms: list[float] = []
+    for i in range(samples):
+        t0 = time.perf_counter()
+        status, body = call(i)
+        ms.append((time.perf_counter() - t0) * 1000)
+        assert status == expect, (status, body)
+    return summary(ms)
+
+
+def bare_uvicorn(samples: int) -> dict[str, float]:
+    """The same request loop against uvicorn alone (no Django): where the HTTP layer's time ends."""
+    import tempfile
+    from pathlib import Path
+
+    procs = Procs(Path(tempfile.mkdtemp(prefix="runledger-bench-hello-")))
+    try:
+        port = free_port()
+        args = [sys.executable, "-m", "uvicorn", "bench.api_requests:hello", "--port", str(port), "--no-access-log"]
+        proc = procs.start("uvicorn-hello", args, dict(os.environ), port=port)
+        wait_http_ok(proc, "/")
+        http = Http(proc.url, "")
+        try:
+            return _timed(samples, lambda _: http.request("GET", "/"), 200)
+        finally:
+            http.close()
+    finally:
+        procs.stop_all()
+
+
+def measure(ctx: Ctx, *, samples: int) -> dict[str, Any]:
+    bare = bare_uvicorn(samples)
+    http = Http(ctx.base, ctx.token)
+    warm = 20
+    try:
+        with workers_paused(ctx):
+            for _ in range(warm):  # the pool's connections, the first imports and caches
+                http.request("GET", "/healthz/")
+            healthz = _timed(samples, lambda _: http.request("GET", "/healthz/"), 200)
+            created: list[str] = []
+
+            def create(_: int) -> tuple[int, Any]:
+                status, body = http.request("POST", "/api/runs/", {"agent": "demo", "input": {"deltas": 1}})
+                created.append(body["id"])
+                return status, body
+
+            create_ms = _timed(samples, create, 201)
+            one = created[0]
+            get_ms = _timed(samples, lambda _: http.request("GET", f"/api/runs/{one}/"), 200)
+            cancel_queued = _timed(samples, lambda i: http.request("POST", f"/api/runs/{created[i]}/cancel/", {}), 200)
+            running = [make_running_run(ctx, label="requests").pk for _ in range(samples)]
+            cancel_running = _timed(samples, lambda i: http.request("POST", f"/api/runs/{running[i]}/cancel/", {}), 200)
+    finally:
+        http.close()
+    return {
+        "samples": samples,
+        "bare_uvicorn_ms": bare,
+        "healthz_ms": healthz,
+        "get_run_ms": get_ms,
+        "create_ms": create_ms,
+        "cancel_queued_ms": cancel_queued,
+        "cancel_running_ms": cancel_running,
+    }

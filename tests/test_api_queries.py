@@ -1,0 +1,97 @@
+"""The statements each hot endpoint sends (issue 18): authentication, the locked transaction and the
+response — no read before the transaction, none of the run again after it.
+
+Counted on PostgreSQL (this file is not in the SQLite selection), where `BEGIN`/`COMMIT` and the
+notifications are statements of their own."""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from tests.factories import queued_run, running_run
+from tests.support.db import token_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def statements(call: Callable[[], Any], status: int) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        response = call()
+    assert response.status_code == status, response.content
+    return [q["sql"].split(" ", 1)[0] + " " + _table(q["sql"]) for q in captured.captured_queries]
+
+
+def _table(sql: str) -> str:
+    for word in ("runs_runevent", "runs_runattempt", "runs_run", "authtoken_token", "auth_user", "pg_notify"):
+        if word in sql:
+            return word
+    return ""
+
+
+def url(run: Any, action: str = "") -> str:
+    return f"/api/runs/{run.pk}/" + (f"{action}/" if action else "")
+
+
+@pytest.fixture
+def api(alice: User) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(alice)}")
+    return client
+
+
+def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_answers(
+    api: APIClient, alice: User
+) -> None:
+    running, queued = running_run(alice), queued_run(alice)
+    assert statements(lambda: api.post(url(queued, "cancel"), {}), 200) == [
+        "SELECT authtoken_token",
+        "BEGIN ",
+        "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
+        "INSERT runs_runevent",
+        "SELECT pg_notify",  # events and control, one statement
+        "UPDATE runs_run",
+        "SELECT runs_run",  # the unfinished children the cancel cascades to
+        "COMMIT ",
+    ]
+    assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
+        "SELECT authtoken_token",
+        "BEGIN ",
+        "SELECT runs_run",
+        "INSERT runs_runevent",
+        "SELECT pg_notify",
+        "UPDATE runs_run",
+        "UPDATE runs_runattempt",
+        "SELECT runs_run",
+        "COMMIT ",
+        "SELECT runs_runattempt",  # the answer shows the attempt
+    ]
+
+
+def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient, alice: User) -> None:
+    assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
+        "SELECT authtoken_token",
+        "BEGIN ",
+        "INSERT runs_runevent",
+        "SELECT pg_notify",  # events and queue, one statement
+        "INSERT runs_run",  # with its last_seq: no second write of the row
+        "COMMIT ",
+    ]
+    run = queued_run(alice)
+    assert statements(lambda: api.get(url(run)), 200) == ["SELECT authtoken_token", "SELECT runs_run"]
+
+
+def test_a_refused_body_is_checked_against_the_run_first(api: APIClient, alice: User, bob: User) -> None:
+    """The command reads the run only under its lock — but a refused body still answers in the
+    order of DESIGN §6: an invisible run is a 404 whatever the body, a visible one a 400."""
+    mine, theirs = queued_run(alice), queued_run(bob)
+    assert api.post(url(theirs, "cancel"), {"note": ["not a string"]}).status_code == 404
+    assert api.post(url(theirs, "cancel"), "{not json", content_type="application/json").status_code == 404
+    assert api.post(url(mine, "cancel"), {"note": ["not a string"]}).status_code == 400
+    assert api.post(url(mine, "stop"), {"code": "nope"}).status_code == 403  # no runs.stop_run: before the body
+    mine.refresh_from_db()
+    assert mine.status == "queued"
