@@ -124,14 +124,9 @@ def tier_suite(
         return value
 
     if full:
-        from bench import api_requests
+        from bench.api_requests import measure as one_at_a_time
 
-        out["requests"] = phase(
-            f"one request at a time ({cfg['request_samples']} each)",
-            api_requests.measure,
-            ctx,
-            samples=cfg["request_samples"],
-        )
+        out["requests"] = phase("one request at a time", one_at_a_time, ctx, samples=cfg["request_samples"])
     levels = cfg["watchers"] if full else [cfg["growth_watchers"]]
     out["watchers"] = {
         str(n): phase(
@@ -436,22 +431,13 @@ def figures(r: dict[str, Any]) -> list[dict[str, Any]]:
     rp = t["replay"]
     # The target is for 100k events; --quick replays fewer.
     full_replay = rp["events"] >= 100_000
-    add(
-        f"replay {rp['events']:,} events: JSON pages of 1000",
-        rp["json_pages_seconds"],
-        "s",
-        f["replay_100k_s"] * rp["events"] / f["replay_rows"],
-        "read in pages of 1000",
-        TARGETS["replay_json_100k_s"] if full_replay else None,
-    )
-    add(
-        f"replay {rp['events']:,} events: SSE",
-        rp["sse_seconds"],
-        "s",
-        f["replay_100k_s"] * rp["events"] / f["replay_rows"],
-        "read in pages of 1000",
-        TARGETS["replay_sse_100k_s"] if full_replay else None,
-    )
+    for how, key, target in (
+        ("JSON pages of 1000", "json_pages_seconds", "replay_json_100k_s"),
+        ("SSE", "sse_seconds", "replay_sse_100k_s"),
+    ):
+        floor = f["replay_100k_s"] * rp["events"] / f["replay_rows"]
+        target_s = TARGETS[target] if full_replay else None
+        add(f"replay {rp['events']:,} events: {how}", rp[key], "s", floor, "read in pages of 1000", target_s)
     return rows + model_stream.figure_rows(t.get("model_stream"), f)
 
 
