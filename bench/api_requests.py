@@ -21,14 +21,6 @@ from bench.scenarios import make_running_run
 from tests.support.procs import Procs, free_port, wait_http_ok
 
 
-async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The floor of the HTTP layer: uvicorn answering a bare ASGI app (`bench.api_requests:hello`)."""
-    if scope["type"] != "http":
-        return
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-    await send({"type": "http.response.body", "body": b'{"status": "ok"}'})
-
-
 @contextmanager
 def workers_paused(ctx: Ctx) -> Iterator[None]:
     for worker in ctx.workers:
@@ -58,7 +50,7 @@ def bare_uvicorn(samples: int) -> dict[str, float]:
     procs = Procs(Path(tempfile.mkdtemp(prefix="runledger-bench-hello-")))
     try:
         port = free_port()
-        args = [sys.executable, "-m", "uvicorn", "bench.api_requests:hello", "--port", str(port), "--no-access-log"]
+        args = [sys.executable, "-m", "uvicorn", "bench.hello_asgi:app", "--port", str(port), "--no-access-log"]
         proc = procs.start("uvicorn-hello", args, dict(os.environ), port=port)
         wait_http_ok(proc, "/")
         http = Http(proc.url, "")

@@ -234,6 +234,11 @@ LOGGING = {
     "loggers": {"runs": {"level": os.environ.get("RUNLEDGER_LOG_LEVEL", "INFO")}},
 }
 
+# Threads a web process serves its synchronous views on (the API, the admin, the pages), one
+# request each at a time, as a WSGI server's pool; streams need none. Database work beyond
+# RUNLEDGER_DB_POOL_SIZE connections waits for one (up to the connect timeout, then 503).
+RUNLEDGER_WEB_THREADS = _env_int("RUNLEDGER_WEB_THREADS", 32)
+
 # The modules that register agents (DESIGN §4), imported by every web and worker process at start;
 # one that cannot be imported stops the process. The environment variable is comma-separated.
 RUNLEDGER_AGENTS = _env_list("RUNLEDGER_AGENTS", ["runs.agents.demo"])
