@@ -2,6 +2,7 @@
 reports about connections and the events table (pg_stat_activity, pg_stat_user_tables)."""
 
 import time
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connection
@@ -16,14 +17,19 @@ def token_for(user: User) -> str:
     return Token.objects.get_or_create(user=user)[0].key
 
 
+def query_one(sql: str, params: list[Any]) -> Any:
+    """The first column of the first row of `sql`, on this thread's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()[0]
+
+
 # --- connections ----------------------------------------------------------------------------------
 
 
 def connections_named(application_name: str) -> int:
     """Connections to the server that carry `application_name` (see procs.web_env)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name])
-        return int(cursor.fetchone()[0])
+    return int(query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name]))
 
 
 def listen_connections(role: str) -> list[tuple[str, int]]:

@@ -121,6 +121,11 @@ class Proc:
         self.stopped = True
         return self.popen.returncode
 
+    def wait_exit(self, timeout: float = 60) -> None:
+        """Wait for the process to exit by itself, successfully."""
+        assert self.popen.wait(timeout=timeout) == 0, self.log()
+        self.stopped = True
+
 
 class Procs:
     def __init__(self, log_dir: Path) -> None:
