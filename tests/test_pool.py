@@ -21,14 +21,15 @@ from config.settings import DEFAULT_DB_POOL_SIZE
 from runs import services
 from runs.events import EventType
 from runs.models import Run
-from tests.factories import running_run
+from tests.factories import queued_run, running_run
 from tests.support.db import connections_named, query_one, sessions_settled, token_for
 from tests.support.faults import request, token_header
-from tests.support.procs import Proc, Procs, connections_to, wait_http_ok, web_env
+from tests.support.procs import Proc, Procs, connections_to, subprocess_env, wait_http_ok, web_env
 from tests.support.runs import assert_exact_log
 from tests.support.sse import Stream, auth_headers, stream_path, watch
 from tests.support.threads import DbThread
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_status
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -141,3 +142,22 @@ def test_without_the_pool_every_request_starts_a_session(procs: Procs, alice: Us
     print(f"100 requests without a pool: {grown} new sessions")
     assert statuses == [200] * 100
     assert grown >= 100
+
+
+def test_a_worker_refuses_a_pool_too_small_for_its_database_threads(procs: Procs, alice: User) -> None:
+    # Concurrency 4: four work threads, two control threads and a sweep thread, each keeping its
+    # connection for life once it has one, and the main thread's: eight at most, at once.
+    for size in ("4", "7"):
+        env = subprocess_env(RUNLEDGER_DB_POOL_SIZE=size)
+        refused = procs.worker(f"small-{size}", concurrency=4, env=env, wait_ready=False)
+        assert refused.popen.wait(timeout=30) != 0, refused.log()
+        refused.stopped = True
+        assert f"RUNLEDGER_DB_POOL_SIZE={size} is smaller than the 8 connections" in refused.log(), refused.log()
+        assert "at least 8" in refused.log()
+        assert f"runworker small-{size} ready" not in refused.log()
+
+    # Eight is enough: the worker starts and completes more runs than it takes at once.
+    procs.worker("w8", concurrency=4, env=subprocess_env(RUNLEDGER_DB_POOL_SIZE="8"))
+    runs = [queued_run(alice, input={"deltas": 5, "delay_ms": 5}) for _ in range(6)]
+    for run in runs:
+        wait_status(run, "completed", timeout=30)
