@@ -8,19 +8,18 @@ RUNLEDGER_TEST_SEED=<seed>.
 import asyncio
 import os
 import random
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import Run, RunAttempt
 from tests.factories import running_run
-from tests.support.db import event_table_reads, listen_pids, token_for
+from tests.support.db import event_table_reads, listen_pids, query_one, token_for
 from tests.support.procs import Proc, Procs, connections_to, start_writer, subprocess_env, threads_of, web_env
-from tests.support.sse import Event, Stream, auth_headers, watch
+from tests.support.runs import assert_exact_log
+from tests.support.sse import Event, Stream, auth_headers, stream_path, watch
 from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 
@@ -28,30 +27,6 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 SEED = int(os.environ.get("RUNLEDGER_TEST_SEED") or random.randrange(2**32))
 ON_POSTGRESQL = not os.environ.get("DATABASE_URL", "").startswith("sqlite")
-
-
-def stream_path(run: Run) -> str:
-    # Like an EventSource: the URL never changes; reconnects add the Last-Event-ID header.
-    return f"/api/runs/{run.pk}/stream/?after_seq=0"
-
-
-def wait_exit(proc: Proc, timeout: float = 60) -> None:
-    assert proc.popen.wait(timeout=timeout) == 0, proc.log()
-    proc.stopped = True
-
-
-def query_one(sql: str, params: list[Any]) -> Any:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()[0]
-
-
-def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
-    """The events are exactly the stored ones after `after`: no gap, no duplicate, in order."""
-    rows = list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq"))
-    assert [e.seq for e in events] == [r.seq for r in rows]
-    assert [e.event for e in events] == [r.type for r in rows]
-    assert [e.json() for e in events] == [r.as_dict() for r in rows]
 
 
 # --- a client that drops its connection at random points ---------------------------------------
@@ -101,7 +76,7 @@ def test_random_drops_with_last_event_id_reconnects_reassemble_the_exact_log(pro
         events, drops, while_writing, final = asyncio.run(
             asyncio.wait_for(reassemble(web, run, token, rng, writer), 90)
         )
-        wait_exit(writer)
+        writer.wait_exit()
         run.refresh_from_db()
         assert run.status == "completed"
         assert_exact_log(events, run)
@@ -145,7 +120,7 @@ def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_o
             measured["reads_before"] = await asyncio.to_thread(in_thread(event_table_reads))
         writer = start_writer(procs, run, count=200, seed=SEED, pause_ms=5)
         results = await asyncio.gather(*watchers)
-        await asyncio.to_thread(wait_exit, writer)
+        await asyncio.to_thread(writer.wait_exit)
         if ON_POSTGRESQL:
             measured["reads_after"] = await asyncio.to_thread(in_thread(event_table_reads))
         return results
@@ -217,7 +192,7 @@ def test_two_web_processes_see_every_event_and_a_killed_listen_connection_loses_
         await asyncio.to_thread(
             in_thread(lambda: wait_until(lambda: listening_again(before), 20, "both processes listen again"))
         )
-        await asyncio.to_thread(wait_exit, writer)
+        await asyncio.to_thread(writer.wait_exit)
 
         # 2. The last events, and the run's end, commit while nobody listens and nothing follows
         # them: only the wake-up on reconnect can bring them to the watchers.

@@ -1,7 +1,10 @@
 """Straight from the database, beside the services: API tokens for the clients, and what PostgreSQL
-reports about connections and the events table (pg_stat_activity, pg_stat_user_tables)."""
+reports about connections, sessions and the events table (pg_stat_activity, pg_stat_database,
+pg_stat_user_tables)."""
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connection
@@ -16,14 +19,42 @@ def token_for(user: User) -> str:
     return Token.objects.get_or_create(user=user)[0].key
 
 
+def query_one(sql: str, params: list[Any]) -> Any:
+    """The first column of the first row of `sql`, on this thread's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()[0]
+
+
+def settled(read: Callable[[], int], what: str) -> int:
+    """A cumulative statistic once PostgreSQL stops moving it: backends flush their counts to the
+    statistics when they go idle or close, a moment after what they count happened."""
+    seen = [read()]
+
+    def still() -> bool:
+        time.sleep(0.3)  # the interval between two looks at the statistics
+        seen.append(read())
+        return seen[-1] == seen[-2]
+
+    wait_until(still, 15, f"{what} settle")
+    return seen[-1]
+
+
 # --- connections ----------------------------------------------------------------------------------
+
+
+def sessions_started() -> int:
+    """Sessions (client connections) the server has started on the test database so far."""
+    return int(query_one("SELECT sessions FROM pg_stat_database WHERE datname = current_database()", []))
+
+
+def sessions_settled() -> int:
+    return settled(sessions_started, "session statistics")
 
 
 def connections_named(application_name: str) -> int:
     """Connections to the server that carry `application_name` (see procs.web_env)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name])
-        return int(cursor.fetchone()[0])
+    return int(query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name]))
 
 
 def listen_connections(role: str) -> list[tuple[str, int]]:
@@ -78,12 +109,4 @@ def event_table_scans() -> int:
 def event_table_reads() -> int:
     """Scans of the events table, once PostgreSQL's statistics stop moving (backends flush them
     when they close, which the web process's reads do right away)."""
-    seen = [event_table_scans()]
-
-    def settled() -> bool:
-        time.sleep(0.3)  # the interval between two looks at the statistics
-        seen.append(event_table_scans())
-        return seen[-1] == seen[-2]
-
-    wait_until(settled, 15, "event-table statistics settle")
-    return seen[-1]
+    return settled(event_table_scans, "event-table statistics")

@@ -110,7 +110,8 @@ class Proc:
         self.stopped = True
 
     def stop(self, timeout: float = 10) -> int | None:
-        """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+        """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds; and SIGKILL for
+        whatever of its process group outlived it (children that a supervisor left behind)."""
         if self.popen.poll() is None:
             os.killpg(self.pid, signal.SIGTERM)
             try:
@@ -118,8 +119,16 @@ class Proc:
             except subprocess.TimeoutExpired:
                 os.killpg(self.pid, signal.SIGKILL)
                 self.popen.wait(timeout=10)
+        if group_members(self.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
         self.stopped = True
         return self.popen.returncode
+
+    def wait_exit(self, timeout: float = 60) -> None:
+        """Wait for the process to exit by itself, successfully."""
+        assert self.popen.wait(timeout=timeout) == 0, self.log()
+        self.stopped = True
 
 
 class Procs:
@@ -137,11 +146,16 @@ class Procs:
         self.started.append(proc)
         return proc
 
-    def uvicorn(self, *, env: dict[str, str] | None = None, port: int | None = None, timeout: float = 30) -> Proc:
-        """Start a uvicorn web process and wait until it answers /healthz/."""
+    def uvicorn(
+        self, *, env: dict[str, str] | None = None, port: int | None = None, workers: int = 1, timeout: float = 30
+    ) -> Proc:
+        """Start a uvicorn web process and wait until it answers /healthz/. With `workers` > 1 it
+        is uvicorn's supervisor, which serves through that many child processes (in its process
+        group, so `Proc.stop` signals them too)."""
         port = port or free_port()
         args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
         args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+        args += ["--workers", str(workers)] if workers > 1 else []
         proc = self.start("uvicorn", args, env or subprocess_env(), port=port)
         wait_http_ok(proc, "/healthz/", timeout=timeout)
         return proc
@@ -154,11 +168,14 @@ class Procs:
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 30,
+        wait_ready: bool = True,
     ) -> Proc:
-        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL)."""
+        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL);
+        with `wait_ready=False`, only start it (for a worker that is to refuse to start)."""
         cmd = [sys.executable, "manage.py", "runworker", "--worker-id", worker_id, "--concurrency", str(concurrency)]
         proc = self.start(f"worker-{worker_id}", cmd + (args or []), env or subprocess_env())
-        wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
+        if wait_ready:
+            wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
         return proc
 
     def stop_all(self, timeout: float = 5) -> None:
@@ -246,20 +263,31 @@ def process_gone(pid: int) -> bool:
     return False
 
 
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, process group) of `pid` from /proc, or None once it has exited."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name, in parentheses, may hold anything: the fields follow its last ')'.
+    state, ppid, pgrp = stat.rpartition(")")[2].split()[:3]
+    return state, int(ppid), int(pgrp)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent process id of `pid`, or None once it has exited."""
+    found = _stat(pid)
+    return None if found is None else found[1]
+
+
 def group_members(pgid: int) -> list[int]:
     """The live processes (zombies left out) of process group `pgid`."""
     members = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # it exited while we looked
-        # The command name, in parentheses, may hold anything: the fields follow its last ')'.
-        state, _ppid, pgrp = stat.rpartition(")")[2].split()[:3]
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            members.append(int(entry))
+        if entry.isdigit() and (found := _stat(int(entry))) is not None:
+            state, _ppid, pgrp = found
+            if pgrp == pgid and state not in ("Z", "X"):
+                members.append(int(entry))
     return sorted(members)
 
 

@@ -3,6 +3,7 @@ a test sees what another process or thread committed."""
 
 from runs.events import EventType
 from runs.models import Run, RunAttempt, RunEvent
+from tests.support.sse import Event
 
 
 def fresh(run: Run) -> Run:
@@ -45,3 +46,12 @@ def delta_count(run: Run) -> int:
 
 def deltas_of(run: Run, generation: int) -> int:
     return RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA, attempt=generation).count()
+
+
+def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
+    """The events (as a stream delivered them) are exactly the stored ones after `after`: no gap,
+    no duplicate, in order."""
+    rows = list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq"))
+    assert [e.seq for e in events] == [r.seq for r in rows]
+    assert [e.event for e in events] == [r.type for r in rows]
+    assert [e.json() for e in events] == [r.as_dict() for r in rows]

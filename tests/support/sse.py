@@ -12,8 +12,11 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from runs.models import Run
 
 
 @dataclass
@@ -173,6 +176,11 @@ class Stream:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def stream_path(run: "Run") -> str:
+    # Like an EventSource: the URL never changes; reconnects add the Last-Event-ID header.
+    return f"/api/runs/{run.pk}/stream/?after_seq=0"
 
 
 def auth_headers(token: str, last_event_id: str | None = None) -> dict[str, str]:

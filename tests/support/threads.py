@@ -1,10 +1,15 @@
 """Real threads against the database: each on its own connection, closed when it is done."""
 
+import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, TypeVar
 
 from django.db import connection
+
+T = TypeVar("T")
 
 
 def race(n: int, target: Callable[[int], Any]) -> list[Any]:
@@ -43,3 +48,27 @@ def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
             connection.close()
 
     return run
+
+
+class DbThread:
+    """One thread for a test's database work while its main thread runs an event loop (where the
+    ORM may not run). Its connection opens with the first call and is kept until the `with` block
+    ends: however many calls it serves, the test adds one session to the server, not one a call."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-db")
+
+    def call(self, fn: Callable[[], T], timeout: float = 60) -> T:
+        return self._executor.submit(fn).result(timeout=timeout)
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.wrap_future(self._executor.submit(fn))
+
+    def __enter__(self) -> "DbThread":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            self.call(lambda: connection.close())
+        finally:
+            self._executor.shutdown()

@@ -1,0 +1,163 @@
+"""Every process borrows its PostgreSQL connections from a pool (config/settings.py,
+RUNLEDGER_DB_POOL_SIZE): a web process reuses a few of them for any number of requests and streams,
+and a worker refuses to start with a pool too small for the connections its threads keep for life.
+
+PostgreSQL only (no test here is marked `sqlite`): SQLite has no pool and no sessions to count.
+The server counts every session it starts (pg_stat_database.sessions), so a web process that
+opened connections instead of borrowing them shows in that count, whatever its connections'
+names. The test's own database work runs on the main thread's connection and on one `DbThread`,
+both opened before the count starts: what the count grows by is the web process's alone, its
+pool's connections and the LISTEN connection it opens with its first stream.
+"""
+
+import asyncio
+import contextlib
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from config.settings import DEFAULT_DB_POOL_SIZE
+from runs import services
+from runs.events import EventType
+from runs.models import Run
+from tests.factories import queued_run, running_run
+from tests.support.db import connections_named, query_one, sessions_settled, token_for
+from tests.support.faults import request, token_header
+from tests.support.procs import Proc, Procs, connections_to, subprocess_env, wait_http_ok, web_env
+from tests.support.runs import assert_exact_log
+from tests.support.sse import Stream, auth_headers, stream_path, watch
+from tests.support.threads import DbThread
+from tests.support.waiting import wait_until
+from tests.support.workers import wait_status
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+POOLED = "runledger-pooltest"
+UNPOOLED = "runledger-nopooltest"
+
+
+def append(run: Run, n: int) -> None:
+    events = [(EventType.OUTPUT_DELTA, {"text": f"delta {i}"}) for i in range(n)]
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=events)
+
+
+async def plain_requests(web: Proc, run: Run, token: str, n: int, at_once: int = 8) -> list[int]:
+    """`n` API reads of the run (its detail and its events, in turn), `at_once` in flight: their statuses."""
+    paths = [f"/api/runs/{run.pk}/", f"/api/runs/{run.pk}/events/"]
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(i: int) -> int:
+        async with gate:
+            return (await request(web.url, "GET", paths[i % 2], headers=token_header(token))).status
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def read_first_event(web: Proc, run: Run, token: str) -> Stream:
+    stream = await Stream(web.url, stream_path(run), auth_headers(token)).open()
+    assert stream.status == 200, (stream.status, stream.body)
+    async for _ in stream.events():
+        break
+    return stream
+
+
+def idle_in_transaction(application_name: str) -> int:
+    return int(
+        query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state LIKE 'idle in transaction%%'",
+            [application_name],
+        )
+    )
+
+
+def test_the_web_process_reuses_pooled_connections_and_survives_aborted_streams(procs: Procs, alice: User) -> None:
+    web = procs.uvicorn(env=web_env(POOLED))
+    token = token_for(alice)
+    run = running_run(alice)
+    append(run, 5)
+    port = int(web.port or 0)
+
+    async def abort_streams_while_appending(db: DbThread) -> int:
+        """Three rounds of 60 streams, each read to its first event and then reset, while events
+        are appended to the run: how many were appended."""
+        stop = asyncio.Event()
+
+        async def writer() -> int:
+            appended = 0
+            while not stop.is_set():
+                await db.run(lambda: append(run, 2))
+                appended += 2
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.02):  # pacing the writer, not synchronising
+                        await stop.wait()
+            return appended
+
+        writing = asyncio.create_task(writer())
+        try:
+            for _ in range(3):
+                streams = await asyncio.gather(*(read_first_event(web, run, token) for _ in range(60)))
+                for stream in streams:
+                    stream.abort()  # RST: the server learns of it only from its socket
+        finally:
+            stop.set()
+        return await writing
+
+    with DbThread() as db:
+        db.call(lambda: connection.ensure_connection())
+        # The pool opens with the first request that needs the database, with its first two
+        # connections: counted before, they do not pass for new ones.
+        wait_http_ok(web, "/readyz/")
+        wait_until(lambda: connections_named(POOLED) >= 2, 10, "the web process's pool opened")
+        before = sessions_settled()
+        appended = asyncio.run(asyncio.wait_for(abort_streams_while_appending(db), 30))
+        wait_until(lambda: connections_to(port) == 0, 10, "the web process dropped every aborted stream")
+        statuses = asyncio.run(asyncio.wait_for(plain_requests(web, run, token, 300), 30))
+        grown = sessions_settled() - before
+
+    print(f"{appended} events appended while 180 streams were aborted; 300 requests; {grown} new sessions")
+    assert appended > 0
+    # No 503: an exhausted pool would have made requests wait out its timeout, then fail.
+    assert statuses == [200] * 300, sorted(set(statuses))
+    # The pool's connections (never more than its size), the LISTEN connection, one to spare.
+    assert grown <= DEFAULT_DB_POOL_SIZE + 2
+    assert idle_in_transaction(POOLED) == 0
+    assert connections_named(POOLED) <= DEFAULT_DB_POOL_SIZE
+    assert "rolling back returned connection" not in web.log(), web.log()
+
+    # And streams are still served: a new watcher gets the whole log to the run's end.
+    services.run_complete(run_id=run.pk, generation=run.generation, output={"ok": True})
+    run.refresh_from_db()
+    assert_exact_log(asyncio.run(watch(web.url, stream_path(run), auth_headers(token), timeout=20)), run)
+
+
+def test_without_the_pool_every_request_starts_a_session(procs: Procs, alice: User) -> None:
+    # What the pool saves, and proof that the count above would see connections opened per request.
+    web = procs.uvicorn(env=web_env(UNPOOLED, RUNLEDGER_DB_POOL_SIZE="0"))
+    token = token_for(alice)
+    run = running_run(alice)
+    before = sessions_settled()
+    statuses = asyncio.run(asyncio.wait_for(plain_requests(web, run, token, 100), 30))
+    grown = sessions_settled() - before
+    print(f"100 requests without a pool: {grown} new sessions")
+    assert statuses == [200] * 100
+    assert grown >= 100
+
+
+def test_a_worker_refuses_a_pool_too_small_for_its_database_threads(procs: Procs, alice: User) -> None:
+    # Concurrency 4: four work threads, two control threads and a sweep thread, each keeping its
+    # connection for life once it has one, and the main thread's: eight at most, at once.
+    for size in ("4", "7"):
+        env = subprocess_env(RUNLEDGER_DB_POOL_SIZE=size)
+        refused = procs.worker(f"small-{size}", concurrency=4, env=env, wait_ready=False)
+        assert refused.popen.wait(timeout=30) != 0, refused.log()
+        refused.stopped = True
+        assert f"RUNLEDGER_DB_POOL_SIZE={size} is smaller than the 8 connections" in refused.log(), refused.log()
+        assert "at least 8" in refused.log()
+        assert f"runworker small-{size} ready" not in refused.log()
+
+    # Eight is enough: the worker starts and completes more runs than it takes at once.
+    procs.worker("w8", concurrency=4, env=subprocess_env(RUNLEDGER_DB_POOL_SIZE="8"))
+    runs = [queued_run(alice, input={"deltas": 5, "delay_ms": 5}) for _ in range(6)]
+    for run in runs:
+        wait_status(run, "completed", timeout=30)
