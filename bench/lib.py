@@ -156,9 +156,17 @@ class Sampler(threading.Thread):
     """Peak RSS, threads and database connections of a process, sampled every `interval` s until
     `stop_event` is set."""
 
-    def __init__(self, pid: int, count_connections: Callable[[], int], interval: float) -> None:
+    def __init__(
+        self,
+        pid: int,
+        count_connections: Callable[[], int],
+        interval: float,
+        status: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.pid = pid
+        # RSS and threads: of the process, or what `status` adds up (several web processes).
+        self.status = status or (lambda: proc_status(self.pid))
         self.count_connections = count_connections
         self.interval = interval
         self.stop_event = threading.Event()
@@ -166,9 +174,9 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_event.wait(self.interval):
-            sample = {**proc_status(self.pid), "db_connections": self.count_connections()}
+            sample = {**self.status(), "db_connections": self.count_connections()}
             for key, value in sample.items():
-                self.peak[key] = max(self.peak[key], value)
+                self.peak[key] = max(self.peak.get(key, 0), value)
 
 
 class CpuMeter:

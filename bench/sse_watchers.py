@@ -1,7 +1,10 @@
-"""Benchmark: many SSE watchers of one run on one uvicorn web process.
+"""Benchmark: many SSE watchers of one run on one uvicorn web process (or several).
 
     .venv/bin/python bench/sse_watchers.py [--watchers 500] [--events 100] [--interval 0.1]
-                                           [--database-url URL]
+                                           [--web-processes 1] [--database-url URL]
+
+With `--web-processes N` uvicorn serves through N child processes (`--workers N`); the kernel
+spreads the watchers' connections over them, and the web figures are the sum over the children.
 
 Without --database-url it starts a throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR
 --durable`) and stops it afterwards. Three processes: the web process (uvicorn), a writer that
@@ -17,6 +20,7 @@ streams on one core, so the delays are an upper bound on the server's.
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -32,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, Sampler, durable_cluster
-from tests.support.procs import ROOT, Procs, proc_status
+from tests.support.procs import ROOT, Procs, group_members, proc_status
 
 WEB_APP_NAME = "bench-sse-web"
 
@@ -66,6 +70,7 @@ def main() -> int:
     parser.add_argument("--watchers", type=int, default=500)
     parser.add_argument("--events", type=int, default=100)
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between the writer's commits")
+    parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N")
     parser.add_argument("--database-url", help="an existing, empty PostgreSQL database instead of a new cluster")
     parser.add_argument("--writer", nargs=4, metavar=("RUN", "GEN", "COUNT", "INTERVAL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -92,7 +97,7 @@ def main() -> int:
 
         from runs import services
         from runs.models import RunEvent
-        from tests.support.db import connections_named, event_table_scans, listener_backends
+        from tests.support.db import connections_named, event_table_scans, listening
         from tests.support.sse import auth_headers, watch
 
         user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
@@ -102,16 +107,30 @@ def main() -> int:
         assert claimed is not None and claimed[0].pk == run.pk
         run = claimed[0]
 
-        web = procs.uvicorn(env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"})
+        web = procs.uvicorn(
+            env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"}, workers=args.web_processes
+        )
         base = web.url
+
+        def web_status() -> dict[str, int]:
+            """RSS and threads of the web process, or summed over uvicorn's children."""
+            pids = [web.pid] if args.web_processes == 1 else [p for p in group_members(web.pid) if p != web.pid]
+            totals = {"rss_kb": 0, "threads": 0, "processes": 0}
+            for pid in pids:
+                with contextlib.suppress(FileNotFoundError):
+                    status = proc_status(pid)
+                    totals["rss_kb"] += status["rss_kb"]
+                    totals["threads"] += status["threads"]
+                    totals["processes"] += 1
+            return totals
 
         def db_connections() -> int:
             return connections_named(WEB_APP_NAME)
 
         def listen_connections() -> int:
-            return len(listener_backends(web, role="web"))
+            return len(listening("web"))
 
-        before = proc_status(web.pid)
+        before = web_status()
         path = f"/api/runs/{run.pk}/stream/?after_seq=0"
 
         async def bench() -> dict[str, Any]:
@@ -124,12 +143,12 @@ def main() -> int:
             connect_seconds = time.monotonic() - t0
             await asyncio.sleep(3)  # let the connect burst settle before measuring the idle state
             idle = {
-                **proc_status(web.pid),
+                **web_status(),
                 "db_connections": await asyncio.to_thread(db_connections),
                 "listen_connections": await asyncio.to_thread(listen_connections),
             }
             scans_before = await asyncio.to_thread(event_table_scans)
-            sampler = Sampler(web.pid, db_connections, interval=0.05)
+            sampler = Sampler(web.pid, db_connections, interval=0.05, status=web_status)
             sampler.start()
             writer = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -175,6 +194,7 @@ def main() -> int:
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
             "watchers": args.watchers,
+            "web_processes": args.web_processes,
             "events": len(measured["committed"]),
             "interval_seconds": args.interval,
             "watchers_with_every_event_in_order": complete,
@@ -204,7 +224,7 @@ def main() -> int:
 def print_table(r: dict[str, Any]) -> None:
     d, w = r["delay_seconds"], r["web_process"]
     rows = [
-        ("watchers (one run, one uvicorn process)", f"{r['watchers']}"),
+        ("watchers (one run)", f"{r['watchers']} on {r['web_processes']} web process(es)"),
         ("events (one commit each, every)", f"{r['events']} ({r['interval_seconds']} s apart)"),
         ("watchers that got every event, in order", f"{r['watchers_with_every_event_in_order']}"),
         ("time to connect all watchers", f"{r['connect_all_seconds']} s"),

@@ -45,9 +45,8 @@ def _env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in os.environ[name].split(",") if item.strip()]
 
 
-# Connections one process may hold at once on PostgreSQL (RUNLEDGER_DB_POOL_SIZE): enough for a web
-# process's stream threads (4 + 4) and a few requests in flight, and for a worker's database threads
-# (at most 7) and its main thread.
+# Connections a web process may hold at once on PostgreSQL (RUNLEDGER_DB_POOL_SIZE): its stream
+# threads (4 + 4) and a few requests in flight; more requests wait for one. Workers keep their own.
 DEFAULT_DB_POOL_SIZE = 10
 
 
@@ -75,12 +74,12 @@ def database_from_url(url: str) -> dict[str, Any]:
     }
     pool_size = _env_int("RUNLEDGER_DB_POOL_SIZE", DEFAULT_DB_POOL_SIZE)
     if pool_size > 0:
-        # Each process borrows its connections from a pool of its own (psycopg_pool through
-        # Django): a new PostgreSQL connection costs ~9 ms here, a borrowed one ~0.1 ms. The web
-        # process's threads give theirs back at the end of each request or read; a worker's
-        # database threads keep theirs for life (runs/worker/db.py checks the pool holds them).
-        # Waiting for a free one is bounded like a connect, so an unreachable or exhausted
-        # database still answers 503 promptly. 0 turns the pool off (a connection per request).
+        # A web process borrows its connections from a pool of its own (psycopg_pool through
+        # Django): a new PostgreSQL connection costs ~9 ms here, a borrowed one ~0.1 ms. Its threads
+        # give theirs back at the end of each request or read. Waiting for a free one is bounded
+        # like a connect, so an unreachable or exhausted database still answers 503 promptly.
+        # 0 turns the pool off (a connection per request). `runworker` takes itself off the pool
+        # (runs/worker/db.py): its database threads keep their connections for life.
         options["pool"] = {
             "min_size": min(2, pool_size),
             "max_size": pool_size,

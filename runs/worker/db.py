@@ -22,8 +22,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.db import InterfaceError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
@@ -119,32 +118,21 @@ CONTROL_THREADS = 2
 SWEEP_THREADS = 1
 
 
-def require_pool_room(*, work_threads: int, concurrency: int) -> None:
-    """Refuse a connection pool too small for the lanes' connections (plus the main thread's).
+def without_pool() -> None:
+    """Take this process off the connection pool (call before its first connection).
 
-    A lane's thread keeps its connection for life, so a pool smaller than the lanes leaves the
-    last ones waiting on it forever: the worker claimed runs and then appended nothing — a stall
-    with no error, which is what a small pool looked like before this check."""
-    pool = connection.settings_dict.get("OPTIONS", {}).get("pool")
-    if connection.vendor != "postgresql" or not pool:
-        return
-    needed = work_threads + CONTROL_THREADS + SWEEP_THREADS + 1
-    size = int(pool.get("max_size", needed)) if isinstance(pool, dict) else needed
-    if size < needed:
-        raise ImproperlyConfigured(
-            f"RUNLEDGER_DB_POOL_SIZE={size} is smaller than the {needed} connections a worker with concurrency "
-            f"{concurrency} holds (one for each of its {needed - 1} database threads, for life, and one for its "
-            f"main thread): set it to at least {needed}, or 0 for no pool"
-        )
+    The lanes' threads keep their connections for life: they are the worker's own fixed pool, and
+    psycopg_pool adds nothing to them but harm. A pool smaller than the lanes starved the last
+    ones (a worker with a pool of 2 claimed a run and stalled, with no error); and while the server
+    is down, a call waits up to the pool's timeout for a connection instead of being refused at
+    once, which held an attempt's writer past the moment its lease told it to stop (its released_at
+    fell after its lease had lapsed, in tests/test_pg_restart.py)."""
+    settings.DATABASES[DEFAULT_DB_ALIAS]["OPTIONS"].pop("pool", None)
 
 
 class Db:
     """The worker's lanes: `control` for what cancellation latency and leases depend on, `sweep`
     for the sweeper, `work` for the rest."""
-
-    @staticmethod
-    def work_threads_for(concurrency: int) -> int:
-        return min(max(2, concurrency), 4)
 
     def __init__(self, *, work_threads: int) -> None:
         self.sqlite = connection.vendor == "sqlite"

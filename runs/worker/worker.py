@@ -43,7 +43,7 @@ from runs.listener import Listener
 from runs.models import Run
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import AttemptConfig, Execution
-from runs.worker.db import Db, require_pool_room
+from runs.worker.db import Db
 from runs.worker.registry import AttemptRegistry
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,6 @@ class Worker:
             settings.RUNLEDGER_SQLITE_POLL_SECONDS if self.sqlite else settings.RUNLEDGER_POLL_SECONDS
         )
         require_intervals()  # also under --skip-checks, and for settings made in code
-        require_pool_room(work_threads=Db.work_threads_for(self.concurrency), concurrency=self.concurrency)
         self.attempt_config = AttemptConfig.configured()
         self.shutdown_grace_seconds = float(settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS)
         self.sweep_seconds = float(settings.RUNLEDGER_SWEEP_SECONDS)
@@ -140,7 +139,7 @@ class Worker:
     async def _main(self, install_signals: bool) -> int:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._db = Db(work_threads=Db.work_threads_for(self.concurrency))
+        self._db = Db(work_threads=min(max(2, self.concurrency), 4))
         poller: asyncio.Task[None] | None = None
         sweeper: asyncio.Task[None] | None = None
         listening: asyncio.Task[None] | None = None

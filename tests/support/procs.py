@@ -168,14 +168,11 @@ class Procs:
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
         timeout: float = 30,
-        wait_ready: bool = True,
     ) -> Proc:
-        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL);
-        with `wait_ready=False`, only start it (for a worker that is to refuse to start)."""
+        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL)."""
         cmd = [sys.executable, "manage.py", "runworker", "--worker-id", worker_id, "--concurrency", str(concurrency)]
         proc = self.start(f"worker-{worker_id}", cmd + (args or []), env or subprocess_env())
-        if wait_ready:
-            wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
+        wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
         return proc
 
     def stop_all(self, timeout: float = 5) -> None:

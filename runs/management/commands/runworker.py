@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from runs.agents.loading import require_agents
 from runs.worker import Worker
+from runs.worker.db import without_pool
 
 
 class Command(BaseCommand):
@@ -23,6 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         # Also under --skip-checks: a worker without its agents would fail every run it claims.
         require_agents()
+        without_pool()
         worker = Worker(
             worker_id=options["worker_id"],
             concurrency=options["concurrency"],
