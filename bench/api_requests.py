@@ -1,5 +1,7 @@
 """One request at a time over HTTP (issue 18's table): what a user waits for on each endpoint.
 
+    .venv/bin/python bench/api_requests.py [--samples 300]   (also a phase of bench/run_all.py)
+
 Measured on a kept-alive connection, one request after the other, with the workers paused
 (SIGSTOP) so that created runs stay queued and nothing else runs meanwhile:
 `GET /healthz/` (no database), `GET /api/runs/{id}/`, `POST /api/runs/`, `POST …/cancel/` of a
@@ -14,10 +16,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from bench.lib import Ctx, Http, summary
-from bench.scenarios import make_running_run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.lib import Ctx, Http, app_running, durable_cluster, run_floor, summary
 from tests.support.procs import Procs, free_port, wait_http_ok
 
 
@@ -45,7 +49,6 @@ def _timed(samples: int, call: Callable[[int], tuple[int, Any]], expect: int) ->
 def bare_uvicorn(samples: int) -> dict[str, float]:
     """The same request loop against uvicorn alone (no Django): where the HTTP layer's time ends."""
     import tempfile
-    from pathlib import Path
 
     procs = Procs(Path(tempfile.mkdtemp(prefix="runledger-bench-hello-")))
     try:
@@ -63,6 +66,8 @@ def bare_uvicorn(samples: int) -> dict[str, float]:
 
 
 def measure(ctx: Ctx, *, samples: int) -> dict[str, Any]:
+    from bench.scenarios import make_running_run  # after django.setup()
+
     bare = bare_uvicorn(samples)
     http = Http(ctx.base, ctx.token)
     warm = 20
@@ -95,3 +100,23 @@ def measure(ctx: Ctx, *, samples: int) -> dict[str, Any]:
         "cancel_queued_ms": cancel_queued,
         "cancel_running_ms": cancel_running,
     }
+
+
+def main() -> int:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--no-floor", action="store_true", help="skip pg_floor.py (about 2 minutes)")
+    args = parser.parse_args()
+    with durable_cluster() as cluster:
+        floor = {} if args.no_floor else run_floor(cluster.create_database("floor"))
+        with app_running(cluster, workers=1, concurrency=4) as ctx:
+            result = measure(ctx, samples=args.samples)
+    print(json.dumps({"floor_lock_check_write_ms": floor.get("lock_check_write_ms"), **result}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
