@@ -7,6 +7,7 @@ readable from the environment variable of the same name, so tests can make them 
 
 import os
 import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -139,12 +140,19 @@ def _secret_key(allowed_hosts: list[str]) -> str:
             "(a random local key is kept only while every allowed host is local)"
         )
     path = Path(os.environ.get("RUNLEDGER_LOCAL_SECRET_FILE") or BASE_DIR / ".runledger-secret-key")
-    try:
-        # Exclusive creation: of processes starting at once, one writes and the others read it.
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as made:
-            made.write(secrets.token_urlsafe(50))
-    except FileExistsError:
-        pass
+    if not path.exists():
+        # Written whole to a file of its own (mode 0600), then linked into place, which fails if
+        # the file exists: of processes starting at once, one key wins, and no process can read a
+        # file another has created but not yet written.
+        made, made_path = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(made, "w") as written:
+                written.write(secrets.token_urlsafe(50))
+            os.link(made_path, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(made_path)
     key = path.read_text().strip()
     if not key:
         raise ImproperlyConfigured(f"{path} (the local secret key) is empty: delete it, or set DJANGO_SECRET_KEY")
