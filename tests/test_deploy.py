@@ -1,5 +1,6 @@
 """Production (DESIGN §9, deploy/): settings that refuse an unsafe start, a real nginx started from
-deploy/nginx.conf.template in front of uvicorn and a worker, and the app's own body limit without it.
+deploy/nginx.conf.template in front of uvicorn and a worker, the app's own body limit without it,
+and the systemd units.
 
 The settings proofs start processes with nothing of the suite's environment: only PATH and the
 variables an operator sets, on the embedded default database (no DATABASE_URL).
@@ -24,6 +25,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.management import load_command_class
+from uvicorn.main import main as uvicorn_command
 
 from runs.models import Run, RunEvent
 from tests.support.db import token_for
@@ -404,3 +407,77 @@ def test_without_nginx_a_body_under_the_limit_is_served(bare: BareWeb, alice: Us
     assert answer.status == 201, answer.body[:300]
     assert len(json.loads(answer.body)["input"]["pad"]) == 200_000
     assert_nothing_spooled(bare)
+
+
+# --- the systemd units ----------------------------------------------------------------------------
+
+UNITS = {"runledger-web.service", "runledger-worker@.service"}
+CHECKOUT = "/srv/runledger"  # where the units expect the project
+
+
+def unit_settings(path: Path) -> dict[str, dict[str, list[str]]]:
+    """section → key → values (systemd allows a key more than once)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    section: dict[str, list[str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = sections.setdefault(line[1:-1], {})
+            continue
+        key, equals, value = line.partition("=")
+        assert equals, f"{path.name}: not a setting: {raw!r}"
+        section.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def exec_start(service: dict[str, list[str]]) -> tuple[str, list[str]]:
+    """The program (as in this checkout's virtualenv) and arguments of a unit's one ExecStart."""
+    (command,) = service["ExecStart"]
+    program, *args = command.split()
+    assert program.startswith(f"{CHECKOUT}/.venv/bin/"), program
+    local = Path(sys.executable).parent / Path(program).name
+    assert local.exists(), f"{program}: no {local.name} in the virtualenv"
+    return local.name, args
+
+
+@pytest.mark.sqlite
+def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefully() -> None:
+    assert {path.name for path in (ROOT / "deploy").glob("*.service")} == UNITS
+    units = {name: unit_settings(ROOT / "deploy" / name) for name in UNITS}
+    for name, unit in units.items():
+        service = unit["Service"]
+        for key, value in {
+            "User": "runledger",
+            "WorkingDirectory": CHECKOUT,
+            "EnvironmentFile": "/etc/runledger/env",
+            "KillSignal": "SIGTERM",
+            "KillMode": "mixed",
+            "Restart": "on-failure",
+            "NoNewPrivileges": "yes",
+            "ProtectSystem": "strict",
+            "PrivateTmp": "yes",
+        }.items():
+            assert service.get(key) == [value], (name, key)
+        assert unit["Install"]["WantedBy"] == ["multi-user.target"], name
+
+    # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's.
+    web = units["runledger-web.service"]["Service"]
+    program, args = exec_start(web)
+    assert program == "uvicorn"
+    options = uvicorn_command.make_context("uvicorn", args).params
+    assert options["app"] == "config.asgi:application"
+    assert re.search(r"^application\b", (ROOT / "config" / "asgi.py").read_text(), re.MULTILINE)
+    assert (options["host"], options["port"]) == ("127.0.0.1", 8000)
+    assert options["workers"] > 1
+    assert options["timeout_graceful_shutdown"] < int(web["TimeoutStopSec"][0])
+
+    # The worker unit: manage.py runworker, whose own parser takes its arguments; systemd waits
+    # longer than the worker's shutdown grace before it kills a worker still requeueing its runs.
+    worker = units["runledger-worker@.service"]["Service"]
+    program, args = exec_start(worker)
+    assert program == "python"
+    assert args[:2] == ["manage.py", "runworker"] and (ROOT / args[0]).exists()
+    load_command_class("runs", "runworker").create_parser("manage.py", "runworker").parse_args(args[2:])
+    assert int(worker["TimeoutStopSec"][0]) > settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS + 5
