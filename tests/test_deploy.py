@@ -388,7 +388,8 @@ def test_without_nginx_a_declared_body_over_the_limit_is_refused_at_once_unread(
 @pytest.mark.sqlite
 def test_without_nginx_a_chunked_body_is_refused_once_it_passes_the_limit(bare: BareWeb) -> None:
     assert bare.web.port is not None
-    answer = upload(("127.0.0.1", bare.web.port), "/api/runs/", size=64 * MB, chunked=True)
+    # 16 MB/s: the bound below then leaves the server 150 ms to answer, on a busy machine too.
+    answer = upload(("127.0.0.1", bare.web.port), "/api/runs/", size=64 * MB, chunked=True, chunk_size=16 * 1024)
     print(f"413 after {answer.sent / 1024:.0f} KiB of the chunked body")
     assert_payload_too_large(answer)
     # Answered before the client had sent as much as Django keeps in memory before it spools to

@@ -79,16 +79,19 @@ def upload(
     size: int,
     body_bytes: int | None = None,
     chunked: bool = False,
+    chunk_size: int = CHUNK,
     headers: dict[str, str] | None = None,
     timeout: float = 30,
     close_wait: float = CLOSE_WAIT,
 ) -> Answer:
-    """POST a body of `size` bytes (declared in Content-Length, or sent chunked) a chunk of 64 KiB at
-    a time, looking for an answer before each chunk, and stop sending as soon as one arrives. The
-    look waits up to a millisecond, so the client sends at most 64 MB/s — about what a fast network
-    carries — and `Answer.sent` measures how soon the server answered, not how deep the loopback's
-    socket buffers are. With `body_bytes`, only that much of the body is sent (0: the headers
-    alone), and the client waits for the answer."""
+    """POST a body of `size` bytes (declared in Content-Length, or sent chunked) `chunk_size` bytes
+    at a time, looking for an answer before each chunk, and stop sending as soon as one arrives.
+    The look waits up to a millisecond, so the client sends at most `chunk_size` bytes a
+    millisecond (64 MB/s by default, about what a fast network carries) and `Answer.sent` measures
+    how soon the server answered, not how deep the loopback's socket buffers are. With
+    `body_bytes`, only that much of the body is sent (0: the headers alone), and the client waits
+    for the answer."""
+    assert chunk_size <= CHUNK
     to_send = size if body_bytes is None else body_bytes
     lines = [f"POST {path} HTTP/1.1", f"Host: {address[0]}:{address[1]}", "Content-Type: application/json"]
     lines += ["Transfer-Encoding: chunked"] if chunked else [f"Content-Length: {size}"]
@@ -109,7 +112,7 @@ def upload(
                 break
             if sent == to_send:
                 continue  # all sent: wait for the answer
-            part = min(CHUNK, to_send - sent)
+            part = min(chunk_size, to_send - sent)
             frame = FILLER[:part]
             if chunked:
                 frame = f"{part:x}\r\n".encode() + frame + b"\r\n" + (b"0\r\n\r\n" if sent + part == size else b"")
