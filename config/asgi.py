@@ -18,6 +18,7 @@ requests are dispatched by the kind of view their path resolves to:
   and an open stream holds none.
 """
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
@@ -37,6 +38,7 @@ django.setup(set_prefix=False)
 
 # A web process without the agents it is configured for would refuse their runs: refuse to start.
 from runs.agents.loading import require_agents  # noqa: E402  (needs the configured Django above)
+from runs.api.errors import error_body  # noqa: E402
 
 require_agents()
 
@@ -111,7 +113,58 @@ def _is_async_view(scope: Scope) -> bool:
         return False
 
 
-django_application = Application()
+class BodyLimit:
+    """Refuses a body over `limit` bytes before Django reads it (Django's ASGI handler spools the
+    whole body to a temporary file before any middleware, and checks its size only when a view
+    reads it): a declared Content-Length over the limit at once, a chunked body as soon as it
+    passes the limit. For deployments without the proxy, which refuses them first (deploy/).
+    The connection is closed with the answer: the rest of the body is never read."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
+                return await self.refuse(send)
+        seen, over, started = 0, False, False
+
+        async def receive_within_limit() -> dict[str, Any]:
+            nonlocal seen, over
+            if over:
+                return {"type": "http.disconnect"}
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    over = True  # Django drops what it spooled when it hears of the disconnect
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def send_noting_start(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, receive_within_limit, send_noting_start)
+        if over and not started:
+            await self.refuse(send)
+
+    async def refuse(self, send: Any) -> None:
+        message = "the request body is larger than the server accepts"
+        body = json.dumps(error_body("payload_too_large", message, {"limit_bytes": self.limit})).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),  # the body is left unread: this connection cannot carry another request
+        ]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+django_application = BodyLimit(Application(), int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
 
 # The embedded deployment has no web server in front to serve the admin's static files.
 application: Any

@@ -6,6 +6,8 @@ readable from the environment variable of the same name, so tests can make them 
 """
 
 import os
+import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -118,10 +120,64 @@ def sqlite_database(path: Path) -> dict[str, Any]:
     }
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "runledger-dev-only-insecure-key-change-me")
+# Hosts a machine reaches only from itself: the embedded default, tests and a proxy on the same box.
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "testserver")
+
+
+def _secret_key(allowed_hosts: list[str]) -> str:
+    """DJANGO_SECRET_KEY; required as soon as any host beyond this machine is allowed, so a public
+    deployment never signs sessions with a key anyone could read. Refused here, at settings load,
+    so every command and every server refuses alike. The embedded default keeps a random key of
+    its own in a file beside the project (RUNLEDGER_LOCAL_SECRET_FILE), made on first use."""
+    key = os.environ.get("DJANGO_SECRET_KEY", "")
+    if key:
+        return key
+    public = [host for host in allowed_hosts if host not in LOCAL_HOSTS]
+    if public:
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY must be set: DJANGO_ALLOWED_HOSTS allows {', '.join(public)}, beyond this machine "
+            "(a random local key is kept only while every allowed host is local)"
+        )
+    path = Path(os.environ.get("RUNLEDGER_LOCAL_SECRET_FILE") or BASE_DIR / ".runledger-secret-key")
+    if not path.exists():
+        # Written whole to a file of its own (mode 0600), then linked into place, which fails if
+        # the file exists: of processes starting at once, one key wins, and no process can read a
+        # file another has created but not yet written.
+        made, made_path = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(made, "w") as written:
+                written.write(secrets.token_urlsafe(50))
+            os.link(made_path, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(made_path)
+    key = path.read_text().strip()
+    if not key:
+        raise ImproperlyConfigured(f"{path} (the local secret key) is empty: delete it, or set DJANGO_SECRET_KEY")
+    return key
+
+
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
-CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", list(LOCAL_HOSTS))
+SECRET_KEY = _secret_key(ALLOWED_HOSTS)
+CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+# Behind a TLS-terminating proxy (deploy/nginx.conf.template): cookies only over HTTPS, HSTS, plain
+# HTTP redirected, and the proxy's X-Forwarded-Proto trusted to say which it was — the proxy must
+# set it (the template does), or a client could claim HTTPS. The health checks answer over plain
+# HTTP too, for load balancers. HSTS covers subdomains and asks for preloading by default, as
+# `check --deploy` expects; DJANGO_SECURE_HSTS_PRELOAD=0 opts out.
+SECURE_HTTPS = os.environ.get("DJANGO_SECURE_HTTPS", "") == "1"
+if SECURE_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/$", r"^readyz/$"]
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = _env_int("DJANGO_SECURE_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = os.environ.get("DJANGO_SECURE_HSTS_PRELOAD", "1") == "1"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -173,7 +229,13 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": f"django.contrib.auth.password_validation.{name}"}
+    for name in (
+        "UserAttributeSimilarityValidator",
+        "MinimumLengthValidator",
+        "CommonPasswordValidator",
+        "NumericPasswordValidator",
+    )
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -182,11 +244,14 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `manage.py collectstatic` puts the admin's and the pages' files for the proxy to serve.
+STATIC_ROOT = Path(os.environ.get("RUNLEDGER_STATIC_ROOT") or BASE_DIR / "staticfiles")
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/runs/"
 
-# Bodies larger than this are refused with 413 before any parsing.
+# The largest request body, in bytes: the ASGI guard (config/asgi.py) refuses a larger one with 413
+# before Django reads it, and deploy/nginx.conf.template's client_max_body_size repeats this
+# default (change both together).
 DATA_UPLOAD_MAX_MEMORY_SIZE = _env_int("RUNLEDGER_MAX_BODY_BYTES", 256 * 1024)
 
 REST_FRAMEWORK = {

@@ -18,6 +18,9 @@
     sse.py         an SSE client over raw sockets that parses streams as EventSource does
     sse_writer.py  a stand-in worker process that appends events (procs.start_writer starts it)
     proxies.py     loopback proxies a test can cut: browser -> uvicorn, one process -> PostgreSQL
+    nginx.py       Debian's nginx started from deploy/nginx.conf.template in front of a web process
+    raw_http.py    clients over raw sockets: a large upload that notes when the answer came, a
+                   slowloris that never finishes its headers, a request from another loopback address
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
 

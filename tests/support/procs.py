@@ -147,14 +147,22 @@ class Procs:
         return proc
 
     def uvicorn(
-        self, *, env: dict[str, str] | None = None, port: int | None = None, workers: int = 1, timeout: float = 30
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        workers: int = 1,
+        timeout: float = 30,
+        access_log: bool = False,
     ) -> Proc:
         """Start a uvicorn web process and wait until it answers /healthz/. With `workers` > 1 it
         is uvicorn's supervisor, which serves through that many child processes (in its process
-        group, so `Proc.stop` signals them too)."""
+        group, so `Proc.stop` signals them too). With `access_log`, its log has a line for every
+        request it answered (`127.0.0.1:40000 - "GET /healthz/ HTTP/1.1" 200`)."""
         port = port or free_port()
         args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
-        args += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+        args += ["--port", str(port)]
+        args += ["--log-level", "info"] if access_log else ["--no-access-log", "--log-level", "warning"]
         args += ["--workers", str(workers)] if workers > 1 else []
         proc = self.start("uvicorn", args, env or subprocess_env(), port=port)
         wait_http_ok(proc, "/healthz/", timeout=timeout)

@@ -1,0 +1,95 @@
+"""Debian's nginx in front of a web process, started from deploy/nginx.conf.template as an operator
+would: the template filled by `envsubst` naming its four variables, then `nginx -p PREFIX -c
+PREFIX/nginx.conf`, in the foreground (the template says `daemon off`) under `Procs`.
+
+Started as root (as in CI), nginx runs its workers as `nobody`, who must be able to enter its folder
+and read the static files: `shared_folder()` makes one outside pytest's tmp_path, which only its
+owner may enter."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.procs import ROOT, Proc, Procs, free_port, wait_http_ok
+
+TEMPLATE = ROOT / "deploy" / "nginx.conf.template"
+TEMPLATE_VARIABLES = ("LISTEN_PORT", "UPSTREAM", "STATIC_ROOT", "NGINX_PREFIX")
+
+
+def nginx_binary() -> str:
+    # Debian installs it in /usr/sbin, which a non-root PATH may leave out.
+    return shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def template_variables() -> set[str]:
+    """The `${NAME}` variables the template uses (nginx's own `$host` and the like have no braces)."""
+    return set(re.findall(r"\$\{(\w+)\}", TEMPLATE.read_text()))
+
+
+def shared_folder(prefix: str) -> Path:
+    """A new folder that every user may enter and read (nginx's workers run as `nobody`); the
+    caller removes it."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    return folder
+
+
+def fill_template(**values: str) -> str:
+    """deploy/nginx.conf.template filled by envsubst, as the template's header says: naming the
+    variables, so that nginx's own `$host`, `$remote_addr`, … are left alone."""
+    names = " ".join(f"${{{name}}}" for name in TEMPLATE_VARIABLES)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **values}
+    filled = subprocess.run(
+        ["envsubst", names], input=TEMPLATE.read_text(), env=env, capture_output=True, text=True, check=True, timeout=10
+    )
+    return filled.stdout
+
+
+@dataclass
+class Nginx:
+    proc: Proc
+    prefix: Path
+
+    @property
+    def url(self) -> str:
+        return self.proc.url
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self.proc.port is not None
+        return ("127.0.0.1", self.proc.port)
+
+    def error_log(self) -> str:
+        return self.proc.log()  # the template logs errors to stderr
+
+    def access_log(self) -> str:
+        return (self.prefix / "logs" / "access.log").read_text(errors="replace")
+
+
+def start_nginx(procs: Procs, *, upstream: Proc, static_root: Path, prefix: Path, timeout: float = 15) -> Nginx:
+    """nginx on a free port in front of `upstream`, serving `static_root` at /static/, with its
+    pid, logs and temporary files in `prefix` (inside a `shared_folder`); ready once a request
+    through it reaches the web process."""
+    for sub in ("logs", "run", "tmp"):
+        (prefix / sub).mkdir(parents=True, exist_ok=True)
+    prefix.chmod(0o755)
+    port = free_port()
+    conf = prefix / "nginx.conf"
+    conf.write_text(
+        fill_template(
+            LISTEN_PORT=str(port),
+            UPSTREAM=f"127.0.0.1:{upstream.port}",
+            STATIC_ROOT=str(static_root),
+            NGINX_PREFIX=str(prefix),
+        )
+    )
+    # -e stderr: errors from before the configuration is read go to the log too, not to the
+    # compiled-in /var/log/nginx/error.log.
+    args = [nginx_binary(), "-p", f"{prefix}/", "-c", str(conf), "-e", "stderr"]
+    proc = procs.start("nginx", args, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, port=port)
+    wait_http_ok(proc, "/healthz/", timeout=timeout)
+    return Nginx(proc=proc, prefix=prefix)
