@@ -14,7 +14,6 @@ Closing the stream only stops this generator: nothing here writes.
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import cast
@@ -30,13 +29,11 @@ from rest_framework.request import Request
 from runs import streams
 from runs.access import AnyUser
 from runs.api.errors import error_response, error_response_for
+from runs.cursors import plain_int
 from runs.exceptions import NotFound
 from runs.selectors import run_get
 
 log = logging.getLogger(__name__)
-
-# A bigint, written plainly: no sign, no spaces, no exponent.
-_CURSOR = re.compile(r"[0-9]{1,18}")
 
 KEEPALIVE = b": keep-alive\n\n"
 
@@ -50,11 +47,12 @@ class _Opened:
 
 
 def _parse_cursor(name: str, value: str) -> int | HttpResponse:
-    if not _CURSOR.fullmatch(value):
+    cursor = plain_int(value)
+    if cursor is None:
         return error_response(
             400, "validation_error", f"{name} must be an integer >= 0", {name: [f"{value!r} is not an integer >= 0"]}
         )
-    return int(value)
+    return cursor
 
 
 def _authenticate(request: HttpRequest) -> AnyUser | None:

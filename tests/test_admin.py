@@ -167,6 +167,10 @@ def test_the_status_agent_owner_and_parent_filters_narrow_the_list(staff: User, 
     assert listed("?status__exact=completed") == {str(b_completed.pk)}
     assert listed(f"?owner={bob.pk}") == {str(b_completed.pk)}
     assert listed("?owner=nobody") == set()
+    # Not a plain integer, or beyond what a user id can be: nothing listed, never a 500.
+    assert listed("?owner=²") == set()
+    assert listed("?owner=99999999999999999999999999") == set()
+    assert listed("?owner=2147483648") == set()
     assert listed("?agent=demo") == everything
     assert listed("?has_parent=yes") == {str(child.pk)}
     assert listed("?has_parent=no") == {str(a_running.pk), str(b_completed.pk)}
@@ -357,8 +361,10 @@ def test_the_events_view_returns_events_after_a_seq_for_the_live_tail(staff: Use
     body = client.get(url, {"after_seq": 1}).json()
     assert [e["seq"] for e in body["results"]] == [2]
     assert body["results"][0]["type"] == "run.started"
-    assert client.get(url, {"after_seq": "-1"}).status_code == 400
-    assert client.get(url, {"after_seq": "x"}).status_code == 400
+    for bad in ("-1", "x", "²", "١", "99999999999999999999", " 1"):
+        response = client.get(url, {"after_seq": bad})
+        assert response.status_code == 400, bad
+        assert response.json()["error"]["code"] == "validation_error"
 
 
 # --- cancel and stop: actions ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from runs.admin.display import format_duration
 from runs.agents import registered_names
+from runs.cursors import largest_of, plain_int
 from runs.models import Run, RunAttempt
 from runs.transitions import Status
 
@@ -51,9 +52,8 @@ class OwnerFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        if not value.isdigit():
-            return queryset.none()
-        return queryset.filter(owner_id=int(value))
+        owner = plain_int(value, most=largest_of(get_user_model()._meta.pk.get_internal_type()))
+        return queryset.none() if owner is None else queryset.filter(owner_id=owner)
 
 
 class HasParentFilter(admin.SimpleListFilter):

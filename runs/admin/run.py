@@ -39,6 +39,7 @@ from runs.admin.display import (
 from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, OwnerFilter, RunningForFilter
 from runs.agents import declared_types
 from runs.api.errors import error_response
+from runs.cursors import plain_int
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import Status
@@ -386,17 +387,17 @@ class RunAdmin(CommandsMixin):
     def events_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """Events after `after_seq` as JSON, for the live tail to fill a gap in what it received."""
         run = self._visible_run(request, object_id)
-        raw = request.GET.get("after_seq", "0")
-        if not raw.isdigit():
+        after_seq = plain_int(request.GET.get("after_seq", "0"))
+        if after_seq is None:
             return error_response(400, "validation_error", "after_seq must be an integer >= 0")
-        events = selectors.run_events_after(run_id=run.pk, after_seq=int(raw), limit=EVENTS_JSON_LIMIT)
+        events = selectors.run_events_after(run_id=run.pk, after_seq=after_seq, limit=EVENTS_JSON_LIMIT)
         return JsonResponse(
             {
                 "results": [{**event.as_dict(), "time": event_time(event.created_at)} for event in events],
                 "last_seq": run.last_seq,
                 "run_status": run.status,
                 # As in the API's pages: the stream client learns from it that a closed stream ended.
-                "end_of_stream": run.is_terminal and (events[-1].seq if events else int(raw)) >= run.last_seq,
+                "end_of_stream": run.is_terminal and (events[-1].seq if events else after_seq) >= run.last_seq,
             }
         )
 
