@@ -435,6 +435,22 @@ def test_the_resume_ticket_is_shown_only_to_the_owner_and_change_run(
     assert len(listed) == 1 and "resume_ticket" not in listed[0]
 
 
+def test_answers_that_may_carry_a_resume_ticket_are_never_stored_by_a_cache(alice: User) -> None:
+    run = waiting_run(alice)
+    api = client_for(alice)
+    answers = {
+        "detail": api.get(url(run)),
+        "list": api.get("/api/runs/"),
+        "pause (no change)": api.post(url(run, "pause")),
+        "create": api.post("/api/runs/", {"agent": "demo", "input": {}}, format="json"),
+        "a 409 with the run": api.post(url(run, "resume"), {"ticket": "stale"}, format="json"),
+    }
+    assert answers["detail"].json()["resume_ticket"] == run.resume_ticket
+    assert answers["a 409 with the run"].status_code == 409
+    for name, response in answers.items():
+        assert response["Cache-Control"] == "no-store", name
+
+
 def test_change_run_pauses_and_resumes_another_users_visible_run(alice: User, make_user: Callable[..., User]) -> None:
     run = queued_run(alice)
     changer = client_for(make_user("changer", perms=("runs.view_run", "runs.change_run")))

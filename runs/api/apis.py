@@ -131,7 +131,17 @@ class AgentListApi(APIView):
 
 
 # One URL, two operations: each method has its own input serializer and schema.
-class RunCollectionApi(APIView):
+class RunApi(APIView):
+    """Base of the operations that answer runs. A run's JSON is live state and may carry its
+    resume ticket (DESIGN §6): no cache may keep any of these answers, errors (a 409's run) included."""
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class RunCollectionApi(RunApi):
     @extend_schema_serializer(component_name="RunListFilter")
     class FilterSerializer(PageFilterSerializer):
         status = serializers.ChoiceField(choices=RUN_STATUSES, required=False)
@@ -236,7 +246,7 @@ def _command_schema(
 
 
 # Base of the operations on one run: visibility (404), then the class's object permission (403).
-class RunObjectApi(APIView):
+class RunObjectApi(RunApi):
     def get_run(self, request: Request, run_id: str) -> Run:
         run = run_get(run_id=run_id, user=_caller(request))
         self.check_object_permissions(request, run)
