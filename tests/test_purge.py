@@ -7,12 +7,14 @@ from io import StringIO
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs import services
 from runs.exceptions import ValidationFailed
 from runs.management.commands.purge_runs import parse_age
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
 from tests.factories import queued_run, running_run, waiting_run
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
@@ -137,7 +139,7 @@ def test_the_command_dry_run_says_what_it_would_delete(make_user: Callable[..., 
     assert f"would delete {len(old)} terminal runs" in output
     assert Run.objects.count() == len(old) + len(live)
 
-    output = run_command("--older-than", "0s", "--batch-size", "2")
+    output = run_command("--older-than", "0s", "--batch-size", "2", "--yes")
     assert f"Deleted {len(old)} terminal runs" in output
     assert set(Run.objects.values_list("pk", flat=True)) == ids(live)
 
@@ -158,3 +160,42 @@ def test_the_command_refuses_an_unreadable_age(bad: list[str]) -> None:
 def test_the_command_needs_an_age() -> None:
     with pytest.raises(CommandError):
         run_command()
+
+
+def test_an_age_below_a_day_needs_yes_and_deletes_nothing_without_it(alice: User) -> None:
+    old = ended_runs(alice)
+    with pytest.raises(CommandError, match="--yes"):
+        run_command("--older-than", "12h")
+    assert Run.objects.count() == len(old)
+    assert "Dry run: would delete 0 terminal runs" in run_command("--older-than", "12h", "--dry-run")
+    assert f"Deleted {len(old)} terminal runs" in run_command("--older-than", "0s", "--yes")
+
+
+def test_a_long_history_goes_a_bounded_number_of_events_per_transaction(alice: User) -> None:
+    run = running_run(alice)
+    deltas = [("output.delta", {"text": "x"})] * 24
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=deltas)
+    services.run_complete(run_id=run.pk, generation=run.generation, output={})
+    stored = RunEvent.objects.filter(run=run).count()  # created, started, 24 deltas, completed
+    with CaptureQueriesContext(connection) as captured:
+        result = services.runs_purge(ended_before=timezone.now() + timedelta(seconds=1), events_per_transaction=10)
+    deletes = [
+        q["sql"]
+        for q in captured.captured_queries
+        if 'DELETE FROM "runs_runevent" WHERE "runs_runevent"."id"' in q["sql"]
+    ]
+    assert (result.runs, result.events) == (1, stored)
+    assert len(deletes) == -(-stored // 10)  # ten at most in each
+    assert not Run.objects.filter(pk=run.pk).exists()
+
+
+def test_purge_deletes_idempotency_records_past_their_ttl_and_keeps_fresh_ones(alice: User) -> None:
+    now = timezone.now()
+    expired = IdempotencyRecord.objects.create(
+        user=alice, key="old", request_body={"a": 1}, created_at=now - timedelta(days=2)
+    )
+    fresh = IdempotencyRecord.objects.create(user=alice, key="new", request_body={"a": 1}, created_at=now)
+    result = services.runs_purge(ended_before=now - timedelta(days=30))
+    assert result.idempotency_records == 1
+    assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [fresh.pk]
+    assert not IdempotencyRecord.objects.filter(pk=expired.pk).exists()

@@ -1,14 +1,21 @@
-"""Retention: deleting old terminal runs with their events and attempts (`manage.py purge_runs`)."""
+"""Retention: deleting old terminal runs with their events and attempts, and idempotency records
+past their TTL (`manage.py purge_runs`)."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from runs.exceptions import ValidationFailed
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL
+
+# Rows one transaction deletes at most: a run with a long history goes in several.
+EVENTS_PER_TRANSACTION = 10_000
 
 
 @dataclass(frozen=True)
@@ -17,6 +24,9 @@ class PurgeResult:
     events: int
     attempts: int
     batches: int
+    # Idempotency records deleted: every one past RUNLEDGER_IDEMPOTENCY_TTL_SECONDS (it can no longer
+    # be replayed, and it holds the whole request body).
+    idempotency_records: int = 0
 
 
 def _purge_blocked(*, ended_before: datetime) -> set[UUID]:
@@ -38,15 +48,21 @@ def _purge_blocked(*, ended_before: datetime) -> set[UUID]:
     return blocked
 
 
-def runs_purge(*, ended_before: datetime, batch_size: int = 500, dry_run: bool = False) -> PurgeResult:
+def runs_purge(
+    *,
+    ended_before: datetime,
+    batch_size: int = 500,
+    dry_run: bool = False,
+    events_per_transaction: int = EVENTS_PER_TRANSACTION,
+) -> PurgeResult:
     """Delete terminal runs that ended before `ended_before`, with their events and attempts.
 
     Live runs (queued, running, waiting) are never touched: only terminal rows qualify, and a
     terminal state is absorbing, so a run selected here cannot come back to life before it goes.
     Each batch is its own transaction, so a large purge never holds one long lock.
     """
-    if batch_size < 1:
-        raise ValidationFailed("batch_size must be at least 1")
+    if batch_size < 1 or events_per_transaction < 1:
+        raise ValidationFailed("batch_size and events_per_transaction must be at least 1")
     deletable = Run.objects.filter(status__in=TERMINAL, ended_at__lt=ended_before).exclude(
         pk__in=_purge_blocked(ended_before=ended_before)
     )
@@ -60,14 +76,51 @@ def runs_purge(*, ended_before: datetime, batch_size: int = 500, dry_run: bool =
         )
     runs = events = attempts = batches = 0
     while True:
+        ids = list(deletable.order_by("ended_at", "id").values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            break
+        # The events first, a bounded number per transaction: a batch of runs may carry millions.
+        # Nothing appends to a terminal run, so its events can go before it does; a purge stopped
+        # midway leaves runs with fewer events, which the next purge deletes.
+        events += _delete_events(_with_descendants(ids), per_transaction=events_per_transaction)
         with transaction.atomic(durable=True):
-            ids = list(deletable.order_by("ended_at", "id").values_list("pk", flat=True)[:batch_size])
-            if not ids:
-                break
             # Children of a deletable run are deletable too; the cascade takes them in this batch.
             _, per_model = Run.objects.filter(pk__in=ids).delete()
         runs += per_model.get(Run._meta.label, 0)
         events += per_model.get(RunEvent._meta.label, 0)
         attempts += per_model.get(RunAttempt._meta.label, 0)
         batches += 1
-    return PurgeResult(runs=runs, events=events, attempts=attempts, batches=batches)
+    return PurgeResult(
+        runs=runs, events=events, attempts=attempts, batches=batches, idempotency_records=_purge_idempotency()
+    )
+
+
+def _with_descendants(ids: list[UUID]) -> list[UUID]:
+    found, frontier = list(ids), list(ids)
+    while frontier:
+        frontier = list(Run.objects.filter(parent_id__in=frontier).values_list("pk", flat=True))
+        found += frontier
+    return found
+
+
+def _delete_events(run_ids: Iterable[UUID], *, per_transaction: int) -> int:
+    deleted = 0
+    while True:
+        with transaction.atomic(durable=True):
+            chunk = RunEvent.objects.filter(run_id__in=list(run_ids)).values_list("pk", flat=True)[:per_transaction]
+            count, _ = RunEvent.objects.filter(pk__in=list(chunk)).delete()
+        deleted += count
+        if count < per_transaction:
+            return deleted
+
+
+def _purge_idempotency() -> int:
+    expired = timezone.now() - timedelta(seconds=int(settings.RUNLEDGER_IDEMPOTENCY_TTL_SECONDS))
+    deleted = 0
+    while True:
+        with transaction.atomic(durable=True):
+            chunk = IdempotencyRecord.objects.filter(created_at__lt=expired).values_list("pk", flat=True)[:1000]
+            count, _ = IdempotencyRecord.objects.filter(pk__in=list(chunk)).delete()
+        deleted += count
+        if count < 1000:
+            return deleted

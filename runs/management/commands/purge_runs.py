@@ -31,6 +31,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--batch-size", type=int, default=500, help="runs deleted per transaction (500)")
         parser.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+        parser.add_argument(
+            "--yes", action="store_true", help="confirm an age below one day (it deletes runs that only just ended)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -39,10 +42,20 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
+        if age < timedelta(days=1) and not options["dry_run"] and not options["yes"]:
+            raise CommandError(
+                f"--older-than {options['older_than']} deletes runs that ended less than a day ago: add --yes to "
+                "confirm (or --dry-run to see what it would delete)"
+            )
         cutoff = timezone.now() - age
         result = services.runs_purge(ended_before=cutoff, batch_size=options["batch_size"], dry_run=options["dry_run"])
         what = f"{result.runs} terminal runs ({result.events} events, {result.attempts} attempts) that ended before {cutoff.isoformat()}"
         if options["dry_run"]:
             self.stdout.write(f"Dry run: would delete {what}.")
         else:
-            self.stdout.write(self.style.SUCCESS(f"Deleted {what} in {result.batches} batches."))
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Deleted {what} in {result.batches} batches, and {result.idempotency_records} "
+                    "idempotency records past their TTL."
+                )
+            )
