@@ -14,6 +14,12 @@ User = AbstractUser
 AnyUser = AbstractUser | AnonymousUser
 
 
+def sees_every_run(user: AnyUser) -> bool:
+    """`runs.view_run`, or `runs.change_run` (which Django's admin takes to include viewing): one
+    rule for the console and the API alike."""
+    return user.has_perm("runs.view_run") or user.has_perm("runs.change_run")
+
+
 def _owns(user: AnyUser, run: Run) -> bool:
     return user.is_authenticated and user.pk == run.owner_id
 

@@ -9,23 +9,23 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
 from django.db.models import F, FilteredRelation, Q, QuerySet
 
-from runs.access import AnyUser
+from runs.access import AnyUser, sees_every_run
 from runs.exceptions import NotFound
 from runs.models import Run, RunAttempt, RunEvent
 
 
 def run_visible(*, user: AnyUser) -> QuerySet[Run]:
-    """Runs the user may see: their own, or all with `runs.view_run`."""
+    """Runs the user may see: their own, or all with `runs.view_run` or `runs.change_run`."""
     if not user.is_authenticated:
         return Run.objects.none()
-    if user.has_perm("runs.view_run"):
+    if sees_every_run(user):
         return Run.objects.all()
     return Run.objects.filter(owner_id=user.pk)
 
 
 def run_is_visible(run: Run, *, user: AnyUser) -> bool:
     """The rule of `run_visible` for one row already read: an owner needs no permission lookup."""
-    return bool(user.is_authenticated) and (run.owner_id == user.pk or user.has_perm("runs.view_run"))
+    return bool(user.is_authenticated) and (run.owner_id == user.pk or sees_every_run(user))
 
 
 def run_get(*, run_id: UUID | str, user: AnyUser | None = None) -> Run:

@@ -25,6 +25,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from runs import selectors
+from runs.access import sees_every_run
 from runs.admin.commands import COMMANDS, CommandsMixin, bulk_action
 from runs.admin.display import (
     event_summary,
@@ -87,7 +88,7 @@ class RunAttemptInline(admin.TabularInline):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Whoever may see the run sees its attempts; they have no permissions of their own.
-        return request.user.has_perm("runs.view_run") or request.user.has_perm("runs.change_run")
+        return sees_every_run(request.user)
 
     @admin.display(description="outcome")
     def outcome_label(self, attempt: RunAttempt) -> str:
