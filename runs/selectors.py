@@ -23,6 +23,15 @@ def run_visible(*, user: AnyUser) -> QuerySet[Run]:
     return Run.objects.filter(owner_id=user.pk)
 
 
+def run_parentable(*, user: AnyUser) -> QuerySet[Run]:
+    """Runs the user may create children under: their own, or all with `runs.change_run`."""
+    if not user.is_authenticated:
+        return Run.objects.none()
+    if user.has_perm("runs.change_run"):
+        return Run.objects.all()
+    return Run.objects.filter(owner_id=user.pk)
+
+
 def run_is_visible(run: Run, *, user: AnyUser) -> bool:
     """The rule of `run_visible` for one row already read: an owner needs no permission lookup."""
     return bool(user.is_authenticated) and (run.owner_id == user.pk or sees_every_run(user))

@@ -220,6 +220,17 @@ def test_create_under_an_invisible_or_missing_parent_is_400(api: APIClient, bob:
     assert Run.objects.count() == 1
 
 
+def test_only_the_owner_or_change_run_may_use_a_run_as_parent(alice: User, make_user: Callable[..., User]) -> None:
+    parent = queued_run(alice)
+    viewer = client_for(make_user("viewer", perms=("runs.view_run",)))
+    changer = client_for(make_user("changer", perms=("runs.change_run",)))
+    body = {"agent": "demo", "input": {}, "parent": str(parent.pk)}
+    assert viewer.get(url(parent)).status_code == 200  # seeing it is not enough
+    assert_error(viewer.post("/api/runs/", body, format="json"), 400, "validation_error")
+    assert changer.post("/api/runs/", body, format="json").status_code == 201
+    assert Run.objects.filter(parent=parent).count() == 1
+
+
 def test_create_under_a_terminal_parent_is_409_with_the_parent_as_run(api: APIClient, alice: User) -> None:
     parent = queued_run(alice)
     services.run_cancel(run_id=parent.pk, actor=alice)

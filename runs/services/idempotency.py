@@ -19,7 +19,7 @@ from django.utils import timezone
 from runs.access import User
 from runs.exceptions import IdempotencyMismatch, ValidationFailed
 from runs.models import IdempotencyRecord, Run
-from runs.selectors import run_visible
+from runs.selectors import run_parentable
 from runs.services.creation import RunSpec, insert_run
 
 
@@ -49,8 +49,9 @@ def run_create_idempotent(
     until the first commits (PostgreSQL), or at BEGIN IMMEDIATE (SQLite), then replays it.
     """
     spec.check()
-    # Someone else's run as parent is refused as bad input, never revealed as a 404 or a 409.
-    if spec.parent_id is not None and not run_visible(user=owner).filter(pk=spec.parent_id).exists():
+    # Only the owner, or a holder of runs.change_run, may hang runs under a run (DESIGN §6): seeing
+    # it is not enough. Anyone else's parent is refused as bad input, never revealed as a 404 or 409.
+    if spec.parent_id is not None and not run_parentable(user=owner).filter(pk=spec.parent_id).exists():
         raise ValidationFailed("parent run not found", detail={"parent": [f"no run {spec.parent_id} visible to you"]})
     if key is None:
         with transaction.atomic(durable=True):
