@@ -302,6 +302,8 @@ LOGGING = {
 # request each at a time, as a WSGI server's pool; streams need none. Database work beyond
 # RUNLEDGER_DB_POOL_SIZE connections waits for one (up to the connect timeout, then 503).
 RUNLEDGER_WEB_THREADS = _env_int("RUNLEDGER_WEB_THREADS", 32)
+if RUNLEDGER_WEB_THREADS < 1:
+    raise ImproperlyConfigured("RUNLEDGER_WEB_THREADS must be at least 1: the threads that serve the API and the pages")
 
 # The modules that register agents (DESIGN §4), imported by every web and worker process at start;
 # one that cannot be imported stops the process. The environment variable is comma-separated.

@@ -7,13 +7,24 @@ import asyncio
 import os
 import random
 import signal
+import subprocess
+import sys
 
 import pytest
 from django.contrib.auth.models import User
 
 from tests.factories import running_run
 from tests.support.db import listening, token_for
-from tests.support.procs import Procs, group_members, parent_of, process_gone, start_writer
+from tests.support.procs import (
+    ROOT,
+    Procs,
+    free_port,
+    group_members,
+    parent_of,
+    process_gone,
+    start_writer,
+    subprocess_env,
+)
 from tests.support.runs import assert_exact_log
 from tests.support.sse import Event, auth_headers, stream_path, watch
 from tests.support.threads import DbThread
@@ -68,3 +79,17 @@ def test_several_web_processes_under_one_uvicorn_serve_every_watcher_every_event
     assert master.popen.wait(timeout=15) == 0, master.log()
     wait_until(lambda: group_members(master.pid) == [], 10, "the supervisor's whole process group gone")
     assert all(process_gone(pid) for pid in children)
+
+
+def test_a_web_process_without_request_threads_refuses_to_start() -> None:
+    env = subprocess_env(RUNLEDGER_WEB_THREADS="0")
+    refused = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
+    assert "RUNLEDGER_WEB_THREADS must be at least 1" in refused.stderr
