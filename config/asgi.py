@@ -36,11 +36,14 @@ from django.urls import Resolver404, resolve, set_script_prefix
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup(set_prefix=False)
 
-# A web process without the agents it is configured for would refuse their runs: refuse to start.
+# A web process without the agents it is configured for would refuse their runs, and one with
+# limits that cannot work would apply them wrongly: refuse to start.
 from runs.agents.loading import require_agents  # noqa: E402  (needs the configured Django above)
 from runs.api.errors import error_body  # noqa: E402
+from runs.limits import require_limits  # noqa: E402
 
 require_agents()
+require_limits()
 
 Scope = dict[str, Any]
 

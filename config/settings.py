@@ -256,7 +256,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = _env_int("RUNLEDGER_MAX_BODY_BYTES", 256 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "runs.api.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -321,6 +321,30 @@ RUNLEDGER_SSE_RETRY_MS = _env_int("RUNLEDGER_SSE_RETRY_MS", 2000)
 RUNLEDGER_LISTEN_RECONNECT_SECONDS = _env_float("RUNLEDGER_LISTEN_RECONNECT_SECONDS", 0.5)
 RUNLEDGER_IDEMPOTENCY_TTL_SECONDS = _env_int("RUNLEDGER_IDEMPOTENCY_TTL_SECONDS", 24 * 3600)
 RUNLEDGER_DEFAULT_MAX_ATTEMPTS = _env_int("RUNLEDGER_DEFAULT_MAX_ATTEMPTS", 3)
+
+# Limits, so one user cannot take the service from everyone else (DESIGN §6). Each is also read
+# from the environment variable of the same name; 0 means unlimited. `runs.limits` checks them.
+# Queued + running + waiting runs one user may own; a create beyond answers 429.
+RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER = _env_int("RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER", 1000)
+# Runs of one owner the workers run at once; claims are fair across owners whatever this is.
+RUNLEDGER_MAX_RUNNING_PER_USER = _env_int("RUNLEDGER_MAX_RUNNING_PER_USER", 0)
+# Streams one user holds at once on one web process (DESIGN §5); beyond answers 429.
+RUNLEDGER_MAX_STREAMS_PER_USER = _env_int("RUNLEDGER_MAX_STREAMS_PER_USER", 20)
+# Seconds a stream lasts before it ends cleanly; the client resumes with Last-Event-ID (DESIGN §5).
+RUNLEDGER_SSE_MAX_SECONDS = _env_float("RUNLEDGER_SSE_MAX_SECONDS", 300)
+# Seconds between an open stream's re-checks of its user (still active, token or session still
+# there, run still visible); a stream that fails one ends.
+RUNLEDGER_SSE_RECHECK_SECONDS = _env_float("RUNLEDGER_SSE_RECHECK_SECONDS", 5)
+# Budgets and deadline of a run created without them (DESIGN §6).
+RUNLEDGER_DEFAULT_MAX_EVENTS = _env_int("RUNLEDGER_DEFAULT_MAX_EVENTS", 100_000)
+RUNLEDGER_DEFAULT_MAX_STEPS = _env_int("RUNLEDGER_DEFAULT_MAX_STEPS", 10_000)
+RUNLEDGER_DEFAULT_DEADLINE_SECONDS = _env_int("RUNLEDGER_DEFAULT_DEADLINE_SECONDS", 24 * 3600)
+# Failed logins (per username and per client address) and failed token authentications (per client
+# address) allowed within the window; beyond, further tries answer 429 until the window has passed.
+RUNLEDGER_AUTH_FAILURES_MAX = _env_int("RUNLEDGER_AUTH_FAILURES_MAX", 10)
+RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS = _env_int("RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS", 300)
+# The Retry-After a refused create or stream carries: when a run or a stream may have ended.
+RUNLEDGER_LIMIT_RETRY_AFTER_SECONDS = _env_int("RUNLEDGER_LIMIT_RETRY_AFTER_SECONDS", 10)
 
 # Workers (`manage.py runworker`). Each is also read from the environment variable of the same name.
 # Runs one worker process executes at once (its asyncio tasks); `--concurrency` overrides it.

@@ -64,3 +64,14 @@ class StaleAttempt(RunConflict):
 class IdempotencyMismatch(RunledgerError):
     status_code = 422
     code = "idempotency_mismatch"
+
+
+class TooManyRequests(RunledgerError):
+    """A limit of DESIGN §6 refuses the request for now; `retry_after` is the seconds to wait."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: int, detail: Any = None) -> None:
+        super().__init__(message, detail=detail)
+        self.retry_after = max(1, int(retry_after))

@@ -67,6 +67,9 @@ class Run(models.Model):
             models.Index(fields=["-created_at"], name="run_created"),
             # The claim query: oldest queued first, over the queued rows only.
             models.Index(fields=["created_at", "id"], name="run_queued", condition=Q(status="queued")),
+            # Per-owner counts of live runs: the active-runs cap at create, the running cap and fair
+            # share at claim (DESIGN §6).
+            models.Index(fields=["owner", "status"], name="run_owner_live", condition=~Q(status__in=_TERMINAL)),
             # The sweeper's deadline query: live runs that have a deadline, soonest first.
             models.Index(
                 fields=["deadline"],

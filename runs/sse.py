@@ -22,12 +22,12 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from runs import streams
 from runs.access import AnyUser
+from runs.api.authentication import TokenAuthentication
 from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
 from runs.exceptions import NotFound

@@ -18,11 +18,11 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from runs.api.serializers import RunOutputSerializer
-from runs.exceptions import RunConflict, RunledgerError
+from runs.exceptions import RunConflict, RunledgerError, TooManyRequests
 from runs.models import Run
 
 # DRF's exceptions that have a code in DESIGN §6; the others keep DRF's code
-# (method_not_allowed, not_acceptable, unsupported_media_type, throttled).
+# (method_not_allowed, not_acceptable, unsupported_media_type).
 _DRF_CODES: list[tuple[type[drf.APIException], str]] = [
     (drf.ValidationError, "validation_error"),
     (drf.ParseError, "validation_error"),
@@ -30,6 +30,7 @@ _DRF_CODES: list[tuple[type[drf.APIException], str]] = [
     (drf.AuthenticationFailed, "not_authenticated"),
     (drf.PermissionDenied, "permission_denied"),
     (drf.NotFound, "not_found"),
+    (drf.Throttled, "too_many_requests"),
 ]
 
 
@@ -42,7 +43,10 @@ def error_response(status: int, code: str, message: str, detail: Any = None) -> 
 
 
 def error_response_for(exc: RunledgerError) -> JsonResponse:
-    return error_response(exc.status_code, exc.code, exc.message, exc.detail)
+    response = error_response(exc.status_code, exc.code, exc.message, exc.detail)
+    if isinstance(exc, TooManyRequests):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _validation_message(detail: Any) -> str:
@@ -69,7 +73,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             # The committed state, so the client converges to the truth (DESIGN §3).
             body["run"] = RunOutputSerializer(exc.run, context={"request": context.get("request")}).data
         set_rollback()
-        return Response(body, status=exc.status_code)
+        retry = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequests) else None
+        return Response(body, status=exc.status_code, headers=retry)
     if isinstance(exc, RequestDataTooBig):
         return _error(413, "payload_too_large", "the request body is larger than the server accepts")
     if isinstance(exc, OperationalError | InterfaceError):

@@ -39,6 +39,7 @@ from django.db import DatabaseError, connection
 
 from runs import notify, services
 from runs.intervals import require_intervals
+from runs.limits import require_limits
 from runs.listener import Listener
 from runs.models import Run
 from runs.transitions import TERMINAL, Status
@@ -80,6 +81,7 @@ class Worker:
             settings.RUNLEDGER_SQLITE_POLL_SECONDS if self.sqlite else settings.RUNLEDGER_POLL_SECONDS
         )
         require_intervals()  # also under --skip-checks, and for settings made in code
+        require_limits()
         self.attempt_config = AttemptConfig.configured()
         self.shutdown_grace_seconds = float(settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS)
         self.sweep_seconds = float(settings.RUNLEDGER_SWEEP_SECONDS)
