@@ -34,6 +34,21 @@ RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
 FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
 
+# The benchmarks measure the platform, not its fair-use limits (issue 20), and would hit them: a
+# thousand watchers under one token, thousands of runs of one user, long event logs. Every process
+# a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
+# benchmark says otherwise (bench/fair_use.py sets its own).
+UNCAPPED = {
+    "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": "0",
+    "RUNLEDGER_MAX_STREAMS_PER_USER": "0",
+    "RUNLEDGER_SSE_MAX_SECONDS": "0",
+    "RUNLEDGER_DEFAULT_MAX_EVENTS": "0",
+    "RUNLEDGER_DEFAULT_MAX_STEPS": "0",
+    "RUNLEDGER_DEFAULT_DEADLINE_SECONDS": "0",
+}
+for _name, _value in UNCAPPED.items():
+    os.environ.setdefault(_name, _value)
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

@@ -17,7 +17,8 @@ EVENTS = "runledger_events"
 # payload "<run_id>:<status>" — the run's control state changed (terminal, waiting, pause
 # requested); status is the one its transaction committed
 CONTROL = "runledger_control"
-# payload "<run_id>" — a run became queued
+# payload "<run_id>" — a run became queued, or a running run ended (a claim capped by its owner's
+# running runs may pass now)
 QUEUE = "runledger_queue"
 
 CHANNELS = (EVENTS, CONTROL, QUEUE)
@@ -45,6 +46,10 @@ def control_changed(run_id: UUID, status: str) -> Note:
 
 
 def run_queued(run_id: UUID) -> Note:
+    return QUEUE, str(run_id)
+
+
+def slot_freed(run_id: UUID) -> Note:
     return QUEUE, str(run_id)
 
 

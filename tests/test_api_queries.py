@@ -76,6 +76,8 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
     assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
         "SELECT authtoken_token",
         "BEGIN ",
+        "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
+        "SELECT runs_run",  # ... so this count of their active runs is the cap's truth (issue 20)
         "INSERT runs_runevent",
         "SELECT pg_notify",  # events and queue, one statement
         "INSERT runs_run",  # with its last_seq: no second write of the row

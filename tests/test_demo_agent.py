@@ -5,10 +5,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import transaction
 
 from runs import services
 from runs.agents.demo import TOOL_CALL_ID, delta_text, demo_text
 from runs.models import Run, RunEvent
+from runs.services.creation import insert_run
 from runs.worker import Worker
 from tests.factories import assert_log_is_sound, queued_run
 from tests.support.runs import stored_text
@@ -153,9 +155,15 @@ def test_children_are_spawned_once_and_belong_to_the_parents_owner(alice: User) 
     assert not Run.objects.filter(parent_id__in=[c.pk for c in children]).exists()
 
 
-def test_bad_input_fails_the_run_with_a_reason(alice: User) -> None:
-    bad_tool = queued_run(alice, input={"deltas": 2, "tool": "hammer"})
-    bad_deltas = queued_run(alice, input={"deltas": "many"})
+def unchecked_run(owner: User, input: dict[str, Any]) -> Run:
+    """A run whose input never met the create check (made in code, or before the check existed)."""
+    with transaction.atomic():
+        return insert_run(services.RunSpec(agent="demo", input=input), owner=owner)
+
+
+def test_bad_input_the_create_check_did_not_see_fails_the_run_with_a_reason(alice: User) -> None:
+    bad_tool = unchecked_run(alice, {"deltas": 2, "tool": "hammer"})
+    bad_deltas = unchecked_run(alice, {"deltas": "many"})
 
     run_once()
 

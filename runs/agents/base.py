@@ -171,6 +171,8 @@ class AgentContext(Protocol):
 
 
 Agent = Callable[[AgentContext], AsyncIterator[Directive]]
+# Checks a new run's input before it is stored: {key: what is wrong with it}, empty when it is fine.
+InputCheck = Callable[[dict[str, Any]], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,7 @@ class Registered:
     agent: Agent
     # The agent's own event types (DESIGN §2); the platform's agent types need no declaring.
     event_types: frozenset[str]
+    check_input: InputCheck | None = None
 
 
 _REGISTRY: dict[str, Registered] = {}
@@ -187,8 +190,11 @@ _REGISTRY: dict[str, Registered] = {}
 NAME_MAX = 64
 
 
-def register(name: str, *, event_types: Iterable[str] = ()) -> Callable[[Agent], Agent]:
-    """Register an agent under `name`, with the event types of its own it may emit.
+def register(
+    name: str, *, event_types: Iterable[str] = (), check_input: InputCheck | None = None
+) -> Callable[[Agent], Agent]:
+    """Register an agent under `name`, with the event types of its own it may emit, and the check
+    a new run's input must pass (a create that fails it is a 400 naming the keys).
 
     A mistake here (a bad name or type, or a name another agent holds) raises at import, so the
     process that loads the module refuses to start instead of failing runs later."""
@@ -206,7 +212,7 @@ def register(name: str, *, event_types: Iterable[str] = ()) -> Callable[[Agent],
         held = _REGISTRY.get(name)
         if held is not None and _origin(held.agent) != _origin(agent):
             raise ValueError(f"agent name {name!r} is already registered by {'.'.join(_origin(held.agent))}")
-        _REGISTRY[name] = Registered(name=name, agent=agent, event_types=declared)
+        _REGISTRY[name] = Registered(name=name, agent=agent, event_types=declared, check_input=check_input)
         return agent
 
     return decorator
@@ -229,6 +235,12 @@ def declared_types(name: str) -> frozenset[str]:
     """The event types of its own the agent `name` declared (none for an unknown name)."""
     held = _REGISTRY.get(name)
     return held.event_types if held is not None else frozenset()
+
+
+def input_problems(name: str, input: dict[str, Any]) -> dict[str, str]:
+    """What the agent `name` finds wrong with `input` (nothing for an agent without a check)."""
+    held = _REGISTRY.get(name)
+    return held.check_input(input) if held is not None and held.check_input is not None else {}
 
 
 def registered() -> list[Registered]:

@@ -96,6 +96,27 @@ def _int(input: dict[str, Any], key: str, default: int) -> int:
     return int(value)
 
 
+# The largest value of each number in the input a create accepts (DESIGN §4, issue 20): what one
+# run may ask of the workers. Unknown keys are accepted and ignored.
+INPUT_BOUNDS = {"deltas": 100_000, "delay_ms": 60_000, "tool_ms": 600_000, "children": 10}
+
+
+def check_input(input: dict[str, Any]) -> dict[str, str]:
+    problems = {}
+    for key, most in INPUT_BOUNDS.items():
+        value = input.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= most:
+            problems[key] = f"must be a number from 0 to {most}, not {value!r}"
+    tool = input.get("tool")
+    if tool is not None and tool not in TOOLS:
+        problems["tool"] = f"must be one of {', '.join(TOOLS)} (or null), not {tool!r}"
+    if input.get("child_input") is not None and not isinstance(input["child_input"], dict):
+        problems["child_input"] = "must be an object"
+    return problems
+
+
 class _Stored:
     """What earlier attempts of this run already stored."""
 
@@ -120,7 +141,7 @@ class _Stored:
                 self.answer = e.data.get("input")
 
 
-@register("demo")
+@register("demo", check_input=check_input)
 async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
     try:
         deltas = _int(ctx.input, "deltas", 40)

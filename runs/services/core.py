@@ -20,6 +20,7 @@ from django.utils import timezone
 from runs import notify
 from runs.events import TERMINAL_EVENT, EventType, RequeueCause, ToolStatus, WaitReason
 from runs.exceptions import InvalidTransition, NotFound, StaleAttempt
+from runs.limits import limit
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL, FailCode, Status, check_transition, descendant_end
 
@@ -173,8 +174,12 @@ def end(
         (EventType.TOOL_FINISHED, {"call_id": call_id, "name": name, "status": ToolStatus.INTERRUPTED})
         for call_id, name in run.open_tool_calls
     ]
-    control = notify.control_changed(run.id, status)
-    append(run, [*seals, (TERMINAL_EVENT[status], data)], attempt=attempt, now=now, notes=[control])
+    notes = [notify.control_changed(run.id, status)]
+    if was_running and limit("RUNLEDGER_MAX_RUNNING_PER_USER"):
+        # The owner's next run may be claimable now, by any worker: wake them all, not only the one
+        # whose slot this frees (the others would wait for their poll).
+        notes.append(notify.slot_freed(run.id))
+    append(run, [*seals, (TERMINAL_EVENT[status], data)], attempt=attempt, now=now, notes=notes)
     run.save(update_fields=[*ended, "last_seq", "open_tool_calls"])
     if was_running:
         # The worker learns of it through the control notification (or its re-read) and records

@@ -1,7 +1,7 @@
 """Creating runs: what a new run is made of (`RunSpec`), its checks, and its insert."""
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -10,11 +10,13 @@ from django.utils import timezone
 
 from runs import notify
 from runs.access import User
-from runs.agents import is_registered, registered_names
+from runs.agents import input_problems, is_registered, registered_names
 from runs.events import EventType
 from runs.exceptions import InvalidTransition, ValidationFailed
+from runs.limits import limit
 from runs.models import Run
 from runs.services.core import append, lock_run
+from runs.services.quotas import check_active_runs
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,11 @@ class RunSpec:
             raise ValidationFailed(message, detail={"agent": [message]})
         if not isinstance(self.input, dict):
             raise ValidationFailed("input must be a JSON object", detail={"input": ["must be a JSON object"]})
+        problems = input_problems(self.agent, self.input)
+        if problems:
+            said = "; ".join(f"{key} {problem}" for key, problem in sorted(problems.items()))
+            detail = {"input": {key: [problem] for key, problem in sorted(problems.items())}}
+            raise ValidationFailed(f"input of agent {self.agent!r}: {said}", detail=detail)
         for name in ("max_steps", "max_events", "max_attempts"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -68,9 +75,15 @@ def run_create(
         return insert_run(spec, owner=owner)
 
 
-def insert_run(spec: RunSpec, *, owner: User, now: datetime | None = None, parent_locked: bool = False) -> Run:
+def insert_run(
+    spec: RunSpec, *, owner: User, now: datetime | None = None, parent_locked: bool = False, capped: bool = True
+) -> Run:
     """Insert the checked run of `spec`, queued, with its `run.created` event, inside the caller's
-    transaction. Its parent is locked here unless the caller holds that lock already."""
+    transaction. Its parent is locked here unless the caller holds that lock already. The owner's
+    active-runs cap applies unless `capped` is False (a child an agent spawns: refusing it would
+    fail its parent mid-run; `children` is bounded by the agent's input instead)."""
+    if capped:
+        check_active_runs(owner.pk)
     if spec.parent_id is not None and not parent_locked:
         # Locking the parent serialises this insert against the parent ending, so a child
         # is never created under a terminal parent.
@@ -83,9 +96,9 @@ def insert_run(spec: RunSpec, *, owner: User, now: datetime | None = None, paren
         agent=spec.agent,
         input=spec.input,
         parent_id=spec.parent_id,
-        max_steps=spec.max_steps,
-        max_events=spec.max_events,
-        deadline=spec.deadline,
+        max_steps=spec.max_steps if spec.max_steps is not None else limit("RUNLEDGER_DEFAULT_MAX_STEPS"),
+        max_events=spec.max_events if spec.max_events is not None else limit("RUNLEDGER_DEFAULT_MAX_EVENTS"),
+        deadline=spec.deadline or _default_deadline(now),
         created_at=now,
         updated_at=now,
     )
@@ -101,3 +114,8 @@ def insert_run(spec: RunSpec, *, owner: User, now: datetime | None = None, paren
     append(run, [(EventType.RUN_CREATED, created)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
     run.save(force_insert=True)
     return run
+
+
+def _default_deadline(now: datetime) -> datetime | None:
+    seconds = limit("RUNLEDGER_DEFAULT_DEADLINE_SECONDS")
+    return now + timedelta(seconds=seconds) if seconds else None

@@ -16,7 +16,6 @@ from uuid import UUID
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
@@ -24,6 +23,7 @@ from runs.exceptions import StaleAttempt, ValidationFailed
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.services.core import SYSTEM, append, check, close_attempt, db_now, end, lock_current, park, requeue
 from runs.services.creation import RunSpec, insert_run
+from runs.services.quotas import OwnerAtCap, pick_queued
 from runs.transitions import FailCode, Status, StopCode
 
 E = TypeVar("E", bound=StrEnum)
@@ -37,17 +37,25 @@ def _known(vocabulary: type[E], value: str, what: str) -> E:
 
 
 def run_claim(*, worker: str) -> tuple[Run, RunAttempt] | None:
-    """Take the oldest queued run nobody else is taking and open its next attempt.
+    """Take the queued run fair share says is next (`quotas.pick_queued`) and open its next attempt.
 
     A run past its deadline is left for the sweeper to stop, never started."""
+    for _ in range(_CLAIM_TRIES):
+        try:
+            return _claim(worker)
+        except OwnerAtCap:
+            continue  # rolled back; the next pick passes that owner over
+    return None
+
+
+# Picks in a row that may each lose a race to the running cap before the claim gives up until
+# its next wake-up.
+_CLAIM_TRIES = 3
+
+
+def _claim(worker: str) -> tuple[Run, RunAttempt] | None:
     with transaction.atomic(durable=True):
-        run = (
-            Run.objects.select_for_update(no_key=True, skip_locked=True)
-            .filter(status=Status.QUEUED)
-            .filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
-            .order_by("created_at", "id")
-            .first()
-        )
+        run = pick_queued()
         if run is None:
             return None
         # Read once the run is ours: the attempt is claimed after whatever requeued the run.
@@ -210,7 +218,7 @@ def run_child_spawn(
         if parent.max_events is not None and parent.events_used >= parent.max_events:
             exhausted = _exhaust(parent, "max_events", now=now)
         else:
-            child = insert_run(spec, owner=parent.owner, now=now, parent_locked=True)
+            child = insert_run(spec, owner=parent.owner, now=now, parent_locked=True, capped=False)
             spawned = {"run_id": str(child.pk), "agent": spec.agent}
             append(parent, [(EventType.CHILD_SPAWNED, spawned)], attempt=generation, now=now)
             parent.events_used += 1
