@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from runs.transitions import TERMINAL, CancelCode, FailCode, Status, StopCode
+from runs.transitions import LIVE, TERMINAL, CancelCode, FailCode, Status, StopCode
 
 
 def _default_max_attempts() -> int:
@@ -19,6 +19,9 @@ def _default_max_attempts() -> int:
 
 # Sorted plain strings, so the generated migration is stable.
 _TERMINAL = sorted(s.value for s in TERMINAL)
+# Stated positively in the index below and in the queries it serves: PostgreSQL proves that
+# `status IN (...)` (or `status = 'running'`) falls in the index, never that `NOT IN` does.
+LIVE_VALUES = sorted(s.value for s in LIVE)
 
 
 class Run(models.Model):
@@ -65,11 +68,11 @@ class Run(models.Model):
             models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
-            # The claim query: oldest queued first, over the queued rows only.
-            models.Index(fields=["created_at", "id"], name="run_queued", condition=Q(status="queued")),
+            # The claim: each owner's oldest queued run, over the queued rows only (runs.services.quotas).
+            models.Index(fields=["owner", "created_at", "id"], name="run_queued_owner", condition=Q(status="queued")),
             # Per-owner counts of live runs: the active-runs cap at create, the running cap and fair
             # share at claim (DESIGN §6).
-            models.Index(fields=["owner", "status"], name="run_owner_live", condition=~Q(status__in=_TERMINAL)),
+            models.Index(fields=["owner", "status"], name="run_owner_live", condition=Q(status__in=LIVE_VALUES)),
             # The sweeper's deadline query: live runs that have a deadline, soonest first.
             models.Index(
                 fields=["deadline"],

@@ -19,6 +19,8 @@ class Status(StrEnum):
 
 
 TERMINAL: frozenset[Status] = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.STOPPED})
+# Queued, running or waiting: what the active-runs cap counts (DESIGN §6).
+LIVE: frozenset[Status] = frozenset(Status) - TERMINAL
 
 ALLOWED: dict[Status, frozenset[Status]] = {
     Status.QUEUED: frozenset({Status.RUNNING, Status.WAITING, Status.CANCELLED, Status.STOPPED}),

@@ -23,7 +23,7 @@ from runs.exceptions import StaleAttempt, ValidationFailed
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.services.core import SYSTEM, append, check, close_attempt, db_now, end, lock_current, park, requeue
 from runs.services.creation import RunSpec, insert_run
-from runs.services.quotas import OwnerAtCap, pick_queued
+from runs.services.quotas import pick_queued
 from runs.transitions import FailCode, Status, StopCode
 
 E = TypeVar("E", bound=StrEnum)
@@ -40,20 +40,6 @@ def run_claim(*, worker: str) -> tuple[Run, RunAttempt] | None:
     """Take the queued run fair share says is next (`quotas.pick_queued`) and open its next attempt.
 
     A run past its deadline is left for the sweeper to stop, never started."""
-    for _ in range(_CLAIM_TRIES):
-        try:
-            return _claim(worker)
-        except OwnerAtCap:
-            continue  # rolled back; the next pick passes that owner over
-    return None
-
-
-# Picks in a row that may each lose a race to the running cap before the claim gives up until
-# its next wake-up.
-_CLAIM_TRIES = 3
-
-
-def _claim(worker: str) -> tuple[Run, RunAttempt] | None:
     with transaction.atomic(durable=True):
         run = pick_queued()
         if run is None:

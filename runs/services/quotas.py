@@ -10,16 +10,13 @@ On SQLite, whose IMMEDIATE transactions already serialise writers, there is noth
 from enum import IntEnum
 
 from django.db import connection
+from django.db.models import Q
+from django.db.models.functions import Now
 
 from runs.exceptions import TooManyRequests
 from runs.limits import limit, retry_after
-from runs.models import Run
-from runs.transitions import TERMINAL, Status
-
-
-class OwnerAtCap(Exception):
-    """The run picked for a claim belongs to an owner a concurrent claim just took to the running
-    cap: roll back and pick again."""
+from runs.models import LIVE_VALUES, Run
+from runs.transitions import Status
 
 
 class OwnerLock(IntEnum):
@@ -41,7 +38,7 @@ def check_active_runs(owner_id: int) -> None:
     if cap is None:
         return
     lock_owner(owner_id, OwnerLock.CREATE)
-    active = Run.objects.filter(owner_id=owner_id).exclude(status__in=TERMINAL).count()
+    active = Run.objects.filter(owner_id=owner_id, status__in=LIVE_VALUES).count()
     if active >= cap:
         raise TooManyRequests(
             f"you have {active} active runs, the most allowed (RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER); "
@@ -51,38 +48,50 @@ def check_active_runs(owner_id: int) -> None:
         )
 
 
-# The claim's pick: queued runs not past their deadline, those of owners with the fewest running
-# runs first, the oldest first among equals; owners at the running cap are passed over. Running
-# runs are few (workers times their concurrency), so counting them per owner is cheap; the queued rows are
-# read through the partial index `run_queued`.
-_PICK = """
-WITH running AS (
-    SELECT owner_id, count(*) AS n FROM runs_run WHERE status = %(running)s GROUP BY owner_id
+# Owners with queued runs, in the order claims serve them: the fewest running runs first, then the
+# one whose oldest queued run is oldest. The recursive part walks `run_queued_owner` one owner at a
+# time, and each count and minimum is an index lookup, so the cost follows the number of owners
+# waiting, not the number of runs queued. Owners at the running cap are left out.
+_OWNERS = """
+WITH RECURSIVE owners(owner_id) AS (
+    SELECT MIN(owner_id) FROM runs_run WHERE status = %(queued)s
+    UNION ALL
+    SELECT (SELECT MIN(q.owner_id) FROM runs_run q WHERE q.status = %(queued)s AND q.owner_id > owners.owner_id)
+    FROM owners WHERE owners.owner_id IS NOT NULL
+), ranked AS (
+    SELECT owner_id,
+           (SELECT COUNT(*) FROM runs_run r WHERE r.owner_id = owners.owner_id AND r.status = %(running)s) AS running,
+           (SELECT MIN(q.created_at) FROM runs_run q WHERE q.owner_id = owners.owner_id AND q.status = %(queued)s)
+               AS oldest
+    FROM owners WHERE owner_id IS NOT NULL
 )
-SELECT r.* FROM runs_run r LEFT JOIN running ON running.owner_id = r.owner_id
-WHERE r.status = %(queued)s
-  AND (r.deadline IS NULL OR r.deadline > {now})
-  AND (%(cap)s = 0 OR COALESCE(running.n, 0) < %(cap)s)
-ORDER BY COALESCE(running.n, 0), r.created_at, r.id
-LIMIT 1
+SELECT owner_id FROM ranked WHERE %(cap)s = 0 OR running < %(cap)s ORDER BY running, oldest, owner_id
 """
 
 
 def pick_queued() -> Run | None:
-    """Lock the queued run the next claim should take (see `_PICK`), skipping runs another
-    claim holds; None if there is none. Under the running cap the owner is locked and their count
-    read again: a claim that committed meanwhile may have taken the owner to the cap (`OwnerAtCap`)."""
+    """Lock the queued run the next claim should take, skipping runs another claim holds and runs
+    past their deadline (the sweeper stops those); None if there is none.
+
+    Fair share: owners in `_OWNERS` order, each owner's oldest run. Under the running cap the owner
+    is locked and counted again before a run of theirs is taken: a claim that committed since the
+    ranking may have taken them to the cap."""
     cap = limit("RUNLEDGER_MAX_RUNNING_PER_USER") or 0
-    if connection.vendor == "postgresql":
-        sql = _PICK.format(now="STATEMENT_TIMESTAMP()") + " FOR NO KEY UPDATE OF r SKIP LOCKED"
-    else:
-        # As Django stores datetimes in SQLite: text, UTC, microseconds.
-        sql = _PICK.format(now="STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')")
-    params = {"running": Status.RUNNING.value, "queued": Status.QUEUED.value, "cap": cap}
-    run = next(iter(Run.objects.raw(sql, params)), None)
-    if run is None or not cap:
-        return run
-    lock_owner(run.owner_id, OwnerLock.CLAIM)
-    if Run.objects.filter(owner_id=run.owner_id, status=Status.RUNNING).count() >= cap:
-        raise OwnerAtCap(run.owner_id)
-    return run
+    with connection.cursor() as cursor:
+        cursor.execute(_OWNERS, {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap})
+        owners = [row[0] for row in cursor.fetchall()]
+    queued = (
+        Run.objects.select_for_update(no_key=True, skip_locked=True)
+        .filter(status=Status.QUEUED)
+        .filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
+        .order_by("created_at", "id")
+    )
+    for owner_id in owners:
+        if cap:
+            lock_owner(owner_id, OwnerLock.CLAIM)
+            if Run.objects.filter(owner_id=owner_id, status=Status.RUNNING).count() >= cap:
+                continue
+        run = queued.filter(owner_id=owner_id).first()
+        if run is not None:
+            return run
+    return None
