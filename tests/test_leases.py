@@ -282,7 +282,8 @@ def test_sigterm_requeues_without_losing_a_retry_and_another_worker_completes(pr
 def test_a_second_sigterm_exits_at_once_and_the_run_comes_back_by_lease_expiry(procs: Procs, alice: User) -> None:
     # A long grace: only the second signal can end this worker while its run sits in a tool call.
     leaving = procs.worker("w1", env=subprocess_env(RUNLEDGER_SHUTDOWN_GRACE_SECONDS="60"))
-    run = queued_run(alice, input={"deltas": 6, "delay_ms": 1, "tool": "slow", "tool_ms": 2500})
+    # Long enough that the tool is still going when both signals have come, on a loaded machine too.
+    run = queued_run(alice, input={"deltas": 6, "delay_ms": 1, "tool": "slow", "tool_ms": 5000})
     wait_until(lambda: "tool.started" in event_types(run), what="the tool call")
     procs.worker("w2")
 

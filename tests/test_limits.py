@@ -8,6 +8,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
@@ -20,6 +21,7 @@ from runs.limits import limit_problems
 from runs.models import Run
 from runs.worker import Worker
 from tests.factories import queued_run, running_run
+from tests.support.db import token_for
 from tests.support.procs import ROOT, Procs, subprocess_env
 from tests.support.runs import fresh
 from tests.support.threads import race
@@ -65,6 +67,19 @@ def test_a_create_beyond_the_active_runs_cap_is_429_with_retry_after_and_writes_
     # A run that ends frees its place.
     services.run_cancel(run_id=first.json()["id"], actor=alice)
     assert create(api).status_code == 201
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_web_process_refuses_creates_beyond_the_cap_from_its_environment(procs: Procs, alice: User) -> None:
+    env = subprocess_env(RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER="2", RUNLEDGER_LIMIT_RETRY_AFTER_SECONDS="3")
+    web = procs.uvicorn(env=env)
+    with httpx.Client(base_url=web.url, headers={"Authorization": f"Token {token_for(alice)}"}, timeout=10) as api:
+        answers = [api.post("/api/runs/", json={"agent": "demo", "input": {}}) for _ in range(3)]
+    assert [a.status_code for a in answers] == [201, 201, 429]
+    assert answers[2].headers["Retry-After"] == "3"
+    assert answers[2].json()["error"]["code"] == "too_many_requests"
+    assert Run.objects.filter(owner=alice).count() == 2
 
 
 @pytest.mark.django_db(transaction=True)
