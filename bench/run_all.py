@@ -184,7 +184,9 @@ def tier_suite(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes (about 3 minutes, and 2 more for bench/fair_use.py)"
+    )
     parser.add_argument("--no-growth", action="store_true", help="skip the x10 / x100 tiers")
     parser.add_argument("--out", default=str(RESULTS), help="folder for summary.json and summary.md")
     parser.add_argument("--render", metavar="JSON", help="only print the markdown of an earlier summary.json")
