@@ -7,7 +7,8 @@ so a reconnect resumes exactly after the last event the client fully received. W
 come from, and how many watchers share one read, is `runs.streams`.
 
 Checks run in the order of DESIGN §6: authentication (401), visibility (404), cursor (400), state
-(204 for a finished run already read to its end, 400 for a cursor past a live run's end).
+(204 for a finished run already read to its end, 400 for a cursor past a live run's end), then
+the user's cap of streams in this process (429; `runs.stream_guard`).
 Closing the stream only stops this generator: nothing here writes.
 """
 
@@ -26,12 +27,14 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from runs import streams
-from runs.access import AnyUser
+from runs.access import AnyUser, User
 from runs.api.authentication import TokenAuthentication
 from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
-from runs.exceptions import NotFound
+from runs.exceptions import NotFound, TooManyRequests
+from runs.limits import limit, retry_after
 from runs.selectors import run_get
+from runs.stream_guard import Watch, get_guard, release_at_request_end
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class _Opened:
     cursor: int
     last_seq: int
     terminal: bool
+    user_id: int
 
 
 def _parse_cursor(name: str, value: str) -> int | HttpResponse:
@@ -55,16 +59,16 @@ def _parse_cursor(name: str, value: str) -> int | HttpResponse:
     return cursor
 
 
-def _authenticate(request: HttpRequest) -> AnyUser | None:
+def _authenticate(request: HttpRequest) -> User | None:
     """DRF's token header (programs), else the session (browsers: EventSource sends no headers)."""
     try:
         found = TokenAuthentication().authenticate(Request(request))
     except AuthenticationFailed:
         return None  # a bad token is not silently downgraded to the session
     if found is not None:
-        return cast(AnyUser, found[0])
+        return cast(User, found[0])
     user = cast(AnyUser, request.user)
-    return user if user.is_authenticated else None
+    return user if isinstance(user, User) and user.is_authenticated else None
 
 
 def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
@@ -101,7 +105,13 @@ def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
                 f"cursor {cursor} is past the run's last event {run.last_seq}",
                 {cursor_name: [f"must be at most {run.last_seq}"]},
             )
-        return _Opened(run_id=str(run.pk), cursor=cursor, last_seq=run.last_seq, terminal=run.is_terminal)
+        return _Opened(
+            run_id=str(run.pk),
+            cursor=cursor,
+            last_seq=run.last_seq,
+            terminal=run.is_terminal,
+            user_id=int(user.pk),
+        )
     finally:
         # Streams live long; the connection this check used must not live with them.
         connection.close()
@@ -133,17 +143,32 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return error_response(503, "database_unavailable", "the database is unavailable; retry later")
     if isinstance(opened, HttpResponse):
         return opened
-    stream = StreamingHttpResponse(_stream(opened), content_type="text/event-stream")
+    # Caps and state come last (DESIGN §6): here, on the event loop, the count is checked and
+    # taken in one step; a 204 above never counted.
+    watch = get_guard().admit(user_id=opened.user_id, run_id=opened.run_id)
+    if watch is None:
+        cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+        return error_response_for(
+            TooManyRequests(
+                f"at most {cap} streams at once per user on this server; close one or retry later",
+                retry_after=retry_after(),
+                detail={"limit": cap},
+            )
+        )
+    # The body gives the slot back when it ends; a client gone before the body ever ran leaves
+    # it to the end of the request.
+    release_at_request_end(request, watch.release)
+    stream = StreamingHttpResponse(_stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
 
 
-async def _stream(opened: _Opened) -> AsyncIterator[bytes]:
+async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
     """The body: an async generator (a sync iterator would be buffered whole under ASGI).
 
     On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`
-    leaves the feed, which is all the state a stream has.
+    leaves the feed and gives the user's slot back, which is all the state a stream has.
     """
     loop = asyncio.get_running_loop()
     keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
@@ -183,6 +208,7 @@ async def _stream(opened: _Opened) -> AsyncIterator[bytes]:
                     await changed.wait()
     finally:
         hub.unsubscribe(feed)
+        watch.release()
 
 
 def _take(frames: list[streams.Frame], cursor: int) -> tuple[bytes, int, bool]:

@@ -1,0 +1,156 @@
+"""Fair use of the streams a web process serves itself (DESIGN §5, §6; issue 20): a user holds at
+most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429). Real uvicorn processes over
+real sockets.
+"""
+
+import asyncio
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from runs import services
+from runs.models import Run
+from tests.factories import running_run
+from tests.support.db import token_for
+from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.runs import fresh
+from tests.support.sse import Stream, auth_headers, request_once, stream_path
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def web_with(procs: Procs, **env: str) -> Proc:
+    return procs.uvicorn(env=subprocess_env(**env))
+
+
+def session_cookie(user: User) -> tuple[Client, dict[str, str]]:
+    """A browser's login (Django's test client) and the Cookie header its streams send."""
+    browser = Client()
+    browser.force_login(user)
+    return browser, {"Cookie": f"sessionid={browser.cookies['sessionid'].value}"}
+
+
+def statuses_at_once(web: Proc, path: str, headers: dict[str, str], n: int) -> list[int]:
+    """The statuses of `n` streams opened together and held until all have answered, then closed."""
+
+    async def go() -> list[int]:
+        streams = [await Stream(web.url, path, headers).open() for _ in range(n)]
+        for stream in streams:
+            stream.close()
+        return [stream.status for stream in streams]
+
+    return asyncio.run(go())
+
+
+def slots_free(web: Proc, run: Run, headers: dict[str, str], n: int) -> None:
+    """Wait until the user can hold `n` streams at once again: every slot they had was given back."""
+    wait_until(lambda: statuses_at_once(web, stream_path(run), headers, n) == [200] * n, what=f"{n} free stream slots")
+
+
+def assert_too_many(answer: Stream, cap: int) -> None:
+    assert answer.status == 429, (answer.status, answer.body)
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.headers["retry-after"] == "10"  # RUNLEDGER_LIMIT_RETRY_AFTER_SECONDS
+    error = answer.json()["error"]
+    assert error["code"] == "too_many_requests"
+    assert error["detail"] == {"limit": cap}
+    assert f"at most {cap} streams" in error["message"]
+
+
+# --- the cap ------------------------------------------------------------------------------------
+
+
+def test_a_user_holds_at_most_the_cap_of_streams_and_a_closed_one_frees_its_slot(
+    procs: Procs, alice: User, bob: User
+) -> None:
+    web = web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+    run, bobs = running_run(alice), running_run(bob)
+    token, bob_token = auth_headers(token_for(alice)), auth_headers(token_for(bob))
+    _browser, cookie = session_cookie(alice)
+
+    async def scenario() -> None:
+        # The cap is the user's, whatever each stream authenticated with: a token and a session.
+        held = [await Stream(web.url, stream_path(run), headers).open() for headers in (token, cookie)]
+        assert [s.status for s in held] == [200, 200]
+        for headers in (token, cookie):
+            assert_too_many(await Stream(web.url, stream_path(run), headers).open(), cap=2)
+        # Another user is not refused for it, on the same run or their own.
+        others = [await Stream(web.url, stream_path(r), bob_token).open() for r in (run, bobs, bobs)]
+        assert [s.status for s in others] == [404, 200, 200]  # alice's run is not bob's to see
+
+        # A client that goes away frees its slot once the server noticed (never at once).
+        held[0].abort()
+        fresh_one = await asyncio.to_thread(
+            wait_until,
+            lambda: (answer := request_once(web.url, stream_path(run), token)).status == 200 and answer,
+            what="the slot of the closed stream",
+        )
+        assert fresh_one.headers["content-type"] == "text/event-stream"
+        for stream in [held[1], *others]:
+            stream.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_the_cap_is_checked_after_authentication_visibility_and_cursor_and_refusals_never_hold_a_slot(
+    procs: Procs, alice: User, bob: User
+) -> None:
+    web = web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+    run, bobs = running_run(alice), running_run(bob)
+    done = running_run(alice)
+    services.run_complete(run_id=done.pk, generation=done.generation, output=None)
+    last = fresh(done).last_seq
+    token = auth_headers(token_for(alice))
+    at_its_end = auth_headers(token_for(alice), str(last))
+
+    async def scenario() -> None:
+        held = [await Stream(web.url, stream_path(run), token).open() for _ in range(2)]
+        assert [s.status for s in held] == [200, 200]
+        # At the cap, every earlier check still answers first (DESIGN §6's order) ...
+        refusals = {
+            401: (stream_path(run), {}),
+            404: (stream_path(bobs), token),
+            400: (f"/api/runs/{run.pk}/stream/?after_seq=x", token),
+            # ... and a finished run read to its end is a 204, not counted and not refused.
+            204: (stream_path(done), at_its_end),
+        }
+        for status, (path, headers) in refusals.items():
+            for _ in range(3):
+                assert (await Stream(web.url, path, headers).open()).status == status, status
+        assert_too_many(await Stream(web.url, stream_path(run), token).open(), cap=2)
+        for stream in held:
+            stream.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    # None of the refused requests took a slot: both come back, and no third.
+    slots_free(web, run, token, 2)
+    assert statuses_at_once(web, stream_path(run), token, 3)[2] == 429
+
+
+def test_clients_that_leave_before_the_first_byte_give_their_slot_back(procs: Procs, alice: User) -> None:
+    web = web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+    run = running_run(alice)
+    token = auth_headers(token_for(alice))
+
+    async def scenario() -> None:
+        # Each client leaves at another moment of the server's work on its request: before it was
+        # read, during the checks, between the view's answer and the first byte of the body (which
+        # then never runs, so only the end of the request can give the slot back), or later. A
+        # stream's head takes the server about 5-20 ms here: the moments spread over 0-30 ms.
+        for i in range(180):
+            stream = await Stream(web.url, stream_path(run), token).send()
+            await asyncio.sleep((i % 60) / 2000)  # choosing when to leave, not waiting for anything
+            stream.abort()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    slots_free(web, run, token, 2)
+
+
+def test_the_default_cap_is_20_and_0_means_unlimited(procs: Procs, alice: User) -> None:
+    run = running_run(alice)
+    token = auth_headers(token_for(alice))
+    default, unlimited = web_with(procs), web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="0")
+    assert statuses_at_once(default, stream_path(run), token, 21) == [200] * 20 + [429]
+    assert statuses_at_once(unlimited, stream_path(run), token, 30) == [200] * 30
