@@ -8,13 +8,15 @@ come from, and how many watchers share one read, is `runs.streams`.
 
 Checks run in the order of DESIGN §6: authentication (401), visibility (404), cursor (400), state
 (204 for a finished run already read to its end, 400 for a cursor past a live run's end), then
-the user's cap of streams in this process (429; `runs.stream_guard`).
+the user's cap of streams in this process (429; `runs.stream_guard`). A stream ends cleanly after
+`RUNLEDGER_SSE_MAX_SECONDS`, between whole frames: the client reconnects with its Last-Event-ID.
 Closing the stream only stops this generator: nothing here writes.
 """
 
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import cast
@@ -168,10 +170,13 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
     """The body: an async generator (a sync iterator would be buffered whole under ASGI).
 
     On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`
-    leaves the feed and gives the user's slot back, which is all the state a stream has.
+    leaves the feed and gives the user's slot back, which is all the state a stream has. It ends by
+    itself, always between whole frames, after the terminal event or at the end of its lifetime.
     """
     loop = asyncio.get_running_loop()
     keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
+    lifetime = float(settings.RUNLEDGER_SSE_MAX_SECONDS)
+    ends_at = loop.time() + lifetime if lifetime > 0 else math.inf
     hub = streams.get_hub()
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
@@ -192,19 +197,23 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
                 chunk, cursor, done = _take(frames, cursor)
                 if chunk:
                     yield chunk
-                if done:
+                # The lifetime is looked at only after sending: each connection makes progress,
+                # however short the lifetime and however long the backlog.
+                if done or loop.time() >= ends_at:
                     return
                 next_keepalive = loop.time() + keepalive
                 continue
-            wait = next_keepalive - loop.time()
-            if wait <= 0:
+            now = loop.time()
+            if now >= ends_at:
+                return
+            if now >= next_keepalive:
                 yield KEEPALIVE
-                next_keepalive = loop.time() + keepalive
+                next_keepalive = now + keepalive
                 continue
             # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task each time, and
             # with a thousand watchers of one run that was a good share of each event's fan-out.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
+                async with asyncio.timeout_at(min(next_keepalive, ends_at)):
                     await changed.wait()
     finally:
         hub.unsubscribe(feed)

@@ -1,22 +1,32 @@
 """Fair use of the streams a web process serves itself (DESIGN §5, §6; issue 20): a user holds at
-most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429). Real uvicorn processes over
-real sockets.
+most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429), and a stream ends cleanly after
+RUNLEDGER_SSE_MAX_SECONDS (the client resumes with Last-Event-ID and loses nothing). Real uvicorn
+processes over real sockets; the watch page in Debian's Chromium.
 """
 
 import asyncio
+import time
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from runs import services
+from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run
 from tests.factories import running_run
+from tests.support.browser import give_password, site_login
 from tests.support.db import token_for
 from tests.support.procs import Proc, Procs, subprocess_env
-from tests.support.runs import fresh
-from tests.support.sse import Stream, auth_headers, request_once, stream_path
+from tests.support.proxies import CuttableProxy
+from tests.support.runs import assert_exact_log, fresh
+from tests.support.sse import Event, Stream, auth_headers, request_once, stream_path
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_status
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -154,3 +164,81 @@ def test_the_default_cap_is_20_and_0_means_unlimited(procs: Procs, alice: User) 
     default, unlimited = web_with(procs), web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="0")
     assert statuses_at_once(default, stream_path(run), token, 21) == [200] * 20 + [429]
     assert statuses_at_once(unlimited, stream_path(run), token, 30) == [200] * 30
+
+
+# --- the lifetime -------------------------------------------------------------------------------
+
+
+def test_a_stream_ends_cleanly_at_its_lifetime_and_resumes_from_last_event_id_to_the_exact_log(
+    procs: Procs, alice: User
+) -> None:
+    env = subprocess_env(RUNLEDGER_SSE_MAX_SECONDS="1")
+    web = procs.uvicorn(env=env)
+    procs.worker("lifetime", env=env)
+    token = token_for(alice)
+    run = services.run_create(owner=alice, agent="demo", input={"deltas": 60, "delay_ms": 60})
+
+    async def follow() -> tuple[list[Event], list[float]]:
+        got: list[Event] = []
+        lifetime_ends: list[float] = []  # how long each connection the lifetime ended lasted
+        last_id: str | None = None
+        while not got or got[-1].event not in TERMINAL_EVENT_TYPES:
+            stream = await Stream(web.url, stream_path(run), auth_headers(token, last_id)).open()
+            assert stream.status == 200, (stream.status, stream.body)
+            opened = time.monotonic()
+            got.extend([event async for event in stream.events()])
+            # The server ended the body (its last chunk came), between two whole frames.
+            assert stream.finished and stream.parser.buffer == b""
+            if not got or got[-1].event not in TERMINAL_EVENT_TYPES:
+                lifetime_ends.append(time.monotonic() - opened)
+            last_id = stream.parser.last_event_id or last_id
+        return got, lifetime_ends
+
+    events, lifetime_ends = asyncio.run(asyncio.wait_for(follow(), 60))
+    run = wait_status(run, "completed")
+    assert_exact_log(events, run)
+    # The run outlived several streams, each ended by its lifetime, not sooner and not much later.
+    assert len(lifetime_ends) >= 2, lifetime_ends
+    assert all(0.9 <= seconds < 3 for seconds in lifetime_ends), lifetime_ends
+
+
+@pytest.mark.browser
+def test_the_watch_page_gets_every_event_once_across_stream_lifetime_ends(
+    procs: Procs, browser_page: "Page", alice: User
+) -> None:
+    # A short `retry:` so that EventSource comes back at once after each end.
+    env = subprocess_env(RUNLEDGER_SSE_MAX_SECONDS="1", RUNLEDGER_SSE_RETRY_MS="100")
+    web = procs.uvicorn(env=env)
+    procs.worker("lifetime-page", env=env)
+    proxy = CuttableProxy(upstream_port=int(web.port or 0)).start()
+    try:
+        give_password(alice, "lifetime-pw")
+        # Every event any EventSource of the page hears, before the client drops replays: a
+        # resent event would show here twice.
+        browser_page.add_init_script(
+            """
+            window.rlHeard = [];
+            const add = EventSource.prototype.addEventListener;
+            EventSource.prototype.addEventListener = function (type, listener, options) {
+              return add.call(this, type, function (event) {
+                window.rlHeard.push(Number(event.lastEventId));
+                return listener.call(this, event);
+              }, options);
+            };
+            """
+        )
+        site_login(browser_page, proxy.url, "alice", "lifetime-pw")
+        run = services.run_create(owner=alice, agent="demo", input={"deltas": 70, "delay_ms": 50})
+        browser_page.goto(f"{proxy.url}/runs/{run.pk}/")
+        browser_page.wait_for_function(
+            "document.getElementById('watch').dataset.status === 'completed'", timeout=30_000
+        )
+        run = wait_status(run, "completed")
+        heard = browser_page.evaluate("window.rlHeard")
+        assert heard == list(range(1, run.last_seq + 1))
+        assert browser_page.locator("#output").text_content() == run.output["text"]
+        # The page's stream ended by its lifetime several times, and resumed where it was.
+        resumed = [r for r in proxy.stream_requests() if "last-event-id" in r.headers]
+        assert len(resumed) >= 2, proxy.stream_requests()
+    finally:
+        proxy.stop()
