@@ -8,7 +8,8 @@ come from, and how many watchers share one read, is `runs.streams`.
 
 Checks run in the order of DESIGN §6: authentication (401), visibility (404), cursor (400), state
 (204 for a finished run already read to its end, 400 for a cursor past a live run's end), then
-the user's cap of streams in this process (429; `runs.stream_guard`). A stream ends cleanly after
+the user's cap of streams in this process (429; `runs.stream_guard`, which also ends open streams
+whose user, credential or sight of the run is gone). A stream ends cleanly after
 `RUNLEDGER_SSE_MAX_SECONDS`, between whole frames: the client reconnects with its Last-Event-ID.
 Closing the stream only stops this generator: nothing here writes.
 """
@@ -49,7 +50,10 @@ class _Opened:
     cursor: int
     last_seq: int
     terminal: bool
+    # Who opened it, and with what: the re-check looks at them again (runs.stream_guard).
     user_id: int
+    token_key: str | None
+    session_key: str | None
 
 
 def _parse_cursor(name: str, value: str) -> int | HttpResponse:
@@ -61,26 +65,28 @@ def _parse_cursor(name: str, value: str) -> int | HttpResponse:
     return cursor
 
 
-def _authenticate(request: HttpRequest) -> User | None:
-    """DRF's token header (programs), else the session (browsers: EventSource sends no headers)."""
+def _authenticate(request: HttpRequest) -> tuple[User, str | None, str | None] | None:
+    """DRF's token header (programs), else the session (browsers: EventSource sends no headers):
+    (user, token key, session key), one of the keys set."""
     try:
         found = TokenAuthentication().authenticate(Request(request))
     except AuthenticationFailed:
         return None  # a bad token is not silently downgraded to the session
     if found is not None:
-        return cast(User, found[0])
+        return cast(User, found[0]), found[1].key, None
     user = cast(AnyUser, request.user)
-    return user if isinstance(user, User) and user.is_authenticated else None
+    return (user, None, request.session.session_key) if isinstance(user, User) and user.is_authenticated else None
 
 
 def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
     """Every check before streaming, in one short synchronous call on the stream-opening pool."""
     try:
-        user = _authenticate(request)
-        if user is None:
+        authenticated = _authenticate(request)
+        if authenticated is None:
             response = error_response(401, "not_authenticated", "authentication credentials were not provided")
             response["WWW-Authenticate"] = "Token"
             return response
+        user, token_key, session_key = authenticated
         try:
             run = run_get(run_id=run_id, user=user)
         except NotFound as exc:
@@ -113,6 +119,8 @@ def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
             last_seq=run.last_seq,
             terminal=run.is_terminal,
             user_id=int(user.pk),
+            token_key=token_key,
+            session_key=session_key,
         )
     finally:
         # Streams live long; the connection this check used must not live with them.
@@ -147,7 +155,9 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return opened
     # Caps and state come last (DESIGN §6): here, on the event loop, the count is checked and
     # taken in one step; a 204 above never counted.
-    watch = get_guard().admit(user_id=opened.user_id, run_id=opened.run_id)
+    watch = get_guard().admit(
+        user_id=opened.user_id, token_key=opened.token_key, session_key=opened.session_key, run_id=opened.run_id
+    )
     if watch is None:
         cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
         return error_response_for(
@@ -171,7 +181,8 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
 
     On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`
     leaves the feed and gives the user's slot back, which is all the state a stream has. It ends by
-    itself, always between whole frames, after the terminal event or at the end of its lifetime.
+    itself, always between whole frames, after the terminal event, at the end of its lifetime, or
+    when the re-check ends its `watch`.
     """
     loop = asyncio.get_running_loop()
     keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
@@ -183,7 +194,7 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
     try:
         yield f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()
         next_keepalive = loop.time() + keepalive
-        while True:
+        while not watch.ended:
             changed = feed.changed
             frames = feed.frames_after(cursor)
             if frames is None:
@@ -212,9 +223,14 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
                 continue
             # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task each time, and
             # with a thousand watchers of one run that was a good share of each event's fan-out.
+            # The re-check wakes a stream it ends by moving this bound to now (Watch.end).
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(min(next_keepalive, ends_at)):
-                    await changed.wait()
+                async with asyncio.timeout_at(min(next_keepalive, ends_at)) as bound:
+                    watch.waiting = bound
+                    try:
+                        await changed.wait()
+                    finally:
+                        watch.waiting = None
     finally:
         hub.unsubscribe(feed)
         watch.release()

@@ -1,27 +1,35 @@
 """Fair use of the streams a web process serves itself (DESIGN §5, §6; issue 20): a user holds at
-most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429), and a stream ends cleanly after
-RUNLEDGER_SSE_MAX_SECONDS (the client resumes with Last-Event-ID and loses nothing). Real uvicorn
-processes over real sockets; the watch page in Debian's Chromium.
+most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429), a stream ends cleanly after
+RUNLEDGER_SSE_MAX_SECONDS (the client resumes with Last-Event-ID and loses nothing), and every
+RUNLEDGER_SSE_RECHECK_SECONDS the open streams are checked again: a stream whose user, credential
+or sight of the run is gone ends. Real uvicorn processes over real sockets; the watch page in
+Debian's Chromium.
 """
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run
-from tests.factories import running_run
+from runs.stream_guard import _recheck_sync
+from tests.factories import queued_run, running_run
 from tests.support.browser import give_password, site_login
 from tests.support.db import token_for
-from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
 from tests.support.proxies import CuttableProxy
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.sse import Event, Stream, auth_headers, request_once, stream_path
+from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 from tests.support.workers import wait_status
 
@@ -29,6 +37,9 @@ if TYPE_CHECKING:
     from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+# A short re-check, so that tests wait fractions of a second for it.
+RECHECK = {"RUNLEDGER_SSE_RECHECK_SECONDS": "0.3"}
 
 
 def web_with(procs: Procs, **env: str) -> Proc:
@@ -57,6 +68,12 @@ def statuses_at_once(web: Proc, path: str, headers: dict[str, str], n: int) -> l
 def slots_free(web: Proc, run: Run, headers: dict[str, str], n: int) -> None:
     """Wait until the user can hold `n` streams at once again: every slot they had was given back."""
     wait_until(lambda: statuses_at_once(web, stream_path(run), headers, n) == [200] * n, what=f"{n} free stream slots")
+
+
+def append_one(run: Run) -> int:
+    """One more event on a running run: its seq."""
+    run = fresh(run)
+    return services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {})])[-1].seq
 
 
 def assert_too_many(answer: Stream, cap: int) -> None:
@@ -242,3 +259,168 @@ def test_the_watch_page_gets_every_event_once_across_stream_lifetime_ends(
         assert len(resumed) >= 2, proxy.stream_requests()
     finally:
         proxy.stop()
+
+
+# --- the re-check -------------------------------------------------------------------------------
+
+
+def assert_some_end_and_others_go_on(
+    web: Proc,
+    *,
+    ending: list[tuple[Run, dict[str, str]]],
+    going: list[tuple[Run, dict[str, str]]],
+    change: Callable[[], object],
+) -> None:
+    """Open every stream, make the `change`: the `ending` streams end cleanly (the server ends
+    them), and the `going` ones, re-checked at the same time, still carry the next event."""
+
+    async def scenario() -> None:
+        ends = [await Stream(web.url, stream_path(run), headers).open() for run, headers in ending]
+        stays = [await Stream(web.url, stream_path(run), headers).open() for run, headers in going]
+        assert [s.status for s in ends + stays] == [200] * len(ends + stays)
+        await asyncio.to_thread(in_thread(change))
+        for stream in ends:
+            async for _ in stream.events():
+                pass
+            assert stream.finished, "ended by the server, not dropped"
+        for stream, (run, _) in zip(stays, going, strict=True):
+            seq = await asyncio.to_thread(in_thread(lambda run=run: append_one(run)))
+            async for event in stream.events():
+                if event.seq == seq:
+                    break
+            else:
+                raise AssertionError(f"a stream of run {run.pk} ended")
+            stream.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_stream_ends_when_its_user_is_deactivated_and_other_users_streams_go_on(
+    procs: Procs, alice: User, bob: User
+) -> None:
+    web = web_with(procs, **RECHECK)
+    token = auth_headers(token_for(alice))
+    run, bobs = running_run(alice), running_run(bob)
+    assert_some_end_and_others_go_on(
+        web,
+        ending=[(run, token)],
+        going=[(bobs, auth_headers(token_for(bob)))],
+        change=lambda: User.objects.filter(pk=alice.pk).update(is_active=False),
+    )
+    assert request_once(web.url, stream_path(run), token).status == 401  # where its reconnect lands
+
+
+def test_a_token_stream_ends_when_its_token_is_deleted_and_the_users_session_stream_goes_on(
+    procs: Procs, alice: User
+) -> None:
+    web = web_with(procs, **RECHECK)
+    token = auth_headers(token_for(alice))
+    _browser, cookie = session_cookie(alice)
+    run = running_run(alice)
+    assert_some_end_and_others_go_on(
+        web, ending=[(run, token)], going=[(run, cookie)], change=lambda: Token.objects.filter(user=alice).delete()
+    )
+
+
+def test_a_session_stream_ends_at_logout_and_the_users_token_stream_goes_on(procs: Procs, alice: User) -> None:
+    web = web_with(procs, **RECHECK)
+    browser, cookie = session_cookie(alice)
+    token = auth_headers(token_for(alice))
+    run = running_run(alice)
+    assert_some_end_and_others_go_on(web, ending=[(run, cookie)], going=[(run, token)], change=browser.logout)
+    assert request_once(web.url, stream_path(run), cookie).status == 401
+
+
+def test_a_stream_of_another_users_run_ends_when_the_permission_to_see_it_is_taken_away(
+    procs: Procs, alice: User, make_user: Callable[..., User]
+) -> None:
+    web = web_with(procs, **RECHECK)
+    run = running_run(alice)
+    viewer = make_user("viewer", perms=("runs.view_run",))
+    staff = make_user("staff")
+    group = Group.objects.create(name="run-staff")
+    group.permissions.add(Permission.objects.get(content_type__app_label="runs", codename="change_run"))
+    staff.groups.add(group)
+    viewer_token, staff_token = auth_headers(token_for(viewer)), auth_headers(token_for(staff))
+
+    def take_away() -> None:
+        viewer.user_permissions.clear()
+        staff.groups.remove(group)
+
+    assert_some_end_and_others_go_on(
+        web,
+        ending=[(run, viewer_token), (run, staff_token)],
+        going=[(run, auth_headers(token_for(alice)))],  # the owner needs no permission
+        change=take_away,
+    )
+    assert request_once(web.url, stream_path(run), viewer_token).status == 404
+
+
+def test_deleting_a_user_ends_their_streams_and_others_streams_of_their_runs(
+    procs: Procs, alice: User, bob: User, make_user: Callable[..., User]
+) -> None:
+    web = web_with(procs, **RECHECK)
+    run, bobs = running_run(alice), running_run(bob)
+    viewer = make_user("viewer", perms=("runs.view_run",))
+    viewer_token = auth_headers(token_for(viewer))
+    assert_some_end_and_others_go_on(
+        web,
+        ending=[(run, auth_headers(token_for(alice))), (run, viewer_token)],  # the run went with its owner
+        going=[(bobs, viewer_token), (bobs, auth_headers(token_for(bob)))],
+        change=lambda: User.objects.filter(pk=alice.pk).delete(),
+    )
+
+
+def test_a_failed_recheck_ends_no_stream(procs: Procs, alice: User) -> None:
+    """The re-check's token query fails (its table renamed away for a moment): the stream stays,
+    and once the table is back the next re-check sees the user's end again."""
+    web = web_with(procs, **RECHECK)
+    token = auth_headers(token_for(alice))
+    run = running_run(alice)
+    table = Token._meta.db_table
+
+    def rename(old: str, new: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{old}" RENAME TO "{new}"')
+
+    async def scenario() -> None:
+        stream = await Stream(web.url, stream_path(run), token).open()
+        assert stream.status == 200
+        await asyncio.to_thread(in_thread(lambda: rename(table, f"{table}_away")))
+        try:
+            await asyncio.to_thread(wait_log_line, web, "re-checking 1 streams failed", 20)
+        finally:
+            await asyncio.to_thread(in_thread(lambda: rename(f"{table}_away", table)))
+        seq = await asyncio.to_thread(in_thread(lambda: append_one(run)))
+        async for event in stream.events():
+            if event.seq == seq:
+                break
+        assert not stream.finished
+        await asyncio.to_thread(in_thread(lambda: User.objects.filter(pk=alice.pk).update(is_active=False)))
+        async for _ in stream.events():
+            pass
+        assert stream.finished
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_recheck_costs_the_same_few_queries_for_hundreds_of_streams_as_for_one(
+    make_user: Callable[..., User],
+) -> None:
+    """Per process and interval, not per stream: users (with their permissions), tokens, sessions
+    and runs, one query each, however many streams hold them."""
+
+    def recheck_queries(n: int) -> int:
+        users = [make_user() for _ in range(n)]
+        runs = [queued_run(user) for user in users]
+        tokens = {token_for(user): user.pk for user in users}
+        sessions = {session_cookie(user)[0].session.session_key or "" for user in users}
+        with CaptureQueriesContext(connection) as captured:
+            found = _recheck_sync({u.pk for u in users}, set(tokens), sessions, {str(r.pk) for r in runs})
+        assert found.active_users == {user.pk: False for user in users}
+        assert found.token_users == tokens
+        assert found.sessions == sessions
+        assert found.run_owners == {str(run.pk): run.owner_id for run in runs}
+        return len(captured)
+
+    assert recheck_queries(1) == recheck_queries(300) == 4
