@@ -10,6 +10,7 @@ import os
 import random
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from runs import services
@@ -143,7 +144,9 @@ def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_o
     if ON_POSTGRESQL:
         live_reads = measured["reads_after"] - measured["reads_before"]
         print(f"{n} watchers: {measured['connections']} connections while idle, {live_reads} event reads live")
-        assert measured["connections"] <= 8
+        # The web process's pool and its LISTEN connection, however many watchers: a busy machine
+        # makes the pool grow to its size while the opens queue, never beyond.
+        assert measured["connections"] <= settings.DEFAULT_DB_POOL_SIZE + 1
         # Shared reads: at most one per wake-up of the run (a commit's notification or a poll
         # tick), whatever the number of watchers; one read per watcher would be 200 times that.
         assert live_reads <= run.last_seq + 30
