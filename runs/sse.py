@@ -6,9 +6,11 @@ ones live until the terminal event. The cursor is the `Last-Event-ID` header whe
 so a reconnect resumes exactly after the last event the client fully received. Where the frames
 come from, and how many watchers share one read, is `runs.streams`.
 
-Checks run in the order of DESIGN §6: authentication (401), visibility (404), cursor (400), state
+Checks run in the order of DESIGN §6: authentication (401; 429 for an address with too many failed
+token attempts, runs.api.authentication), visibility (404), cursor (400), state
 (204 for a finished run already read to its end, 400 for a cursor past a live run's end).
-Closing the stream only stops this generator: nothing here writes.
+Closing the stream only stops this generator: nothing here writes, but for the count of a failed
+token attempt.
 """
 
 import asyncio
@@ -30,7 +32,7 @@ from runs.access import AnyUser
 from runs.api.authentication import TokenAuthentication
 from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
-from runs.exceptions import NotFound
+from runs.exceptions import NotFound, TooManyRequests
 from runs.selectors import run_get
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,10 @@ def _authenticate(request: HttpRequest) -> AnyUser | None:
 def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
     """Every check before streaming, in one short synchronous call on the stream-opening pool."""
     try:
-        user = _authenticate(request)
+        try:
+            user = _authenticate(request)
+        except TooManyRequests as exc:
+            return error_response_for(exc)
         if user is None:
             response = error_response(401, "not_authenticated", "authentication credentials were not provided")
             response["WWW-Authenticate"] = "Token"
