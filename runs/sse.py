@@ -6,12 +6,13 @@ ones live until the terminal event. The cursor is the `Last-Event-ID` header whe
 so a reconnect resumes exactly after the last event the client fully received. Where the frames
 come from, and how many watchers share one read, is `runs.streams`.
 
-Checks run in the order of DESIGN §6: authentication (401), visibility (404), cursor (400), state
-(204 for a finished run already read to its end, 400 for a cursor past a live run's end), then
-the user's cap of streams in this process (429; `runs.stream_guard`, which also ends open streams
-whose user, credential or sight of the run is gone). A stream ends cleanly after
-`RUNLEDGER_SSE_MAX_SECONDS`, between whole frames: the client reconnects with its Last-Event-ID.
-Closing the stream only stops this generator: nothing here writes.
+Checks run in the order of DESIGN §6: authentication (401; 429 for an address with too many failed
+token attempts, runs.api.authentication), visibility (404), cursor (400), state (204 for a finished
+run already read to its end, 400 for a cursor past a live run's end), then the user's cap of
+streams in this process (429; `runs.stream_guard`, which also ends open streams whose user,
+credential or sight of the run is gone). A stream ends cleanly after `RUNLEDGER_SSE_MAX_SECONDS`,
+between whole frames: the client reconnects with its Last-Event-ID. Closing the stream only stops
+this generator: nothing here writes, but for the count of a failed token attempt.
 """
 
 import asyncio
@@ -81,7 +82,10 @@ def _authenticate(request: HttpRequest) -> tuple[User, str | None, str | None] |
 def _open(request: HttpRequest, run_id: str) -> _Opened | HttpResponse:
     """Every check before streaming, in one short synchronous call on the stream-opening pool."""
     try:
-        authenticated = _authenticate(request)
+        try:
+            authenticated = _authenticate(request)
+        except TooManyRequests as exc:
+            return error_response_for(exc)
         if authenticated is None:
             response = error_response(401, "not_authenticated", "authentication credentials were not provided")
             response["WWW-Authenticate"] = "Token"

@@ -7,29 +7,21 @@ it is added.
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
 
 from runs.access import sees_every_run
 from runs.models import Run, RunEvent
 from runs.selectors import users_active
 from tests.factories import running_run
+from tests.support.urls import routes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 PUBLIC = {"/healthz/", "/readyz/", "/accounts/login/", "/admin/login/", "/api/schema/", "/api/docs/"}
-
-
-def routes(patterns: list[URLPattern | URLResolver] | None = None, prefix: str = "") -> Iterator[str]:
-    for p in patterns if patterns is not None else get_resolver().url_patterns:
-        if isinstance(p, URLResolver):
-            yield from routes(p.url_patterns, prefix + str(p.pattern))
-        else:
-            yield prefix + str(p.pattern)
 
 
 def concrete(route: str, run: Run) -> str | None:
