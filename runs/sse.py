@@ -31,6 +31,7 @@ from runs.api.authentication import TokenAuthentication
 from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
 from runs.exceptions import NotFound
+from runs.metrics import series
 from runs.selectors import run_get
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ async def _stream(opened: _Opened) -> AsyncIterator[bytes]:
     hub = streams.get_hub()
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
+    series.SSE_STREAMS_OPEN.inc()
     try:
         yield f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()
         next_keepalive = loop.time() + keepalive
@@ -183,6 +185,7 @@ async def _stream(opened: _Opened) -> AsyncIterator[bytes]:
                     await changed.wait()
     finally:
         hub.unsubscribe(feed)
+        series.SSE_STREAMS_OPEN.dec()
 
 
 def _take(frames: list[streams.Frame], cursor: int) -> tuple[bytes, int, bool]:
