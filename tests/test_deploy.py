@@ -461,9 +461,13 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
             "NoNewPrivileges": "yes",
             "ProtectSystem": "strict",
             "PrivateTmp": "yes",
+            # Their /tmp is private: both name one metrics directory, kept across restarts.
+            "RuntimeDirectory": "runledger-metrics",
+            "RuntimeDirectoryPreserve": "yes",
         }.items():
             assert service.get(key) == [value], (name, key)
         assert unit["Install"]["WantedBy"] == ["multi-user.target"], name
+        assert "RUNLEDGER_METRICS_DIR=/run/runledger-metrics" in service["Environment"], name
 
     # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's.
     web = units["runledger-web.service"]["Service"]
