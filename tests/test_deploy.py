@@ -344,7 +344,9 @@ def bare(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest
     tmpdir = Path(tmp_path_factory.mktemp("bare-tmpdir"))
     try:
         with django_db_blocker.unblock():
-            env = subprocess_env(TMPDIR=str(tmpdir))
+            # Its metrics files (by default under TMPDIR) elsewhere: that folder is for spooled bodies only.
+            metrics = tmp_path_factory.mktemp("bare-metrics")
+            env = subprocess_env(TMPDIR=str(tmpdir), RUNLEDGER_METRICS_DIR=str(metrics))
         yield BareWeb(web=registry.uvicorn(env=env), tmpdir=tmpdir)
     finally:
         registry.stop_all()
