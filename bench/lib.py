@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
 FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
-
 # The benchmarks measure the platform, not its fair-use limits (issue 20), and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
 # a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
@@ -363,8 +362,8 @@ def app_running(
     cluster: Cluster, *, workers: int = 2, concurrency: int = 120, env: Mapping[str, str] | None = None
 ) -> Iterator[Ctx]:
     """The application database `runledger` migrated, one uvicorn web process and `workers` worker
-    processes started (default settings), a user with a token. `env` is set in this process's
-    environment first, which every process started inherits (e.g. the agents to load)."""
+    processes started (default settings but UNCAPPED), a user with a token. `env` is set in this
+    process's environment first, which every process started inherits (e.g. the agents to load)."""
     url = cluster.create_database("runledger")
     os.environ.update(env or {})
     os.environ["DATABASE_URL"] = url

@@ -13,9 +13,12 @@
    cancel → model stream closed (bench/model_stream.py), and the Python client's stream and resume
    after a cut (bench/client_stream.py). The processes load the tests' agents
    (tests/support/agents.py) and openai_chat beside the demo.
+   Every one of these runs with the fair-use caps at 0 (bench/lib.py `UNCAPPED`).
 4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
    database holds x10 and x100 more, and measures again.
-5. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
+5. Fair use under attack (bench/fair_use.py): ten hostile users and one measured, with the limits
+   on — in a child process with its own cluster and processes.
+6. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
    and bench/results/summary.md (the README table).
 
 Ratios are "times the floor": for a time, figure / floor; for a rate, floor / figure. 1.0 is the
@@ -33,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import client_stream, model_stream, step_kinds
+from bench import client_stream, fair_use, model_stream, step_kinds
 from bench.lib import (
     RESULTS,
     app_running,
@@ -181,7 +184,9 @@ def tier_suite(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller sizes (about 3 minutes, and 2 more for bench/fair_use.py)"
+    )
     parser.add_argument("--no-growth", action="store_true", help="skip the x10 / x100 tiers")
     parser.add_argument("--out", default=str(RESULTS), help="folder for summary.json and summary.md")
     parser.add_argument("--render", metavar="JSON", help="only print the markdown of an earlier summary.json")
@@ -234,6 +239,8 @@ def main() -> int:
             tiers["x1"]["floor"] = result["floor"]
             result["tiers"] = tiers
             result["web_process_log_tail"] = ctx.web.log()[-2000:]
+    log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
+    result["fair_use"] = fair_use.in_own_process(quick=args.quick)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     result["total_seconds"] = round(time.time() - began, 1)
     rows = figures(result)
@@ -533,6 +540,8 @@ def markdown(r: dict[str, Any]) -> str:
     steps = r["tiers"]["x1"].get("step_kinds")
     if steps:
         lines += ["", step_kinds.markdown(steps, r["floor"]).rstrip("\n")]
+    if r.get("fair_use"):
+        lines += ["", fair_use.markdown(r["fair_use"]).rstrip("\n")]
     tiers = [k for k in r["tiers"] if k != "x1"]
     if tiers:
         bg = {k: r["tiers"][k].get("background", {}) for k in tiers}

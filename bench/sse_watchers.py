@@ -86,6 +86,8 @@ def main() -> int:
         )
         procs = Procs(Path(logs))
         stack.callback(procs.stop_all, timeout=10)
+        # The watchers are all one user's, beyond the default cap of streams per user: os.environ
+        # holds bench/lib.py's UNCAPPED.
         env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
         os.environ["DATABASE_URL"] = url

@@ -42,6 +42,7 @@ from runs.agents.loading import require_agents  # noqa: E402  (needs the configu
 from runs.api.errors import error_body  # noqa: E402
 from runs.limits import require_limits  # noqa: E402
 from runs.metrics.http import CountResponses  # noqa: E402
+from runs.stream_guard import REQUEST_END  # noqa: E402
 
 require_agents()
 require_limits()
@@ -91,10 +92,18 @@ class SyncViews(ASGIHandler):
 
 
 class AsyncViews(ASGIHandler):
-    """Async views on the event loop, without a thread-sensitive context (and so no thread) each."""
+    """Async views on the event loop, without a thread-sensitive context (and so no thread) each.
+
+    What a view holds for its request (a stream's slot of its user's cap) is given back here, once
+    the request has surely ended: a client that leaves before a stream's first byte cancels the
+    request anywhere between the view and its body, and a body never started runs no `finally`."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        await self.handle(scope, receive, send)
+        try:
+            await self.handle(scope, receive, send)
+        finally:
+            for release in scope.get(REQUEST_END, ()):
+                release()
 
 
 class Application:

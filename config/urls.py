@@ -2,11 +2,21 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from runs.admin.hardening import view_on_site
+from runs.signin import AdminLoginForm, LoginForm, throttled_login
+
+# The console signs in through the throttled form too (DESIGN §6). The two URLs below, ahead of the
+# admin's own, add the 429 status to its login page's refusal, and answer a malformed id in "view
+# on site" with 404 (runs.admin.hardening).
+admin.site.login_form = AdminLoginForm
+
 urlpatterns = [
+    path("admin/login/", throttled_login(admin.site.login)),
+    path("admin/r/<path:content_type_id>/<path:object_id>/", admin.site.admin_view(view_on_site)),
     path("admin/", admin.site.urls),
     # Only log in and out: password resets by e-mail are not part of this deployment, and every
     # page but the login page needs an authenticated user (DESIGN §6).
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("runs.urls")),
 ]

@@ -14,10 +14,14 @@ User = AbstractUser
 AnyUser = AbstractUser | AnonymousUser
 
 
+# Either sees every run: `runs.change_run` too, which Django's admin takes to include viewing.
+SEES_EVERY_RUN = ("runs.view_run", "runs.change_run")
+
+
 def sees_every_run(user: AnyUser) -> bool:
-    """`runs.view_run`, or `runs.change_run` (which Django's admin takes to include viewing): one
-    rule for the console and the API alike."""
-    return user.has_perm("runs.view_run") or user.has_perm("runs.change_run")
+    """One rule for the console and the API alike (and, for many users at once, for the streams'
+    re-check: `selectors.users_active`)."""
+    return any(user.has_perm(perm) for perm in SEES_EVERY_RUN)
 
 
 def _owns(user: AnyUser, run: Run) -> bool:

@@ -1,15 +1,18 @@
 """Every non-trivial read of runs and events, with the visibility rule of DESIGN §6."""
 
 import json
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
-from django.db.models import F, FilteredRelation, Q, QuerySet
+from django.db.models import Exists, F, FilteredRelation, OuterRef, Q, QuerySet
 
-from runs.access import AnyUser, sees_every_run
+from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
 from runs.exceptions import NotFound
 from runs.models import Run, RunAttempt, RunEvent
 
@@ -35,6 +38,24 @@ def run_parentable(*, user: AnyUser) -> QuerySet[Run]:
 def run_is_visible(run: Run, *, user: AnyUser) -> bool:
     """The rule of `run_visible` for one row already read: an owner needs no permission lookup."""
     return bool(user.is_authenticated) and (run.owner_id == user.pk or sees_every_run(user))
+
+
+def users_active(*, user_ids: Collection[int]) -> dict[int, bool]:
+    """The active users among `user_ids`, each with whether it sees every run: `sees_every_run`
+    for many users in one query, by the rule of Django's ModelBackend (the only authentication
+    backend configured) — an active superuser holds every permission, others hold one directly or
+    through a group."""
+    codenames = [perm.removeprefix("runs.") for perm in SEES_EVERY_RUN]
+    perms = Permission.objects.filter(content_type__app_label="runs", codename__in=codenames)
+    User = get_user_model()
+    direct = User.user_permissions.through.objects.filter(user_id=OuterRef("pk"), permission__in=perms)
+    grouped = User.groups.through.objects.filter(user_id=OuterRef("pk"), group__permissions__in=perms)
+    rows = (
+        User.objects.filter(pk__in=user_ids, is_active=True)
+        .annotate(sees_every_run=Q(is_superuser=True) | Exists(direct) | Exists(grouped))
+        .values_list("pk", "sees_every_run")
+    )
+    return {int(pk): bool(sees) for pk, sees in rows}
 
 
 def run_get(*, run_id: UUID | str, user: AnyUser | None = None) -> Run:

@@ -314,13 +314,19 @@ def _log_task_end(task: "asyncio.Task[None]") -> None:
         log.error("SSE background task stopped", exc_info=task.exception())
 
 
-_hub: Hub | None = None
+def loop_local(make: Callable[[asyncio.AbstractEventLoop], T]) -> Callable[[], T]:
+    """A getter of this process's one `make(loop)`, bound to the running event loop (a new loop
+    gets a new one)."""
+    current: list[tuple[asyncio.AbstractEventLoop, T]] = []
+
+    def get() -> T:
+        loop = asyncio.get_running_loop()
+        if not current or current[0][0] is not loop:
+            current[:] = [(loop, make(loop))]
+        return current[0][1]
+
+    return get
 
 
-def get_hub() -> Hub:
-    """This process's hub, bound to the running event loop (a new loop gets a new hub)."""
-    global _hub
-    loop = asyncio.get_running_loop()
-    if _hub is None or _hub.loop is not loop:
-        _hub = Hub(loop)
-    return _hub
+# This process's hub.
+get_hub = loop_local(Hub)

@@ -7,27 +7,21 @@ it is added.
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
 
+from runs.access import sees_every_run
 from runs.models import Run, RunEvent
+from runs.selectors import users_active
 from tests.factories import running_run
+from tests.support.urls import routes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 PUBLIC = {"/healthz/", "/readyz/", "/accounts/login/", "/admin/login/", "/api/schema/", "/api/docs/"}
-
-
-def routes(patterns: list[URLPattern | URLResolver] | None = None, prefix: str = "") -> Iterator[str]:
-    for p in patterns if patterns is not None else get_resolver().url_patterns:
-        if isinstance(p, URLResolver):
-            yield from routes(p.url_patterns, prefix + str(p.pattern))
-        else:
-            yield prefix + str(p.pattern)
 
 
 def concrete(route: str, run: Run) -> str | None:
@@ -118,3 +112,35 @@ def test_actions_need_their_permission(run: Run, make_user: "pytest.FixtureReque
         response = client.post(base + action, data=body, content_type="application/json")
         assert response.status_code == 403, action  # … but not theirs to act on
     assert Run.objects.get(pk=run.pk).status == "running"
+
+
+def test_the_streams_recheck_sees_every_run_for_exactly_the_users_sees_every_run_does(
+    make_user: Callable[..., User],
+) -> None:
+    """`selectors.users_active` (one query for many users) against `access.sees_every_run` (the
+    permission backend), for each way of holding the right and of not holding it."""
+    make = make_user
+    group = Group.objects.create(name="run-staff")
+    group.permissions.add(Permission.objects.get(content_type__app_label="runs", codename="change_run"))
+    users = {
+        "plain": make("plain"),
+        "viewer": make("viewer", perms=("runs.view_run",)),
+        "changer": make("changer", perms=("runs.change_run",)),
+        "canceller": make("canceller", perms=("runs.cancel_run",)),  # another permission: not enough
+        "in_group": make("in_group"),
+        "superuser": make("superuser"),
+        "inactive_viewer": make("inactive_viewer", perms=("runs.view_run",)),
+    }
+    users["in_group"].groups.add(group)
+    User.objects.filter(pk=users["superuser"].pk).update(is_superuser=True)
+    User.objects.filter(pk=users["inactive_viewer"].pk).update(is_active=False)
+    fresh = {name: User.objects.get(pk=user.pk) for name, user in users.items()}
+
+    found = users_active(user_ids=[user.pk for user in fresh.values()] + [10**9])
+    assert found == {user.pk: sees_every_run(user) for user in fresh.values() if user.is_active}
+    assert {name for name, user in fresh.items() if found.get(user.pk)} == {
+        "viewer",
+        "changer",
+        "in_group",
+        "superuser",
+    }

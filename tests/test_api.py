@@ -18,6 +18,7 @@ from runs.exceptions import RunConflict
 from runs.models import IdempotencyRecord, Run, RunEvent
 from tests.conftest import ON_SQLITE
 from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
+from tests.support.api import assert_error
 from tests.support.runs import event_types
 from tests.support.threads import race
 
@@ -64,17 +65,6 @@ def api(alice: User) -> APIClient:
 def url(run: Run | str, action: str = "") -> str:
     run_id = run.pk if isinstance(run, Run) else run
     return f"/api/runs/{run_id}/" + (f"{action}/" if action else "")
-
-
-def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/json"
-    body: dict[str, Any] = response.json()
-    assert set(body) <= {"error", "run"}
-    assert set(body["error"]) == {"code", "message", "detail"}
-    assert body["error"]["code"] == code, body
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    return body
 
 
 def post_raw(client: APIClient, path: str, body: bytes | str, content_type: str = "application/json") -> Any:

@@ -1,5 +1,6 @@
-"""The statements each hot endpoint sends (issue 18): authentication, the locked transaction and the
-response — no read before the transaction, none of the run again after it.
+"""The statements each hot endpoint sends (issue 18): authentication (the throttle's check, then the
+token), the locked transaction and the response — no read before the transaction, none of the run
+again after it.
 
 Counted on PostgreSQL (this file is not in the SQLite selection), where `BEGIN`/`COMMIT` and the
 notifications are statements of their own."""
@@ -27,7 +28,15 @@ def statements(call: Callable[[], Any], status: int) -> list[str]:
 
 
 def _table(sql: str) -> str:
-    for word in ("runs_runevent", "runs_runattempt", "runs_run", "authtoken_token", "auth_user", "pg_notify"):
+    for word in (
+        "runs_runevent",
+        "runs_runattempt",
+        "runs_authfailure",
+        "runs_run",
+        "authtoken_token",
+        "auth_user",
+        "pg_notify",
+    ):
         if word in sql:
             return word
     return ""
@@ -49,6 +58,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
 ) -> None:
     running, queued = running_run(alice), queued_run(alice)
     assert statements(lambda: api.post(url(queued, "cancel"), {}), 200) == [
+        "SELECT runs_authfailure",  # is the address blocked (DESIGN §6)? one index range, before the key
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
@@ -59,6 +69,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         "COMMIT ",
     ]
     assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
+        "SELECT runs_authfailure",
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT runs_run",
@@ -74,6 +85,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
 
 def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient, alice: User) -> None:
     assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
+        "SELECT runs_authfailure",
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
@@ -84,7 +96,11 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
         "COMMIT ",
     ]
     run = queued_run(alice)
-    assert statements(lambda: api.get(url(run)), 200) == ["SELECT authtoken_token", "SELECT runs_run"]
+    assert statements(lambda: api.get(url(run)), 200) == [
+        "SELECT runs_authfailure",
+        "SELECT authtoken_token",
+        "SELECT runs_run",
+    ]
 
 
 def test_a_refused_body_is_checked_against_the_run_first(api: APIClient, alice: User, bob: User) -> None:

@@ -328,6 +328,22 @@ def test_the_web_process_sees_the_client_address_through_nginx(front: Front) -> 
     wait_until(lambda: "127.0.0.2 - " in front.nginx.access_log(), 10, "nginx logging the client's address")
 
 
+def test_failed_token_attempts_through_nginx_are_counted_per_client_not_per_proxy(front: Front, alice: User) -> None:
+    # Every request reaches the web process from nginx; counted per proxy, one guesser would lock
+    # every client out. uvicorn takes the address nginx saw, which a client cannot forge.
+    bad = {"Authorization": "Token " + "0" * 40}
+    for _ in range(10):  # RUNLEDGER_AUTH_FAILURES_MAX's default
+        assert request(front.nginx.address, "/api/runs/", source="127.0.0.2", headers=bad).status == 401
+    good = {"Authorization": f"Token {token_for(alice)}"}
+    blocked = request(front.nginx.address, "/api/runs/", source="127.0.0.2", headers=good)
+    assert blocked.status == 429 and int(blocked.headers["retry-after"]) >= 1
+    forged = request(
+        front.nginx.address, "/api/runs/", source="127.0.0.2", headers={**good, "X-Forwarded-For": "203.0.113.9"}
+    )
+    assert forged.status == 429
+    assert request(front.nginx.address, "/api/runs/", source="127.0.0.3", headers=good).status == 200
+
+
 # --- without nginx --------------------------------------------------------------------------------
 
 

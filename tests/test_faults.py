@@ -41,7 +41,7 @@ from tests.support.faults import (
     token_header,
 )
 from tests.support.pg import PgCluster
-from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.procs import UNCAPPED, Proc, Procs, subprocess_env
 from tests.support.sse import Stream
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.slow]
@@ -253,7 +253,8 @@ def test_a_mixed_workload_survives_random_sigkills_of_workers_and_web_processes(
 ) -> None:
     print(f"seed {SEED}")
     staff = make_user("staff", perms=("runs.view_run", "runs.stop_run"), is_staff=True)
-    env = subprocess_env()
+    # Up to 60 runs of one owner, each with its watchers, over two web processes.
+    env = subprocess_env(**UNCAPPED)
     webs = [procs.uvicorn(env=env) for _ in range(2)]
     workers = [procs.worker(f"w{i}", concurrency=CONCURRENCY, env=env) for i in range(WORKERS)]
     stats = Stats()
@@ -393,7 +394,7 @@ def test_postgresql_restarted_mid_workload_answers_503_and_everyone_reconnects(
     procs: Procs, alice: User, pg_cluster: PgCluster
 ) -> None:
     print(f"seed {SEED}")
-    env = subprocess_env(RUNLEDGER_LEASE_SECONDS=str(LEASE), RUNLEDGER_HEARTBEAT_SECONDS="0.5")
+    env = subprocess_env(RUNLEDGER_LEASE_SECONDS=str(LEASE), RUNLEDGER_HEARTBEAT_SECONDS="0.5", **UNCAPPED)
     webs = [procs.uvicorn(env=env) for _ in range(2)]
     workers = [procs.worker(f"w{i}", concurrency=6, env=env) for i in range(2)]
     everyone = webs + workers

@@ -25,7 +25,7 @@ from runs.models import Run
 from tests.factories import queued_run, running_run
 from tests.support.db import connections_named, query_one, sessions_settled, token_for
 from tests.support.faults import request, token_header
-from tests.support.procs import Proc, Procs, connections_to, subprocess_env, wait_http_ok, web_env
+from tests.support.procs import UNCAPPED, Proc, Procs, connections_to, subprocess_env, wait_http_ok, web_env
 from tests.support.runs import assert_exact_log
 from tests.support.sse import Stream, auth_headers, stream_path, watch
 from tests.support.threads import DbThread
@@ -73,7 +73,7 @@ def idle_in_transaction(application_name: str) -> int:
 
 
 def test_the_web_process_reuses_pooled_connections_and_survives_aborted_streams(procs: Procs, alice: User) -> None:
-    web = procs.uvicorn(env=web_env(POOLED))
+    web = procs.uvicorn(env=web_env(POOLED, **UNCAPPED))
     token = token_for(alice)
     run = running_run(alice)
     append(run, 5)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from runs import services
 from runs.exceptions import ValidationFailed
 from runs.management.commands.purge_runs import parse_age
-from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
+from runs.models import AuthFailure, IdempotencyRecord, Run, RunAttempt, RunEvent
 from tests.factories import queued_run, running_run, waiting_run
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
@@ -199,3 +199,17 @@ def test_purge_deletes_idempotency_records_past_their_ttl_and_keeps_fresh_ones(a
     assert result.idempotency_records == 1
     assert list(IdempotencyRecord.objects.values_list("pk", flat=True)) == [fresh.pk]
     assert not IdempotencyRecord.objects.filter(pk=expired.pk).exists()
+
+
+def test_purge_deletes_failed_authentications_past_their_window_and_keeps_fresh_ones() -> None:
+    now = timezone.now()
+    AuthFailure.objects.bulk_create(
+        [AuthFailure(key=f"{i:064x}", failed_at=now - timedelta(seconds=301 + i)) for i in range(3)]
+    )
+    fresh = AuthFailure.objects.create(key="f" * 64, failed_at=now - timedelta(seconds=299))
+    result = services.runs_purge(ended_before=now - timedelta(days=30))
+    assert result.auth_failures == 3
+    assert list(AuthFailure.objects.values_list("pk", flat=True)) == [fresh.pk]
+    out = StringIO()
+    call_command("purge_runs", "--older-than", "30d", stdout=out)
+    assert "0 failed sign-ins and token attempts past their window" in out.getvalue()

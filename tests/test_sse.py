@@ -20,7 +20,7 @@ from runs.models import Run, RunEvent
 from tests.factories import running_run
 from tests.support.db import token_for
 from tests.support.procs import Proc, Procs, subprocess_env
-from tests.support.sse import Event, Stream, auth_headers
+from tests.support.sse import Event, Stream, auth_headers, request_once
 from tests.support.threads import in_thread
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
@@ -43,14 +43,7 @@ def path(run: Run | str, query: str = "") -> str:
 
 
 def get(web: Proc, url: str, headers: dict[str, str], method: str = "GET") -> Stream:
-    """A request whose answer is not a stream (or whose stream is not read): status, headers, body."""
-
-    async def go() -> Stream:
-        stream = await Stream(web.url, url, headers, method=method).open()
-        stream.close()
-        return stream
-
-    return asyncio.run(go())
+    return request_once(web.url, url, headers, method)
 
 
 def append(run: Run, n: int, start: int = 0) -> None:

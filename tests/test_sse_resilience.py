@@ -10,6 +10,7 @@ import os
 import random
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from runs import services
@@ -17,7 +18,16 @@ from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run, RunAttempt
 from tests.factories import running_run
 from tests.support.db import event_table_reads, listen_pids, query_one, token_for
-from tests.support.procs import Proc, Procs, connections_to, start_writer, subprocess_env, threads_of, web_env
+from tests.support.procs import (
+    UNCAPPED,
+    Proc,
+    Procs,
+    connections_to,
+    start_writer,
+    subprocess_env,
+    threads_of,
+    web_env,
+)
 from tests.support.runs import assert_exact_log
 from tests.support.sse import Event, Stream, auth_headers, stream_path, watch
 from tests.support.threads import in_thread
@@ -94,7 +104,7 @@ def test_random_drops_with_last_event_id_reconnects_reassemble_the_exact_log(pro
 
 @pytest.mark.sqlite
 def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_order(procs: Procs, alice: User) -> None:
-    web = procs.uvicorn(env=web_env("sse-many-web"))
+    web = procs.uvicorn(env=web_env("sse-many-web", **UNCAPPED))
     token = token_for(alice)
     run = running_run(alice)
     n = 200
@@ -134,7 +144,9 @@ def test_200_watchers_of_one_run_on_one_web_process_all_receive_every_event_in_o
     if ON_POSTGRESQL:
         live_reads = measured["reads_after"] - measured["reads_before"]
         print(f"{n} watchers: {measured['connections']} connections while idle, {live_reads} event reads live")
-        assert measured["connections"] <= 8
+        # The web process's pool and its LISTEN connection, however many watchers: a busy machine
+        # makes the pool grow to its size while the opens queue, never beyond.
+        assert measured["connections"] <= settings.DEFAULT_DB_POOL_SIZE + 1
         # Shared reads: at most one per wake-up of the run (a commit's notification or a poll
         # tick), whatever the number of watchers; one read per watcher would be 200 times that.
         assert live_reads <= run.last_seq + 30
@@ -221,7 +233,7 @@ def test_two_web_processes_see_every_event_and_a_killed_listen_connection_loses_
 
 @pytest.mark.sqlite
 def test_disconnecting_every_watcher_leaves_the_run_running_to_completion(procs: Procs, alice: User) -> None:
-    web = procs.uvicorn()
+    web = procs.uvicorn(env=subprocess_env(**UNCAPPED))
     token = token_for(alice)
     run = running_run(alice)
     services.run_events_append(

@@ -38,6 +38,7 @@ from runs.admin.display import (
     status_badge,
 )
 from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, OwnerFilter, RunningForFilter
+from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.agents import declared_types
 from runs.api.errors import error_response
 from runs.cursors import plain_int
@@ -111,14 +112,14 @@ class RunAttemptInline(admin.TabularInline):
         return f"{latency} (worker lost: its lease lapsed)" if lost else latency
 
 
-class RunChangeList(ChangeList):
+class RunChangeList(HardenedChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
         # The list shows none of the JSON documents; a page of runs should not carry them.
         return super().get_queryset(request, exclude_parameters).defer("input", "output", "error")
 
 
 @admin.register(Run)
-class RunAdmin(CommandsMixin):
+class RunAdmin(CommandsMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -141,6 +142,8 @@ class RunAdmin(CommandsMixin):
         HeartbeatFilter,
         RunningForFilter,
     )
+    # The run page's "all child runs" link (?parent=<id>); a malformed id is an invalid filter.
+    extra_lookups = ("parent",)
     search_fields = ("owner__username",)  # and ids, in get_search_results
     search_help_text = "A run id (whole, or its first characters) or an owner's username."
     ordering = ("-created_at",)

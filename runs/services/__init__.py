@@ -6,9 +6,10 @@
 - `execution`: the writes of a worker's attempt;
 - `sweeper`: lapsed leases and passed deadlines;
 - `idempotency`: retry-safe creates;
-- `retention`: purging old terminal runs.
+- `retention`: purging old terminal runs;
+- `throttles`: counting failed sign-ins and token attempts, and refusing them beyond the limit.
 
-Each service is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
+Each service on a run is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
 `runs.transitions`, write the run and its event(s) together, and notify at commit. Callers import
 the services from here.
 """
@@ -31,15 +32,31 @@ from runs.services.execution import (
 from runs.services.idempotency import Answer, Created, run_create_idempotent
 from runs.services.retention import PurgeResult, runs_purge
 from runs.services.sweeper import SweepResult, run_deadline_stop, run_lease_expire, runs_sweep
+from runs.services.throttles import (
+    LoginAttempt,
+    auth_failures_purge,
+    auth_login_begin,
+    auth_login_end,
+    auth_token_check,
+    auth_token_failed,
+    client_address,
+)
 
 __all__ = [
     "SYSTEM",
     "Answer",
     "CommandResult",
     "Created",
+    "LoginAttempt",
     "PurgeResult",
     "RunSpec",
     "SweepResult",
+    "auth_failures_purge",
+    "auth_login_begin",
+    "auth_login_end",
+    "auth_token_check",
+    "auth_token_failed",
+    "client_address",
     "run_attempt_heartbeat",
     "run_attempt_release",
     "run_cancel",

@@ -1,5 +1,5 @@
-"""Retention: deleting old terminal runs with their events and attempts, and idempotency records
-past their TTL (`manage.py purge_runs`)."""
+"""Retention: deleting old terminal runs with their events and attempts, idempotency records past
+their TTL, and failed sign-ins and token attempts past their window (`manage.py purge_runs`)."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from runs.exceptions import ValidationFailed
 from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
+from runs.services.throttles import auth_failures_purge
 from runs.transitions import TERMINAL
 
 # Rows one transaction deletes at most: a run with a long history goes in several.
@@ -27,6 +28,9 @@ class PurgeResult:
     # Idempotency records deleted: every one past RUNLEDGER_IDEMPOTENCY_TTL_SECONDS (it can no longer
     # be replayed, and it holds the whole request body).
     idempotency_records: int = 0
+    # Failed sign-ins and token attempts older than RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS: they no
+    # longer count (each failure deletes a few as it goes; this takes whatever is left).
+    auth_failures: int = 0
 
 
 def _purge_blocked(*, ended_before: datetime) -> set[UUID]:
@@ -91,7 +95,12 @@ def runs_purge(
         attempts += per_model.get(RunAttempt._meta.label, 0)
         batches += 1
     return PurgeResult(
-        runs=runs, events=events, attempts=attempts, batches=batches, idempotency_records=_purge_idempotency()
+        runs=runs,
+        events=events,
+        attempts=attempts,
+        batches=batches,
+        idempotency_records=_purge_idempotency(),
+        auth_failures=auth_failures_purge(),
     )
 
 

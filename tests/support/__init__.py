@@ -13,6 +13,8 @@
                    starts it): behaviours chosen by the model name, every request, chunk and
                    disconnect in a JSON-lines log
     checks.py      what must hold of runs once the dust settles (also after a fault-injection run)
+    api.py         the API's error shape, asserted of a test client's response
+    urls.py        every route the project's URLconf (or a part of it) declares
     db.py          API tokens, and what PostgreSQL reports: LISTEN connections, event-table scans
     pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture
     sse.py         an SSE client over raw sockets that parses streams as EventSource does

@@ -60,6 +60,12 @@ FAST_INTERVALS = {
 }
 
 
+# For tests that hold more streams of one user on one web process than the default cap (20) to
+# prove something else (many watchers, aborted streams): the cap's own tests are
+# test_stream_limits.py.
+UNCAPPED = {"RUNLEDGER_MAX_STREAMS_PER_USER": "0"}
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.update(FAST_INTERVALS)

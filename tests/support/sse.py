@@ -91,12 +91,15 @@ class Stream:
         self.parser = SSEParser()
         self.bytes_read = 0
         self.dropped = False  # True when `events(byte_budget=...)` cut the connection
+        self.finished = False  # True when the server ended the body (its last, empty chunk came)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._chunked = False
         self._remaining: int | None = None
 
-    async def open(self, timeout: float = 20) -> "Stream":
+    async def send(self, timeout: float = 20) -> "Stream":
+        """Connect and send the request, nothing more: `open()` then reads the answer (or the
+        client leaves before it with `abort()`)."""
         host, port = self.base.hostname or "127.0.0.1", self.base.port or 80
         self._reader, self._writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         lines = [f"{self.method} {self.path} HTTP/1.1", f"Host: {host}:{port}", "Accept: text/event-stream"]
@@ -104,6 +107,12 @@ class Stream:
         lines += [f"{k}: {v}" for k, v in self.request_headers.items()]
         self._writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         await self._writer.drain()
+        return self
+
+    async def open(self, timeout: float = 20) -> "Stream":
+        if self._writer is None:
+            await self.send(timeout)
+        assert self._reader is not None
         head = await asyncio.wait_for(self._reader.readuntil(b"\r\n\r\n"), timeout)
         status_line, *header_lines = head.decode("latin-1").split("\r\n")
         self.status = int(status_line.split(" ")[1])
@@ -138,6 +147,7 @@ class Stream:
             size = int(size_line.split(b";")[0], 16)
             if size == 0:
                 await self._reader.readuntil(b"\r\n")
+                self.finished = True
                 return
             data = await self._reader.readexactly(size)
             await self._reader.readexactly(2)
@@ -176,6 +186,18 @@ class Stream:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def request_once(base_url: str, path: str, headers: dict[str, str], method: str = "GET") -> Stream:
+    """One request whose answer is not a stream, or whose stream is closed at once: its status,
+    headers and body. Synchronous (its own event loop), for tests and for `wait_until`."""
+
+    async def go() -> Stream:
+        stream = await Stream(base_url, path, headers, method=method).open()
+        stream.close()
+        return stream
+
+    return asyncio.run(go())
 
 
 def stream_path(run: "Run") -> str:

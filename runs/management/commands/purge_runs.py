@@ -55,7 +55,8 @@ class Command(BaseCommand):
         else:
             self.stdout.write(
                 self.style.SUCCESS(
-                    f"Deleted {what} in {result.batches} batches, and {result.idempotency_records} "
-                    "idempotency records past their TTL."
+                    f"Deleted {what} in {result.batches} batches, {result.idempotency_records} "
+                    f"idempotency records past their TTL, and {result.auth_failures} failed sign-ins and "
+                    "token attempts past their window."
                 )
             )

@@ -1,0 +1,141 @@
+"""Throttled sign-ins and token attempts (DESIGN §6).
+
+Failed attempts are counted in the database (`AuthFailure`), so that every web process counts
+against one limit: per client address for token attempts; per client address and per username for
+sign-ins. A key with RUNLEDGER_AUTH_FAILURES_MAX failures younger than
+RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS is refused with `TooManyRequests` before its credential is
+looked at, so a guess cannot succeed while blocked. The window slides: the refusal's Retry-After is
+when the oldest of those failures leaves it, which lets one more attempt through. Refused attempts
+are not counted, so a blocked key opens again on time. 0 = unlimited: nothing is read or written.
+
+Two ways in, for two costs:
+
+- A token attempt comes with every API request that carries `Authorization: Token`, so success
+  must stay cheap: `auth_token_check` (one indexed SELECT of at most `max` rows) before the key is
+  looked up, and after a failure `auth_token_failed` (an INSERT, and a bounded DELETE of expired
+  rows). Attempts that pass the check together may exceed the limit by those in flight during one
+  token look-up (about a millisecond); a token is 160 random bits, so that opens nothing to a guesser.
+- A sign-in is rare and its password check takes most of a second on purpose, which is a long
+  time for concurrent guesses to pass a check together. So `auth_login_begin` records the attempt
+  as a failure *first*, then counts the others, and `auth_login_end` takes it back unless it failed.
+  Each attempt commits its record before it counts, so of two racing attempts the later one to
+  count sees the other's record: no more than `max` failures ever reach the password check.
+
+The table holds only failures younger than the window, and those being checked: every recorded
+failure deletes up to PURGE_BATCH expired ones, and `manage.py purge_runs` deletes the rest.
+"""
+
+import hashlib
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.http import HttpRequest
+from django.utils import timezone
+
+from runs.exceptions import TooManyRequests
+from runs.limits import limit
+from runs.models import AuthFailure
+
+# Expired failures one recorded failure deletes: more than it adds, so the table cannot outgrow
+# one window of failures, and few enough that no request waits on a large delete.
+PURGE_BATCH = 100
+
+_TOKEN_ADDRESS = "token-address"
+_LOGIN_ADDRESS = "login-address"
+_LOGIN_USERNAME = "login-username"
+
+
+@dataclass(frozen=True)
+class LoginAttempt:
+    """A sign-in being checked: its records, already counted as failures."""
+
+    ids: tuple[int, ...]
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's address as the web process sees it. Behind nginx (deploy/nginx.conf.template)
+    uvicorn takes it from X-Forwarded-For, trusting that header from 127.0.0.1 only (its
+    --forwarded-allow-ips, FORWARDED_ALLOW_IPS); so REMOTE_ADDR is the client, never the proxy,
+    and a client cannot forge it. Without one (a Unix socket), every client shares the key ""."""
+    return str(request.META.get("REMOTE_ADDR") or "")
+
+
+def _key(kind: str, value: str) -> str:
+    return hashlib.sha256(f"{kind}\0{value}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _window() -> timedelta:
+    return timedelta(seconds=float(settings.RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS))
+
+
+def _wait(key: str, *, most: int, now: datetime, leave_out: tuple[int, ...] = ()) -> int | None:
+    """Seconds (≥ 1) until `key` may try again (its `most`-th newest failure leaves the window), or
+    None when it has fewer than `most` failures in the window. One range scan of the key's index."""
+    window = _window()
+    recent = AuthFailure.objects.filter(key=key, failed_at__gt=now - window)
+    if leave_out:
+        recent = recent.exclude(pk__in=leave_out)
+    newest = list(recent.order_by("-failed_at").values_list("failed_at", flat=True)[:most])
+    if len(newest) < most:
+        return None
+    return math.ceil((newest[-1] + window - now).total_seconds())
+
+
+def _purge_some(now: datetime) -> None:
+    expired = AuthFailure.objects.filter(failed_at__lte=now - _window()).values("pk")[:PURGE_BATCH]
+    AuthFailure.objects.filter(pk__in=expired).delete()
+
+
+def auth_token_check(*, address: str) -> None:
+    """Refuse a token attempt from `address` while it is blocked."""
+    most = limit("RUNLEDGER_AUTH_FAILURES_MAX")
+    if most is None:
+        return
+    wait = _wait(_key(_TOKEN_ADDRESS, address), most=most, now=timezone.now())
+    if wait is not None:
+        raise TooManyRequests(
+            f"too many failed authentications from this address; try again in {wait} s", retry_after=wait
+        )
+
+
+def auth_token_failed(*, address: str) -> None:
+    if limit("RUNLEDGER_AUTH_FAILURES_MAX") is None:
+        return
+    now = timezone.now()
+    AuthFailure.objects.create(key=_key(_TOKEN_ADDRESS, address), failed_at=now)
+    _purge_some(now)
+
+
+def auth_login_begin(*, username: str, address: str) -> LoginAttempt | None:
+    """Count a sign-in as failed before its password is checked; refuse it (taking the record
+    back) when its address or its username is blocked. None when sign-ins are unlimited."""
+    most = limit("RUNLEDGER_AUTH_FAILURES_MAX")
+    if most is None:
+        return None
+    now = timezone.now()
+    keys = (_key(_LOGIN_ADDRESS, address), _key(_LOGIN_USERNAME, username))
+    # One INSERT, committed before the counts below (autocommit): see the module's docstring.
+    ids = tuple(row.pk for row in AuthFailure.objects.bulk_create([AuthFailure(key=k, failed_at=now) for k in keys]))
+    waits = [wait for key in keys if (wait := _wait(key, most=most, now=now, leave_out=ids)) is not None]
+    if waits:
+        AuthFailure.objects.filter(pk__in=ids).delete()
+        raise TooManyRequests(f"too many failed sign-ins; try again in {max(waits)} s", retry_after=max(waits))
+    return LoginAttempt(ids=ids)
+
+
+def auth_login_end(attempt: LoginAttempt | None, *, failed: bool) -> None:
+    """A failed sign-in keeps its record (the failure); any other takes it back."""
+    if attempt is None:
+        return
+    if failed:
+        _purge_some(timezone.now())
+    else:
+        AuthFailure.objects.filter(pk__in=attempt.ids).delete()
+
+
+def auth_failures_purge() -> int:
+    """Delete every failure past the window (`manage.py purge_runs`); the number deleted."""
+    count, _ = AuthFailure.objects.filter(failed_at__lte=timezone.now() - _window()).delete()
+    return count

@@ -1,0 +1,213 @@
+"""Fair use of the streams a web process serves itself (DESIGN §5, §6): the per-user cap and the
+periodic re-check of who holds each open stream.
+
+- **The cap.** A stream that passed its checks is admitted by `StreamGuard.admit`, which counts it
+  against its user's `RUNLEDGER_MAX_STREAMS_PER_USER` in this process, or refuses it (the view
+  answers 429). The count is checked and taken in one step on the event loop, with no await in
+  between, so a burst of opens cannot all slip under the cap. It is given back exactly once
+  (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
+  body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
+  config/asgi.py's handler for async views calls what `release_at_request_end` registered.
+- **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
+  stream's (user, credential, run) at once: a handful of queries for the whole process, never
+  one per stream (`_recheck_sync`). A stream whose user was deactivated or deleted, whose token
+  was deleted, whose session ended (logged out, flushed or expired), or whose run it may no
+  longer see (deleted, or the permission to see others' runs taken away) is ended: `Watch.end`
+  sets a flag the stream looks at between frames and wakes it if it is waiting. The client
+  reconnects and is answered 401 or 404 like any new stream. A failed re-check ends nothing.
+"""
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.http import HttpRequest
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from runs import streams
+from runs.limits import limit
+from runs.models import Run
+from runs.selectors import users_active
+
+log = logging.getLogger(__name__)
+
+# The ASGI scope key under which a request lists what to call once it has ended (config/asgi.py).
+REQUEST_END = "runledger.request_end"
+
+# Keys per query of a re-check: a process watching more runs (or with more users) reads in pages.
+BATCH = 1000
+
+K = TypeVar("K")
+
+
+def release_at_request_end(request: HttpRequest, release: Callable[[], None]) -> None:
+    """Have `release` called when the request has ended, whatever happened to it."""
+    request.scope.setdefault(REQUEST_END, []).append(release)  # type: ignore[attr-defined]
+
+
+@dataclass(eq=False, slots=True)  # eq=False: each is itself, in the guard's set
+class Watch:
+    """One admitted stream: its user's slot, what it authenticated with, and its end flag."""
+
+    guard: "StreamGuard"
+    user_id: int
+    token_key: str | None
+    session_key: str | None
+    run_id: str
+    # Set by the re-check; the stream ends at its next look.
+    ended: bool = False
+    # The bound of the wait the stream is in, if it is waiting: moved to now to wake it.
+    waiting: asyncio.Timeout | None = None
+    released: bool = False
+
+    def end(self) -> None:
+        self.ended = True
+        # An expired bound is already waking the stream (and can no longer be moved).
+        if self.waiting is not None and not self.waiting.expired():
+            self.waiting.reschedule(self.guard.loop.time())
+
+    def release(self) -> None:
+        """Give the user's slot back; once, however many of the ways to end a stream call it."""
+        self.guard.release(self)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the database holds now of the keys of the open streams."""
+
+    active_users: dict[int, bool]  # active user id -> sees every run
+    token_users: dict[str, int]
+    sessions: set[str] | None  # None: the session engine keeps no rows to look up
+    run_owners: dict[str, int]
+
+    def allows(self, watch: Watch) -> bool:
+        sees_every_run = self.active_users.get(watch.user_id)
+        if sees_every_run is None:
+            return False  # deactivated or deleted
+        if watch.token_key is not None and self.token_users.get(watch.token_key) != watch.user_id:
+            return False
+        if watch.session_key is not None and self.sessions is not None and watch.session_key not in self.sessions:
+            return False
+        owner = self.run_owners.get(watch.run_id)
+        return owner is not None and (owner == watch.user_id or sees_every_run)
+
+
+def _batches(keys: Collection[K]) -> Iterator[list[K]]:
+    ordered = list(keys)
+    for i in range(0, len(ordered), BATCH):
+        yield ordered[i : i + BATCH]
+
+
+def _session_model() -> Any:
+    """The sessions' table when the engine keeps one (db, cached_db), else None."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    return store.get_model_class() if hasattr(store, "get_model_class") else None
+
+
+def _recheck_sync(user_ids: set[int], token_keys: set[str], session_keys: set[str], run_ids: set[str]) -> _Found:
+    """One query per kind of key (per BATCH keys), for every stream of the process."""
+    try:
+        active: dict[int, bool] = {}
+        for users in _batches(user_ids):
+            active.update(users_active(user_ids=users))
+        tokens: dict[str, int] = {}
+        for keys in _batches(token_keys):
+            tokens.update(Token.objects.filter(key__in=keys).values_list("key", "user_id"))
+        sessions: set[str] | None = None
+        model = _session_model()
+        if model is not None:
+            sessions = set()
+            now = timezone.now()
+            for keys in _batches(session_keys):
+                rows = model.objects.filter(session_key__in=keys, expire_date__gt=now)
+                sessions.update(rows.values_list("session_key", flat=True))
+        owners: dict[str, int] = {}
+        for runs in _batches(run_ids):
+            owners.update(
+                (str(pk), owner) for pk, owner in Run.objects.filter(pk__in=runs).values_list("pk", "owner_id")
+            )
+        return _Found(active_users=active, token_users=tokens, sessions=sessions, run_owners=owners)
+    finally:
+        connection.close()  # as every read of the stream pools: no connection outlives the call
+
+
+class StreamGuard:
+    """The streams one event loop (one web process) holds: counted per user, re-checked together."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.counts: dict[int, int] = {}
+        self.watches: set[Watch] = set()
+        self.recheck_seconds = float(settings.RUNLEDGER_SSE_RECHECK_SECONDS)
+        self._task: asyncio.Task[None] | None = None
+
+    def admit(self, *, user_id: int, token_key: str | None, session_key: str | None, run_id: str) -> Watch | None:
+        """Count a new stream of the user, or None when the user already holds the cap."""
+        cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+        held = self.counts.get(user_id, 0)
+        if cap is not None and held >= cap:
+            return None
+        self.counts[user_id] = held + 1
+        watch = Watch(guard=self, user_id=user_id, token_key=token_key, session_key=session_key, run_id=run_id)
+        self.watches.add(watch)
+        self._ensure_task()
+        return watch
+
+    def release(self, watch: Watch) -> None:
+        if watch.released:
+            return
+        watch.released = True
+        self.watches.discard(watch)
+        left = self.counts[watch.user_id] - 1
+        if left:
+            self.counts[watch.user_id] = left
+        else:
+            del self.counts[watch.user_id]
+
+    def _ensure_task(self) -> None:
+        if self._task is None or self._task.done():
+            # An empty context, as the hub's tasks: it outlives the request that started it.
+            self._task = self.loop.create_task(self._recheck_loop(), context=contextvars.Context())
+
+    async def _recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.recheck_seconds)
+            try:
+                await self.recheck()
+            except Exception:
+                # Whatever it was, the task goes on: the next interval tries again.
+                log.exception("re-checking the open streams failed")
+
+    async def recheck(self) -> None:
+        """End the open streams whose holder may no longer hold them."""
+        watches = [watch for watch in self.watches if not watch.ended]
+        if not watches:
+            return
+        try:
+            # On the stream-opening pool: these are the opening checks again, and the live reads
+            # must not wait behind them.
+            found = await streams.run_open_check(
+                _recheck_sync,
+                {w.user_id for w in watches},
+                {w.token_key for w in watches if w.token_key is not None},
+                {w.session_key for w in watches if w.session_key is not None},
+                {w.run_id for w in watches},
+            )
+        except DatabaseError as exc:
+            log.warning("re-checking %d streams failed (%s); they stay open until the next try", len(watches), exc)
+            return
+        for watch in watches:
+            if not watch.ended and not found.allows(watch):
+                log.info("run %s: ending a stream of user %s, who may no longer hold it", watch.run_id, watch.user_id)
+                watch.end()
+
+
+# This process's guard.
+get_guard = streams.loop_local(StreamGuard)

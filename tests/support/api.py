@@ -1,0 +1,14 @@
+"""The API's error shape (DESIGN §6), asserted of a test client's response."""
+
+from typing import Any
+
+
+def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    body: dict[str, Any] = response.json()
+    assert set(body) <= {"error", "run"}
+    assert set(body["error"]) == {"code", "message", "detail"}
+    assert body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body
