@@ -100,6 +100,18 @@ def test_users_need_view_run_by_session_or_token(client: Client, make_user: Call
     assert client.get("/metrics/", headers=auth_headers(token_for(viewer))).status_code == 200
 
 
+def test_an_address_with_too_many_failed_token_attempts_is_throttled_here_too(
+    client: Client, settings: pytest.FixtureRequest, make_user: Callable[..., User]
+) -> None:
+    settings.RUNLEDGER_AUTH_FAILURES_MAX = 2  # type: ignore[attr-defined]
+    viewer = make_user(perms=("runs.view_run",))
+    wrong = {"Authorization": "Token not-a-token"}
+    assert [client.get("/metrics/", headers=wrong).status_code for _ in range(2)] == [401, 401]
+    refused = client.get("/metrics/", headers=auth_headers(token_for(viewer)))
+    assert refused.status_code == 429 and "Retry-After" in refused
+    assert refused.json()["error"]["code"] == "too_many_requests"
+
+
 # --- counts from plain processes ---------------------------------------------------------------
 
 

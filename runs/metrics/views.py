@@ -17,7 +17,8 @@ from rest_framework.request import Request
 
 from runs import access
 from runs.api.authentication import TokenAuthentication
-from runs.api.errors import error_response
+from runs.api.errors import error_response, error_response_for
+from runs.exceptions import TooManyRequests
 from runs.metrics import store
 from runs.metrics.database import DatabaseCollector
 
@@ -37,6 +38,8 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
         found = TokenAuthentication().authenticate(Request(request))
     except AuthenticationFailed as exc:
         return _unauthenticated(str(exc.detail))
+    except TooManyRequests as exc:  # this address failed too often (runs.services.throttles)
+        return error_response_for(exc)
     user = found[0] if found is not None else request.user
     if not user.is_authenticated:
         return _unauthenticated("authentication credentials were not provided")
