@@ -41,6 +41,7 @@ django.setup(set_prefix=False)
 from runs.agents.loading import require_agents  # noqa: E402  (needs the configured Django above)
 from runs.api.errors import error_body  # noqa: E402
 from runs.limits import require_limits  # noqa: E402
+from runs.metrics.http import CountResponses  # noqa: E402
 from runs.stream_guard import REQUEST_END  # noqa: E402
 
 require_agents()
@@ -186,3 +187,6 @@ if os.environ.get("RUNLEDGER_SERVE_STATIC", "1") == "1":
     application = ASGIStaticFilesHandler(django_application)  # type: ignore[arg-type]
 else:
     application = django_application
+
+# Requests by status, counted outermost: the guard's 413s and the static files too (runs/metrics/http.py).
+application = CountResponses(application)

@@ -5,6 +5,7 @@ default is a SQLite file next to the project. Every interval is a `RUNLEDGER_*` 
 readable from the environment variable of the same name, so tests can make them short.
 """
 
+import hashlib
 import os
 import secrets
 import tempfile
@@ -290,12 +291,31 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-LOGGING = {
+# RUNLEDGER_LOG_FORMAT=json: one JSON object per line, with the run, attempt and worker a line
+# concerns (runs/logs.py); uvicorn's own lines too. Anything else: the human-readable default.
+RUNLEDGER_LOG_FORMAT = os.environ.get("RUNLEDGER_LOG_FORMAT", "text")
+_json_logs = RUNLEDGER_LOG_FORMAT == "json"
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "runs.logs.ContextFilter"}},
+    "formatters": {"json": {"()": "runs.logs.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            **({"formatter": "json"} if _json_logs else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("RUNLEDGER_LOG_LEVEL", "WARNING")},
-    "loggers": {"runs": {"level": os.environ.get("RUNLEDGER_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "runs": {"level": os.environ.get("RUNLEDGER_LOG_LEVEL", "INFO")},
+        # uvicorn configured these before Django started; in JSON they go through ours instead.
+        **{
+            name: {"handlers": ["console"], "level": "INFO", "propagate": False}
+            for name in (("uvicorn", "uvicorn.error", "uvicorn.access") if _json_logs else ())
+        },
+    },
 }
 
 # Threads a web process serves its synchronous views on (the API, the admin, the pages), one
@@ -366,3 +386,28 @@ RUNLEDGER_OPENAI_API_KEY = os.environ.get("RUNLEDGER_OPENAI_API_KEY", "")
 # Whether runs that do not say (input `continue`) continue a requeued answer in place; only for
 # servers that support vLLM's `continue_final_message` (OpenAI refuses the parameter).
 RUNLEDGER_OPENAI_CONTINUE = os.environ.get("RUNLEDGER_OPENAI_CONTINUE", "0") not in ("0", "false", "no", "")
+
+# Metrics (DESIGN §9, runs/metrics/). RUNLEDGER_METRICS_TOKEN: the bearer token Prometheus scrapes
+# `/metrics/` with (`Authorization: Bearer …`); empty, only users with runs.view_run may read them.
+RUNLEDGER_METRICS_TOKEN = os.environ.get("RUNLEDGER_METRICS_TOKEN", "")
+
+
+def _metrics_dir() -> str:
+    """Where every process on this machine keeps its counters (prometheus-client's multiprocess
+    files). By default a folder in the temporary directory named for the user and the database,
+    so the web processes and workers of one deployment find the same one with no environment of
+    their own, and two deployments (or test runs) on one machine never add up each other's
+    counts. RUNLEDGER_METRICS_DIR chooses it (the systemd units must: their /tmp is private)."""
+    chosen = os.environ.get("RUNLEDGER_METRICS_DIR")
+    if chosen:
+        return chosen
+    db = DATABASES["default"]
+    # Not the URL's options (a web process may add an application_name): which database it is.
+    name = os.path.abspath(db["NAME"]) if db["ENGINE"].endswith("sqlite3") else db["NAME"]
+    where = f"{db['ENGINE']}|{db.get('HOST', '')}|{db.get('PORT', '')}|{name}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"runledger-metrics-{uid}-{digest}")
+
+
+RUNLEDGER_METRICS_DIR = _metrics_dir()

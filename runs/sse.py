@@ -37,6 +37,7 @@ from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
 from runs.exceptions import NotFound, TooManyRequests
 from runs.limits import limit, retry_after
+from runs.metrics import series
 from runs.selectors import run_get
 from runs.stream_guard import Watch, get_guard, release_at_request_end
 
@@ -195,6 +196,7 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
     hub = streams.get_hub()
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
+    series.SSE_STREAMS_OPEN.inc()
     try:
         yield f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()
         next_keepalive = loop.time() + keepalive
@@ -237,6 +239,7 @@ async def _stream(opened: _Opened, watch: Watch) -> AsyncIterator[bytes]:
                         watch.waiting = None
     finally:
         hub.unsubscribe(feed)
+        series.SSE_STREAMS_OPEN.dec()
         watch.release()
 
 

@@ -2,10 +2,12 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from runs import health, pages, sse
+from runs.metrics import views as metrics
 
 urlpatterns = [
     path("healthz/", health.healthz, name="healthz"),
     path("readyz/", health.readyz, name="readyz"),
+    path("metrics/", metrics.metrics, name="metrics"),
     # A plain async view, not DRF: it streams for as long as the run lives (runs/sse.py).
     path("api/runs/<str:run_id>/stream/", sse.run_stream, name="run-stream"),
     path("api/", include("runs.api.urls")),

@@ -360,7 +360,9 @@ def bare(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest
     tmpdir = Path(tmp_path_factory.mktemp("bare-tmpdir"))
     try:
         with django_db_blocker.unblock():
-            env = subprocess_env(TMPDIR=str(tmpdir))
+            # Its metrics files (by default under TMPDIR) elsewhere: that folder is for spooled bodies only.
+            metrics = tmp_path_factory.mktemp("bare-metrics")
+            env = subprocess_env(TMPDIR=str(tmpdir), RUNLEDGER_METRICS_DIR=str(metrics))
         yield BareWeb(web=registry.uvicorn(env=env), tmpdir=tmpdir)
     finally:
         registry.stop_all()
@@ -477,9 +479,13 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
             "NoNewPrivileges": "yes",
             "ProtectSystem": "strict",
             "PrivateTmp": "yes",
+            # Their /tmp is private: both name one metrics directory, kept across restarts.
+            "RuntimeDirectory": "runledger-metrics",
+            "RuntimeDirectoryPreserve": "yes",
         }.items():
             assert service.get(key) == [value], (name, key)
         assert unit["Install"]["WantedBy"] == ["multi-user.target"], name
+        assert "RUNLEDGER_METRICS_DIR=/run/runledger-metrics" in service["Environment"], name
 
     # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's.
     web = units["runledger-web.service"]["Service"]

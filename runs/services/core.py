@@ -21,6 +21,7 @@ from runs import notify
 from runs.events import TERMINAL_EVENT, EventType, RequeueCause, ToolStatus, WaitReason
 from runs.exceptions import InvalidTransition, NotFound, StaleAttempt
 from runs.limits import limit
+from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL, FailCode, Status, check_transition, descendant_end
 
@@ -87,6 +88,7 @@ def append(
         rows.append(RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now))
     RunEvent.objects.bulk_create(rows)
     notify.send(notify.events_committed(run.id, run.last_seq), *notes)
+    series.events_appended(len(rows))
     return rows
 
 
@@ -215,7 +217,8 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
     if cause == RequeueCause.LEASE_EXPIRED:
         # Lost, whether its worker died or gave it up (abandoned) once it could not renew the lease.
         lost = RunAttempt.objects.filter(run=run, generation=generation)
-        lost.filter(outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED]).update(outcome=AttemptOutcome.LOST)
+        held = lost.filter(outcome__in=[AttemptOutcome.RUNNING, AttemptOutcome.ABANDONED])
+        series.attempts_lost(held.update(outcome=AttemptOutcome.LOST))
         # Self-fencing stopped the work by the time its lease lapsed, unless the worker said earlier.
         lost.filter(released_at__isnull=True).update(released_at=F("lease_expires_at"))
         run.lost_attempts += 1

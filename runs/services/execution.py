@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
 from runs.exceptions import StaleAttempt, ValidationFailed
+from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.services.core import SYSTEM, append, check, close_attempt, db_now, end, lock_current, park, requeue
 from runs.services.creation import RunSpec, insert_run
@@ -250,6 +251,18 @@ def run_attempt_release(
     (only made more precise for a lost attempt).
     """
     released_at = released_at or timezone.now()
+    # Read first, for runledger_cancel_release_seconds: when its run was cancelled or stopped
+    # under it (once per attempt, never on the append path).
+    ended_at = (
+        RunAttempt.objects.filter(
+            run_id=run_id,
+            generation=generation,
+            released_at__isnull=True,
+            outcome__in=[AttemptOutcome.CANCELLED, AttemptOutcome.STOPPED],
+        )
+        .values_list("run__ended_at", flat=True)
+        .first()
+    )
     changes: dict[str, Any] = {"released_at": released_at}
     # A lost attempt was released by the sweeper as of its lease's lapse, the latest it can have
     # stopped; its worker, back in touch, knows the very moment.
@@ -258,7 +271,8 @@ def run_attempt_release(
     if outcome is not None:
         # Only an attempt nobody closed yet takes the worker's outcome (e.g. abandoned).
         qs.filter(outcome=AttemptOutcome.RUNNING).update(outcome=outcome, **changes)
-    qs.update(**changes)
+    if qs.update(**changes) and ended_at is not None:
+        series.cancel_released(ended_at=ended_at, released_at=released_at)
 
 
 def run_wait(*, run_id: UUID | str, generation: int, reason: str, prompt: str | None = None) -> Run:

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.db.models import F
 
 from runs.events import RequeueCause
+from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt
 from runs.services.core import SYSTEM, db_now, end, lock_or_skip, requeue
 from runs.transitions import Status, StopCode
@@ -28,6 +29,8 @@ class SweepResult:
 
 
 _LIVE = (Status.QUEUED, Status.RUNNING, Status.WAITING)
+# Outcomes of attempts whose run was cancelled or stopped under them (runledger_cancel_release_seconds).
+_CANCEL_OUTCOMES = (AttemptOutcome.CANCELLED, AttemptOutcome.STOPPED)
 
 
 def run_lease_expire(*, run_id: UUID | str, generation: int, as_of: datetime | None = None) -> Run | None:
@@ -55,11 +58,25 @@ def run_attempts_release_lapsed(*, as_of: datetime | None = None) -> int:
     fences itself before its lease lapses, so by `lease_expires_at` it certainly stopped; that is
     their `released_at`, and their outcome `lost`. (Attempts still holding their run are the
     requeue's, in `run_lease_expire`.)"""
-    return (
-        RunAttempt.objects.filter(released_at__isnull=True, lease_expires_at__lt=as_of or db_now())
-        .exclude(outcome=AttemptOutcome.RUNNING)
-        .update(released_at=F("lease_expires_at"), outcome=AttemptOutcome.LOST)
-    )
+    with transaction.atomic(durable=True):
+        # Locked and read first (few rows, through the unreleased index) for the metrics: each is
+        # a lost attempt, and a cancelled or stopped one's release ends its cancel's latency.
+        # SKIP LOCKED: of sweepers racing, one counts each attempt.
+        lapsed = list(
+            RunAttempt.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
+            .filter(released_at__isnull=True, lease_expires_at__lt=as_of or db_now())
+            .exclude(outcome=AttemptOutcome.RUNNING)
+            .values_list("pk", "outcome", "lease_expires_at", "run__ended_at")
+        )
+        if not lapsed:
+            return 0
+        for _pk, outcome, lease_expires_at, ended_at in lapsed:
+            if outcome in _CANCEL_OUTCOMES and ended_at is not None:
+                series.cancel_released(ended_at=ended_at, released_at=lease_expires_at)
+        series.attempts_lost(len(lapsed))
+        return RunAttempt.objects.filter(pk__in=[row[0] for row in lapsed]).update(
+            released_at=F("lease_expires_at"), outcome=AttemptOutcome.LOST
+        )
 
 
 def run_deadline_stop(*, run_id: UUID | str, as_of: datetime | None = None) -> Run | None:

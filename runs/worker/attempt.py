@@ -30,7 +30,7 @@ from uuid import UUID
 import httpx
 from django.utils import timezone
 
-from runs import selectors, services
+from runs import logs, selectors, services
 from runs.agents.base import (
     CancellationToken,
     Cancelled,
@@ -192,7 +192,7 @@ class Execution:
     def stop(self, reason: str, *, via: str) -> None:
         """Trip the token: the agent stops at its next await and the attempt is released."""
         if not self.token.tripped:
-            log.info("%s: stopping: %s (learnt by %s)", self, reason, via)
+            log.info("%s: stopping: %s (learnt by %s)", self, reason, via, extra={"event": "stopping"})
             self.token.trip(reason)
 
     def request_pause(self) -> None:
@@ -207,6 +207,7 @@ class Execution:
     # --- the attempt -----------------------------------------------------------------------------
 
     async def run(self) -> End:
+        logs.bind_attempt(self.run_id, self.generation)  # this task's log lines name the attempt
         try:
             return await self._run()
         except asyncio.CancelledError:
@@ -237,7 +238,8 @@ class Execution:
             # An attempt the worker gave up while the run may still be its own is `abandoned`; one
             # that someone else closed (cancel, stop, requeue) keeps the outcome they recorded.
             await self._release(AttemptOutcome.ABANDONED if self.gave_up else None)
-        log.info("%s: released (%s)", self, self.token.reason if end is End.STOPPED else self._last_write)
+        why = self.token.reason if end is End.STOPPED else self._last_write
+        log.info("%s: released (%s)", self, why, extra={"event": "released"})
         return end
 
     async def _drive(self) -> End:

@@ -37,7 +37,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from runs import notify, services
+from runs import logs, notify, services
 from runs.intervals import require_intervals
 from runs.limits import require_limits
 from runs.listener import Listener
@@ -140,6 +140,7 @@ class Worker:
 
     async def _main(self, install_signals: bool) -> int:
         self._loop = asyncio.get_running_loop()
+        logs.bind_worker(self.worker_id)
         self._wake = asyncio.Event()
         self._db = Db(work_threads=min(max(2, self.concurrency), 4))
         poller: asyncio.Task[None] | None = None
@@ -246,7 +247,8 @@ class Worker:
         task = asyncio.create_task(execution.run(), name=repr(execution))
         self._executions[(execution.run_id, execution.generation)] = task
         task.add_done_callback(lambda t: self._execution_done(execution, t))
-        log.info("%s: claimed %s", self, execution)
+        attempt_fields = {"run_id": str(execution.run_id), "generation": execution.generation}
+        log.info("%s: claimed %s", self, execution, extra={"event": "claimed", **attempt_fields})
 
     def _execution_done(self, execution: Execution, task: asyncio.Task[Any]) -> None:
         # Only this attempt's own entry goes: a newer attempt of the same run stays registered.
@@ -335,6 +337,7 @@ class Worker:
                         [str(r) for r in swept.requeued],
                         [str(r) for r in swept.failed],
                         [str(r) for r in swept.stopped],
+                        extra={"event": "swept"},
                     )
             # Jittered, so the sweeps of workers started together spread out.
             await asyncio.sleep(self.sweep_seconds * random.uniform(0.8, 1.2))

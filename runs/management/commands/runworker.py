@@ -1,10 +1,14 @@
+import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from runs.agents.loading import require_agents
 from runs.worker import Worker
 from runs.worker.db import without_pool
+
+log = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -30,7 +34,14 @@ class Command(BaseCommand):
             concurrency=options["concurrency"],
             once=options["once"],
             max_runs=options["max_runs"],
-            on_ready=lambda w: self.stdout.write(f"runworker {w.worker_id} ready", ending="\n"),
+            on_ready=lambda w: self._say(f"runworker {w.worker_id} ready", event="ready"),
         )
         finished = worker.run()
-        self.stdout.write(f"runworker {worker.worker_id} stopped after {finished} runs")
+        self._say(f"runworker {worker.worker_id} stopped after {finished} runs", event="stopped")
+
+    def _say(self, message: str, *, event: str) -> None:
+        # In JSON logs every line the process writes is a JSON object, these two included (at INFO).
+        if settings.RUNLEDGER_LOG_FORMAT == "json":
+            log.info(message, extra={"event": event})
+        else:
+            self.stdout.write(message, ending="\n")

@@ -1,0 +1,63 @@
+"""What the working processes count, each where the work happens (DESIGN §9).
+
+Counts are taken after commit (`transaction.on_commit`): an append or a requeue that rolled back
+(and is retried) did not happen. Each costs an mmap write of a few microseconds and no database
+statement; `robust` so that a failing count (a full disk) is logged, never raised at a caller whose
+write has committed.
+"""
+
+import functools
+from datetime import datetime
+
+from django.db import transaction
+from prometheus_client import Counter, Gauge, Histogram
+
+from runs.metrics import store
+
+store.install()  # before any metric below is made
+
+# Not registered anywhere: a scrape reads every process's files (`runs.metrics.views`).
+EVENTS_APPENDED = Counter(
+    "runledger_events_appended", "Events appended to runs (by workers, commands and the sweeper)", registry=None
+)
+ATTEMPTS_LOST = Counter(
+    "runledger_attempts_lost",
+    "Attempts whose worker was lost: its lease lapsed before it released the run",
+    registry=None,
+)
+CANCEL_RELEASE = Histogram(
+    "runledger_cancel_release_seconds",
+    "From a cancel or stop committed to the worker's release of the attempt it ended",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+    registry=None,
+)
+# livesum: the open streams of the processes alive now; a dead process's share is dropped at the
+# next scrape (`store.forget_dead`).
+SSE_STREAMS_OPEN = Gauge("runledger_sse_streams_open", "SSE streams open", multiprocess_mode="livesum", registry=None)
+HTTP_REQUESTS = Counter("runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None)
+
+# The statuses Runledger answers with, present (at 0) from the first scrape; others appear when used.
+HTTP_STATUSES = (200, 201, 202, 204, 301, 302, 304, 400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 503)
+_http_by_status = {status: HTTP_REQUESTS.labels(status=str(status)) for status in HTTP_STATUSES}
+
+
+def events_appended(count: int) -> None:
+    transaction.on_commit(functools.partial(EVENTS_APPENDED.inc, count), robust=True)
+
+
+def attempts_lost(count: int) -> None:
+    if count:
+        transaction.on_commit(functools.partial(ATTEMPTS_LOST.inc, count), robust=True)
+
+
+def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:
+    # The two times may come from two machines' clocks: a skew could make it negative.
+    seconds = max(0.0, (released_at - ended_at).total_seconds())
+    transaction.on_commit(functools.partial(CANCEL_RELEASE.observe, seconds), robust=True)
+
+
+def http_response(status: int) -> None:
+    counter = _http_by_status.get(status)
+    if counter is None:
+        counter = _http_by_status.setdefault(status, HTTP_REQUESTS.labels(status=str(status)))
+    counter.inc()

@@ -1,0 +1,67 @@
+"""`GET /metrics/` (DESIGN §9): Prometheus's text format, for the metrics bearer token or a user
+who sees every run (`runs.view_run`), by session or API token.
+
+Each scrape builds a registry of its own: every process's counters from the shared directory
+(`MultiProcessCollector`) and the state gauges from the database.
+"""
+
+import hmac
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_safe
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
+
+from runs import access
+from runs.api.authentication import TokenAuthentication
+from runs.api.errors import error_response, error_response_for
+from runs.exceptions import TooManyRequests
+from runs.metrics import store
+from runs.metrics.database import DatabaseCollector
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """None when the caller may read the metrics; else the answer. Never a redirect to a login
+    page: Prometheus (and any program) needs a status it can alert on."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, credential = header.partition(" ")
+    if scheme.lower() == "bearer":
+        # A bearer credential is judged alone: a wrong one is not downgraded to the session.
+        expected = str(settings.RUNLEDGER_METRICS_TOKEN)
+        if expected and hmac.compare_digest(credential.strip().encode(), expected.encode()):
+            return None
+        return _unauthenticated("the metrics token is not valid")
+    try:
+        found = TokenAuthentication().authenticate(Request(request))
+    except AuthenticationFailed as exc:
+        return _unauthenticated(str(exc.detail))
+    except TooManyRequests as exc:  # this address failed too often (runs.services.throttles)
+        return error_response_for(exc)
+    user = found[0] if found is not None else request.user
+    if not user.is_authenticated:
+        return _unauthenticated("authentication credentials were not provided")
+    if not access.sees_every_run(user):
+        return error_response(403, "permission_denied", "reading the metrics needs the runs.view_run permission")
+    return None
+
+
+def _unauthenticated(message: str) -> HttpResponse:
+    response = error_response(401, "not_authenticated", message)
+    response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+@require_safe
+def metrics(request: HttpRequest) -> HttpResponse:
+    refused = _refusal(request)
+    if refused is not None:
+        return refused
+    store.install()  # the directory exists, whatever this process has counted so far
+    store.forget_dead()
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=store.directory())
+    registry.register(DatabaseCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
