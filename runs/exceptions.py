@@ -67,11 +67,12 @@ class IdempotencyMismatch(RunledgerError):
 
 
 class TooManyRequests(RunledgerError):
-    """A limit of DESIGN §6 refuses the request for now; `retry_after` is the seconds to wait."""
+    """A limit of DESIGN §6 refuses the request for now, for `retry_after` seconds (whole, and at
+    least 1: the header's unit, and 0 would say "at once")."""
 
-    status_code = 429
     code = "too_many_requests"
+    status_code = 429
 
-    def __init__(self, message: str, *, retry_after: int, detail: Any = None) -> None:
-        super().__init__(message, detail=detail)
+    def __init__(self, message: str, *, retry_after: float, detail: Any = None) -> None:
         self.retry_after = max(1, int(retry_after))
+        super().__init__(message, detail=detail)

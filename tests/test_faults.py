@@ -11,7 +11,6 @@ schedule, each stream's cuts), not the timing between processes.
 """
 
 import asyncio
-import os
 import random
 import socket
 import uuid
@@ -42,11 +41,10 @@ from tests.support.faults import (
 )
 from tests.support.pg import PgCluster
 from tests.support.procs import UNCAPPED, Proc, Procs, subprocess_env
+from tests.support.seed import SEED
 from tests.support.sse import Stream
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.slow]
-
-SEED = int(os.environ.get("RUNLEDGER_TEST_SEED") or random.randrange(2**32))
 
 
 def alive(processes: list[Proc]) -> bool:

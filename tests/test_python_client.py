@@ -9,8 +9,6 @@ RUNLEDGER_TEST_SEED=<seed>.
 import asyncio
 import http.server
 import json
-import os
-import random
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,10 +27,10 @@ from tests.support.live import assert_is_the_stored_log, cut_budgets, mid_frame
 from tests.support.procs import Procs, free_port, subprocess_env
 from tests.support.proxies import CuttableProxy
 from tests.support.runs import event_types
+from tests.support.seed import SEED
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
-SEED = int(os.environ.get("RUNLEDGER_TEST_SEED") or random.randrange(2**32))
 FAST = rl.Retry(base=0.02, cap=0.2)
 
 

@@ -29,13 +29,13 @@ from tests.support.procs import (
     web_env,
 )
 from tests.support.runs import assert_exact_log
+from tests.support.seed import SEED
 from tests.support.sse import Event, Stream, auth_headers, stream_path, watch
 from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
-SEED = int(os.environ.get("RUNLEDGER_TEST_SEED") or random.randrange(2**32))
 ON_POSTGRESQL = not os.environ.get("DATABASE_URL", "").startswith("sqlite")
 
 

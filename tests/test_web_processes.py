@@ -4,8 +4,6 @@ stream hub and LISTEN connection (PostgreSQL only: the listeners are the evidenc
 supervisor stops them all."""
 
 import asyncio
-import os
-import random
 import signal
 import subprocess
 import sys
@@ -27,13 +25,12 @@ from tests.support.procs import (
     subprocess_env,
 )
 from tests.support.runs import assert_exact_log
+from tests.support.seed import SEED
 from tests.support.sse import Event, auth_headers, stream_path, watch
 from tests.support.threads import DbThread
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
-
-SEED = int(os.environ.get("RUNLEDGER_TEST_SEED") or random.randrange(2**32))
 
 
 def test_several_web_processes_under_one_uvicorn_serve_every_watcher_every_event(procs: Procs, alice: User) -> None:
