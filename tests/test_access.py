@@ -56,6 +56,10 @@ def test_the_anonymous_get_only_the_public_urls(run: Run) -> None:
                 assert code < 400 or code == 405, (method, url, code)
             elif url == "/api/anything/":
                 assert code == 404  # no endpoint there, for anyone
+            elif url == "/metrics/":
+                # Its own credential (the bearer token) or a user: for Prometheus a status, never a
+                # redirect to a login page; it is read-only.
+                assert code == (401 if method == "get" else 405), (method, url, code)
             elif url.startswith("/api/"):
                 assert code == 401, (method, url, code)
                 assert json.loads(response.content)["error"]["code"] == "not_authenticated"
