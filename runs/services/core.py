@@ -117,7 +117,7 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
     """Make the run `waiting` with a new resume ticket and its `run.waiting` event."""
     check(run, Status.WAITING)
     run.status = Status.WAITING
-    run.resume_ticket = secrets.token_urlsafe(24)
+    run.resume_ticket = secrets.token_hex(24)  # hex: never begins with "-", which a command line reads as an option
     run.pause_requested_at = None
     run.updated_at = now
     # The control note: a worker that held the run lets go of it (or re-reads, finds nothing to do).

@@ -208,9 +208,20 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _attached(argv: list[str]) -> list[str]:
+    """`--ticket -abc` as `--ticket=-abc`: a ticket may begin with "-", which argparse reads as an option."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--ticket":
+            out[-1] = f"--ticket={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     top = parser()
-    args = top.parse_args(argv)  # a usage error exits 2 here
+    args = top.parse_args(_attached(sys.argv[1:] if argv is None else list(argv)))  # a usage error exits 2 here
     url = getattr(args, "url", None) or os.environ.get("RUNLEDGER_URL")
     token = getattr(args, "token", None) or os.environ.get("RUNLEDGER_TOKEN")
     if not url or not token:
