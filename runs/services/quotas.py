@@ -2,8 +2,9 @@
 create, and the running cap with a fair share of the workers at claim.
 
 A count and the write it allows must not race another of the same owner's (two creates at 999 of
-1,000 would both pass), so each check first takes a transaction-scoped advisory lock on the owner,
-one key space per purpose: the count, read after the lock, sees every write that held it before.
+1,000 would both pass), so each check first takes a transaction-scoped advisory lock — a create
+on its owner, a claim under the running cap on every owner (`EVERY_OWNER`): the count, read after
+the lock, sees every write that held it before.
 On SQLite, whose IMMEDIATE transactions already serialise writers, there is nothing to take.
 """
 
@@ -20,7 +21,7 @@ from runs.transitions import Status
 
 
 class OwnerLock(IntEnum):
-    # The first key of pg_advisory_xact_lock(int, int); the second is the owner's id.
+    # The first key of pg_advisory_xact_lock(int, int); the second is the owner's id (0: every owner).
     CREATE = 0x524C0001
     CLAIM = 0x524C0002
 
@@ -29,6 +30,13 @@ def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [int(purpose), owner_id])
+
+
+# Under the running cap, claims take their turn: one lock for every owner, not one per owner. A
+# claim may pass over owners at the cap before it finds a run, and holding each passed owner's lock
+# while waiting for the next one's deadlocked two claims that met them in a different order
+# (seen in CI). A claim is one short transaction, so the queue of claims is short.
+EVERY_OWNER = 0
 
 
 def check_active_runs(owner_id: int) -> None:
@@ -73,10 +81,12 @@ def pick_queued() -> Run | None:
     """Lock the queued run the next claim should take, skipping runs another claim holds and runs
     past their deadline (the sweeper stops those); None if there is none.
 
-    Fair share: owners in `_OWNERS` order, each owner's oldest run. Under the running cap the owner
-    is locked and counted again before a run of theirs is taken: a claim that committed since the
-    ranking may have taken them to the cap."""
+    Fair share: owners in `_OWNERS` order, each owner's oldest run. Under the running cap the
+    claims' lock is taken before the ranking, so the counts it reads include every claim before
+    it: an owner ranked below the cap stays below it until this claim commits."""
     cap = limit("RUNLEDGER_MAX_RUNNING_PER_USER") or 0
+    if cap:
+        lock_owner(EVERY_OWNER, OwnerLock.CLAIM)
     with connection.cursor() as cursor:
         cursor.execute(_OWNERS, {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap})
         owners = [row[0] for row in cursor.fetchall()]
@@ -87,10 +97,6 @@ def pick_queued() -> Run | None:
         .order_by("created_at", "id")
     )
     for owner_id in owners:
-        if cap:
-            lock_owner(owner_id, OwnerLock.CLAIM)
-            if Run.objects.filter(owner_id=owner_id, status=Status.RUNNING).count() >= cap:
-                continue
         run = queued.filter(owner_id=owner_id).first()
         if run is not None:
             return run
