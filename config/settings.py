@@ -390,6 +390,8 @@ RUNLEDGER_OPENAI_CONTINUE = os.environ.get("RUNLEDGER_OPENAI_CONTINUE", "0") not
 # Metrics (DESIGN §9, runs/metrics/). RUNLEDGER_METRICS_TOKEN: the bearer token Prometheus scrapes
 # `/metrics/` with (`Authorization: Bearer …`); empty, only users with runs.view_run may read them.
 RUNLEDGER_METRICS_TOKEN = os.environ.get("RUNLEDGER_METRICS_TOKEN", "")
+# How often the staff dashboard (/admin/runs/dashboard/) refreshes its figures in place, in seconds.
+RUNLEDGER_DASHBOARD_REFRESH_SECONDS = _env_float("RUNLEDGER_DASHBOARD_REFRESH_SECONDS", 5)
 
 
 def _metrics_dir() -> str:

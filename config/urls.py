@@ -2,10 +2,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from runs.admin.dashboard import dashboard_view
 from runs.admin.hardening import view_on_site
 from runs.signin import AdminLoginForm, LoginForm, throttled_login
 
-# The console signs in through the throttled form too (DESIGN §6). The two URLs below, ahead of the
+# The console signs in through the throttled form too (DESIGN §6). The first two URLs below, ahead of the
 # admin's own, add the 429 status to its login page's refusal, and answer a malformed id in "view
 # on site" with 404 (runs.admin.hardening).
 admin.site.login_form = AdminLoginForm
@@ -13,6 +14,8 @@ admin.site.login_form = AdminLoginForm
 urlpatterns = [
     path("admin/login/", throttled_login(admin.site.login)),
     path("admin/r/<path:content_type_id>/<path:object_id>/", admin.site.admin_view(view_on_site)),
+    # The staff dashboard, beside the runs app's page of the console (admin_view: login, staff).
+    path("admin/runs/dashboard/", admin.site.admin_view(dashboard_view), name="runs-dashboard"),
     path("admin/", admin.site.urls),
     # Only log in and out: password resets by e-mail are not part of this deployment, and every
     # page but the login page needs an authenticated user (DESIGN §6).

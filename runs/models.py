@@ -70,6 +70,8 @@ class Run(models.Model):
             models.Index(fields=["-created_at"], name="run_created"),
             # The claim: each owner's oldest queued run, over the queued rows only (runs.services.quotas).
             models.Index(fields=["owner", "created_at", "id"], name="run_queued_owner", condition=Q(status="queued")),
+            # The dashboard's runs ended per minute and by status over the last day (selectors.overview).
+            models.Index(fields=["ended_at"], name="run_ended", condition=Q(ended_at__isnull=False)),
             # Per-owner counts of live runs: the active-runs cap at create, the running cap and fair
             # share at claim (DESIGN §6).
             models.Index(fields=["owner", "status"], name="run_owner_live", condition=Q(status__in=LIVE_VALUES)),
@@ -181,6 +183,12 @@ class RunAttempt(models.Model):
             # The sweeper's other search: attempts left by their run and never released.
             models.Index(
                 fields=["lease_expires_at"], name="runattempt_unreleased", condition=Q(released_at__isnull=True)
+            ),
+            # The dashboard's cancel -> released latencies of the last day (selectors.overview).
+            models.Index(
+                fields=["released_at"],
+                name="runattempt_cancel_released",
+                condition=Q(outcome__in=["cancelled", "stopped"], released_at__isnull=False),
             ),
         ]
 

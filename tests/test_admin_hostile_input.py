@@ -178,6 +178,8 @@ def admin_targets(world: World, user: User) -> Iterator[Target]:
     the real id only: a bad id ends the request before any parameter is read)."""
     real = _real_ids(world)
     run_type = str(ContentType.objects.get_for_model(Run).pk)
+    # Beside the site's own URLs (config/urls.py): the dashboard.
+    yield Target("/admin/runs/dashboard/", ("figures",))
     for route in routes(admin.site.get_urls()):
         view = route.rstrip("/").rsplit("/", 1)[-1]
         if route.startswith("r/"):  # view on site: a content type and an object

@@ -5,11 +5,11 @@ aggregate them with `max`, never `sum`)."""
 import time
 from collections.abc import Iterator
 
-from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runs.models import LIVE_VALUES, AttemptOutcome, Run, RunAttempt
+from runs.models import LIVE_VALUES, AttemptOutcome, RunAttempt
+from runs.selectors.overview import queue_oldest_created, status_counts
 from runs.services.core import db_now
 from runs.transitions import TERMINAL, Status
 
@@ -20,16 +20,11 @@ TERMINAL_RECOUNT_SECONDS = 60.0
 _terminal: tuple[float, dict[str, int]] = (-TERMINAL_RECOUNT_SECONDS, {})
 
 
-def _counts(statuses: list[str]) -> dict[str, int]:
-    rows = Run.objects.filter(status__in=statuses).order_by().values_list("status").annotate(n=Count("*"))
-    return dict(rows)
-
-
 def _terminal_counts() -> dict[str, int]:
     global _terminal
     counted_at, counts = _terminal
     if time.monotonic() - counted_at >= TERMINAL_RECOUNT_SECONDS:
-        counts = _counts(sorted(s.value for s in TERMINAL))
+        counts = status_counts(sorted(s.value for s in TERMINAL))
         _terminal = (time.monotonic(), counts)
     return counts
 
@@ -37,15 +32,12 @@ def _terminal_counts() -> dict[str, int]:
 class DatabaseCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = db_now()
-        counts = {**_terminal_counts(), **_counts(LIVE_VALUES)}
+        counts = {**_terminal_counts(), **status_counts(LIVE_VALUES)}
         runs = GaugeMetricFamily("runledger_runs", "Runs by status", labels=["status"])
         for status in Status:
             runs.add_metric([status.value], counts.get(status.value, 0))
         yield runs
-        # The claim's order (oldest created first), through the queued-runs index.
-        oldest = (
-            Run.objects.filter(status=Status.QUEUED).order_by("created_at").values_list("created_at", flat=True).first()
-        )
+        oldest = queue_oldest_created()
         age = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
         yield GaugeMetricFamily(
             "runledger_queue_oldest_age_seconds", "Age of the oldest queued run (since it was created)", value=age

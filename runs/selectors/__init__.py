@@ -1,4 +1,5 @@
-"""Every non-trivial read of runs and events, with the visibility rule of DESIGN §6."""
+"""Every non-trivial read of runs and events, with the visibility rule of DESIGN §6; the whole
+system's figures (the staff dashboard, the /metrics/ state gauges) are `overview`'s."""
 
 import json
 from collections.abc import Collection

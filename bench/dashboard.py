@@ -1,0 +1,249 @@
+"""What the staff dashboard's figures cost as history grows (issue 22): the same recent activity
+on top of x1 and x100 history, on a throwaway PostgreSQL.
+
+Recent activity, the same in both tiers: in the last hour RECENT_ENDED runs ended (a fifth of them
+cancelled while running, their attempts released), RECENT_EVENTS events, HELD runs held by four
+workers (two of them stale), QUEUED queued and WAITING waiting. History: x1 = 1,000 ended runs
+(10 events and one attempt each, 2 to 30 days old), x100 = 100,000 (1,000,000 events). Rows are
+cloned with SQL from runs made through the services, in time order, as the application writes
+them; then VACUUM ANALYZE.
+
+Measured per tier, median of REPEATS: the figures' reads (`selectors.overview.system_overview`:
+a process's first, which counts the hour's events, and the refreshes after it; each query alone),
+and the whole page through Django's test client (session, permission, reads, charts, template).
+Results in bench/results/dashboard.json.
+
+    .venv/bin/python bench/dashboard.py [--repeats 20]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib import RESULTS, durable_cluster, log, machine_facts, postgres_facts
+
+TIERS = [("x1", 1_000), ("x100", 100_000)]
+EVENTS_PER_RUN = 10
+RECENT_ENDED = 600
+RECENT_EVENTS = 36_000
+HELD = 40
+QUEUED = 30
+WAITING = 10
+
+
+def _columns(model: Any, skip: tuple[str, ...]) -> list[str]:
+    return [f.column for f in model._meta.concrete_fields if f.column not in skip]
+
+
+def seed(history: int) -> None:
+    """History first, then the last hour's activity: the order the application writes them in."""
+    from django.contrib.auth.models import User
+    from django.db import connection
+
+    from runs import services
+    from runs.models import Run, RunAttempt, RunEvent
+    from tests.factories import running_run
+
+    owner = User.objects.create_user("dashboard-bench")
+    done = running_run(owner, input={"deltas": 1})
+    services.run_complete(run_id=done.pk, generation=done.generation, output={"text": "x"})
+    cancelled = running_run(owner, input={"deltas": 1})
+    services.run_cancel(run_id=cancelled.pk, actor=owner)
+    services.run_attempt_release(run_id=cancelled.pk, generation=cancelled.generation)
+    moved = ("id", "created_at", "started_at", "ended_at", "updated_at")
+    run_cols = _columns(Run, moved)
+    event_cols = ", ".join(_columns(RunEvent, ("id",)))
+    attempt_cols = ", ".join(_columns(RunAttempt, ("id",)))
+
+    def clone(template: Any, count: int, *, ended: str, outcome: str, released: str = "e.ended_at") -> None:
+        """`count` copies of `template` with `ended` (SQL over g = 1..count) as their end, each with
+        EVENTS_PER_RUN events before it and one attempt released at `released`."""
+        cols = ", ".join(run_cols)
+        with connection.cursor() as cursor:
+            cursor.execute("CREATE TEMP TABLE IF NOT EXISTS fresh (id uuid, ended_at timestamptz)")
+            cursor.execute("TRUNCATE fresh")
+            cursor.execute(
+                f"""WITH made AS (
+                      INSERT INTO runs_run (id, created_at, started_at, ended_at, updated_at, {cols})
+                      SELECT gen_random_uuid(), e - interval '2 s', e - interval '1 s', e, e, {cols}
+                      FROM runs_run, generate_series(1, %s) g, LATERAL (SELECT {ended} AS e) t
+                      WHERE runs_run.id = %s ORDER BY e
+                      RETURNING id, ended_at)
+                    INSERT INTO fresh SELECT * FROM made""",
+                [count, template.pk],
+            )
+            cursor.execute(
+                f"""INSERT INTO runs_runevent ({event_cols})
+                    SELECT e.id, s, 'output.delta', '{{"text": "x"}}', 1, e.ended_at - (11 - s) * interval '50 ms'
+                    FROM fresh e, generate_series(1, %s) s ORDER BY e.ended_at, s""",
+                [EVENTS_PER_RUN],
+            )
+            cursor.execute(
+                f"""INSERT INTO runs_runattempt ({attempt_cols})
+                    SELECT e.id, 1, 'bench-worker', e.ended_at - interval '1 s', e.ended_at, e.ended_at + interval '30 s',
+                           {released}, %s
+                    FROM fresh e ORDER BY e.ended_at""",
+                [outcome],
+            )
+
+    # History: spread over 2 to 30 days ago, oldest first.
+    clone(
+        done, history, ended=f"now() - interval '30 days' + g * (interval '28 days' / {history})", outcome="completed"
+    )
+    # The last hour: runs ended (a fifth cancelled, released 20-80 ms after), then the events.
+    recent = f"now() - interval '59 minutes' + g * (interval '58 minutes' / {RECENT_ENDED})"
+    clone(done, RECENT_ENDED * 4 // 5, ended=recent, outcome="completed")
+    clone(
+        cancelled,
+        RECENT_ENDED // 5,
+        ended=recent,
+        outcome="cancelled",
+        released="e.ended_at + (20 + random() * 60) * interval '1 ms'",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""INSERT INTO runs_runevent ({event_cols})
+                SELECT %s, 100 + g, 'output.delta', '{{"text": "x"}}', 1,
+                       now() - interval '59 minutes' + g * (interval '58 minutes' / %s)
+                FROM generate_series(1, %s) g""",
+            [done.pk, RECENT_EVENTS, RECENT_EVENTS],
+        )
+    for i in range(HELD):
+        run = running_run(owner, input={"deltas": 1})
+        RunAttempt.objects.filter(run=run, outcome="").update(worker=f"worker-{i % 4}")
+    # Two stale: their lease lapsed, no sweeper here.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE runs_runattempt SET lease_expires_at = now() - interval '5 s' WHERE id IN "
+            "(SELECT id FROM runs_runattempt WHERE outcome = '' LIMIT 2)"
+        )
+    for _ in range(WAITING):
+        run = running_run(owner, input={"deltas": 1})
+        services.run_wait(run_id=run.pk, generation=run.generation, reason="input_required", prompt="?")
+    for _ in range(QUEUED):
+        services.run_create(owner=owner, agent="demo", input={"deltas": 1})
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+
+
+def _median_ms(sql: str, repeats: int) -> float:
+    from django.db import connection
+
+    times = []
+    with connection.cursor() as cursor:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            cursor.execute(sql)
+            cursor.fetchall()
+            times.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(times), 3)
+
+
+def measure(repeats: int) -> dict[str, Any]:
+    """The reads cold (this process's first: the hour's events counted) and warm (every refresh
+    after: two minutes of them), each query timed alone, and the whole page."""
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.selectors.overview import system_overview
+    from runs.services.core import db_now
+
+    staff = User.objects.create_user("dashboard-staff", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(staff)
+    reads, pages, captured_sql = [], [], []
+    for _ in range(repeats + 1):
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            system_overview(now=db_now())
+            reads.append((time.perf_counter() - started) * 1000)
+        captured_sql.append([q["sql"] for q in captured.captured_queries])
+        started = time.perf_counter()
+        assert client.get("/admin/runs/dashboard/", HTTP_HOST="localhost").status_code == 200
+        pages.append((time.perf_counter() - started) * 1000)
+    cold, warm = captured_sql[0], captured_sql[-1]
+    queries = [{"sql": sql[:160], "median_ms": _median_ms(sql, repeats)} for sql in warm]
+    # The one query that differs: the events by minute, over the hour (cold) or two minutes (warm).
+    events_cold = next(sql for sql in cold if "runs_runevent" in sql)
+    plans = []
+    with connection.cursor() as cursor:
+        for sql in warm[1:]:
+            cursor.execute("EXPLAIN " + sql)
+            plans.append([row[0] for row in cursor.fetchall() if "Scan" in row[0]])
+    return {
+        "reads_cold_ms": round(reads[0], 2),
+        "reads_warm_median_ms": round(statistics.median(reads[1:]), 2),
+        "page_median_ms": round(statistics.median(pages[1:]), 2),
+        "events_hour_query_median_ms": _median_ms(events_cold, repeats),
+        "queries": queries,
+        "plans": plans,
+    }
+
+
+def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
+    """One tier in this process, on its own database (a process sets Django up for one database)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ["DATABASE_URL"] = url
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    log(f"{name}: seeding {history:,} ended runs of history and the last hour's activity")
+    seed(history)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT (SELECT count(*) FROM runs_run), (SELECT count(*) FROM runs_runevent)")
+        runs, events = cursor.fetchone()
+    measured = measure(repeats)
+    log(
+        f"{name}: {runs:,} runs, {events:,} events: reads cold {measured['reads_cold_ms']} ms,"
+        f" warm {measured['reads_warm_median_ms']} ms; page {measured['page_median_ms']} ms;"
+        f" the hour's events by minute {measured['events_hour_query_median_ms']} ms"
+    )
+    for query in measured["queries"]:
+        log(f"    {query['median_ms']:8.3f} ms  {query['sql'][:110]}")
+    for plan in measured["plans"]:
+        log(f"    plan: {' / '.join(p.strip() for p in plan)[:160]}")
+    return {"runs": runs, "events": events, **postgres_facts(), **measured}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--tier", help=argparse.SUPPRESS)  # with --database-url: one tier, JSON on stdout's last line
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.tier:
+        print(json.dumps(tier(args.tier, dict(TIERS)[args.tier], args.database_url, args.repeats), default=str))
+        return
+    results: dict[str, Any] = {"machine": machine_facts(), "tiers": {}}
+    with durable_cluster() as cluster:
+        for name, _ in TIERS:
+            url = cluster.create_database(f"dashboard_{name}")
+            out = subprocess.run(
+                [sys.executable, __file__, "--tier", name, "--database-url", url, "--repeats", str(args.repeats)],
+                check=True,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            lines = out.stdout.strip().splitlines()
+            print("\n".join(lines[:-1]), flush=True)
+            results["tiers"][name] = json.loads(lines[-1])
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "dashboard.json").write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
