@@ -11,7 +11,8 @@ them; then VACUUM ANALYZE.
 Measured per tier, median of REPEATS: the figures' reads (`selectors.overview.system_overview`:
 a process's first, which counts the hour's events, and the refreshes after it; each query alone),
 and the whole page through Django's test client (session, permission, reads, charts, template).
-Results in bench/results/dashboard.json.
+And what the events' BRIN index adds to an append (`append_cost`). Results in
+bench/results/dashboard.json.
 
     .venv/bin/python bench/dashboard.py [--repeats 20]
 """
@@ -190,6 +191,39 @@ def measure(repeats: int) -> dict[str, Any]:
     }
 
 
+def append_cost(url: str, rounds: int = 12, batches: int = 200) -> dict[str, float]:
+    """What the BRIN index on the events' time adds to an append: 10-event insert transactions into
+    two copies of the events table, with and without it, in alternating rounds (raw psycopg)."""
+    import uuid
+
+    import psycopg
+
+    tables = {"without": "ab_events_plain", "with_brin": "ab_events_brin"}
+    times: dict[str, list[float]] = {name: [] for name in tables}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in tables.values():
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(
+                f"CREATE TABLE {table} (LIKE runs_runevent INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING IDENTITY)"
+            )
+            conn.execute(f"CREATE UNIQUE INDEX ON {table} (run_id, seq)")
+        conn.execute(f"CREATE INDEX ON {tables['with_brin']} USING brin (created_at)")
+        for i in range(rounds):
+            for name in sorted(tables, reverse=bool(i % 2)):
+                run, started = uuid.uuid4(), time.perf_counter()
+                for b in range(batches):
+                    with conn.transaction():
+                        conn.execute(
+                            f"INSERT INTO {tables[name]} (run_id, seq, type, data, attempt, created_at)"
+                            " SELECT %s, g, 'output.delta', '{}', 1, now() FROM generate_series(%s::int, %s::int) g",
+                            [run, b * 10 + 1, b * 10 + 10],
+                        )
+                times[name].append((time.perf_counter() - started) / batches * 1000)
+        for table in tables.values():
+            conn.execute(f"DROP TABLE {table}")
+    return {name: round(statistics.median(values), 4) for name, values in times.items()}
+
+
 def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
     """One tier in this process, on its own database (a process sets Django up for one database)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -207,6 +241,9 @@ def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
         cursor.execute("SELECT (SELECT count(*) FROM runs_run), (SELECT count(*) FROM runs_runevent)")
         runs, events = cursor.fetchone()
     measured = measure(repeats)
+    if name == "x1":
+        measured["append_ms_per_10_events"] = append_cost(url)
+        log(f"{name}: a 10-event append transaction, median ms: {measured['append_ms_per_10_events']}")
     log(
         f"{name}: {runs:,} runs, {events:,} events: reads cold {measured['reads_cold_ms']} ms,"
         f" warm {measured['reads_warm_median_ms']} ms; page {measured['page_median_ms']} ms;"
