@@ -9,9 +9,12 @@ come from, and how many watchers share one read, is `runs.streams`.
 Checks run in the order of DESIGN §6 (`runs.stream_checks`): authentication (401), visibility
 (404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
 a live run's end), then the user's cap of streams in this process (429; `runs.stream_guard`, which
-also ends open streams whose user, credential or sight of the run is gone). A stream ends cleanly after `RUNLEDGER_SSE_MAX_SECONDS`,
-between whole frames: the client reconnects with its Last-Event-ID. Closing the stream only stops
-this generator: nothing here writes, but for the count of a failed token attempt.
+also ends open streams whose user, credential or sight of the run is gone). A stream ends cleanly
+after `RUNLEDGER_SSE_MAX_SECONDS`, between whole frames: the client reconnects with its
+Last-Event-ID. Closing the stream only stops this generator: nothing here writes, but for the
+count of a failed token attempt. Behind the edge (`RUNLEDGER_GRIP_URL`), a request Pushpin signed
+is answered with the replay and hold instructions instead, and Pushpin holds the stream
+(`runs.edge.hold`).
 """
 
 import asyncio
@@ -27,6 +30,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from runs import streams
 from runs.api.errors import error_response_for
+from runs.edge import hold
 from runs.exceptions import TooManyRequests
 from runs.limits import limit, retry_after
 from runs.metrics import series
@@ -42,6 +46,12 @@ KEEPALIVE = b": keep-alive\n\n"
 # once authenticated and shown a visible run.
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    if settings.RUNLEDGER_GRIP_URL:
+        # Behind the edge (DESIGN §10): a request Pushpin signed is answered with hold
+        # instructions instead of a stream; any other falls through to the stream below.
+        held = await hold.respond(request, run_id)
+        if held is not None:
+            return held
     opened = await checked(request, run_id)
     if isinstance(opened, HttpResponse):
         return opened
