@@ -413,7 +413,8 @@ def _grip_key() -> str:
 
 RUNLEDGER_GRIP_KEY = _grip_key()
 # Seconds an idle stream held by the edge waits before Pushpin asks the web processes again
-# (Grip-Link's timeout): the safety net for a publish that never arrived. Pushpin's default is 120.
+# (Grip-Link's timeout; each stream gets it to half as long again, so the streams of a run do not
+# all ask at once): the safety net for a publish that never arrived. Pushpin's default is 120.
 RUNLEDGER_GRIP_LINK_SECONDS = _env_int("RUNLEDGER_GRIP_LINK_SECONDS", 120)
 # Seconds a publish to Pushpin may take before it counts as failed.
 RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS = _env_float("RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS", 5)

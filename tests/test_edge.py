@@ -30,7 +30,7 @@ from django.test import Client, RequestFactory
 
 from runs import services
 from runs.edge import grip
-from runs.edge.publisher import _bodies, lock_key
+from runs.edge.publisher import _bodies, _groups, lock_key
 from runs.models import Run
 from runs.streams import make_frame
 from tests.factories import queued_run, running_run
@@ -47,14 +47,16 @@ from tests.support.workers import wait_status
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def stack(procs: Procs, **env: str) -> tuple[Proc, Edge, Proc]:
-    """A web process behind bin/edge, leading the publishing, and a worker."""
+def stack(procs: Procs, *, worker: bool = True, **env: str) -> tuple[Proc, Edge]:
+    """A web process behind bin/edge, leading the publishing, and a worker unless told not to
+    (tests that claim runs themselves)."""
     control = free_port()
     web = procs.uvicorn(env=edge_env(control, **env))
     wait_leading(web)
     edge = start_edge(procs, upstream=web, control_port=control)
-    worker = procs.worker("edge-worker", concurrency=4)
-    return web, edge, worker
+    if worker:
+        procs.worker("edge-worker", concurrency=4)
+    return web, edge
 
 
 def session_headers(user: User) -> dict[str, str]:
@@ -143,7 +145,7 @@ def test_watchers_through_the_edge_receive_every_event_once_in_order(
 def test_last_event_id_through_the_edge_resumes_exactly_and_a_finished_run_read_to_its_end_is_a_204(
     procs: Procs, alice: User
 ) -> None:
-    _web, edge, _worker = stack(procs)
+    _web, edge = stack(procs)
     token = token_for(alice)
     run = queued_run(alice, input={"deltas": 30, "delay_ms": 30})
 
@@ -241,7 +243,7 @@ def test_killing_the_publishing_web_process_mid_run_leaves_no_gap(procs: Procs, 
 @pytest.mark.processes
 def test_a_pushpin_restart_mid_run_loses_nothing_for_clients_that_reconnect(procs: Procs, alice: User) -> None:
     print(f"seed {SEED}")
-    web, edge, _worker = stack(procs)
+    web, edge = stack(procs)
     token = token_for(alice)
     run = queued_run(alice, input={"deltas": 80, "delay_ms": 40})
     rng = random.Random(SEED)
@@ -274,7 +276,7 @@ def test_a_pushpin_restart_mid_run_loses_nothing_for_clients_that_reconnect(proc
 def test_a_connect_through_the_edge_is_refused_as_it_is_without_it(
     procs: Procs, alice: User, bob: User, make_user: Callable[..., User]
 ) -> None:
-    web, edge, _worker = stack(procs)
+    web, edge = stack(procs, worker=False)
     run = running_run(alice)
     ended = running_run(alice)
     services.run_complete(run_id=ended.pk, generation=ended.generation, output=None)
@@ -309,7 +311,7 @@ def test_a_connect_through_the_edge_is_refused_as_it_is_without_it(
 def test_a_request_that_only_claims_to_be_pushpins_recovery_gets_no_events(
     procs: Procs, alice: User, bob: User
 ) -> None:
-    web, edge, _worker = stack(procs)
+    web, edge = stack(procs, worker=False)
     run = running_run(alice)
     key = settings.RUNLEDGER_GRIP_KEY  # the web process's too: the same environment
     last = {"Grip-Last": f"{grip.channel(str(run.pk))}; last-id=0"}
@@ -350,7 +352,7 @@ def test_a_request_that_only_claims_to_be_pushpins_recovery_gets_no_events(
 @pytest.mark.edge
 @pytest.mark.processes
 def test_streams_held_by_the_edge_do_not_count_against_the_users_cap(procs: Procs, alice: User) -> None:
-    web, edge, _worker = stack(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+    web, edge = stack(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
     token = token_for(alice)
     run = queued_run(alice, input={"deltas": 30, "delay_ms": 50})
 
@@ -464,17 +466,27 @@ def test_grip_last_is_read_for_the_runs_channel_only() -> None:
 
 
 def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> None:
-    first = grip.item("run-x", make_frame(1, "run.created", "{}"))
+    first = grip.item("run-x", [make_frame(1, "run.created", "{}")])
     assert (first["id"], first["prev-id"]) == ("1", "0")
+    # Events read together go out as one item: the chain of items is the chain of seqs, and each
+    # frame keeps its own id line.
+    several = grip.item("run-x", [make_frame(n, "output.delta", "{}") for n in (4, 5, 6)])
+    assert (several["id"], several["prev-id"]) == ("6", "3")
+    assert several["formats"]["http-stream"]["content"].count("\nid: ") == 2
     assert grip.close_item("run-x", 9) == {
         "channel": "run-x",
         "prev-id": "9",
         "formats": {"http-stream": {"action": "close"}},
     }
-    big = [grip.item("run-x", make_frame(n, "output.delta", '"' + "x" * 100_000 + '"')) for n in range(1, 21)]
-    bodies = _bodies(big)
+    frames = [make_frame(n, "output.delta", '"' + "x" * 100_000 + '"') for n in range(1, 21)]
+    groups = _groups(frames)
+    assert [f.seq for group in groups for f in group] == list(range(1, 21))
+    bodies = _bodies([grip.item("run-x", group) for group in groups])
     assert len(bodies) > 1 and all(len(body) <= 512 * 1024 for body in bodies)
-    assert [i["id"] for body in bodies for i in json.loads(body)["items"]] == [str(n) for n in range(1, 21)]
+    items = [i for body in bodies for i in json.loads(body)["items"]]
+    assert [(i["prev-id"], i["id"]) for i in items] == [(str(n - 1), str(n)) for n in range(1, 21)]
+    small = _groups([make_frame(n, "output.delta", "{}") for n in range(1, 101)])
+    assert len(small) == 1
     # The publishers of one set of Pushpins share a lock, whatever order the set is given in.
     assert lock_key(["http://a", "http://b"]) == lock_key(["http://b", "http://a"]) != lock_key(["http://a"])
 

@@ -8,6 +8,7 @@ proxy has no key (shared/research/edge-metrics-proxy.md §A6).
 """
 
 import json
+import random
 from typing import Any
 
 import jwt
@@ -70,26 +71,34 @@ def hold_headers(*, name: str, prev_id: int, link: str) -> dict[str, str]:
 
     Pushpin then sends it each item published with that previous id (and the next, and so on), and
     on any other — a publish lost, or made before this hold — GETs `link` itself with Grip-Last to
-    fetch what is missing; it does the same after `RUNLEDGER_GRIP_LINK_SECONDS` without a publish.
+    fetch what is missing; it does the same after `RUNLEDGER_GRIP_LINK_SECONDS` (to half as long
+    again) without a publish.
     """
     keepalive = max(1, round(float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)))
+    link_seconds = max(1, int(settings.RUNLEDGER_GRIP_LINK_SECONDS))
+    # Spread over half as long again: Pushpin times the streams of one link and one timeout
+    # together, so ten thousand watchers of a run held with the same timeout would all ask the
+    # web processes again in the same second.
+    link_seconds += random.randrange(link_seconds // 2 + 1)
     return {
         "Grip-Hold": "stream",
         "Grip-Channel": f"{name}; prev-id={prev_id}",
         # The comment the streams a web process holds send too, as a C string (a header holds no line break).
         "Grip-Keep-Alive": f": keep-alive\\n\\n; format=cstring; timeout={keepalive}",
-        "Grip-Link": f"<{link}>; rel=next; timeout={max(1, int(settings.RUNLEDGER_GRIP_LINK_SECONDS))}",
+        "Grip-Link": f"<{link}>; rel=next; timeout={link_seconds}",
     }
 
 
-def item(name: str, frame: Frame) -> dict[str, Any]:
-    """The publish of one event. Ids are strings (Pushpin refuses numbers), and the previous id is
-    always given, 0 included: it is how Pushpin finds a gap."""
+def item(name: str, frames: list[Frame]) -> dict[str, Any]:
+    """The publish of consecutive events, as one item: its id is the last one's seq, its previous
+    id the seq before the first, so the chain of items is the chain of seqs. Ids are strings
+    (Pushpin refuses numbers), and the previous id is always given, 0 included: it is how Pushpin
+    finds a gap. Each frame keeps its own `id:` line, so a client's Last-Event-ID is exact."""
     return {
         "channel": name,
-        "id": str(frame.seq),
-        "prev-id": str(frame.seq - 1),
-        "formats": {"http-stream": {"content": frame.data.decode()}},
+        "id": str(frames[-1].seq),
+        "prev-id": str(frames[0].seq - 1),
+        "formats": {"http-stream": {"content": b"".join(frame.data for frame in frames).decode()}},
     }
 
 

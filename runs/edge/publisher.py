@@ -11,8 +11,9 @@ process), so there is no process of its own to start; one of them publishes at a
   every event is published once, in seq order, whatever the number of web processes.
 - **From the table, after a NOTIFY.** The leader LISTENs on `runledger_events`; a notification
   only says "look at run R", and the leader reads R's events after the last one it published
-  (`head`), in seq order, and publishes each with its seq as `id` and seq - 1 as `prev-id`. A run
-  the leader has not seen is read from its first event: on taking the lead it reads the
+  (`head`), in seq order, and publishes them — the events one read found as one item, whose `id`
+  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). A run the leader
+  has not seen is read from its first event: on taking the lead it reads the
   `last_seq` of every live run (after LISTEN, so nothing committed in between is missed), and any
   other run is new since. The terminal event is followed by a `close`, which ends the held streams.
 - **Gaps are Pushpin's to repair.** Pushpin holds each stream at the id it has, so an event that
@@ -55,6 +56,11 @@ APPLICATION_NAME_PREFIX = "runledger-edge"
 # A publish body stays under Pushpin's default limit of 1 MB (bin/edge raises it, for the one
 # event larger than this, which is published alone).
 BODY_MAX = 512 * 1024
+# Events read together from one run are published as one item up to this many bytes. Pushpin's
+# cost is per item and per stream it is sent to, hardly per byte: while it is busy sending one item
+# to many streams, the next publish waits for it, the events committed meanwhile are read together,
+# and go out as one item — the busier Pushpin, the fewer and larger the items.
+GROUP_MAX = 64 * 1024
 # Runs that ended are remembered this long, so a late notification does not publish them again.
 ENDED_TTL = 300.0
 
@@ -149,6 +155,27 @@ def _read_sync(wanted: dict[str, int | None]) -> list[_Read]:
         return found
     finally:
         connection.close()
+
+
+def _up_to_terminal(frames: list[streams.Frame]) -> list[streams.Frame]:
+    for i, frame in enumerate(frames):
+        if frame.terminal:
+            return frames[: i + 1]
+    return frames
+
+
+def _groups(frames: list[streams.Frame]) -> list[list[streams.Frame]]:
+    """Consecutive frames in groups of at most GROUP_MAX bytes (a larger frame alone), in order:
+    what one read found of a run goes out as one item per group."""
+    groups: list[list[streams.Frame]] = []
+    size = 0
+    for frame in frames:
+        if not groups or size + len(frame.data) > GROUP_MAX:
+            groups.append([])
+            size = 0
+        groups[-1].append(frame)
+        size += len(frame.data)
+    return groups
 
 
 def _bodies(items: list[dict[str, Any]]) -> list[bytes]:
@@ -304,19 +331,18 @@ class Publisher:
                 items.append(grip.close_item(name, read.ended_at))
                 self._ended(read.run_id)
                 continue
-            for frame in read.frames:
-                items.append(grip.item(name, frame))
-                if frame.terminal:
-                    items.append(grip.close_item(name, frame.seq))
-                    self._ended(read.run_id)
-                    break
-            else:
-                if read.frames:
-                    self.heads[read.run_id] = read.frames[-1].seq
-                if self.heads.get(read.run_id, 0) < dirty[read.run_id]:
-                    # A page short of what was announced: read on.
-                    self.dirty[read.run_id] = max(self.dirty.get(read.run_id, 0), dirty[read.run_id])
-                    self._wake.set()
+            frames = _up_to_terminal(read.frames)
+            items += [grip.item(name, group) for group in _groups(frames)]
+            if frames and frames[-1].terminal:
+                items.append(grip.close_item(name, frames[-1].seq))
+                self._ended(read.run_id)
+                continue
+            if frames:
+                self.heads[read.run_id] = frames[-1].seq
+            if self.heads.get(read.run_id, 0) < dirty[read.run_id]:
+                # A page short of what was announced: read on.
+                self.dirty[read.run_id] = max(self.dirty.get(read.run_id, 0), dirty[read.run_id])
+                self._wake.set()
         return items
 
     def _ended(self, run_id: str) -> None:

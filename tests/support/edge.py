@@ -113,7 +113,8 @@ class PublishTap:
         return f"http://127.0.0.1:{self.port}"
 
     def drop(self, seq: int) -> None:
-        """Lose the publish of the event `seq` (of any run), the next time it comes by."""
+        """Lose the publish of the event `seq` (of any run: the item that carries it, with the
+        events published with it), the next time it comes by."""
         with self._lock:
             self._drop.add(str(seq))
 
@@ -153,9 +154,10 @@ class PublishTap:
             self.publishes += 1
             kept = []
             for item in items:
-                if item.get("id") in self._drop:
-                    self._drop.discard(item["id"])
-                    self.dropped.append(int(item["id"]))
+                carried = {str(seq) for seq in range(int(item.get("prev-id", -1)) + 1, int(item.get("id", -1)) + 1)}
+                if carried & self._drop:
+                    self.dropped += [int(seq) for seq in carried & self._drop]
+                    self._drop -= carried
                     self.dropped_at = time.time()
                 else:
                     kept.append(item)
