@@ -62,53 +62,58 @@ def authenticate(request: HttpRequest) -> tuple[User, str | None, str | None] | 
 def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
     """Every check before streaming, in one short synchronous call on the stream-opening pool."""
     try:
-        try:
-            authenticated = authenticate(request)
-        except TooManyRequests as exc:
-            return error_response_for(exc)
-        if authenticated is None:
-            response = error_response(401, "not_authenticated", "authentication credentials were not provided")
-            response["WWW-Authenticate"] = "Token"
-            return response
-        user, token_key, session_key = authenticated
-        try:
-            run = run_get(run_id=run_id, user=user)
-        except NotFound as exc:
-            return error_response_for(exc)
-        if request.method != "GET":
-            # After authentication and visibility, like the rest of the API (DESIGN §6's order).
-            not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
-            not_allowed["Allow"] = "GET"
-            return not_allowed
-        cursor, cursor_name = 0, "after_seq"
-        for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", last_event_id(request))):
-            if value is not None:
-                parsed = parse_cursor(name, value)
-                if isinstance(parsed, HttpResponse):
-                    return parsed
-                cursor, cursor_name = parsed, name  # the header comes second, so it wins
-        if run.is_terminal and cursor >= run.last_seq:
-            # The HTML spec's way to make EventSource stop reconnecting: nothing more will come.
-            return HttpResponse(status=204, headers={"Cache-Control": "no-cache"})
-        if cursor > run.last_seq:
-            return error_response(
-                400,
-                "validation_error",
-                f"cursor {cursor} is past the run's last event {run.last_seq}",
-                {cursor_name: [f"must be at most {run.last_seq}"]},
-            )
-        return Opened(
-            run_id=str(run.pk),
-            cursor=cursor,
-            last_seq=run.last_seq,
-            terminal=run.is_terminal,
-            user_id=int(user.pk),
-            token_key=token_key,
-            session_key=session_key,
-        )
+        return check(request, run_id)
     finally:
         # Streams live long; the connection this check used must not live with them.
         connection.close()
+
+
+def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+    """`open_checks`, leaving the connection to the caller (who reads on with it, then closes it)."""
+    try:
+        authenticated = authenticate(request)
+    except TooManyRequests as exc:
+        return error_response_for(exc)
+    if authenticated is None:
+        response = error_response(401, "not_authenticated", "authentication credentials were not provided")
+        response["WWW-Authenticate"] = "Token"
+        return response
+    user, token_key, session_key = authenticated
+    try:
+        run = run_get(run_id=run_id, user=user)
+    except NotFound as exc:
+        return error_response_for(exc)
+    if request.method != "GET":
+        # After authentication and visibility, like the rest of the API (DESIGN §6's order).
+        not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
+        not_allowed["Allow"] = "GET"
+        return not_allowed
+    cursor, cursor_name = 0, "after_seq"
+    for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", last_event_id(request))):
+        if value is not None:
+            parsed = parse_cursor(name, value)
+            if isinstance(parsed, HttpResponse):
+                return parsed
+            cursor, cursor_name = parsed, name  # the header comes second, so it wins
+    if run.is_terminal and cursor >= run.last_seq:
+        # The HTML spec's way to make EventSource stop reconnecting: nothing more will come.
+        return HttpResponse(status=204, headers={"Cache-Control": "no-cache"})
+    if cursor > run.last_seq:
+        return error_response(
+            400,
+            "validation_error",
+            f"cursor {cursor} is past the run's last event {run.last_seq}",
+            {cursor_name: [f"must be at most {run.last_seq}"]},
+        )
+    return Opened(
+        run_id=str(run.pk),
+        cursor=cursor,
+        last_seq=run.last_seq,
+        terminal=run.is_terminal,
+        user_id=int(user.pk),
+        token_key=token_key,
+        session_key=session_key,
+    )
 
 
 def open_bound() -> float:
