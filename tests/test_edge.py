@@ -30,14 +30,24 @@ from django.test import Client, RequestFactory
 
 from runs import services
 from runs.edge import grip
-from runs.edge.publisher import _bodies, _groups, lock_key
+from runs.edge.control import bodies
+from runs.edge.publisher import _groups, lock_key
 from runs.models import Run
 from runs.streams import make_frame
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 from tests.support.edge import Edge, PublishTap, edge_env, start_edge, wait_leading
 from tests.support.faults import Api, Stats, follow
-from tests.support.procs import ROOT, Proc, Procs, connections_to, free_port, process_gone, subprocess_env
+from tests.support.procs import (
+    ROOT,
+    Proc,
+    Procs,
+    connections_to,
+    free_port,
+    process_gone,
+    subprocess_env,
+    wait_log_line,
+)
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.seed import SEED
 from tests.support.sse import Event, Stream, auth_headers, request_once, stream_path, watch
@@ -206,6 +216,41 @@ def test_a_lost_publish_is_fetched_from_the_origin_and_leaves_no_gap(procs: Proc
         # Pushpin saw the gap and asked the web process for what it missed: a GET of the next link
         # (the stream's path without its query), after the loss.
         assert any(at >= tap.dropped_at for at in link_requests(edge, run)), (tap.dropped_at, link_requests(edge, run))
+    finally:
+        tap.stop()
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(procs: Procs, alice: User) -> None:
+    control = free_port()
+    tap = PublishTap(control_port=control).start()
+    try:
+        web = procs.uvicorn(env=edge_env(control, RUNLEDGER_GRIP_URL=tap.url))
+        wait_leading(web)
+        edge = start_edge(procs, upstream=web, control_port=control)
+        # The new leader recovers Pushpin before its first publish (once Pushpin answers).
+        wait_log_line(web, "edge publisher recovered")
+        recovers = tap.recovers
+        procs.worker("edge-worker")
+        run = queued_run(alice, input={"deltas": 40, "delay_ms": 40})
+        headers = [auth_headers(token_for(alice))] * 5
+
+        async def scenario() -> list[list[Event]]:
+            got, tasks = await watch_all(edge.url, stream_path(run), headers)
+            await until_each_has(got, 10)
+            # Pushpin busy or unreachable for a moment: the next publishes are refused.
+            tap.refuse_next(3)
+            return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+
+        got = asyncio.run(scenario())
+        run = wait_status(run, "completed")
+        assert tap.refused == 3
+        for events in got:
+            assert_exact_log(events, run)
+        # Sent again, not given up on: no recover, which would have every stream ask again.
+        assert tap.recovers == recovers
+        assert "trying again" in web.log()
     finally:
         tap.stop()
 
@@ -481,9 +526,9 @@ def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> Non
     frames = [make_frame(n, "output.delta", '"' + "x" * 100_000 + '"') for n in range(1, 21)]
     groups = _groups(frames)
     assert [f.seq for group in groups for f in group] == list(range(1, 21))
-    bodies = _bodies([grip.item("run-x", group) for group in groups])
-    assert len(bodies) > 1 and all(len(body) <= 512 * 1024 for body in bodies)
-    items = [i for body in bodies for i in json.loads(body)["items"]]
+    found = bodies([grip.item("run-x", group) for group in groups])
+    assert len(found) > 1 and all(len(body) <= 512 * 1024 for body in found)
+    items = [i for body in found for i in json.loads(body)["items"]]
     assert [(i["prev-id"], i["id"]) for i in items] == [(str(n - 1), str(n)) for n in range(1, 21)]
     small = _groups([make_frame(n, "output.delta", "{}") for n in range(1, 101)])
     assert len(small) == 1

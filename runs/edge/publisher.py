@@ -20,10 +20,11 @@ process), so there is no process of its own to start; one of them publishes at a
   never arrives (a publish lost, a leader that died between a commit and its publish) shows as
   a `prev-id` that does not follow, and Pushpin then fetches what is missing from the web
   processes (`runs.edge.hold`); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
-  A publish that fails (Pushpin down, an error answer, a timeout) is not retried: that Pushpin
-  is marked lost, and before anything more is sent to it the publisher POSTs its `/recover/`,
-  every `RUNLEDGER_POLL_SECONDS` until it answers, which makes every stream it holds fetch what
-  it missed. A new leader does the same to every Pushpin before its first publish.
+  A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
+  order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
+  up, and that Pushpin recovered (`POST /recover/`: every stream it holds fetches what it missed)
+  before anything more is sent to it (runs.edge.control). A new leader recovers every Pushpin
+  before its first publish.
 """
 
 import asyncio
@@ -45,7 +46,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, connections
 
 from runs import notify, streams
-from runs.edge import grip
+from runs.edge import control, grip
 from runs.listener import conninfo
 from runs.models import LIVE_VALUES, Run
 from runs.selectors import run_events_json_after
@@ -53,9 +54,6 @@ from runs.selectors import run_events_json_after
 log = logging.getLogger(__name__)
 
 APPLICATION_NAME_PREFIX = "runledger-edge"
-# A publish body stays under Pushpin's default limit of 1 MB (bin/edge raises it, for the one
-# event larger than this, which is published alone).
-BODY_MAX = 512 * 1024
 # Events read together from one run are published as one item up to this many bytes. Pushpin's
 # cost is per item and per stream it is sent to, hardly per byte: while it is busy sending one item
 # to many streams, the next publish waits for it, the events committed meanwhile are read together,
@@ -92,23 +90,6 @@ def lock_key(urls: list[str]) -> int:
     """The advisory lock of the publishers of one set of Pushpins (a signed 64-bit key)."""
     digest = hashlib.sha256(("runledger-edge|" + "|".join(sorted(urls))).encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-@dataclass
-class Target:
-    """One Pushpin's control port."""
-
-    url: str
-    # Publishes to it failed (or this leader has not yet recovered it): a /recover/ comes first.
-    lost: bool = True
-
-    @property
-    def publish_url(self) -> str:
-        return self.url.rstrip("/") + "/publish/"
-
-    @property
-    def recover_url(self) -> str:
-        return self.url.rstrip("/") + "/recover/"
 
 
 @dataclass
@@ -178,26 +159,9 @@ def _groups(frames: list[streams.Frame]) -> list[list[streams.Frame]]:
     return groups
 
 
-def _bodies(items: list[dict[str, Any]]) -> list[bytes]:
-    """The items in publish bodies of at most BODY_MAX bytes each (a larger item alone), in order."""
-    bodies: list[bytes] = []
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for one in items:
-        one_size = len(grip.publish_body([one]))
-        if batch and size + one_size > BODY_MAX:
-            bodies.append(grip.publish_body(batch))
-            batch, size = [], 0
-        batch.append(one)
-        size += one_size
-    if batch:
-        bodies.append(grip.publish_body(batch))
-    return bodies
-
-
 class Publisher:
     def __init__(self, urls: list[str]) -> None:
-        self.targets = [Target(url) for url in urls]
+        self.pushpins = control.Pushpins(urls, timeout=float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS))
         self.key = lock_key(urls)
         self.poll_seconds = float(settings.RUNLEDGER_POLL_SECONDS)
         self.retry_seconds = float(settings.RUNLEDGER_LISTEN_RECONNECT_SECONDS)
@@ -219,8 +183,7 @@ class Publisher:
         self._stopping = True
 
     async def run(self) -> None:
-        timeout = float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS)
-        async with httpx.AsyncClient(timeout=timeout) as http:
+        async with httpx.AsyncClient(timeout=self.pushpins.timeout) as http:
             while not self._stopping:
                 try:
                     async with await psycopg.AsyncConnection.connect(
@@ -248,14 +211,13 @@ class Publisher:
         # After LISTEN: whatever commits from now on is announced, whatever committed before is here.
         self.heads = await _in_thread(_live_heads_sync)
         self.dirty.clear()
-        for target in self.targets:
-            target.lost = True  # what the previous leader did not publish, Pushpin fetches
+        self.pushpins.lose_all()  # what the previous leader did not publish, Pushpin fetches
         self.leading.set()
         log.info(
             "edge publisher %s leads: %d live runs, publishing to %s",
             self.application_name,
             len(self.heads),
-            ", ".join(t.url for t in self.targets),
+            ", ".join(self.pushpins.urls),
         )
         pump = streams.detached(asyncio.get_running_loop(), self._pump(http))
         probe = max(self.poll_seconds, 0.5)
@@ -295,10 +257,9 @@ class Publisher:
                 self._wake.set()
 
     async def _pump_once(self, http: httpx.AsyncClient) -> None:
-        """Wait for a wake-up (or for the next try at a lost Pushpin), then read and publish."""
-        if any(target.lost for target in self.targets):
-            await self._recover(http)
-        if any(target.lost for target in self.targets):
+        """Wait for a wake-up (or for the next try at a Pushpin that refused), then read and publish."""
+        await self.pushpins.catch_up(http)
+        if self.pushpins.behind:
             # Try again at the next poll, or sooner if something is committed meanwhile.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
@@ -319,7 +280,7 @@ class Publisher:
             return
         items = self._items(reads, dirty)
         if items:
-            await self._publish(http, items)
+            await self.pushpins.publish(http, items)
         self._forget_ended()
 
     def _items(self, reads: list[_Read], dirty: dict[str, int]) -> list[dict[str, Any]]:
@@ -355,35 +316,6 @@ class Publisher:
         cutoff = time.monotonic() - ENDED_TTL
         for run_id in [run_id for run_id, at in self.ended.items() if at < cutoff]:
             del self.ended[run_id]
-
-    async def _publish(self, http: httpx.AsyncClient, items: list[dict[str, Any]]) -> None:
-        bodies = _bodies(items)
-        await asyncio.gather(*(self._publish_to(http, target, bodies) for target in self.targets if not target.lost))
-
-    async def _publish_to(self, http: httpx.AsyncClient, target: Target, bodies: list[bytes]) -> None:
-        for body in bodies:
-            try:
-                answer = await http.post(target.publish_url, content=body, headers={"Content-Type": "application/json"})
-                failure = None if answer.is_success else f"HTTP {answer.status_code}: {answer.text.strip()[:200]}"
-            except httpx.HTTPError as exc:
-                failure = str(exc) or type(exc).__name__
-            if failure is not None:
-                # Not retried: the streams it holds fetch what they missed once it is recovered.
-                log.warning("edge publish to %s failed (%s); recovering it", target.url, failure)
-                target.lost = True
-                return
-
-    async def _recover(self, http: httpx.AsyncClient) -> None:
-        for target in self.targets:
-            if not target.lost:
-                continue
-            try:
-                answer = await http.post(target.recover_url)
-            except httpx.HTTPError:
-                continue
-            if answer.is_success:
-                target.lost = False
-                log.info("edge publisher recovered %s", target.url)
 
 
 # This process's publisher, while it runs (config/asgi.py starts and stops it with the process).

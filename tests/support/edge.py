@@ -96,14 +96,18 @@ def start_edge(procs: Procs, *, upstream: Proc, control_port: int, port: int | N
 @dataclass
 class PublishTap:
     """An HTTP proxy in front of Pushpin's control port (the web processes publish through it)
-    that loses the publish of a chosen event: the request is answered as Pushpin would, the item
-    never reaches it."""
+    that loses the publish of a chosen event (the request is answered as Pushpin would, the item
+    never reaches it), or refuses the next publishes outright (503, as a proxy would for a
+    Pushpin it cannot reach)."""
 
     control_port: int
     port: int = 0
     dropped: list[int] = field(default_factory=list)
     dropped_at: float = 0.0  # time.time() of the last loss
     publishes: int = 0
+    recovers: int = 0
+    refused: int = 0
+    _refuse: int = 0
     _drop: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: http.server.ThreadingHTTPServer | None = None
@@ -118,6 +122,10 @@ class PublishTap:
         with self._lock:
             self._drop.add(str(seq))
 
+    def refuse_next(self, n: int) -> None:
+        with self._lock:
+            self._refuse = n
+
     def start(self) -> "PublishTap":
         tap = self
 
@@ -126,9 +134,15 @@ class PublishTap:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.path.startswith("/publish"):
-                    body = tap._filter(body)
-                status, answer = tap._forward(self.path, body)
+                if self.path.startswith("/publish") and tap._refusing():
+                    status, answer = 503, b"Service Unavailable\n"
+                else:
+                    if self.path.startswith("/publish"):
+                        body = tap._filter(body)
+                    elif self.path.startswith("/recover"):
+                        with tap._lock:
+                            tap.recovers += 1
+                    status, answer = tap._forward(self.path, body)
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(answer)))
@@ -147,6 +161,14 @@ class PublishTap:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+    def _refusing(self) -> bool:
+        with self._lock:
+            if self._refuse <= 0:
+                return False
+            self._refuse -= 1
+            self.refused += 1
+            return True
 
     def _filter(self, body: bytes) -> bytes | None:
         items = json.loads(body)["items"]
