@@ -57,12 +57,12 @@ from tests.support.procs import (
     ROOT,
     Proc,
     Procs,
-    children_of,
     connections_to,
+    descendants,
     free_port,
     group_members,
     proc_status,
-    wait_http_ok,
+    wait_log_line,
 )
 
 WRITER = ROOT / "bench" / "sse_watchers.py"  # its `--writer` mode commits the events
@@ -199,8 +199,8 @@ def web_pids(web: Proc, processes: int) -> list[int]:
 
 
 def pushpin_pids(edge: Proc) -> list[int]:
-    # bin/edge is Pushpin's runner (same PID); its parts are its children.
-    return [edge.pid, *children_of(edge.pid)]
+    # bin/edge (manage.py runedge) runs Pushpin's runner, which runs its parts.
+    return [edge.pid, *descendants(edge.pid)]
 
 
 def run_phase(
@@ -431,7 +431,7 @@ def main() -> int:
         # Warnings only: Pushpin logs every request and publish at its default level.
         edge_args += ["--upstream", f"127.0.0.1:{web.port}", "--log-level", os.environ.get("BENCH_EDGE_LOG_LEVEL", "1")]
         edge = procs.start("edge", edge_args, {**env, "PYTHON": sys.executable}, port=port)
-        wait_http_ok(edge, "/healthz/", timeout=60)
+        wait_log_line(edge, "Pushpin ready", timeout=60)
         phases["edge"] = run_phase(
             name="edge",
             base=edge.url,

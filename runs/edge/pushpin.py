@@ -9,13 +9,22 @@ settings as the web processes read it.
 """
 
 import contextlib
-import os
-import re
+import ctypes
+import http.server
 import resource
 import shutil
+import signal
+import socket
+import subprocess
 import tempfile
+import threading
+import time
+import types
 from pathlib import Path
+from typing import Any
 
+# The path of the readiness probe, routed to this process rather than to the web processes.
+PROBE_PATH = "/.runledger-edge-probe/"
 # Streams one Pushpin holds at most (its default).
 MAX_CONNECTIONS = 50_000
 # The largest publish body it takes; the publisher's bodies stay far below, bar one huge event.
@@ -76,21 +85,17 @@ subscription_linger=60
 """
 
 
-def prepare(*, port: str, control_port: str, upstream: str, key: str, log_level: int) -> Path:
-    """The folder of the Pushpin on `port`, holding pushpin.conf and routes (its sockets come
-    later). One per port, made anew at each start: whatever a stopped one left there is removed,
-    and two Pushpins cannot share a port anyway."""
-    run_dir = Path(tempfile.gettempdir()) / f"runledger-edge-{os.getuid()}-{re.sub(r'[^0-9A-Za-z.]', '_', port)}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    # Its own, and only its user's: the configuration holds the signing key. A folder of that
-    # name left by another user (or a link planted there) makes this fail instead.
-    run_dir.mkdir(mode=0o700)
+def prepare(*, port: str, control_port: str, upstream: str, key: str, log_level: int, probe_port: int) -> Path:
+    """A new private folder holding pushpin.conf and routes (its sockets come later); the caller
+    removes it. Only its user's: the configuration holds the signing key."""
+    run_dir = Path(tempfile.mkdtemp(prefix="runledger-edge-"))
     (run_dir / "log").mkdir()
     (run_dir / "pushpin.conf").write_text(
         config_text(port=port, control_port=control_port, run_dir=run_dir, key=key, log_level=log_level)
     )
-    # Every path to the web processes; one target (several would be failover, not balancing).
-    (run_dir / "routes").write_text(f"* {upstream}\n")
+    # Every path to the web processes (one target: several would be failover, not balancing),
+    # but the readiness probe's, which goes to this process (the longer path_beg wins).
+    (run_dir / "routes").write_text(f"*,path_beg={PROBE_PATH} 127.0.0.1:{probe_port}\n* {upstream}\n")
     return run_dir
 
 
@@ -108,15 +113,85 @@ def _enough_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def run(*, port: str, control_port: str, upstream: str, key: str, log_level: int = 2) -> None:
-    """Become Pushpin (exec), in the foreground. Its runner stops every part of it on SIGTERM or
-    SIGINT and exits 0; being this very process, it gets the signal as sent, once, with nothing in
-    between to pass it on (a second SIGTERM makes the runner kill its parts instead of stopping them)."""
+class _ProbeAnswer(http.server.BaseHTTPRequestHandler):
+    """The origin of the readiness probe: a stream hold, which Pushpin's proxy must hand to its
+    handler — the one path that is not ready as soon as the client port is."""
+
+    def do_GET(self) -> None:
+        body = b"ready\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Grip-Hold", "stream")
+        self.send_header("Grip-Channel", "runledger-edge-probe")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _probe_once(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.sendall(f"GET {PROBE_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            head = sock.recv(4096)
+        return head.startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:
+    # In the child, before exec: should this process be killed outright, Pushpin gets SIGTERM
+    # instead of living on without it (Linux's PR_SET_PDEATHSIG).
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def run(*, port: str, control_port: str, upstream: str, key: str, log_level: int = 2) -> int:
+    """Pushpin in the foreground until it exits, or until this process gets SIGTERM or SIGINT,
+    which it passes on once (the runner then stops every part of it and exits 0); its exit status.
+
+    Pushpin listens for clients before its proxy can hand a stream to its handler: a stream
+    arriving in that first fraction of a second is answered 500 "Accept service unavailable"
+    (which an EventSource does not retry). So "ready" is printed only once a probe through the
+    client port has been held by the handler: put the edge in front of clients after that line.
+    """
     binary = shutil.which("pushpin")
     if binary is None:
         raise FileNotFoundError("pushpin is not installed (Debian: apt-get install pushpin; bin/edge does it)")
-    run_dir = prepare(port=port, control_port=control_port, upstream=upstream, key=key, log_level=log_level)
+    probe = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProbeAnswer)
+    threading.Thread(target=probe.serve_forever, daemon=True).start()
+    run_dir = prepare(
+        port=port,
+        control_port=control_port,
+        upstream=upstream,
+        key=key,
+        log_level=log_level,
+        probe_port=int(probe.server_address[1]),
+    )
     _enough_files()
-    print(f"Pushpin on {port}, control on {control_port}, in front of {upstream} (pid {os.getpid()})", flush=True)
-    # -m: the logs of every part on this process's output, not in files nobody reads.
-    os.execv(binary, [binary, f"--config={run_dir / 'pushpin.conf'}", "-m"])
+    try:
+        # Its own process group, so a signal to this one's group reaches the runner once, from
+        # here: a second SIGTERM makes it kill its parts instead of stopping them. -m: the logs of
+        # every part on this process's output.
+        child = subprocess.Popen(
+            [binary, f"--config={run_dir / 'pushpin.conf'}", "-m"], start_new_session=True, preexec_fn=_die_with_parent
+        )
+
+        def pass_on(signum: int, frame: types.FrameType | None) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, pass_on)
+        address, _, number = port.rpartition(":")
+        host = address if address not in ("", "0.0.0.0", "*") else "127.0.0.1"
+        while child.poll() is None and not _probe_once(host.strip("[]"), int(number)):
+            time.sleep(0.05)  # polling for readiness; ends when the probe passes or Pushpin exits
+        if child.poll() is None:
+            print(f"Pushpin ready on {port}, control on {control_port}, in front of {upstream}", flush=True)
+        status = child.wait()
+        return status if status >= 0 else 128 - status
+    finally:
+        probe.shutdown()
+        shutil.rmtree(run_dir, ignore_errors=True)

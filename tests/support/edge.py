@@ -1,9 +1,9 @@
 """Debian's Pushpin in front of web processes, started by `bin/edge` as an operator would, and a
 tap on its control port that loses a chosen publish.
 
-`bin/edge` becomes Pushpin's runner (same PID), which starts its parts (condure, zurl, the proxy
-and the handler) each in a process group of its own: they are recorded as the `Proc`'s
-companions, so stopping it by its PID also makes sure they are gone.
+`bin/edge` (manage.py runedge) starts Pushpin's runner in a process group of its own, and the
+runner starts its parts (condure, zurl, the proxy and the handler) each in one of their own: they
+are recorded as the `Proc`'s companions, so stopping it by its PID also makes sure they are gone.
 """
 
 import http.client
@@ -20,7 +20,7 @@ from tests.support.procs import (
     ROOT,
     Proc,
     Procs,
-    children_of,
+    descendants,
     free_port,
     process_gone,
     subprocess_env,
@@ -79,6 +79,8 @@ def start_edge(procs: Procs, *, upstream: Proc, control_port: int, port: int | N
     # The test's interpreter (the project's); the same environment as the web processes', so the
     # same signing key.
     proc = procs.start("edge", args, subprocess_env(PYTHON=sys.executable), port=port)
+    # Printed once a stream through it has been held by its handler (runs/edge/pushpin.py).
+    wait_log_line(proc, "Pushpin ready", timeout=30)
     wait_http_ok(proc, "/healthz/", timeout=30)
 
     def control_answers() -> bool:
@@ -89,7 +91,7 @@ def start_edge(procs: Procs, *, upstream: Proc, control_port: int, port: int | N
             return False
 
     wait_until(control_answers, 15, "Pushpin's control port answering")
-    proc.companions = wait_until(lambda: len(found := children_of(proc.pid)) >= 4 and found, 10, "Pushpin's parts")
+    proc.companions = wait_until(lambda: len(found := descendants(proc.pid)) >= 5 and found, 10, "Pushpin's parts")
     return Edge(proc=proc, control_port=control_port)
 
 

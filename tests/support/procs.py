@@ -313,6 +313,14 @@ def children_of(pid: int) -> list[int]:
     return sorted(children)
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes `pid` started, and theirs, and so on."""
+    found = children_of(pid)
+    for child in list(found):
+        found += descendants(child)
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """The live processes (zombies left out) of process group `pgid`."""
     members = []

@@ -1,4 +1,5 @@
 import re
+import sys
 from typing import Any
 
 from django.conf import settings
@@ -38,7 +39,7 @@ class Command(BaseCommand):
         control_port = _address(options["control_port"])
         upstream = _address(options["upstream"], host_required=True)
         try:
-            pushpin.run(
+            status = pushpin.run(
                 port=port,
                 control_port=control_port,
                 upstream=upstream,
@@ -47,3 +48,5 @@ class Command(BaseCommand):
             )
         except FileNotFoundError as exc:
             raise CommandError(str(exc)) from exc
+        if status:
+            sys.exit(status)
