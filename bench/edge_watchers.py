@@ -340,6 +340,8 @@ def run_phase(
         },
         "cpu_during_burst": used,
         "client_cpu_seconds_all_along": round(client_cpu, 1),
+        # What the publisher had to say (a publish refused, Pushpin recovered), if anything.
+        "publisher_log": [line for line in web.log().splitlines() if "edge publish" in line][:20],
     }
     log(f"{name}: p50 {report['delay_ms'].get('p50')} ms, p99 {report['delay_ms'].get('p99')} ms")
     return report
