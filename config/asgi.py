@@ -40,12 +40,14 @@ django.setup(set_prefix=False)
 # limits that cannot work would apply them wrongly: refuse to start.
 from runs.agents.loading import require_agents  # noqa: E402  (needs the configured Django above)
 from runs.api.errors import error_body  # noqa: E402
+from runs.edge import publisher  # noqa: E402
 from runs.limits import require_limits  # noqa: E402
 from runs.metrics.http import CountResponses  # noqa: E402
 from runs.stream_guard import REQUEST_END  # noqa: E402
 
 require_agents()
 require_limits()
+publisher.require_edge()
 
 Scope = dict[str, Any]
 
@@ -114,8 +116,23 @@ class Application:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and _is_async_view(scope):
             await self.async_views(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
         else:
             await self.sync_views(scope, receive, send)
+
+    async def lifespan(self, receive: Any, send: Any) -> None:
+        """What lives as long as the process: the edge's publisher, when there is an edge
+        (runs/edge/publisher.py), which must publish whether or not this process serves streams."""
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                publisher.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await publisher.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
 
 def _is_async_view(scope: Scope) -> bool:

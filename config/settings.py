@@ -6,7 +6,9 @@ readable from the environment variable of the same name, so tests can make them 
 """
 
 import hashlib
+import hmac
 import os
+import re
 import secrets
 import tempfile
 from pathlib import Path
@@ -386,6 +388,36 @@ RUNLEDGER_OPENAI_API_KEY = os.environ.get("RUNLEDGER_OPENAI_API_KEY", "")
 # Whether runs that do not say (input `continue`) continue a requeued answer in place; only for
 # servers that support vLLM's `continue_final_message` (OpenAI refuses the parameter).
 RUNLEDGER_OPENAI_CONTINUE = os.environ.get("RUNLEDGER_OPENAI_CONTINUE", "0") not in ("0", "false", "no", "")
+
+# The SSE edge (DESIGN §10, runs/edge/): Pushpin holds the streams, `bin/edge` starts it.
+# RUNLEDGER_GRIP_URL: the control (publish) URL of each Pushpin in front of the web processes,
+# comma-separated (`http://127.0.0.1:5561`); empty, there is no edge and nothing of it runs.
+RUNLEDGER_GRIP_URL = _env_list("RUNLEDGER_GRIP_URL", [])
+
+
+def _grip_key() -> str:
+    """The key Pushpin signs its requests to the web processes with (Grip-Sig, HS256) and that they
+    check. By default derived from SECRET_KEY, so `bin/edge` and the web processes started with
+    the same environment agree without another secret to hand around."""
+    key = os.environ.get("RUNLEDGER_GRIP_KEY", "")
+    if not key:
+        return hmac.new(SECRET_KEY.encode(), b"runledger.grip-key", hashlib.sha256).hexdigest()
+    # Pushpin's configuration is an INI file that reads "base64:…" and "file:…" as other kinds of
+    # key, and a comma as a list: such a key would not be the one the web processes check.
+    if not re.fullmatch(r"[A-Za-z0-9._~+/=-]{32,}", key):
+        raise ImproperlyConfigured(
+            "RUNLEDGER_GRIP_KEY must be at least 32 characters of A-Z a-z 0-9 . _ ~ + / = - (HS256 wants 32 bytes)"
+        )
+    return key
+
+
+RUNLEDGER_GRIP_KEY = _grip_key()
+# Seconds an idle stream held by the edge waits before Pushpin asks the web processes again
+# (Grip-Link's timeout; each stream gets it to half as long again, so the streams of a run do not
+# all ask at once): the safety net for a publish that never arrived. Pushpin's default is 120.
+RUNLEDGER_GRIP_LINK_SECONDS = _env_int("RUNLEDGER_GRIP_LINK_SECONDS", 120)
+# Seconds a publish to Pushpin may take before it counts as failed.
+RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS = _env_float("RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS", 5)
 
 # Metrics (DESIGN §9, runs/metrics/). RUNLEDGER_METRICS_TOKEN: the bearer token Prometheus scrapes
 # `/metrics/` with (`Authorization: Bearer …`); empty, only users with runs.view_run may read them.

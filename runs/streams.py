@@ -116,7 +116,7 @@ async def run_open_check(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) 
     return await sync_to_async(fn, thread_sensitive=False, executor=_open_executor)(*args, **kwargs)
 
 
-def _detached(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> "asyncio.Task[T]":
+def detached(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> "asyncio.Task[T]":
     # An empty context: a task started while serving a request must not inherit that request's
     # ThreadSensitiveContext, which is torn down when the request ends while the task lives on.
     return loop.create_task(coro, context=contextvars.Context())
@@ -167,7 +167,7 @@ class RunFeed:
         key = (after_seq, self.version)
         task = self._reads.get(key)
         if task is None:
-            task = self._reads[key] = _detached(self.hub.loop, read_frames(self.run_id, after_seq))
+            task = self._reads[key] = detached(self.hub.loop, read_frames(self.run_id, after_seq))
 
             def forget(done: "asyncio.Task[list[Frame]]") -> None:
                 if self._reads.get(key) is done:
@@ -181,7 +181,7 @@ class RunFeed:
 
     def start(self) -> None:
         if not self.ended:
-            self._pump_task = _detached(self.hub.loop, self._pump())
+            self._pump_task = detached(self.hub.loop, self._pump())
 
     def stop(self) -> None:
         if self._pump_task is not None:
@@ -265,12 +265,12 @@ class Hub:
         self.listener = Listener(
             role="web", on_notify=self._on_notify, on_connect=self._on_connect, channels=(notify.EVENTS,)
         )
-        self._listener_task = _detached(self.loop, self.listener.run())
+        self._listener_task = detached(self.loop, self.listener.run())
         self._listener_task.add_done_callback(_log_task_end)
 
     def _ensure_tick(self) -> None:
         if self._tick_task is None or self._tick_task.done():
-            self._tick_task = _detached(self.loop, self._tick())
+            self._tick_task = detached(self.loop, self._tick())
             self._tick_task.add_done_callback(_log_task_end)
 
     async def _tick(self) -> None:

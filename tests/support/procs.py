@@ -91,6 +91,9 @@ class Proc:
     log_path: Path
     port: int | None = None
     stopped: bool = field(default=False)
+    # Processes it started in process groups of their own (Pushpin's runner puts each of its parts
+    # in one), which a signal to its group does not reach: `stop` makes sure they are gone too.
+    companions: list[int] = field(default_factory=list)
 
     @property
     def pid(self) -> int:
@@ -113,6 +116,7 @@ class Proc:
         if self.popen.poll() is None:
             os.killpg(self.pid, signal.SIGKILL)
         self.popen.wait(timeout=10)
+        self._kill_companions()
         self.stopped = True
 
     def stop(self, timeout: float = 10) -> int | None:
@@ -128,8 +132,15 @@ class Proc:
         if group_members(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
+        self._kill_companions()
         self.stopped = True
         return self.popen.returncode
+
+    def _kill_companions(self) -> None:
+        for pid in self.companions:
+            if not process_gone(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def wait_exit(self, timeout: float = 60) -> None:
         """Wait for the process to exit by itself, successfully."""
@@ -289,6 +300,25 @@ def parent_of(pid: int) -> int | None:
     """The parent process id of `pid`, or None once it has exited."""
     found = _stat(pid)
     return None if found is None else found[1]
+
+
+def children_of(pid: int) -> list[int]:
+    """The live child processes of `pid` (zombies left out)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (found := _stat(int(entry))) is not None:
+            state, ppid, _pgrp = found
+            if ppid == pid and state not in ("Z", "X"):
+                children.append(int(entry))
+    return sorted(children)
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes `pid` started, and theirs, and so on."""
+    found = children_of(pid)
+    for child in list(found):
+        found += descendants(child)
+    return found
 
 
 def group_members(pgid: int) -> list[int]:

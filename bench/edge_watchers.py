@@ -1,0 +1,510 @@
+"""Benchmark: thousands of SSE watchers of one run through the edge (Pushpin, bin/edge), compared
+with watchers of the same kind of run served by the web process itself.
+
+    .venv/bin/python bench/edge_watchers.py [--watchers 10000] [--direct-watchers 1000]
+        [--events 100] [--interval 0.1] [--clients 4] [--web-processes 1] [--database-url URL]
+
+Two phases on one throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`):
+
+1. **direct** — `--direct-watchers` streams on one uvicorn web process, no edge (what
+   bench/sse_watchers.py measures; 0 skips it);
+2. **edge** — `--watchers` streams through `bin/edge` in front of the web process(es), started
+   with `RUNLEDGER_GRIP_URL`: Pushpin holds the streams and the web process publishes each event.
+
+In each phase the watchers connect and wait at the run's first events; then a writer process
+(bench/sse_watchers.py's) commits `--events` events one per transaction, `--interval` s apart,
+recording each commit's wall-clock time, and completes the run. The watchers are raw asyncio
+protocols (uvloop) spread over `--clients` processes, each recording the arrival time of every
+read; frames are parsed afterwards (bench.lib.parse_sse), so parsing costs nothing meanwhile.
+
+Reported per phase: watchers that got every event exactly once and in order, commit → delivery
+p50/p95/p99/max over every (watcher, event) pair, and RSS, CPU and connection counts of the web
+process(es) and of Pushpin (all its parts), idle with every watcher connected and at peak during
+the burst. A table on stdout, JSON in bench/results/ (gitignored). The client processes share the
+machine's cores with everything they measure, so the delays are an upper bound on the server's.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, cast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.lib import (
+    RESULTS,
+    CpuMeter,
+    Sampler,
+    durable_cluster,
+    log,
+    machine_facts,
+    parse_sse,
+    sse_request,
+    summary,
+)
+from tests.support.procs import (
+    ROOT,
+    Proc,
+    Procs,
+    connections_to,
+    descendants,
+    free_port,
+    group_members,
+    proc_status,
+    wait_log_line,
+)
+
+WRITER = ROOT / "bench" / "sse_watchers.py"  # its `--writer` mode commits the events
+WEB_APP_NAME = "bench-edge-web"
+# Connects in flight per client process, as browsers arriving: all at once, thousands would wait
+# past the bound on a stream's checks and be refused with 503 (the storm protection).
+CONNECTS_IN_FLIGHT = 32
+CONNECT_TRIES = 6
+# Seconds the driver lets the streams end after the writer's last commit before it tells the
+# clients to finish with what they have.
+FINISH_SECONDS = 120
+OPEN_FILES = 200_000
+SAMPLE_SECONDS = 0.5
+
+
+# --- a client process ----------------------------------------------------------------------------
+
+
+class Watcher(asyncio.Protocol):
+    """One stream: sends the request, records every read with its arrival time."""
+
+    def __init__(self, request: bytes, connected: asyncio.Event, ended: asyncio.Future[None]) -> None:
+        self.request = request
+        self.connected = connected
+        self.ended = ended
+        self.chunks: list[tuple[float, bytes]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but write as one.
+        cast(asyncio.WriteTransport, transport).write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append((time.time(), data))
+        # The first answer carries `retry:` once the stream is following the run.
+        if not self.connected.is_set() and b"retry:" in data:
+            self.connected.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connected.set()  # a refused one must not hold up the others' start
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+
+async def client_main(base: str, path: str, token: str, count: int, out: Path) -> None:
+    """Hold `count` streams; print "ready" once all follow the run; when all have ended (or on
+    SIGUSR1), write what they received to `out`. A connect that is refused or answered other than
+    200 is tried again after a pause, as a browser's EventSource or the Python client would."""
+    loop = asyncio.get_running_loop()
+    finish = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, finish.set)
+    host, port = base.removeprefix("http://").split(":")
+    gate = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
+    watchers: list[Watcher] = []
+    retries = 0
+
+    async def connect() -> None:
+        nonlocal retries
+        for attempt in range(CONNECT_TRIES):
+            connected, ended = asyncio.Event(), loop.create_future()
+            watcher = Watcher(sse_request(base, path, token), connected, ended)
+            async with gate:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await loop.create_connection(lambda w=watcher: w, host, int(port))
+                    await asyncio.wait_for(connected.wait(), 60)
+            if watcher.chunks and watcher.chunks[0][1].startswith(b"HTTP/1.1 200") and not ended.done():
+                break
+            if attempt < CONNECT_TRIES - 1:
+                retries += 1
+                await asyncio.sleep(0.5 * 2**attempt)  # the retry's backoff
+        watchers.append(watcher)
+
+    await asyncio.gather(*(connect() for _ in range(count)))
+    print("ready", flush=True)
+    all_ended = asyncio.ensure_future(asyncio.gather(*(w.ended for w in watchers)))
+    await asyncio.wait([all_ended, asyncio.ensure_future(finish.wait())], return_when=asyncio.FIRST_COMPLETED)
+    received: dict[int, list[float]] = {}
+    # How many events each watcher got that were exactly 1, 2, … n in order, ending with the
+    # terminal one; the driver knows n.
+    exact: Counter[int] = Counter()
+    failures = []
+    for watcher in watchers:
+        head = b"".join(c for _, c in watcher.chunks[:2])[:12]
+        if not head.startswith(b"HTTP/1.1 200"):
+            failures.append(head.decode(errors="replace") or "no answer")
+            continue
+        if not watcher.ended.done():
+            failures.append("still open when told to finish")
+        events = parse_sse(watcher.chunks)
+        seqs = [e.seq for e in events]
+        if events and seqs == list(range(1, len(seqs) + 1)) and events[-1].event == "run.completed":
+            exact[len(seqs)] += 1
+        else:
+            failures.append(f"got {len(seqs)} events, first {seqs[:3]}, last {seqs[-3:]}")
+        for event in events:
+            received.setdefault(event.seq, []).append(event.received_at)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.write_text(
+        json.dumps(
+            {
+                "exact": exact,
+                "failed": len(failures),
+                "failures": failures[:10],
+                "received": received,
+                "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                "connect_retries": retries,
+            }
+        )
+    )
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+def raise_open_files() -> None:
+    """Room for every socket here and in the processes started from here (the machine runs as
+    root, which may raise the hard limit)."""
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+
+
+def rss_and_threads(pids: list[int]) -> dict[str, int]:
+    totals = {"rss_kb": 0, "threads": 0, "processes": 0}
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            status = proc_status(pid)
+            totals["rss_kb"] += status["rss_kb"]
+            totals["threads"] += status["threads"]
+            totals["processes"] += 1
+    return totals
+
+
+def web_pids(web: Proc, processes: int) -> list[int]:
+    return [web.pid] if processes == 1 else [p for p in group_members(web.pid) if p != web.pid]
+
+
+def pushpin_pids(edge: Proc) -> list[int]:
+    # bin/edge (manage.py runedge) runs Pushpin's runner, which runs its parts.
+    return [edge.pid, *descendants(edge.pid)]
+
+
+def run_phase(
+    *,
+    name: str,
+    base: str,
+    watchers: int,
+    clients: int,
+    token: str,
+    run: Any,
+    env: dict[str, str],
+    events: int,
+    interval: float,
+    web: Proc,
+    web_processes: int,
+    edge: Proc | None,
+    work: Path,
+) -> dict[str, Any]:
+    from tests.support.db import connections_named
+
+    log(f"{name}: {watchers} watchers through {base} from {clients} client processes")
+    path = f"/api/runs/{run.pk}/stream/?after_seq=0"
+    web_port = int(web.url.rsplit(":", 1)[1])
+    client_procs = []
+    t0 = time.monotonic()
+    for i in range(clients):
+        share = watchers // clients + (i < watchers % clients)
+        out = work / f"{name}-client-{i}.json"
+        args = [sys.executable, __file__, "--client", base, path, token, str(share), str(out)]
+        client_procs.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True), out))
+    for popen, _ in client_procs:
+        assert popen.stdout is not None
+        line = popen.stdout.readline().strip()
+        assert line == "ready", f"a client process said {line!r}"
+    connect_seconds = time.monotonic() - t0
+    log(f"{name}: all connected in {connect_seconds:.1f} s")
+    # The connect burst settles: the connections Pushpin opened to the web process for the
+    # connects idle out (uvicorn closes a keep-alive connection after 5 s without a request).
+    settle_until = time.monotonic() + 15
+    while time.monotonic() < settle_until and connections_to(web_port) > (watchers if edge is None else 4):
+        time.sleep(0.5)  # polling a count against the deadline above
+    time.sleep(1)
+
+    def web_status() -> dict[str, int]:
+        return rss_and_threads(web_pids(web, web_processes))
+
+    def state() -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "web": {**web_status(), "connections": connections_to(web_port)},
+            "web_db_connections": connections_named(WEB_APP_NAME),
+        }
+        if edge is not None:
+            assert edge.port is not None
+            found["pushpin"] = {**rss_and_threads(pushpin_pids(edge)), "connections": connections_to(edge.port)}
+        return found
+
+    idle = state()
+    # Each look parses /proc/net/tcp, tens of thousands of lines with the watchers connected: a
+    # few looks a second, or the measuring would take a good part of a core from the measured.
+    web_sampler = Sampler(web.pid, lambda: connections_to(web_port), interval=SAMPLE_SECONDS, status=web_status)
+    samplers = [web_sampler]
+    if edge is not None:
+        assert edge.port is not None
+        edge_port = edge.port
+        samplers.append(
+            Sampler(
+                edge.pid,
+                lambda: connections_to(edge_port),
+                interval=SAMPLE_SECONDS,
+                status=lambda: rss_and_threads(pushpin_pids(edge)),
+            )
+        )
+    for sampler in samplers:
+        sampler.start()
+    pids = {f"web{i}": pid for i, pid in enumerate(web_pids(web, web_processes))}
+    if edge is not None:
+        pids.update({f"pushpin{i}": pid for i, pid in enumerate(pushpin_pids(edge))})
+    cpu = CpuMeter(pids)
+    writer = subprocess.run(
+        [sys.executable, str(WRITER), "--writer", str(run.pk), str(run.generation), str(events), str(interval)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    committed = {int(s): float(t) for s, t in (line.split() for line in writer.stdout.splitlines())}
+    finish_by = time.monotonic() + FINISH_SECONDS
+    for popen, _ in client_procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=max(0.1, finish_by - time.monotonic()))
+    used = cpu.stop()
+    for popen, _ in client_procs:
+        if popen.poll() is None:
+            popen.send_signal(signal.SIGUSR1)
+        popen.wait(timeout=300)
+    # Pushpin's parts and the web processes, each added up.
+    cores: Counter[str] = Counter()
+    for who, value in used["process_cores"].items():
+        cores[who.rstrip("0123456789")] += value
+    used["process_cores"] = {who: round(value, 2) for who, value in cores.items()}
+    for sampler in samplers:
+        sampler.stop_event.set()
+        sampler.join()
+    delays: list[float] = []
+    exact: Counter[int] = Counter()
+    failures: list[str] = []
+    client_cpu = 0.0
+    connect_retries = failed = 0
+    for popen, out in client_procs:
+        assert popen.returncode == 0, f"a client process exited with {popen.returncode}"
+        result = json.loads(out.read_text())
+        client_cpu += result["cpu_seconds"]
+        connect_retries += result["connect_retries"]
+        exact.update({int(k): v for k, v in result["exact"].items()})
+        failures += result["failures"]
+        failed += result["failed"]
+        for seq, times in result["received"].items():
+            if int(seq) in committed:
+                delays += [(t - committed[int(seq)]) * 1000 for t in times]
+    last_seq = max(committed)  # the terminal event's
+    peaks = {"web": web_sampler.peak} | ({"pushpin": samplers[1].peak} if edge is not None else {})
+    report = {
+        "watchers": watchers,
+        "watchers_with_every_event_once_in_order": exact[last_seq],
+        "last_seq": last_seq,
+        "failed_watchers": failed,
+        "failures": failures[:10],
+        "connect_all_seconds": round(connect_seconds, 1),
+        "connect_retries": connect_retries,
+        "delay_ms": summary(delays),
+        "idle_with_watchers": idle,
+        # Sampler calls what it counts db_connections; here it is the process's TCP connections.
+        "peak_during_burst": {
+            who: {"rss_kb": peak["rss_kb"], "threads": peak["threads"], "connections": peak["db_connections"]}
+            for who, peak in peaks.items()
+        },
+        "cpu_during_burst": used,
+        "client_cpu_seconds_all_along": round(client_cpu, 1),
+        # What the publisher had to say (a publish refused, Pushpin recovered), if anything.
+        "publisher_log": [line for line in web.log().splitlines() if "edge publish" in line][:20],
+    }
+    log(f"{name}: p50 {report['delay_ms'].get('p50')} ms, p99 {report['delay_ms'].get('p99')} ms")
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--watchers", type=int, default=10_000, help="through the edge")
+    parser.add_argument("--direct-watchers", type=int, default=1_000, help="on the web process itself (0: skip)")
+    parser.add_argument("--events", type=int, default=100)
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between the writer's commits")
+    parser.add_argument("--clients", type=int, default=4, help="client processes holding the watchers")
+    parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N behind the edge")
+    parser.add_argument("--database-url", help="an existing, empty PostgreSQL database instead of a new cluster")
+    parser.add_argument("--client", nargs=5, metavar=("BASE", "PATH", "TOKEN", "N", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.client:
+        import uvloop
+
+        base, path, token, count, out = args.client
+        uvloop.run(client_main(base, path, token, int(count), Path(out)))
+        return 0
+
+    raise_open_files()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    machine = machine_facts(idle_seconds=2)
+    with ExitStack() as stack:
+        url = args.database_url or stack.enter_context(durable_cluster()).url
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="runledger-bench-edge-")))
+        procs = Procs(work)
+        stack.callback(procs.stop_all, timeout=20)
+        # The watchers are all one user's, beyond the default cap of streams per user: os.environ
+        # holds bench/lib.py's UNCAPPED.
+        env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        os.environ["DATABASE_URL"] = url
+        import django
+
+        django.setup()
+        from django.contrib.auth.models import User
+        from rest_framework.authtoken.models import Token
+
+        from runs import services
+
+        user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
+        token = Token.objects.create(user=user).key
+
+        def claimed_run() -> Any:
+            run = services.run_create(owner=user, agent="demo", input={"bench": True})
+            claimed = services.run_claim(worker="bench")
+            assert claimed is not None and claimed[0].pk == run.pk
+            return claimed[0]
+
+        web_env = {**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"}
+        phases: dict[str, Any] = {}
+        if args.direct_watchers:
+            web = procs.uvicorn(env=web_env, timeout=60)
+            phases["direct"] = run_phase(
+                name="direct",
+                base=web.url,
+                watchers=args.direct_watchers,
+                clients=args.clients,
+                token=token,
+                run=claimed_run(),
+                env=env,
+                events=args.events,
+                interval=args.interval,
+                web=web,
+                web_processes=1,
+                edge=None,
+                work=work,
+            )
+            web.stop(timeout=20)
+
+        control = free_port()
+        web = procs.uvicorn(
+            env={**web_env, "RUNLEDGER_GRIP_URL": f"http://127.0.0.1:{control}"},
+            workers=args.web_processes,
+            timeout=60,
+        )
+        port = free_port()
+        edge_args = [
+            str(ROOT / "bin" / "edge"),
+            "--port",
+            f"127.0.0.1:{port}",
+            "--control-port",
+            f"127.0.0.1:{control}",
+        ]
+        # Warnings only: Pushpin logs every request and publish at its default level.
+        edge_args += ["--upstream", f"127.0.0.1:{web.port}", "--log-level", os.environ.get("BENCH_EDGE_LOG_LEVEL", "1")]
+        edge = procs.start("edge", edge_args, {**env, "PYTHON": sys.executable}, port=port)
+        wait_log_line(edge, "Pushpin ready", timeout=60)
+        phases["edge"] = run_phase(
+            name="edge",
+            base=edge.url,
+            watchers=args.watchers,
+            clients=args.clients,
+            token=token,
+            run=claimed_run(),
+            env=env,
+            events=args.events,
+            interval=args.interval,
+            web=web,
+            web_processes=args.web_processes,
+            edge=edge,
+            work=work,
+        )
+
+    report = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine,
+        "events": args.events,
+        "interval_seconds": args.interval,
+        "client_processes": args.clients,
+        "web_processes_behind_the_edge": args.web_processes,
+        "phases": phases,
+    }
+    print_table(report)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_path = RESULTS / f"edge_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out_path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nJSON: {out_path.relative_to(ROOT)}")
+    return 0 if all(p["watchers_with_every_event_once_in_order"] == p["watchers"] for p in phases.values()) else 1
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print(f"\nmachine: {r['machine']['nproc']} cores of {r['machine']['cpu']}, {r['machine']['memory_gib']} GiB")
+    print(
+        f"{r['events']} events, one commit each, {r['interval_seconds']} s apart; {r['client_processes']} client processes"
+    )
+    for name, p in r["phases"].items():
+        d, idle, peak = p["delay_ms"], p["idle_with_watchers"], p["peak_during_burst"]
+        rows = [
+            ("watchers (one run)", f"{p['watchers']}"),
+            ("got every event once, in order", f"{p['watchers_with_every_event_once_in_order']}"),
+            ("time to connect all (connects tried again)", f"{p['connect_all_seconds']} s ({p['connect_retries']})"),
+            ("commit -> delivery p50 / p99 / max", f"{d.get('p50')} / {d.get('p99')} / {d.get('max')} ms"),
+            (
+                "web RSS idle / peak, connections idle / peak",
+                f"{idle['web']['rss_kb'] / 1024:.0f} / {peak['web']['rss_kb'] / 1024:.0f} MB, "
+                f"{idle['web']['connections']} / {peak['web']['connections']}",
+            ),
+            ("web DB connections idle", f"{idle['web_db_connections']}"),
+            (
+                "CPU during the burst: machine busy, cores used",
+                f"{p['cpu_during_burst']['machine_cpu_busy_pct']} %, "
+                + ", ".join(f"{k} {v}" for k, v in p["cpu_during_burst"]["process_cores"].items()),
+            ),
+            ("client processes' CPU, connects included", f"{p['client_cpu_seconds_all_along']} s"),
+        ]
+        if "pushpin" in idle:
+            rows.append(
+                (
+                    "Pushpin RSS idle / peak, client connections idle / peak",
+                    f"{idle['pushpin']['rss_kb'] / 1024:.0f} / {peak['pushpin']['rss_kb'] / 1024:.0f} MB, "
+                    f"{idle['pushpin']['connections']} / {peak['pushpin']['connections']}",
+                )
+            )
+        print(f"\n== {name}")
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            print(f"{key:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

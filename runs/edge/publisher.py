@@ -1,0 +1,341 @@
+"""The edge's publisher: every committed event, from the events table to each Pushpin (DESIGN §10).
+
+It runs in every web process started with `RUNLEDGER_GRIP_URL` (config/asgi.py starts it with the
+process), so there is no process of its own to start; one of them publishes at a time:
+
+- **One leader.** Each web process's publisher takes a PostgreSQL advisory lock, keyed by the set
+  of Pushpin URLs, on a connection of its own; the one that holds it publishes, the others try
+  again every `RUNLEDGER_POLL_SECONDS`. The lock lives as long as that connection: a leader that
+  dies or loses the database lets another take over within a poll, and never two publish at once
+  for long (a leader that lost its connection stops at its next look at it). One publisher, so
+  every event is published once, in seq order, whatever the number of web processes.
+- **From the table, after a NOTIFY.** The leader LISTENs on `runledger_events`; a notification
+  only says "look at run R", and the leader reads R's events after the last one it published
+  (`head`), in seq order, and publishes them — the events one read found as one item, whose `id`
+  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). A run the leader
+  has not seen is read from its first event: on taking the lead it reads the
+  `last_seq` of every live run (after LISTEN, so nothing committed in between is missed), and any
+  other run is new since. The terminal event is followed by a `close`, which ends the held streams.
+- **Gaps are Pushpin's to repair.** Pushpin holds each stream at the id it has, so an event that
+  never arrives (a publish lost, a leader that died between a commit and its publish) shows as
+  a `prev-id` that does not follow, and Pushpin then fetches what is missing from the web
+  processes (`runs.edge.hold`); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
+  A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
+  order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
+  up, and that Pushpin recovered (`POST /recover/`: every stream it holds fetches what it missed)
+  before anything more is sent to it (runs.edge.control). A new leader recovers every Pushpin
+  before its first publish.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+import httpx
+import psycopg
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connection, connections
+
+from runs import notify, streams
+from runs.edge import control, grip
+from runs.listener import conninfo
+from runs.models import LIVE_VALUES, Run
+from runs.selectors import run_events_json_after
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME_PREFIX = "runledger-edge"
+# Events read together from one run are published as one item up to this many bytes. Pushpin's
+# cost is per item and per stream it is sent to, hardly per byte: while it is busy sending one item
+# to many streams, the next publish waits for it, the events committed meanwhile are read together,
+# and go out as one item — the busier Pushpin, the fewer and larger the items.
+GROUP_MAX = 64 * 1024
+# Runs that ended are remembered this long, so a late notification does not publish them again.
+ENDED_TTL = 300.0
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def require_edge() -> None:
+    """Refuse to start a web process whose edge settings cannot work."""
+    if not settings.RUNLEDGER_GRIP_URL:
+        return
+    if connections["default"].vendor != "postgresql":
+        raise ImproperlyConfigured(
+            "RUNLEDGER_GRIP_URL needs PostgreSQL: the edge's publisher is woken by LISTEN/NOTIFY "
+            "(set DATABASE_URL, or unset RUNLEDGER_GRIP_URL)"
+        )
+    for url in settings.RUNLEDGER_GRIP_URL:
+        if not url.startswith(("http://", "https://")):
+            raise ImproperlyConfigured(
+                f"RUNLEDGER_GRIP_URL must list http(s) URLs of Pushpin's control port, not {url!r}"
+            )
+    if int(settings.RUNLEDGER_GRIP_LINK_SECONDS) < 1:
+        raise ImproperlyConfigured("RUNLEDGER_GRIP_LINK_SECONDS must be at least 1")
+    if float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS) <= 0:
+        raise ImproperlyConfigured("RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS must be above 0")
+
+
+def lock_key(urls: list[str]) -> int:
+    """The advisory lock of the publishers of one set of Pushpins (a signed 64-bit key)."""
+    digest = hashlib.sha256(("runledger-edge|" + "|".join(sorted(urls))).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@dataclass
+class _Read:
+    """What the table holds of one run after the head the leader had."""
+
+    run_id: str
+    frames: list[streams.Frame] = field(default_factory=list)
+    # A run new to the leader that had already ended: its last seq (only its streams' close is sent).
+    ended_at: int | None = None
+
+
+# The leader's reads, one at a time, off the streams' own pools.
+_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runledger-edge-read")
+
+
+async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    return await sync_to_async(fn, thread_sensitive=False, executor=_executor)(*args, **kwargs)
+
+
+def _live_heads_sync() -> dict[str, int]:
+    try:
+        rows = Run.objects.filter(status__in=LIVE_VALUES).values_list("pk", "last_seq")
+        return {str(pk): last_seq for pk, last_seq in rows}
+    finally:
+        connection.close()
+
+
+def _read_sync(wanted: dict[str, int | None]) -> list[_Read]:
+    """For each run, the events after its head (None: a run the leader has not seen)."""
+    try:
+        found = []
+        for run_id, head in wanted.items():
+            if head is None:
+                row = Run.objects.filter(pk=run_id).values_list("status", "last_seq").first()
+                if row is None:
+                    continue  # deleted since
+                if row[0] not in LIVE_VALUES:
+                    found.append(_Read(run_id, ended_at=row[1]))
+                    continue
+                head = 0
+            rows = run_events_json_after(run_id=run_id, after_seq=head, limit=streams.PAGE)
+            found.append(_Read(run_id, frames=[streams.make_frame(*row) for row in rows]))
+        return found
+    finally:
+        connection.close()
+
+
+def _up_to_terminal(frames: list[streams.Frame]) -> list[streams.Frame]:
+    for i, frame in enumerate(frames):
+        if frame.terminal:
+            return frames[: i + 1]
+    return frames
+
+
+def _groups(frames: list[streams.Frame]) -> list[list[streams.Frame]]:
+    """Consecutive frames in groups of at most GROUP_MAX bytes (a larger frame alone), in order:
+    what one read found of a run goes out as one item per group."""
+    groups: list[list[streams.Frame]] = []
+    size = 0
+    for frame in frames:
+        if not groups or size + len(frame.data) > GROUP_MAX:
+            groups.append([])
+            size = 0
+        groups[-1].append(frame)
+        size += len(frame.data)
+    return groups
+
+
+class Publisher:
+    def __init__(self, urls: list[str]) -> None:
+        self.pushpins = control.Pushpins(urls, timeout=float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS))
+        self.key = lock_key(urls)
+        self.poll_seconds = float(settings.RUNLEDGER_POLL_SECONDS)
+        self.retry_seconds = float(settings.RUNLEDGER_LISTEN_RECONNECT_SECONDS)
+        # Run id -> seq of the last event published; only the pump changes it once leading.
+        self.heads: dict[str, int] = {}
+        # Run id -> when it ended (time.monotonic()).
+        self.ended: dict[str, float] = {}
+        # Run id -> the last seq a notification announced, not yet read.
+        self.dirty: dict[str, int] = {}
+        self.leading = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._stopping = False
+
+    @property
+    def application_name(self) -> str:
+        return f"{APPLICATION_NAME_PREFIX}:{os.getpid()}"
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    async def run(self) -> None:
+        async with httpx.AsyncClient(timeout=self.pushpins.timeout) as http:
+            while not self._stopping:
+                try:
+                    async with await psycopg.AsyncConnection.connect(
+                        **conninfo(application_name=self.application_name), autocommit=True
+                    ) as conn:
+                        await self._lead(conn, http)
+                except (psycopg.Error, OSError, TimeoutError, DatabaseError) as exc:
+                    if self._stopping:
+                        break
+                    log.warning("edge publisher lost its connection (%s); reconnecting", str(exc) or type(exc).__name__)
+                    await asyncio.sleep(self.retry_seconds)
+                finally:
+                    if self.leading.is_set():
+                        log.info("edge publisher %s no longer leads", self.application_name)
+                    self.leading.clear()
+
+    async def _lead(self, conn: psycopg.AsyncConnection[Any], http: httpx.AsyncClient) -> None:
+        # Waiting for the lock is also the probe of the connection: a lost one raises here.
+        while True:
+            row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", [self.key])).fetchone()
+            if row is not None and row[0]:
+                break
+            await asyncio.sleep(self.poll_seconds)
+        await conn.execute(f'LISTEN "{notify.EVENTS}"')
+        # After LISTEN: whatever commits from now on is announced, whatever committed before is here.
+        self.heads = await _in_thread(_live_heads_sync)
+        self.dirty.clear()
+        self.pushpins.lose_all()  # what the previous leader did not publish, Pushpin fetches
+        self.leading.set()
+        log.info(
+            "edge publisher %s leads: %d live runs, publishing to %s",
+            self.application_name,
+            len(self.heads),
+            ", ".join(self.pushpins.urls),
+        )
+        pump = streams.detached(asyncio.get_running_loop(), self._pump(http))
+        probe = max(self.poll_seconds, 0.5)
+        try:
+            while not self._stopping:
+                async for note in conn.notifies(timeout=probe):
+                    self._on_notify(note.payload)
+                # A silent peer (a network cut) is found by a probe left unanswered.
+                await asyncio.wait_for(conn.execute("SELECT 1"), timeout=max(2 * probe, 2.0))
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+
+    def _on_notify(self, payload: str) -> None:
+        try:
+            run_id, last_seq = notify.parse_events_payload(payload)
+        except ValueError:
+            log.warning("ignoring malformed %s payload %r", notify.EVENTS, payload)
+            return
+        if run_id in self.ended:
+            return
+        head = self.heads.get(run_id)
+        if head is not None and last_seq <= head:
+            return
+        self.dirty[run_id] = max(self.dirty.get(run_id, 0), last_seq)
+        self._wake.set()
+
+    async def _pump(self, http: httpx.AsyncClient) -> None:
+        while True:
+            try:
+                await self._pump_once(http)
+            except Exception:
+                # Whatever it was, the leader must not go on leading with a dead pump.
+                log.exception("edge publisher failed; retrying")
+                await asyncio.sleep(self.retry_seconds)
+                self._wake.set()
+
+    async def _pump_once(self, http: httpx.AsyncClient) -> None:
+        """Wait for a wake-up (or for the next try at a Pushpin that refused), then read and publish."""
+        await self.pushpins.catch_up(http)
+        if self.pushpins.behind:
+            # Try again at the next poll, or sooner if something is committed meanwhile.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+        else:
+            await self._wake.wait()
+        self._wake.clear()
+        if not self.dirty:
+            return
+        dirty, self.dirty = self.dirty, {}
+        try:
+            reads = await _in_thread(_read_sync, {run_id: self.heads.get(run_id) for run_id in dirty})
+        except DatabaseError as exc:
+            log.warning("edge publisher could not read events (%s); retrying", exc)
+            for run_id, last_seq in dirty.items():
+                self.dirty[run_id] = max(self.dirty.get(run_id, 0), last_seq)
+            await asyncio.sleep(self.retry_seconds)
+            self._wake.set()
+            return
+        items = self._items(reads, dirty)
+        if items:
+            await self.pushpins.publish(http, items)
+        self._forget_ended()
+
+    def _items(self, reads: list[_Read], dirty: dict[str, int]) -> list[dict[str, Any]]:
+        """The publish items of what was read; moves the heads and marks the runs that ended."""
+        items: list[dict[str, Any]] = []
+        for read in reads:
+            name = grip.channel(read.run_id)
+            if read.ended_at is not None:
+                items.append(grip.close_item(name, read.ended_at))
+                self._ended(read.run_id)
+                continue
+            frames = _up_to_terminal(read.frames)
+            items += [grip.item(name, group) for group in _groups(frames)]
+            if frames and frames[-1].terminal:
+                items.append(grip.close_item(name, frames[-1].seq))
+                self._ended(read.run_id)
+                continue
+            if frames:
+                self.heads[read.run_id] = frames[-1].seq
+            if self.heads.get(read.run_id, 0) < dirty[read.run_id]:
+                # A page short of what was announced: read on.
+                self.dirty[read.run_id] = max(self.dirty.get(read.run_id, 0), dirty[read.run_id])
+                self._wake.set()
+        return items
+
+    def _ended(self, run_id: str) -> None:
+        self.heads.pop(run_id, None)
+        self.ended[run_id] = time.monotonic()
+
+    def _forget_ended(self) -> None:
+        if len(self.ended) < 1000:
+            return
+        cutoff = time.monotonic() - ENDED_TTL
+        for run_id in [run_id for run_id, at in self.ended.items() if at < cutoff]:
+            del self.ended[run_id]
+
+
+# This process's publisher, while it runs (config/asgi.py starts and stops it with the process).
+_running: list[tuple[Publisher, "asyncio.Task[None]"]] = []
+
+
+def start() -> Publisher | None:
+    """Start this process's publisher, if there is an edge; on the running event loop."""
+    if not settings.RUNLEDGER_GRIP_URL or _running:
+        return None
+    publisher = Publisher(list(settings.RUNLEDGER_GRIP_URL))
+    task = streams.detached(asyncio.get_running_loop(), publisher.run())
+    _running.append((publisher, task))
+    return publisher
+
+
+async def stop() -> None:
+    while _running:
+        publisher, task = _running.pop()
+        publisher.stop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,197 @@
+"""Pushpin in the foreground, with a configuration of its own (`bin/edge`, `manage.py runedge`).
+
+Debian's Pushpin 1.36 expects system services (zurl's sockets under /var/run/zurl, fixed ZeroMQ
+ports 5560-5563, logs in /var/log): the configuration written here starts every part of it under
+its runner from one private folder instead — its own zurl, ZeroMQ sockets as files in that folder,
+only the client port and the control port on TCP — so any user can run any number of them side by
+side (shared/research/edge-metrics-proxy.md §A1). Its key is `RUNLEDGER_GRIP_KEY`, read from the
+settings as the web processes read it.
+"""
+
+import contextlib
+import ctypes
+import http.server
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+# The path of the readiness probe, routed to this process rather than to the web processes.
+PROBE_PATH = "/.runledger-edge-probe/"
+# Streams one Pushpin holds at most (its default).
+MAX_CONNECTIONS = 50_000
+# The largest publish body it takes; the publisher's bodies stay far below, bar one huge event.
+MAX_PUBLISH_BYTES = 64 * 1024 * 1024
+
+
+def config_text(*, port: str, control_port: str, run_dir: Path, key: str, log_level: int) -> str:
+    """pushpin.conf: everything under `run_dir`; `port` and `control_port` as [address:]port."""
+    control_addr, _, control = control_port.rpartition(":")
+    return f"""\
+[global]
+include={{libdir}}/internal.conf
+rundir={run_dir}
+ipc_prefix=edge-
+
+[runner]
+# zurl too: Debian's Pushpin expects a system one, which an unprivileged run does not have.
+services=condure,zurl,pushpin-proxy,pushpin-handler
+http_port={port}
+logdir={run_dir}/log
+log_level={log_level}
+client_buffer_size=8192
+client_maxconn={MAX_CONNECTIONS}
+
+[proxy]
+routesfile=routes
+sig_iss=pushpin
+sig_key={key}
+# The client's address for the web processes (uvicorn reads X-Forwarded-For from 127.0.0.1), and
+# the scheme a TLS proxy in front of this one saw.
+x_forwarded_for=append
+accept_x_forwarded_protocol=true
+set_x_forwarded_protocol=proto-only
+updates_check=off
+zurl_out_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-in
+zurl_out_stream_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-in-stream
+zurl_in_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-out
+
+[handler]
+push_in_spec=ipc://{{rundir}}/{{ipc_prefix}}push-in
+push_in_sub_specs=ipc://{{rundir}}/{{ipc_prefix}}push-in-sub
+command_spec=ipc://{{rundir}}/{{ipc_prefix}}handler-command
+stats_spec=ipc://{{rundir}}/{{ipc_prefix}}stats
+# The control port: publish and recover. It has no authentication: keep it on a private address.
+push_in_http_addr={control_addr or "127.0.0.1"}
+push_in_http_port={control}
+push_in_max_body_size={MAX_PUBLISH_BYTES}
+# One event reaches ten thousand watchers at once: no rate limit on sending to subscribers.
+message_rate=-1
+message_hwm=1000000
+# Runledger publishes each run's events in order from one publisher, so an event out of order
+# means one was lost: wait a second for it, not five, before the streams fetch it themselves.
+message_wait=1000
+# A publish repeated within this many seconds (a new leader's first) is dropped.
+id_cache_ttl=60
+connection_subscription_max=20
+subscription_linger=60
+"""
+
+
+def prepare(*, port: str, control_port: str, upstream: str, key: str, log_level: int, probe_port: int) -> Path:
+    """A new private folder holding pushpin.conf and routes (its sockets come later); the caller
+    removes it. Only its user's: the configuration holds the signing key."""
+    run_dir = Path(tempfile.mkdtemp(prefix="runledger-edge-"))
+    (run_dir / "log").mkdir()
+    (run_dir / "pushpin.conf").write_text(
+        config_text(port=port, control_port=control_port, run_dir=run_dir, key=key, log_level=log_level)
+    )
+    # Every path to the web processes (one target: several would be failover, not balancing),
+    # but the readiness probe's, which goes to this process (the longer path_beg wins).
+    (run_dir / "routes").write_text(f"*,path_beg={PROBE_PATH} 127.0.0.1:{probe_port}\n* {upstream}\n")
+    return run_dir
+
+
+def _enough_files() -> None:
+    """As many open files as the holder of tens of thousands of sockets needs; Pushpin's parts
+    inherit it. Only root may raise the hard limit; anyone else goes as far as it allows."""
+    want = 2 * MAX_CONNECTIONS + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+            return
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+class _ProbeAnswer(http.server.BaseHTTPRequestHandler):
+    """The origin of the readiness probe: a stream hold, which Pushpin's proxy must hand to its
+    handler — the one path that is not ready as soon as the client port is."""
+
+    def do_GET(self) -> None:
+        body = b"ready\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Grip-Hold", "stream")
+        self.send_header("Grip-Channel", "runledger-edge-probe")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _probe_once(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.sendall(f"GET {PROBE_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            head = sock.recv(4096)
+        return head.startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:
+    # In the child, before exec: should this process be killed outright, Pushpin gets SIGTERM
+    # instead of living on without it (Linux's PR_SET_PDEATHSIG).
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def run(*, port: str, control_port: str, upstream: str, key: str, log_level: int = 2) -> int:
+    """Pushpin in the foreground until it exits, or until this process gets SIGTERM or SIGINT,
+    which it passes on once (the runner then stops every part of it and exits 0); its exit status.
+
+    Pushpin listens for clients before its proxy can hand a stream to its handler: a stream
+    arriving in that first fraction of a second is answered 500 "Accept service unavailable"
+    (which an EventSource does not retry). So "ready" is printed only once a probe through the
+    client port has been held by the handler: put the edge in front of clients after that line.
+    """
+    binary = shutil.which("pushpin")
+    if binary is None:
+        raise FileNotFoundError("pushpin is not installed (Debian: apt-get install pushpin; bin/edge does it)")
+    probe = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProbeAnswer)
+    threading.Thread(target=probe.serve_forever, daemon=True).start()
+    run_dir = prepare(
+        port=port,
+        control_port=control_port,
+        upstream=upstream,
+        key=key,
+        log_level=log_level,
+        probe_port=int(probe.server_address[1]),
+    )
+    _enough_files()
+    try:
+        # Its own process group, so a signal to this one's group reaches the runner once, from
+        # here: a second SIGTERM makes it kill its parts instead of stopping them. -m: the logs of
+        # every part on this process's output.
+        child = subprocess.Popen(
+            [binary, f"--config={run_dir / 'pushpin.conf'}", "-m"], start_new_session=True, preexec_fn=_die_with_parent
+        )
+
+        def pass_on(signum: int, frame: types.FrameType | None) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGTERM)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, pass_on)
+        address, _, number = port.rpartition(":")
+        host = address if address not in ("", "0.0.0.0", "*") else "127.0.0.1"
+        while child.poll() is None and not _probe_once(host.strip("[]"), int(number)):
+            time.sleep(0.05)  # polling for readiness; ends when the probe passes or Pushpin exits
+        if child.poll() is None:
+            print(f"Pushpin ready on {port}, control on {control_port}, in front of {upstream}", flush=True)
+        status = child.wait()
+        return status if status >= 0 else 128 - status
+    finally:
+        probe.shutdown()
+        shutil.rmtree(run_dir, ignore_errors=True)

@@ -1,0 +1,52 @@
+import re
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from runs.edge import pushpin
+
+_ADDRESS = re.compile(r"(?:(?P<host>[^:\s]+|\[[0-9a-fA-F:]+\]):)?(?P<port>[0-9]{1,5})")
+
+
+def _address(value: str, *, host_required: bool = False) -> str:
+    found = _ADDRESS.fullmatch(value)
+    if found is None or not 0 < int(found["port"]) < 65536 or (host_required and not found["host"]):
+        raise CommandError(f"{value!r} is not {'HOST:PORT' if host_required else '[ADDRESS:]PORT'}")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run Pushpin in the foreground in front of the web processes (DESIGN §10), signing with "
+        "RUNLEDGER_GRIP_KEY, until SIGTERM or SIGINT. bin/edge installs Pushpin first if it is missing."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", required=True, help="[ADDRESS:]PORT the clients connect to")
+        parser.add_argument(
+            "--control-port",
+            required=True,
+            help="[ADDRESS:]PORT of publish and recover (no authentication: default address 127.0.0.1); "
+            "the web processes' RUNLEDGER_GRIP_URL is http://ADDRESS:PORT",
+        )
+        parser.add_argument("--upstream", required=True, help="HOST:PORT of the web processes")
+        parser.add_argument("--log-level", type=int, default=2, help="Pushpin's: 2 logs each request, 1 only warnings")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        port = _address(options["port"])
+        control_port = _address(options["control_port"])
+        upstream = _address(options["upstream"], host_required=True)
+        try:
+            status = pushpin.run(
+                port=port,
+                control_port=control_port,
+                upstream=upstream,
+                key=settings.RUNLEDGER_GRIP_KEY,
+                log_level=options["log_level"],
+            )
+        except FileNotFoundError as exc:
+            raise CommandError(str(exc)) from exc
+        if status:
+            sys.exit(status)

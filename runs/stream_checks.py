@@ -1,0 +1,140 @@
+"""The checks that open a stream of a run's events (DESIGN §5, §6), shared by the streams a web
+process serves itself (runs.sse) and those the edge holds (runs.edge.hold).
+
+In the order of DESIGN §6: authentication (401; 429 for an address with too many failed token
+attempts, runs.api.authentication), visibility (404), method (405), cursor (400), state (204 for a
+finished run already read to its end, 400 for a cursor past a live run's end). The cap of streams
+per user comes after these, and only for the streams a web process holds itself.
+"""
+
+import asyncio
+from dataclasses import dataclass
+from typing import cast
+
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.request import Request
+
+from runs import streams
+from runs.access import AnyUser, User
+from runs.api.authentication import TokenAuthentication
+from runs.api.errors import error_response, error_response_for
+from runs.cursors import plain_int
+from runs.exceptions import NotFound, TooManyRequests
+from runs.selectors import run_get
+
+
+@dataclass(frozen=True)
+class Opened:
+    run_id: str
+    cursor: int
+    last_seq: int
+    terminal: bool
+    # Who opened it, and with what: the re-check looks at them again (runs.stream_guard).
+    user_id: int
+    token_key: str | None
+    session_key: str | None
+
+
+def parse_cursor(name: str, value: str) -> int | HttpResponse:
+    cursor = plain_int(value)
+    if cursor is None:
+        return error_response(
+            400, "validation_error", f"{name} must be an integer >= 0", {name: [f"{value!r} is not an integer >= 0"]}
+        )
+    return cursor
+
+
+def authenticate(request: HttpRequest) -> tuple[User, str | None, str | None] | None:
+    """DRF's token header (programs), else the session (browsers: EventSource sends no headers):
+    (user, token key, session key), one of the keys set."""
+    try:
+        found = TokenAuthentication().authenticate(Request(request))
+    except AuthenticationFailed:
+        return None  # a bad token is not silently downgraded to the session
+    if found is not None:
+        return cast(User, found[0]), found[1].key, None
+    user = cast(AnyUser, request.user)
+    return (user, None, request.session.session_key) if isinstance(user, User) and user.is_authenticated else None
+
+
+def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+    """Every check before streaming, in one short synchronous call on the stream-opening pool."""
+    try:
+        return check(request, run_id)
+    finally:
+        # Streams live long; the connection this check used must not live with them.
+        connection.close()
+
+
+def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+    """`open_checks`, leaving the connection to the caller (who reads on with it, then closes it)."""
+    try:
+        authenticated = authenticate(request)
+    except TooManyRequests as exc:
+        return error_response_for(exc)
+    if authenticated is None:
+        response = error_response(401, "not_authenticated", "authentication credentials were not provided")
+        response["WWW-Authenticate"] = "Token"
+        return response
+    user, token_key, session_key = authenticated
+    try:
+        run = run_get(run_id=run_id, user=user)
+    except NotFound as exc:
+        return error_response_for(exc)
+    if request.method != "GET":
+        # After authentication and visibility, like the rest of the API (DESIGN §6's order).
+        not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
+        not_allowed["Allow"] = "GET"
+        return not_allowed
+    cursor, cursor_name = 0, "after_seq"
+    for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", last_event_id(request))):
+        if value is not None:
+            parsed = parse_cursor(name, value)
+            if isinstance(parsed, HttpResponse):
+                return parsed
+            cursor, cursor_name = parsed, name  # the header comes second, so it wins
+    if run.is_terminal and cursor >= run.last_seq:
+        # The HTML spec's way to make EventSource stop reconnecting: nothing more will come.
+        return HttpResponse(status=204, headers={"Cache-Control": "no-cache"})
+    if cursor > run.last_seq:
+        return error_response(
+            400,
+            "validation_error",
+            f"cursor {cursor} is past the run's last event {run.last_seq}",
+            {cursor_name: [f"must be at most {run.last_seq}"]},
+        )
+    return Opened(
+        run_id=str(run.pk),
+        cursor=cursor,
+        last_seq=run.last_seq,
+        terminal=run.is_terminal,
+        user_id=int(user.pk),
+        token_key=token_key,
+        session_key=session_key,
+    )
+
+
+def open_bound() -> float:
+    """Seconds a stream request may take to pass its checks: a connect timeout for the check
+    itself, and a little more for its turn on the threads."""
+    options = connection.settings_dict.get("OPTIONS", {})
+    return float(options.get("connect_timeout", options.get("timeout", 3))) + 2.0
+
+
+def last_event_id(request: HttpRequest) -> str | None:
+    # EventSource sends the header only when it has an id; an empty one means "none yet".
+    return request.headers.get("Last-Event-ID") or None
+
+
+async def checked(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+    """`open_checks` on the stream-opening pool, or the answer that refuses the stream."""
+    try:
+        # Bounded, queue included: the checks share a few threads, and while the database does not
+        # answer each check waits out the connect timeout, so a reconnect storm would otherwise
+        # wait in line for minutes. A check still queued at the bound is dropped, never run.
+        async with asyncio.timeout(open_bound()):
+            return await streams.run_open_check(open_checks, request, run_id)
+    except (DatabaseError, TimeoutError):
+        return error_response(503, "database_unavailable", "the database is unavailable; retry later")
