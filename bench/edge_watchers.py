@@ -46,6 +46,7 @@ from bench.lib import (
     RESULTS,
     CpuMeter,
     Sampler,
+    bench_database,
     durable_cluster,
     log,
     machine_facts,
@@ -373,21 +374,8 @@ def main() -> int:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="runledger-bench-edge-")))
         procs = Procs(work)
         stack.callback(procs.stop_all, timeout=20)
-        # The watchers are all one user's, beyond the default cap of streams per user: os.environ
-        # holds bench/lib.py's UNCAPPED.
-        env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        os.environ["DATABASE_URL"] = url
-        import django
-
-        django.setup()
-        from django.contrib.auth.models import User
-        from rest_framework.authtoken.models import Token
-
+        env, user, token = bench_database(url)
         from runs import services
-
-        user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
-        token = Token.objects.create(user=user).key
 
         def claimed_run() -> Any:
             run = services.run_create(owner=user, agent="demo", input={"bench": True})
@@ -397,22 +385,29 @@ def main() -> int:
 
         web_env = {**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"}
         phases: dict[str, Any] = {}
+
+        def same() -> dict[str, Any]:
+            """What both phases share: the clients, the writer, a fresh run each."""
+            return {
+                "clients": args.clients,
+                "token": token,
+                "run": claimed_run(),
+                "env": env,
+                "events": args.events,
+                "interval": args.interval,
+                "work": work,
+            }
+
         if args.direct_watchers:
             web = procs.uvicorn(env=web_env, timeout=60)
             phases["direct"] = run_phase(
                 name="direct",
                 base=web.url,
                 watchers=args.direct_watchers,
-                clients=args.clients,
-                token=token,
-                run=claimed_run(),
-                env=env,
-                events=args.events,
-                interval=args.interval,
                 web=web,
                 web_processes=1,
                 edge=None,
-                work=work,
+                **same(),
             )
             web.stop(timeout=20)
 
@@ -438,16 +433,10 @@ def main() -> int:
             name="edge",
             base=edge.url,
             watchers=args.watchers,
-            clients=args.clients,
-            token=token,
-            run=claimed_run(),
-            env=env,
-            events=args.events,
-            interval=args.interval,
             web=web,
             web_processes=args.web_processes,
             edge=edge,
-            work=work,
+            **same(),
         )
 
     report = {

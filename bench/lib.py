@@ -396,6 +396,23 @@ def app_running(
         shutil.rmtree(logs, ignore_errors=True)
 
 
+def bench_database(url: str) -> tuple[dict[str, str], "User", str]:
+    """Migrate the database at `url`, set Django up on it here, and make the benchmark's user with a
+    token: the environment for the processes to start (this one's, so bench/lib.py's UNCAPPED: the
+    watchers are all one user's, beyond the default cap of streams per user), the user, the key."""
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    os.environ["DATABASE_URL"] = url
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
+    return env, user, Token.objects.create(user=user).key
+
+
 def postgres_facts() -> dict[str, str]:
     from django.db import connection
 

@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import RESULTS, Sampler, durable_cluster
+from bench.lib import RESULTS, Sampler, bench_database, durable_cluster
 from tests.support.procs import ROOT, Procs, group_members, proc_status
 
 WEB_APP_NAME = "bench-sse-web"
@@ -86,24 +85,12 @@ def main() -> int:
         )
         procs = Procs(Path(logs))
         stack.callback(procs.stop_all, timeout=10)
-        # The watchers are all one user's, beyond the default cap of streams per user: os.environ
-        # holds bench/lib.py's UNCAPPED.
-        env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        os.environ["DATABASE_URL"] = url
-        import django
-
-        django.setup()
-        from django.contrib.auth.models import User
-        from rest_framework.authtoken.models import Token
-
+        env, user, token = bench_database(url)
         from runs import services
         from runs.models import RunEvent
         from tests.support.db import connections_named, event_table_scans, listening
         from tests.support.sse import auth_headers, watch
 
-        user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
-        token = Token.objects.create(user=user).key
         run = services.run_create(owner=user, agent="demo", input={"bench": True})
         claimed = services.run_claim(worker="bench")
         assert claimed is not None and claimed[0].pk == run.pk

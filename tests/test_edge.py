@@ -18,7 +18,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +47,7 @@ from tests.support.procs import (
     free_port,
     process_gone,
     subprocess_env,
+    uvicorn_refusal,
     wait_log_line,
 )
 from tests.support.runs import assert_exact_log, fresh
@@ -58,16 +60,28 @@ from tests.support.workers import wait_status
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def stack(procs: Procs, *, worker: bool = True, **env: str) -> tuple[Proc, Edge]:
+def stack(procs: Procs, *, worker: bool = True, control: int = 0, **env: str) -> tuple[Proc, Edge]:
     """A web process behind bin/edge, leading the publishing, and a worker unless told not to
     (tests that claim runs themselves)."""
-    control = free_port()
+    control = control or free_port()
     web = procs.uvicorn(env=edge_env(control, **env))
     wait_leading(web)
     edge = start_edge(procs, upstream=web, control_port=control)
     if worker:
         procs.worker("edge-worker", concurrency=4)
     return web, edge
+
+
+@contextmanager
+def tapped_stack(procs: Procs) -> Iterator[tuple[PublishTap, Proc, Edge]]:
+    """`stack` without its worker, the publishes going to Pushpin through a tap that can lose or
+    refuse them."""
+    control = free_port()
+    tap = PublishTap(control_port=control).start()
+    try:
+        yield (tap, *stack(procs, worker=False, control=control, RUNLEDGER_GRIP_URL=tap.url))
+    finally:
+        tap.stop()
 
 
 def session_headers(user: User) -> dict[str, str]:
@@ -97,6 +111,17 @@ async def until_each_has(got: list[list[Event]], n: int, timeout: float = 30) ->
     while min(len(g) for g in got) < n:
         assert asyncio.get_running_loop().time() < deadline, [len(g) for g in got]
         await asyncio.sleep(0.02)  # polling the watchers' progress; the deadline above bounds it
+
+
+async def watch_meanwhile(
+    edge: Edge, run: Run, headers: list[dict[str, str]], meanwhile: Callable[[], object]
+) -> list[list[Event]]:
+    """Watchers of `run` through the edge; once each has 10 events, `meanwhile` (in a thread);
+    then every stream to its end."""
+    got, tasks = await watch_all(edge.url, stream_path(run), headers)
+    await until_each_has(got, 10)
+    await asyncio.to_thread(meanwhile)
+    return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
 
 
 def link_requests(edge: Edge, run: Run) -> list[float]:
@@ -193,12 +218,7 @@ def test_last_event_id_through_the_edge_resumes_exactly_and_a_finished_run_read_
 @pytest.mark.edge
 @pytest.mark.processes
 def test_a_lost_publish_is_fetched_from_the_origin_and_leaves_no_gap(procs: Procs, alice: User) -> None:
-    control = free_port()
-    tap = PublishTap(control_port=control).start()
-    try:
-        web = procs.uvicorn(env=edge_env(control, RUNLEDGER_GRIP_URL=tap.url))
-        wait_leading(web)
-        edge = start_edge(procs, upstream=web, control_port=control)
+    with tapped_stack(procs) as (tap, _web, edge):
         procs.worker("edge-worker")
         run = queued_run(alice, input={"deltas": 40, "delay_ms": 40})
         lost = 25
@@ -217,19 +237,12 @@ def test_a_lost_publish_is_fetched_from_the_origin_and_leaves_no_gap(procs: Proc
         # Pushpin saw the gap and asked the web process for what it missed: a GET of the next link
         # (the stream's path without its query), after the loss.
         assert any(at >= tap.dropped_at for at in link_requests(edge, run)), (tap.dropped_at, link_requests(edge, run))
-    finally:
-        tap.stop()
 
 
 @pytest.mark.edge
 @pytest.mark.processes
 def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(procs: Procs, alice: User) -> None:
-    control = free_port()
-    tap = PublishTap(control_port=control).start()
-    try:
-        web = procs.uvicorn(env=edge_env(control, RUNLEDGER_GRIP_URL=tap.url))
-        wait_leading(web)
-        edge = start_edge(procs, upstream=web, control_port=control)
+    with tapped_stack(procs) as (tap, web, edge):
         # The new leader recovers Pushpin before its first publish (once Pushpin answers).
         wait_log_line(web, "edge publisher recovered")
         recovers = tap.recovers
@@ -237,14 +250,8 @@ def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(pr
         run = queued_run(alice, input={"deltas": 40, "delay_ms": 40})
         headers = [auth_headers(token_for(alice))] * 5
 
-        async def scenario() -> list[list[Event]]:
-            got, tasks = await watch_all(edge.url, stream_path(run), headers)
-            await until_each_has(got, 10)
-            # Pushpin busy or unreachable for a moment: the next publishes are refused.
-            tap.refuse_next(3)
-            return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
-
-        got = asyncio.run(scenario())
+        # Pushpin busy or unreachable for a moment: the next publishes are refused.
+        got = asyncio.run(watch_meanwhile(edge, run, headers, lambda: tap.refuse_next(3)))
         run = wait_status(run, "completed")
         assert tap.refused == 3
         for events in got:
@@ -252,8 +259,6 @@ def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(pr
         # Sent again, not given up on: no recover, which would have every stream ask again.
         assert tap.recovers == recovers
         assert "trying again" in web.log()
-    finally:
-        tap.stop()
 
 
 @pytest.mark.edge
@@ -270,15 +275,12 @@ def test_killing_the_publishing_web_process_mid_run_leaves_no_gap(procs: Procs, 
     run = queued_run(alice, input={"deltas": 60, "delay_ms": 40})
     headers = [auth_headers(token_for(alice))] * 5
 
-    async def scenario() -> list[list[Event]]:
-        got, tasks = await watch_all(edge.url, stream_path(run), headers)
-        await until_each_has(got, 10)
+    def kill_the_publisher() -> None:
         assert " leads: " not in web.log()
-        await asyncio.to_thread(publisher.kill)  # SIGKILL, by its PID: no goodbye
-        await asyncio.to_thread(wait_leading, web)
-        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+        publisher.kill()  # SIGKILL, by its PID: no goodbye
+        wait_leading(web)
 
-    got = asyncio.run(scenario())
+    got = asyncio.run(watch_meanwhile(edge, run, headers, kill_the_publisher))
     run = wait_status(run, "completed")
     for events in got:
         assert_exact_log(events, run)
@@ -486,15 +488,7 @@ def test_the_signing_key_is_derived_from_the_secret_key_unless_set() -> None:
 
 def test_a_web_process_with_an_edge_on_sqlite_refuses_to_start(tmp_path: Any) -> None:
     env = subprocess_env(RUNLEDGER_GRIP_URL="http://127.0.0.1:1", DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3")
-    refused = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(free_port())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert refused.returncode != 0
+    refused = uvicorn_refusal(env)
     assert "RUNLEDGER_GRIP_URL needs PostgreSQL" in refused.stderr
 
 

@@ -5,8 +5,6 @@ supervisor stops them all."""
 
 import asyncio
 import signal
-import subprocess
-import sys
 
 import pytest
 from django.contrib.auth.models import User
@@ -14,15 +12,14 @@ from django.contrib.auth.models import User
 from tests.factories import running_run
 from tests.support.db import listening, token_for
 from tests.support.procs import (
-    ROOT,
     UNCAPPED,
     Procs,
-    free_port,
     group_members,
     parent_of,
     process_gone,
     start_writer,
     subprocess_env,
+    uvicorn_refusal,
 )
 from tests.support.runs import assert_exact_log
 from tests.support.seed import SEED
@@ -81,14 +78,5 @@ def test_several_web_processes_under_one_uvicorn_serve_every_watcher_every_event
 
 
 def test_a_web_process_without_request_threads_refuses_to_start() -> None:
-    env = subprocess_env(RUNLEDGER_WEB_THREADS="0")
-    refused = subprocess.run(
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(free_port())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert refused.returncode != 0
+    refused = uvicorn_refusal(subprocess_env(RUNLEDGER_WEB_THREADS="0"))
     assert "RUNLEDGER_WEB_THREADS must be at least 1" in refused.stderr

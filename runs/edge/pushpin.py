@@ -118,17 +118,22 @@ class _ProbeAnswer(http.server.BaseHTTPRequestHandler):
     handler — the one path that is not ready as soon as the client port is."""
 
     def do_GET(self) -> None:
-        body = b"ready\n"
         self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Grip-Hold", "stream")
-        self.send_header("Grip-Channel", "runledger-edge-probe")
-        self.send_header("Content-Length", str(len(body)))
+        for name, value in PROBE_ANSWER_HEADERS:
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(b"ready\n")
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+PROBE_ANSWER_HEADERS = (
+    ("Content-Type", "text/plain"),
+    ("Grip-Hold", "stream"),
+    ("Grip-Channel", "runledger-edge-probe"),
+    ("Content-Length", "6"),
+)
 
 
 def _probe_once(host: str, port: int) -> bool:
@@ -161,14 +166,8 @@ def run(*, port: str, control_port: str, upstream: str, key: str, log_level: int
         raise FileNotFoundError("pushpin is not installed (Debian: apt-get install pushpin; bin/edge does it)")
     probe = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProbeAnswer)
     threading.Thread(target=probe.serve_forever, daemon=True).start()
-    run_dir = prepare(
-        port=port,
-        control_port=control_port,
-        upstream=upstream,
-        key=key,
-        log_level=log_level,
-        probe_port=int(probe.server_address[1]),
-    )
+    addresses = {"port": port, "control_port": control_port, "upstream": upstream}
+    run_dir = prepare(**addresses, key=key, log_level=log_level, probe_port=int(probe.server_address[1]))
     _enough_files()
     try:
         # Its own process group, so a signal to this one's group reaches the runner once, from

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tests.support.procs import (
@@ -49,14 +49,7 @@ def wait_leading(web: Proc, timeout: float = 20) -> None:
 class Edge:
     proc: Proc
     control_port: int
-
-    @property
-    def url(self) -> str:
-        return self.proc.url
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    url: str  # bin/edge's client port: where clients connect
 
     def log(self) -> str:
         return self.proc.log()
@@ -92,27 +85,25 @@ def start_edge(procs: Procs, *, upstream: Proc, control_port: int, port: int | N
 
     wait_until(control_answers, 15, "Pushpin's control port answering")
     proc.companions = wait_until(lambda: len(found := descendants(proc.pid)) >= 5 and found, 10, "Pushpin's parts")
-    return Edge(proc=proc, control_port=control_port)
+    return Edge(proc=proc, control_port=control_port, url=proc.url)
 
 
-@dataclass
 class PublishTap:
     """An HTTP proxy in front of Pushpin's control port (the web processes publish through it)
     that loses the publish of a chosen event (the request is answered as Pushpin would, the item
     never reaches it), or refuses the next publishes outright (503, as a proxy would for a
     Pushpin it cannot reach)."""
 
-    control_port: int
-    port: int = 0
-    dropped: list[int] = field(default_factory=list)
-    dropped_at: float = 0.0  # time.time() of the last loss
-    publishes: int = 0
-    recovers: int = 0
-    refused: int = 0
-    _refuse: int = 0
-    _drop: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: http.server.ThreadingHTTPServer | None = None
+    def __init__(self, control_port: int) -> None:
+        self.control_port = control_port
+        self.port = 0
+        self.dropped: list[int] = []
+        self.dropped_at = 0.0  # time.time() of the last loss
+        # Publishes seen, recovers seen, publishes refused, refusals still to make.
+        self.publishes = self.recovers = self.refused = self._refuse = 0
+        self._drop: set[str] = set()
+        self._lock = threading.Lock()
+        self._server: http.server.ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:

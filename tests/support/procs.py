@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -206,6 +206,20 @@ class Procs:
                 proc.stop(timeout=timeout)
 
 
+def uvicorn_refusal(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Start a web process that must refuse to start with `env`; its exit (non-zero) and output."""
+    refused = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    return refused
+
+
 def start_writer(
     procs: Procs, run: "Run", *, count: int, seed: int, pause_ms: float, max_batch: int = 3, complete: bool = True
 ) -> Proc:
@@ -302,15 +316,20 @@ def parent_of(pid: int) -> int | None:
     return None if found is None else found[1]
 
 
-def children_of(pid: int) -> list[int]:
-    """The live child processes of `pid` (zombies left out)."""
-    children = []
+def _live(where: Callable[[int, int], bool]) -> list[int]:
+    """The live processes (zombies left out) whose parent and process group `where` accepts."""
+    found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (found := _stat(int(entry))) is not None:
-            state, ppid, _pgrp = found
-            if ppid == pid and state not in ("Z", "X"):
-                children.append(int(entry))
-    return sorted(children)
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            state, ppid, pgrp = stat
+            if where(ppid, pgrp) and state not in ("Z", "X"):
+                found.append(int(entry))
+    return sorted(found)
+
+
+def children_of(pid: int) -> list[int]:
+    """The live child processes of `pid`."""
+    return _live(lambda ppid, _pgrp: ppid == pid)
 
 
 def descendants(pid: int) -> list[int]:
@@ -322,14 +341,8 @@ def descendants(pid: int) -> list[int]:
 
 
 def group_members(pgid: int) -> list[int]:
-    """The live processes (zombies left out) of process group `pgid`."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (found := _stat(int(entry))) is not None:
-            state, _ppid, pgrp = found
-            if pgrp == pgid and state not in ("Z", "X"):
-                members.append(int(entry))
-    return sorted(members)
+    """The live processes of process group `pgid`."""
+    return _live(lambda _ppid, pgrp: pgrp == pgid)
 
 
 @pytest.fixture
