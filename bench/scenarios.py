@@ -103,7 +103,9 @@ def streaming_runs(ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | Non
     `floor` (the pg_floor.py command line) runs the floor once more then: the same raw work under
     the same background load; its figures are returned beside the ids (None without it)."""
     created = [
-        services.run_create(owner=ctx.user, agent="demo", input={"deltas": 1_000_000, "delay_ms": delay_ms})
+        services.run_create(
+            owner=ctx.user, agent="demo", input={"deltas": 100_000, "delay_ms": delay_ms}
+        )  # the demo's bound
         for _ in range(runs)
     ]
     ids = [r.pk for r in created]
