@@ -243,6 +243,8 @@ def run_phase(
     settle_until = time.monotonic() + 15
     while time.monotonic() < settle_until and connections_to(web_port) > (watchers if edge is None else 4):
         time.sleep(0.5)  # polling a count against the deadline above
+    # A quiet second before the idle sample, so it is not taken in the tail of the connect burst
+    # (a measurement's baseline, not synchronisation: nothing waits on it).
     time.sleep(1)
 
     def web_status() -> dict[str, int]:
