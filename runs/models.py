@@ -53,6 +53,8 @@ class Run(models.Model):
     open_tool_calls = models.JSONField(default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # When the run last entered the queue (create, requeue, resume): what the queue's age counts from.
+    queued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField()
@@ -70,6 +72,8 @@ class Run(models.Model):
             models.Index(fields=["-created_at"], name="run_created"),
             # The claim: each owner's oldest queued run, over the queued rows only (runs.services.quotas).
             models.Index(fields=["owner", "created_at", "id"], name="run_queued_owner", condition=Q(status="queued")),
+            # The queue's age: the queued run that entered it first (selectors.overview).
+            models.Index(fields=["queued_at"], name="run_queued_at", condition=Q(status="queued")),
             # The dashboard's runs ended per minute and by status over the last day (selectors.overview).
             models.Index(fields=["ended_at"], name="run_ended", condition=Q(ended_at__isnull=False)),
             # Per-owner counts of live runs: the active-runs cap at create, the running cap and fair
@@ -169,6 +173,12 @@ class RunAttempt(models.Model):
     # hands (terminal, waiting, requeued), which for a cancel is before the worker has stopped.
     released_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=AttemptOutcome.choices, blank=True, default="")
+    # Where the worker runs — the machine's boot and its PID namespace — and the process groups the
+    # attempt's tools run in, as [pgid, start time in clock ticks since boot] pairs: a worker or
+    # sweeper in the same place kills what is left of them once the attempt is lost
+    # (runs.worker.steps).
+    machine = models.CharField(max_length=100, blank=True, default="")
+    process_groups = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["run", "generation"]

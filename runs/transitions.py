@@ -48,6 +48,9 @@ class FailCode(StrEnum):
     AGENT_ERROR = "agent_error"
     WORKER_LOST = "worker_lost"
     INVALID_OUTPUT = "invalid_output"
+    # A write of the attempt failed for a reason other than its data, the fence or a transient
+    # database error: the run cannot be said to have done what it did.
+    STORAGE_ERROR = "storage_error"
 
 
 class CancelCode(StrEnum):

@@ -1,0 +1,99 @@
+"""What a run may store as JSON: one check for request input and for everything an agent produces
+(event data, output, fail reasons and errors, wait prompts, a child's input).
+
+`json.dumps` accepts values the database refuses or cannot give back — NaN and ±Infinity
+(PostgreSQL's jsonb refuses them), NUL in a string (PostgreSQL text holds none), lone UTF-16
+surrogates (not UTF-8), integers longer than Python itself will parse back — and it turns values
+that are not JSON at all into something else, or raises (sets, bytes, datetimes, Decimals, objects).
+Nesting deep enough to exhaust a recursion limit breaks whoever reads it later. A request carrying
+any of these is a 400 (runs/api/parsers.py); an agent producing one fails its run `invalid_output`
+(runs/worker/attempt.py), before anything of it is queued for writing.
+"""
+
+import json
+import math
+from typing import Any
+
+# The deepest nesting a stored value may have, counting the outermost object or array as 1.
+MAX_DEPTH = 64
+# Python refuses to turn longer integers into text (sys.get_int_max_str_digits, 4300 digits by
+# default), so JSON holding one could be stored but never read back; a bit less, to stay clear.
+_MAX_INT_BITS = 14_000
+
+# A path is a chain of (parent, key) pairs, built only as far as the walk goes and rendered only
+# for the one value that fails.
+_Path = tuple[Any, str | int] | None
+
+
+def _render(path: _Path) -> str:
+    parts: list[str] = []
+    while path is not None:
+        path, key = path
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif key.isidentifier():
+            parts.append(f".{key}")
+        else:
+            parts.append(f"[{json.dumps(key)}]")
+    return "$" + "".join(reversed(parts))
+
+
+def _string_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "a string holds a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a string holds an unpaired UTF-16 surrogate"
+    return None
+
+
+def _scalar_problem(item: Any) -> str | None:
+    if item is None or isinstance(item, bool):
+        return None
+    if isinstance(item, str):
+        return _string_problem(item)
+    if isinstance(item, int):
+        return "an integer too long to read back" if item.bit_length() > _MAX_INT_BITS else None
+    if isinstance(item, float):
+        return None if math.isfinite(item) else f"{item!r} is not a finite number"
+    return f"a {type(item).__name__} is not a JSON value"
+
+
+def value_problem(value: Any, *, max_bytes: int | None = None) -> str | None:
+    """Why `value` cannot be stored and read back as the JSON it is, as "<path>: <what>" (the path
+    from `$`, the value itself), or None when it can. With `max_bytes`, its JSON text (UTF-8) must
+    not be longer. Iterative, so no nesting makes the check itself recurse too deep."""
+    stack: list[tuple[Any, int, _Path]] = [(value, 1, None)]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth > MAX_DEPTH:
+                return f"{_render(path)}: nested deeper than {MAX_DEPTH} levels"
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        return f"{_render(path)}: a key is a {type(key).__name__}, not a string"
+                    problem = _string_problem(key)
+                    if problem is not None:
+                        return f"{_render((path, key))}: the key: {problem}"
+                    stack.append((child, depth + 1, (path, key)))
+            else:
+                stack.extend((child, depth + 1, (path, i)) for i, child in enumerate(item))
+            continue
+        problem = _scalar_problem(item)
+        if problem is not None:
+            return f"{_render(path)}: {problem}"
+    if max_bytes is not None:
+        text = json.dumps(value, ensure_ascii=False)
+        # Cheap first: no UTF-8 character takes more than four bytes.
+        if 4 * len(text) > max_bytes and (size := len(text.encode("utf-8"))) > max_bytes:
+            return f"$: {size} bytes of JSON, more than the {max_bytes} allowed"
+    return None
+
+
+def storable_text(text: str, *, max_chars: int = 10_000) -> str:
+    """`text` (an exception's message, say) made storable: NUL and unpaired surrogates replaced,
+    cut to `max_chars`. For text the platform writes about an agent, where refusing is no option."""
+    cleaned = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    return cleaned if len(cleaned) <= max_chars else cleaned[: max_chars - 1] + "…"
