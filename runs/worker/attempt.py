@@ -19,7 +19,6 @@ The attempt's lease and heartbeat are `runs.worker.lease`; its writes, batched a
 
 import asyncio
 import enum
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -44,14 +43,16 @@ from runs.agents.base import (
     declared_types,
     get_agent,
 )
-from runs.events import EventType, RequeueCause, ToolStatus, WaitReason, agent_event_problem
+from runs.events import RequeueCause, WaitReason
 from runs.exceptions import StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt
+from runs.storable import storable_text
 from runs.transitions import FailCode
+from runs.worker import checks
 from runs.worker.db import TRANSIENT_DB_ERRORS, Db
 from runs.worker.lease import AttemptConfig, Lease
 from runs.worker.steps import Steps
-from runs.worker.writer import EventWriter
+from runs.worker.writer import EventWriter, write_failure
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,10 @@ class _AttemptContext:
 
     async def spawn_child(self, input: dict[str, Any]) -> UUID:
         ex = self._execution
+        problem = checks.child_input_problem(input)
+        if problem is not None:
+            ex.writer.fail(FailCode.INVALID_OUTPUT, problem)
+            raise Cancelled(problem)
         try:
             child = await ex.writer.spawn_child(input)
         except StaleAttempt as exc:
@@ -118,26 +123,6 @@ def _stored_events(run_id: UUID) -> list[StoredEvent]:
         StoredEvent(seq=e.seq, type=e.type, data=e.data, attempt=e.attempt)
         for e in selectors.run_events_all(run_id=run_id)
     ]
-
-
-def _invalid_event(directive: Emit, declared: frozenset[str]) -> str | None:
-    if not isinstance(directive.data, dict):
-        return f"{directive.type} event data must be a JSON object"
-    problem = agent_event_problem(directive.type, directive.data, declared)
-    if problem is not None:
-        return problem
-    try:
-        json.dumps(directive.data)
-    except (TypeError, ValueError) as exc:
-        return f"{directive.type} event data is not JSON: {exc}"
-    return None
-
-
-def _event_data(directive: Emit) -> dict[str, Any]:
-    if directive.type == EventType.TOOL_FINISHED and "status" not in directive.data:
-        # Agents written before tool statuses existed: a result is `ok`, an `error` is an error.
-        return {**directive.data, "status": ToolStatus.ERROR if "error" in directive.data else ToolStatus.OK}
-    return directive.data
 
 
 class Execution:
@@ -177,15 +162,17 @@ class Execution:
         self._pause_requested = self._shutdown_requested = self._shutdown_forced = False
         # The service of the attempt's last write, for the log.
         self._last_write = ""
+        # How many events the agent emitted in this attempt: a refused one is named by its index.
+        self._emitted = 0
 
     def __repr__(self) -> str:
         return f"<attempt {self.generation} of run {self.run_id}>"
 
     @property
     def gave_up(self) -> bool:
-        """True when the worker stopped the attempt on its own account (its lease lapsed, its
-        events could not be stored, the driver failed) rather than because the run left its hands."""
-        return self._driver_failed or self.lease.lost or self.writer.failed
+        """True when the worker stopped the attempt on its own account (its lease lapsed, the
+        driver failed) rather than because the run left its hands."""
+        return self._driver_failed or self.lease.lost
 
     # --- signals from the worker ---------------------------------------------------------------
 
@@ -219,6 +206,10 @@ class Execution:
         heartbeat = asyncio.create_task(self.lease.keep(), name=f"heartbeat {self}")
         try:
             end = await self._drive()
+            if end is End.STOPPED and self.writer.failure is not None and not self.lease.lost:
+                # The attempt stopped on its own failure (a write refused, the agent's data
+                # invalid): the run fails with it, here and now — not a lost worker, later.
+                end = await self._end_failed()
         except StaleAttempt as exc:
             # Before the agent started: the run moved on, or the lease lapsed meanwhile.
             self.stop(exc.message, via="fence")
@@ -263,11 +254,7 @@ class Execution:
                 if isinstance(directive, End):
                     return directive
                 if isinstance(directive, Exception):
-                    return await self._fail(
-                        FailCode.AGENT_ERROR,
-                        f"the agent raised {type(directive).__name__}: {directive}",
-                        {"type": type(directive).__name__, "message": str(directive)},
-                    )
+                    return await self._fail(FailCode.AGENT_ERROR, *checks.raised(directive))
                 end = await self._apply(directive)
                 if end is not None:
                     return end
@@ -295,35 +282,27 @@ class Execution:
 
     async def _apply(self, directive: Directive) -> End | None:
         if isinstance(directive, Emit):
-            problem = _invalid_event(directive, declared_types(self.agent_name))
+            index, self._emitted = self._emitted, self._emitted + 1
+            problem = checks.emit_problem(index, directive, declared_types(self.agent_name))
             if problem is not None:
                 return await self._fail(FailCode.INVALID_OUTPUT, problem)
-            await self.writer.emit(directive.type, _event_data(directive))
+            await self.writer.emit(directive.type, checks.event_data(directive))
             return None
         if isinstance(directive, Step):
             await self.writer.step()
             return None
+        if not isinstance(directive, Wait | Complete | Fail):
+            what = storable_text(repr(directive), max_chars=200)
+            return await self._fail(FailCode.INVALID_OUTPUT, f"the agent yielded {what}, not a directive")
+        problem = checks.ending_problem(directive)
+        if problem is not None:
+            return await self._fail(FailCode.INVALID_OUTPUT, problem)
+        fence = {"run_id": self.run_id, "generation": self.generation}
         if isinstance(directive, Wait):
-            if directive.reason not in tuple(WaitReason):
-                return await self._fail(FailCode.INVALID_OUTPUT, f"unknown wait reason {directive.reason!r}")
-            return await self._finish(
-                services.run_wait,
-                run_id=self.run_id,
-                generation=self.generation,
-                reason=directive.reason,
-                prompt=directive.prompt,
-            )
+            return await self._finish(services.run_wait, **fence, reason=directive.reason, prompt=directive.prompt)
         if isinstance(directive, Complete):
-            try:
-                json.dumps(directive.output)
-            except (TypeError, ValueError) as exc:
-                return await self._fail(FailCode.INVALID_OUTPUT, f"the output is not JSON: {exc}")
-            return await self._finish(
-                services.run_complete, run_id=self.run_id, generation=self.generation, output=directive.output
-            )
-        if isinstance(directive, Fail):
-            return await self._fail(FailCode.AGENT_ERROR, directive.reason, directive.error)
-        return await self._fail(FailCode.INVALID_OUTPUT, f"the agent yielded {directive!r}, not a directive")
+            return await self._finish(services.run_complete, **fence, output=directive.output)
+        return await self._fail(FailCode.AGENT_ERROR, directive.reason, directive.error)
 
     async def _park(self) -> End:
         if self._shutdown_requested:
@@ -358,19 +337,38 @@ class Execution:
         )
 
     async def _finish(self, service: Callable[..., Run], **kwargs: Any) -> End:
-        """The attempt's last write: it commits with the attempt's release, or finds the run gone."""
+        """The attempt's last write, once everything the agent emitted is stored: never over an
+        event that could not be (the token has tripped then)."""
         await self.writer.drain()
         if self.token.tripped:
             return End.STOPPED
+        return await self._end(service, **kwargs)
+
+    async def _end_failed(self) -> End:
+        assert self.writer.failure is not None
+        code, reason = self.writer.failure
+        return await self._end(
+            services.run_fail, run_id=self.run_id, generation=self.generation, code=code, reason=reason
+        )
+
+    async def _end(self, service: Callable[..., Run], **kwargs: Any) -> End:
+        """Commit the attempt's end, with its release, or find the run gone. An end the database
+        refuses is this attempt's failure, and the run fails with it instead."""
         # It commits the release too: whatever the agent left running stops first.
         await self.steps.close()
         try:
-            await self.writer.commit(service, **kwargs)
+            await self.writer.commit(service, persist=self.writer.failure is not None, **kwargs)
         except StaleAttempt as exc:
             self.stop(exc.message, via="fence")
             return End.STOPPED
         except TRANSIENT_DB_ERRORS:  # `commit` gives up on these only once the token tripped
             return End.STOPPED
+        except Exception as exc:
+            if self.writer.failure is not None:
+                raise  # the failure's own end, which holds no data of the agent's, failed too
+            log.exception("%s: its end could not be stored", self)
+            self.writer.fail(*write_failure(exc, f"the run's end ({service.__name__})"))
+            return await self._end_failed()
         self._last_write = service.__name__
         return End.COMMITTED
 

@@ -4,6 +4,12 @@ database's pace allows, and only while the attempt holds its lease.
 Retries after an ambiguous failure (the connection dropped, perhaps after the commit) are safe:
 appends and step counts carry what the attempt last saw (`after_seq`, `after_steps`), so the
 service recognises a write that already committed instead of storing it twice.
+
+A write that fails for any other reason than the fence or a transient database error is not
+retried: it is the attempt's `failure`, which stops the attempt, and the run fails with it
+(`invalid_output` when the database refused the data, `storage_error` otherwise) — never
+`completed` over an event that was not stored. A batch that fails is written again one event at a
+time first, so the events before the refused one are stored and the reason names it.
 """
 
 import asyncio
@@ -11,9 +17,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from django.db import DataError
+
 from runs import services
 from runs.exceptions import StaleAttempt, ValidationFailed
 from runs.models import Run
+from runs.storable import storable_text
+from runs.transitions import FailCode
 from runs.worker.db import TRANSIENT_DB_ERRORS
 from runs.worker.lease import Lease, sleep_unless_tripped
 
@@ -48,10 +58,20 @@ def _leading_events(pending: Sequence[Pending], limit: int) -> list[tuple[str, d
     return batch
 
 
+def write_failure(error: Exception, what: str) -> tuple[FailCode, str]:
+    """How a run fails when the write of `what` failed with `error` (neither the fence nor a
+    transient error): the data refused — by the database (SQLSTATE class 22) or by a service's own
+    check — is the agent's output being invalid; anything else the platform's storage failing."""
+    refused = isinstance(error, DataError | ValidationFailed)
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    reason = storable_text(f"{what} could not be stored: {type(error).__name__}: {message}", max_chars=2_000)
+    return (FailCode.INVALID_OUTPUT if refused else FailCode.STORAGE_ERROR), reason
+
+
 class EventWriter:
     """The writes of one attempt, made under its lease. A write that finds the attempt stale (or
-    exhausts a budget) stops the attempt; `failed` is true when its events could not be stored at
-    all (the worker then gives the attempt up)."""
+    exhausts a budget) stops the attempt; one that fails otherwise is the attempt's `failure`
+    (the code and reason its run fails with) and stops it too."""
 
     def __init__(self, lease: Lease, run: Run) -> None:
         self.lease = lease
@@ -61,7 +81,9 @@ class EventWriter:
         self.steps_used: int = run.steps_used
         # Held for each write, so a child's spawn keeps its place among the events.
         self._writes = asyncio.Lock()
-        self.failed = False
+        self.failure: tuple[FailCode, str] | None = None
+        # After a batch failed: one event per write, to store what precedes the refused event.
+        self._one_by_one = False
         # With a step budget every step is counted before the agent goes on, so a step past the
         # budget never starts.
         self._step_budget = run.max_steps is not None
@@ -85,22 +107,42 @@ class EventWriter:
             await self.drain()
 
     async def spawn_child(self, input: dict[str, Any]) -> Run:
+        """Raises `StaleAttempt` when the run left the attempt; a failed spawn is the attempt's
+        failure (`fail`), raised as `StaleAttempt` too: either way the attempt is over."""
         # The parent's events stay in the order the agent produced them.
         await self.drain()
         async with self._writes:
-            child = await self.commit(
-                services.run_child_spawn,
-                run_id=self.lease.run_id,
-                generation=self.lease.generation,
-                input=input,
-                after_seq=self.last_seq,
-            )
+            if self.failure is not None:
+                raise StaleAttempt(self.failure[1])
+            try:
+                child = await self.commit(
+                    services.run_child_spawn,
+                    run_id=self.lease.run_id,
+                    generation=self.lease.generation,
+                    input=input,
+                    after_seq=self.last_seq,
+                )
+            except (StaleAttempt, *TRANSIENT_DB_ERRORS):
+                raise
+            except Exception as exc:
+                code, reason = write_failure(exc, "a child run")
+                self.fail(code, reason)
+                raise StaleAttempt(reason) from exc
             self.last_seq += 1
         return child
 
-    async def commit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def fail(self, code: FailCode, reason: str) -> None:
+        """The attempt cannot go on: its run fails with `code` and `reason` (the first failure
+        wins), and the attempt stops."""
+        if self.failure is None:
+            self.failure = (code, reason)
+        self.lease.stop(reason, via="write")
+
+    async def commit(self, fn: Callable[..., T], /, *args: Any, persist: bool = False, **kwargs: Any) -> T:
         """Run a database call on the work lane, retrying while the database is unreachable and the
-        attempt still holds its lease; once the lease may have lapsed, nothing more is written."""
+        attempt still holds its lease; once the lease may have lapsed, nothing more is written.
+        Once the token has tripped it stops retrying, unless told to `persist` (the run's end
+        after the attempt's own failure, the one write left to make)."""
         while True:
             if self.lease.lapsed():
                 self.lease.lose("before a write")
@@ -108,10 +150,11 @@ class EventWriter:
             try:
                 return await self.lease.db.work.call(fn, *args, **kwargs)
             except TRANSIENT_DB_ERRORS as exc:
-                if self.lease.token.tripped:
+                if self.lease.token.tripped and not persist:
                     raise
                 log.warning("%s: database unavailable (%s); retrying", self.lease.label, exc)
-                await sleep_unless_tripped(self.lease.token, min(0.5, self.lease.config.heartbeat_seconds))
+                pause = min(0.5, self.lease.config.heartbeat_seconds)
+                await (asyncio.sleep(pause) if persist else sleep_unless_tripped(self.lease.token, pause))
 
     async def drain(self) -> None:
         """Wait until everything emitted so far is stored, or the token trips: a write hanging on
@@ -130,14 +173,37 @@ class EventWriter:
         fence = {"run_id": self.lease.run_id, "generation": self.lease.generation}
         steps = _leading_steps(self._pending)
         if steps:
-            await self.commit(services.run_steps_record, **fence, steps=steps, after_steps=self.steps_used)
-            self.steps_used += steps
-            del self._pending[:steps]
+            record = {"steps": steps, "after_steps": self.steps_used}
+            if await self._stored("the agent's steps", services.run_steps_record, **fence, **record):
+                self.steps_used += steps
+                del self._pending[:steps]
             return
-        batch = _leading_events(self._pending, self.lease.config.batch_max)
-        await self.commit(services.run_events_append, **fence, events=batch, after_seq=self.last_seq)
-        self.last_seq += len(batch)
-        del self._pending[: len(batch)]
+        batch = _leading_events(self._pending, 1 if self._one_by_one else self.lease.config.batch_max)
+        first = self.last_seq + 1
+        last = first + len(batch) - 1
+        what = (
+            f"the event at seq {first} ({batch[0][0]})" if len(batch) == 1 else f"the events at seq {first} to {last}"
+        )
+        append = {"events": batch, "after_seq": self.last_seq}
+        if await self._stored(what, services.run_events_append, **fence, **append):
+            self.last_seq += len(batch)
+            del self._pending[: len(batch)]
+
+    async def _stored(self, what: str, fn: Callable[..., Any], /, **kwargs: Any) -> bool:
+        """Commit one write; False when it failed for good. A batch of events that failed is
+        written again one event at a time, so that what precedes the refused event is stored."""
+        try:
+            await self.commit(fn, **kwargs)
+        except (StaleAttempt, *TRANSIENT_DB_ERRORS):
+            raise
+        except Exception as exc:
+            log.warning("%s: %s failed: %s", self.lease.label, what, exc)
+            if len(kwargs.get("events", ())) > 1:
+                self._one_by_one = True
+            else:
+                self.fail(*write_failure(exc, what))
+            return False
+        return True
 
     def _kick(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -156,7 +222,8 @@ class EventWriter:
                 self.lease.stop(exc.message, via="fence")
             except TRANSIENT_DB_ERRORS:
                 return  # `commit` gives up on these only once the token tripped: the attempt is ending
-            except ValidationFailed:
-                log.exception("%s: could not store the agent's events", self.lease.label)
-                self.failed = True
-                self.lease.stop("its events could not be stored", via="append")
+            except Exception as exc:
+                # Whatever else went wrong, the agent's output is not all stored: the run must not end
+                # as if it were.
+                log.exception("%s: the writer failed", self.lease.label)
+                self.fail(*write_failure(exc, "the agent's output"))
