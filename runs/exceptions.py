@@ -57,6 +57,13 @@ class StaleTicket(RunConflict):
     code = "stale_ticket"
 
 
+class BudgetExhausted(RunConflict):
+    """A pause or resume whose events would pass the run's `max_events`: refused, nothing written.
+    (A cancel or stop is never refused for it; a worker's write past a budget stops the run.)"""
+
+    code = "budget_exhausted"
+
+
 class StaleAttempt(RunConflict):
     """An attempt that is no longer the run's current one tried to write; its writes are dropped."""
 

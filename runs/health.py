@@ -1,23 +1,24 @@
-"""Load-balancer probes: public, JSON, no session."""
+"""Load-balancer probes: public, JSON, no session. GET or HEAD (`require_safe`): load balancers
+probe with either, and a HEAD answers the same status and headers without the body."""
 
 import logging
 
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from runs.api.errors import error_body
 
 logger = logging.getLogger(__name__)
 
 
-@require_GET
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     """The process is alive; says nothing about the database."""
     return JsonResponse({"status": "ok"})
 
 
-@require_GET
+@require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
     """The database answers. The connect timeout is short (settings), so a dead database is a
     prompt 503, not a hung probe."""

@@ -97,3 +97,27 @@ def storable_text(text: str, *, max_chars: int = 10_000) -> str:
     cut to `max_chars`. For text the platform writes about an agent, where refusing is no option."""
     cleaned = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
     return cleaned if len(cleaned) <= max_chars else cleaned[: max_chars - 1] + "…"
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether `a` and `b` are the same JSON value — the one rule for "the same body" (an idempotent
+    create's retry) and "the same input" (a resume's retry). A number is a JSON number, so 1 is 1.0;
+    but true is not 1 (Python's `==` says it is), and key order does not matter.
+
+    PostgreSQL's jsonb keeps a number as an exact decimal and gives it back in its plainest form, so
+    a float sent as 1e+308 reads back as an integer of 309 digits, which is not exactly the float's
+    binary value: an integer and a float are the same when the integer, as a float, is that float."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        try:
+            return float(a) == float(b)
+        except OverflowError:  # an integer beyond any float is no float's reading
+            return False
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)

@@ -30,10 +30,9 @@ from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Wait
 from runs.events import EventType, WaitReason
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from runs.storable import MAX_DEPTH
+from runs.storable import MAX_DEPTH, same_json
 from runs.worker import Worker
 from tests.factories import assert_log_is_sound, queued_run
-from tests.support.json_values import same_json
 
 SCRIPTED = "test-scripted"
 PROBE = "probe.value"

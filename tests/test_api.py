@@ -40,7 +40,9 @@ RUN_KEYS = {
     "error",
     "last_seq",
     "max_steps",
+    "steps_used",
     "max_events",
+    "events_used",
     "deadline",
     "max_attempts",
     "lost_attempts",
@@ -97,6 +99,7 @@ def test_create_answers_201_with_the_run_and_stores_it(api: APIClient, alice: Us
     assert body["status"] == "queued"
     assert body["input"] == {"deltas": 2, "nested": {"a": [1, 2.5, None, True]}}
     assert (body["max_steps"], body["max_events"], body["max_attempts"]) == (10, 20, 2)
+    assert (body["steps_used"], body["events_used"]) == (0, 0)
     assert body["deadline"] is not None and run.deadline == deadline
     assert body["attempt"] is None and body["parent"] is None and body["resume_ticket"] is None
     assert body["last_seq"] == 1 and event_types(run) == ["run.created"]
@@ -247,6 +250,17 @@ def test_a_retry_with_the_same_key_and_body_replays_the_first_response(api: APIC
     assert second["Idempotent-Replayed"] == "true"
     assert Run.objects.count() == 1
     assert IdempotencyRecord.objects.count() == 1
+
+
+def test_a_retry_of_a_body_whose_numbers_the_database_rewrote_still_replays(api: APIClient) -> None:
+    # PostgreSQL's jsonb stores 1e+308 as a 309-digit integer, which is not exactly the float: the
+    # stored body and the retried one are still the same JSON.
+    payload = {"agent": "demo", "input": {"big": 1e308, "small": 5e-324, "third": 1 / 3}}
+    first = api.post("/api/runs/", payload, format="json", HTTP_IDEMPOTENCY_KEY="key-big")
+    assert first.status_code == 201
+    second = api.post("/api/runs/", payload, format="json", HTTP_IDEMPOTENCY_KEY="key-big")
+    assert second.status_code == 201 and second["Idempotent-Replayed"] == "true"
+    assert Run.objects.count() == 1
 
 
 def test_a_reused_key_with_another_body_is_422_and_creates_nothing(api: APIClient) -> None:
@@ -897,6 +911,53 @@ def test_pause_then_resume_through_the_api(api: APIClient, alice: User) -> None:
     assert api.post(url(run, "resume"), {"ticket": ticket}, format="json").json()["status"] == "queued"
 
 
+@pytest.mark.parametrize(("max_events", "refused"), [(5, "resume"), (4, "pause")])
+def test_a_pause_resume_loop_stops_at_max_events_with_409_budget_exhausted_and_a_cancel_passes_it(
+    api: APIClient, alice: User, max_events: int, refused: str
+) -> None:
+    run = queued_run(alice, max_events=max_events)
+    ticket = None
+    for used in range(1, max_events + 1):  # pause, resume, pause, …: one event each
+        if ticket is None:
+            response = api.post(url(run, "pause"))
+            ticket = response.json()["resume_ticket"]
+        else:
+            response = api.post(url(run, "resume"), {"ticket": ticket}, format="json")
+            ticket = None
+        assert response.status_code == 200, response.content
+        assert (response.json()["events_used"], response.json()["max_events"]) == (used, max_events)
+    before = list(RunEvent.objects.filter(run=run).values_list("seq", "type"))
+
+    for _ in range(2):  # refused again, the same way: the refusal changed nothing
+        if refused == "pause":
+            response = api.post(url(run, "pause"))
+        else:
+            response = api.post(url(run, "resume"), {"ticket": ticket}, format="json")
+        body = assert_error(response, 409, "budget_exhausted")
+        assert (body["run"]["status"], body["run"]["events_used"]) == ("waiting" if ticket else "queued", max_events)
+        assert body["run"]["resume_ticket"] == ticket
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", "type")) == before
+
+    cancelled = api.post(url(run, "cancel"))
+    assert cancelled.status_code == 200, cancelled.content
+    assert (cancelled.json()["status"], cancelled.json()["events_used"]) == ("cancelled", max_events + 1)
+    assert_log_is_sound(run)
+
+
+def test_a_resume_input_the_agent_refuses_is_400_and_an_oversize_one_413_and_neither_writes(
+    api: APIClient, alice: User, settings: Any
+) -> None:
+    run = waiting_run(alice)
+    bad = api.post(url(run, "resume"), {"ticket": run.resume_ticket, "input": {"deltas": -1}}, format="json")
+    body = assert_error(bad, 400, "validation_error")
+    assert "deltas" in body["error"]["detail"]["input"] and "deltas" in body["error"]["message"]
+    pad = "x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # the input alone is over the body's bound
+    large = api.post(url(run, "resume"), {"ticket": run.resume_ticket, "input": {"pad": pad}}, format="json")
+    assert_error(large, 413, "payload_too_large")
+    after = Run.objects.get(pk=run.pk)
+    assert (after.status, after.resume_ticket, after.last_seq) == ("waiting", run.resume_ticket, run.last_seq)
+
+
 # --- schema and docs ------------------------------------------------------------------------
 
 
@@ -923,6 +984,11 @@ def test_the_schema_and_docs_are_public_and_document_every_error() -> None:
             ref = documented[code]["content"]["application/json"]["schema"]["$ref"]
             assert ref.endswith("/Conflict" if code == "409" else "/Error")
     assert set(schema["components"]["schemas"]["Error"]["properties"]) == {"error"}
+    # What is used of each budget, beside the budget; and the 409 that a full budget answers.
+    run_schema = schema["components"]["schemas"]["RunOutput"]
+    assert {"steps_used", "events_used", "max_steps", "max_events"} <= set(run_schema["required"])
+    assert run_schema["properties"]["events_used"]["type"] == "integer"
+    assert "budget_exhausted" in paths["/api/runs/{run_id}/resume/"]["post"]["responses"]["409"]["description"]
     assert {"tokenAuth", "cookieAuth"} <= set(schema["components"]["securitySchemes"])
     # Credentials are not needed, and bad ones are ignored rather than refused.
     assert anonymous.get("/api/schema/", HTTP_AUTHORIZATION="Token nonsense").status_code == 200

@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs import services
-from runs.exceptions import StaleAttempt
+from runs.exceptions import BudgetExhausted, StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import assert_log_is_sound, running_run
 from tests.support.threads import race
@@ -46,7 +46,7 @@ def test_an_append_past_max_events_stores_what_fits_and_stops_the_run(alice: Use
 
     assert [e.data["text"] for e in agent_events(run)] == [f"chunk {i} " for i in range(5)]
     run.refresh_from_db()
-    assert run.events_used == 5
+    assert run.events_used == 6  # the five that fit, and the stop, which counts but is never refused
     assert_stopped_by_budget(run, "max_events", 5)
     with pytest.raises(StaleAttempt):  # nothing follows the terminal event
         services.run_events_append(run_id=run.pk, generation=1, events=deltas(1, start=5))
@@ -74,7 +74,7 @@ def test_max_events_counts_across_attempts(alice: User) -> None:
 
 
 def test_lifecycle_events_do_not_count_against_max_events(alice: User) -> None:
-    # run.created, run.started, run.requeued, run.waiting and run.resumed are the platform's.
+    # run.created, run.started and run.requeued are the platform's record of the run's life.
     run = running_run(alice, max_events=1)
     services.run_requeue(run_id=run.pk, generation=1, cause="worker_shutdown")
     assert services.run_claim(worker="w2") is not None
@@ -106,8 +106,72 @@ def test_concurrent_appends_never_overrun_max_events(alice: User) -> None:
 
     assert sum(isinstance(r, StaleAttempt) for r in results) >= 1
     run.refresh_from_db()
-    assert run.events_used == 10 and len(agent_events(run)) == 10
+    assert run.events_used == 11 and len(agent_events(run)) == 10  # the ten that fit, and the stop
     assert_stopped_by_budget(run, "max_events", 10)
+
+
+# --- the events commands write (pause, resume, cancel, stop) ----------------------------------------
+
+
+def tool_started(call_id: str) -> tuple[str, dict[str, object]]:
+    return ("tool.started", {"call_id": call_id, "name": "slow", "arguments": {}})
+
+
+def test_a_cancel_counts_its_seals_and_its_event_even_past_max_events(alice: User) -> None:
+    run = running_run(alice, max_events=2)
+    services.run_events_append(run_id=run.pk, generation=1, events=[tool_started("c1"), *deltas(1)])
+
+    cancelled = services.run_cancel(run_id=run.pk, actor=alice).run
+
+    assert cancelled.status == "cancelled"
+    assert cancelled.events_used == 4  # the two the budget holds, the seal of c1 and run.cancelled
+    assert Run.objects.get(pk=run.pk).events_used == 4
+    assert_log_is_sound(run)
+
+
+def test_a_pause_of_a_running_run_without_room_for_its_park_is_refused_and_records_nothing(alice: User) -> None:
+    # The park would write a seal for the open call and run.waiting: two events, one is left.
+    run = running_run(alice, max_events=3)
+    services.run_events_append(run_id=run.pk, generation=1, events=[tool_started("c1"), *deltas(1)])
+    before = list(RunEvent.objects.filter(run=run).values_list("seq", flat=True))
+
+    with pytest.raises(BudgetExhausted) as refused:
+        services.run_pause(run_id=run.pk)
+
+    assert refused.value.run is not None and refused.value.run.pk == run.pk
+    run.refresh_from_db()
+    assert (run.status, run.pause_requested_at, run.events_used) == ("running", None, 2)
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == before
+
+
+def test_a_park_the_agent_filled_the_budget_before_stops_the_run_budget_exhausted(alice: User) -> None:
+    run = running_run(alice, max_events=3)
+    services.run_events_append(run_id=run.pk, generation=1, events=deltas(2))
+    assert services.run_pause(run_id=run.pk).pending  # room for run.waiting when asked
+    services.run_events_append(run_id=run.pk, generation=1, events=deltas(1, start=2))  # no room left
+
+    with pytest.raises(StaleAttempt, match="max_events budget of 3 exhausted"):
+        services.run_wait(run_id=run.pk, generation=1, reason="paused")
+
+    assert_stopped_by_budget(run, "max_events", 3)
+    assert "run.waiting" not in [e.type for e in RunEvent.objects.filter(run=run)]
+
+
+def test_a_requeue_whose_pending_pause_has_no_room_stops_the_run_budget_exhausted(alice: User) -> None:
+    run = running_run(alice, max_events=1)
+    assert services.run_pause(run_id=run.pk).pending
+    services.run_events_append(run_id=run.pk, generation=1, events=deltas(1))
+
+    stopped = services.run_requeue(run_id=run.pk, generation=1, cause="worker_shutdown")
+
+    assert (stopped.status, stopped.end_code, stopped.end_reason) == (
+        "stopped",
+        "budget_exhausted",
+        "max_events budget of 1 exhausted",
+    )
+    events = assert_log_is_sound(run)
+    assert [e.type for e in events][-2:] == ["run.requeued", "run.stopped"]
+    assert RunAttempt.objects.get(run=run).outcome == AttemptOutcome.SHUTDOWN
 
 
 # --- max_steps -------------------------------------------------------------------------------------

@@ -91,14 +91,20 @@ def test_the_tool_is_called_halfway(alice: User, tool: str) -> None:
     assert run.steps_used == 3  # two model turns and one tool call
 
 
-def test_a_new_attempt_continues_from_the_stored_events(alice: User) -> None:
-    run = queued_run(alice, input={"deltas": 6, "delay_ms": 0, "tool": "slow", "tool_ms": 10})
-    # A first attempt streamed three chunks and started the tool, then its worker shut down.
+def in_its_tool(owner: User) -> Run:
+    """A demo run of six chunks whose first attempt streamed three of them and started its tool."""
+    run = queued_run(owner, input={"deltas": 6, "delay_ms": 0, "tool": "slow", "tool_ms": 10})
     claimed = services.run_claim(worker="first")
     assert claimed is not None
     first = [("output.delta", {"text": delta_text(i)}) for i in range(3)]
     first.append(("tool.started", {"call_id": TOOL_CALL_ID, "name": "slow", "arguments": {"seconds": 0.01}}))
     services.run_events_append(run_id=run.pk, generation=1, events=first)
+    return run
+
+
+def test_a_new_attempt_continues_from_the_stored_events(alice: User) -> None:
+    run = in_its_tool(alice)
+    # Then its worker shut down.
     services.run_requeue(run_id=run.pk, generation=1, cause="worker_shutdown")
 
     run_once()
@@ -110,6 +116,27 @@ def test_a_new_attempt_continues_from_the_stored_events(alice: User) -> None:
     assert len(events(run, "tool.finished")) == 1  # the interrupted call was finished once
     assert [e.attempt for e in events(run, "output.delta")] == [1, 1, 1, 2, 2, 2]
     assert_log_is_sound(run)
+
+
+def test_a_tool_call_sealed_at_a_pause_is_started_anew_after_the_resume(alice: User) -> None:
+    run = in_its_tool(alice)
+    # Then it was paused there.
+    services.run_pause(run_id=run.pk)
+    parked = services.run_wait(run_id=run.pk, generation=1, reason="paused")
+    services.run_resume(run_id=run.pk, ticket=parked.resume_ticket)
+
+    run_once()
+
+    run.refresh_from_db()
+    assert run.status == "completed" and stored_text(run) == demo_text(6)
+    calls = [(e.type, e.data["status"] if e.type == "tool.finished" else None, e.attempt) for e in events(run)]
+    assert [c for c in calls if c[0].startswith("tool.")] == [
+        ("tool.started", None, 1),
+        ("tool.finished", "interrupted", 1),
+        ("tool.started", None, 2),
+        ("tool.finished", "ok", 2),
+    ]
+    assert run.output["tool_result"] == {"slept_ms": 10}
 
 
 def test_asking_parks_the_run_and_the_answer_is_echoed(alice: User) -> None:

@@ -246,6 +246,17 @@ def test_every_error_code_the_server_sends_is_its_exception(
             break
     stale = raised(rl.StaleTicket, lambda: client.resume(asking.id, "not-the-ticket"))
     assert stale.run is not None and stale.run.status == "waiting"
+    # Its question (run.waiting) took the one event of its budget: a resume would pass it.
+    full = client.create("demo", {"deltas": 1, "delay_ms": 0, "ask": "?"}, max_events=1)
+    for event in client.stream(full.id):
+        if event.type == "run.waiting":
+            break
+    ticket = client.get(full.id).resume_ticket
+    assert ticket is not None
+    exhausted = raised(rl.BudgetExhausted, lambda: client.resume(full.id, ticket))
+    assert exhausted.status == 409 and exhausted.run is not None
+    assert (exhausted.run.status, exhausted.run.events_used, exhausted.run.max_events) == ("waiting", 1, 1)
+    client.cancel(full.id)
     # A cursor past the end of a live run.
     raised(rl.ValidationError, lambda: list(client.stream(asking.id, after_seq=10_000)))
     client.cancel(asking.id)

@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -370,6 +371,78 @@ def test_a_second_wait_issues_a_new_ticket_and_the_old_one_is_stale(alice: User)
         services.run_resume(run_id=run.pk, ticket=old)
 
 
+def test_a_resume_retry_is_the_same_input_only_as_json_and_true_is_not_1(alice: User) -> None:
+    # The rule of an idempotent create's "the same body": 1 is 1.0 (one JSON number), key order
+    # does not matter, but true is not 1, whatever Python's == says.
+    run = waiting_run(alice)
+    ticket = run.resume_ticket
+    services.run_resume(run_id=run.pk, ticket=ticket, input={"ok": True, "n": 1})
+    before = count_events()
+
+    assert services.run_resume(run_id=run.pk, ticket=ticket, input={"n": 1.0, "ok": True}).status == "queued"
+    for other in ({"ok": 1, "n": 1}, {"ok": True, "n": True}, {"ok": True, "n": "1"}):
+        with pytest.raises(StaleTicket):
+            services.run_resume(run_id=run.pk, ticket=ticket, input=other)
+    assert count_events() == before
+
+
+def test_a_resume_input_is_checked_like_a_creates_and_a_refused_one_writes_nothing(alice: User) -> None:
+    run = waiting_run(alice)
+    refused = [
+        ({"tool": "hammer"}, "input of agent 'demo': tool must be one of"),  # the agent's own check
+        ({"x": float("nan")}, r"input cannot be stored: \$\.x: nan is not a finite number"),
+        ("a\x00b", "input cannot be stored: .*NUL"),
+        ({"pad": "x" * settings.DATA_UPLOAD_MAX_MEMORY_SIZE}, "input cannot be stored: .* bytes of JSON, more than"),
+    ]
+    for input, says in refused:
+        with pytest.raises(ValidationFailed, match=says) as caught:
+            services.run_resume(run_id=run.pk, ticket=run.resume_ticket, input=input)
+        assert "input" in caught.value.detail
+    after = Run.objects.get(pk=run.pk)
+    assert (after.status, after.resume_ticket, after.last_seq) == ("waiting", run.resume_ticket, run.last_seq)
+    # Any storable JSON value the agent does not refuse is an answer.
+    assert services.run_resume(run_id=run.pk, ticket=run.resume_ticket, input="Ada").status == "queued"
+
+
+def test_a_park_seals_an_open_tool_call_interrupted_and_leaves_no_call_open(alice: User) -> None:
+    run = running_run(alice)
+    call = {"call_id": "c1", "name": "slow"}
+    services.run_events_append(run_id=run.pk, generation=1, events=[("tool.started", call | {"arguments": {}})])
+    assert services.run_pause(run_id=run.pk).pending
+
+    parked = services.run_wait(run_id=run.pk, generation=1, reason="paused")
+
+    assert (parked.status, parked.open_tool_calls) == ("waiting", [])
+    sealed, waiting = RunEvent.objects.filter(run=run).order_by("seq")[parked.last_seq - 2 :]
+    assert (sealed.type, sealed.data, sealed.attempt) == ("tool.finished", call | {"status": "interrupted"}, 1)
+    assert (waiting.type, waiting.data) == ("run.waiting", {"reason": "paused", "prompt": None})
+    assert parked.events_used == 3  # tool.started, its seal and run.waiting
+    # Nothing of the call is open any more: an end later seals nothing.
+    services.run_resume(run_id=run.pk, ticket=parked.resume_ticket)
+    services.run_cancel(run_id=run.pk, actor=alice)
+    assert [e.type for e in assert_log_is_sound(run)].count("tool.finished") == 1
+
+
+def test_queued_at_is_when_the_run_last_entered_the_queue(alice: User) -> None:
+    def entered(run: Run, event_type: str) -> bool:
+        stored = Run.objects.get(pk=run.pk)
+        last = RunEvent.objects.filter(run=run, type=event_type).order_by("-seq").first()
+        return last is not None and stored.queued_at == last.created_at
+
+    run = queued_run(alice)
+    assert entered(run, "run.created")
+    assert services.run_claim(worker="w") is not None
+    services.run_requeue(run_id=run.pk, generation=1, cause="worker_shutdown")
+    assert entered(run, "run.requeued")
+    assert services.run_claim(worker="w") is not None
+    services.run_pause(run_id=run.pk)
+    parked = services.run_requeue(run_id=run.pk, generation=2, cause="lease_expired")
+    # Requeued, then parked at once for the pending pause: it entered the queue all the same.
+    assert parked.status == "waiting" and entered(run, "run.requeued")
+    services.run_resume(run_id=run.pk, ticket=parked.resume_ticket)
+    assert entered(run, "run.resumed")
+
+
 # --- requeue ---------------------------------------------------------------------------------
 
 
@@ -396,14 +469,19 @@ def test_lost_attempts_requeue_until_max_attempts_then_fail_worker_lost(alice: U
 
 
 @pytest.mark.parametrize("cause,lost", [("worker_shutdown", 0), ("lease_expired", 1)])
-def test_a_pending_pause_parks_a_run_whose_attempt_ended_unfinished(alice: User, cause: str, lost: int) -> None:
+def test_a_pending_pause_parks_a_run_whose_attempt_ended_unfinished_after_its_requeued_event(
+    alice: User, cause: str, lost: int
+) -> None:
     run = running_run(alice)
     assert services.run_pause(run_id=run.pk).pending
     parked = services.run_requeue(run_id=run.pk, generation=1, cause=cause)
     assert (parked.status, parked.lost_attempts, parked.pause_requested_at) == ("waiting", lost, None)
     assert parked.resume_ticket
-    event = RunEvent.objects.get(run=run, seq=parked.last_seq)
-    assert (event.type, event.data, event.attempt) == ("run.waiting", {"reason": "paused", "prompt": None}, None)
+    # The log says the attempt ended before it says the run waits.
+    requeued, waiting = RunEvent.objects.filter(run=run).order_by("seq")[parked.last_seq - 2 :]
+    assert (requeued.type, requeued.data, requeued.attempt) == ("run.requeued", {"generation": 1, "cause": cause}, None)
+    assert (waiting.type, waiting.data, waiting.attempt) == ("run.waiting", {"reason": "paused", "prompt": None}, None)
+    assert parked.events_used == 1  # run.waiting; run.requeued is the platform's record
     assert services.run_claim(worker="w") is None  # parked, not queued
     resumed = services.run_resume(run_id=run.pk, ticket=parked.resume_ticket)
     assert resumed.status == "queued"

@@ -15,7 +15,7 @@ from runs import services
 from runs.agents.demo import demo_text
 from runs.exceptions import StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from tests.factories import queued_run
+from tests.factories import assert_log_is_sound, queued_run
 from tests.support.checks import assert_nothing_after_terminal, assert_tool_call_sealed
 from tests.support.db import listener_backends as _listener_backends
 from tests.support.procs import Proc, Procs, subprocess_env, wait_log_line
@@ -319,3 +319,44 @@ def test_a_worker_shutting_down_requeues_what_it_holds(procs: Procs, alice: User
     assert first is not None and first.outcome == AttemptOutcome.SHUTDOWN and first.released_at is not None
     requeued = RunEvent.objects.get(run_id=run.pk, seq=run.last_seq)
     assert requeued.type == "run.requeued" and requeued.data == {"generation": 1, "cause": "worker_shutdown"}
+
+
+@pytest.mark.sqlite
+def test_a_pending_pause_parks_a_run_shut_down_mid_tool_after_its_requeue_with_the_call_sealed(
+    procs: Procs, alice: User
+) -> None:
+    # A grace far shorter than the tool: the shutdown is forced in the middle of the call.
+    worker = procs.worker("w1", env=subprocess_env(RUNLEDGER_SHUTDOWN_GRACE_SECONDS="0.5"))
+    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "slow", "tool_ms": 60_000})
+    wait_until(lambda: "tool.started" in event_types(run), what="the tool call")
+    assert services.run_pause(run_id=run.pk).pending  # no boundary comes while the tool runs
+
+    assert worker.stop(timeout=15) == 0
+
+    run = fresh(run)
+    assert (run.status, run.open_tool_calls, run.pause_requested_at) == ("waiting", [], None)
+    events = assert_log_is_sound(run)
+    assert [(e.type, e.data.get("status"), e.attempt) for e in events[-3:]] == [
+        ("run.requeued", None, None),
+        ("tool.finished", "interrupted", None),
+        ("run.waiting", None, None),
+    ]
+    first = attempt(run)
+    assert first is not None and first.outcome == AttemptOutcome.SHUTDOWN and first.released_at is not None
+
+    services.run_resume(run_id=run.pk, ticket=run.resume_ticket)
+    procs.worker("w2")
+    # The resumed run starts the sealed call anew, with a `tool.started` of its own; the minute it
+    # lasts is cut short by a cancel.
+    wait_until(lambda: event_types(run).count("tool.started") == 2, what="the call started anew")
+    services.run_cancel(run_id=run.pk, actor=alice)
+    run = wait_status(run, "cancelled")
+    events = assert_log_is_sound(run)
+    calls = [(e.type, e.data.get("status"), e.attempt) for e in events if e.type.startswith("tool.")]
+    assert calls == [
+        ("tool.started", None, 1),
+        ("tool.finished", "interrupted", None),
+        ("tool.started", None, 2),
+        ("tool.finished", "interrupted", None),
+    ]
+    assert_nothing_after_terminal(run)

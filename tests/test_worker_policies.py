@@ -74,7 +74,7 @@ def test_budget_overruns_stop_runs_budget_exhausted_never_cancelled(procs: Procs
         "budget_exhausted",
         "max_events budget of 10 exhausted",
     )
-    assert by_events.events_used == 10 and stored_text(by_events) == demo_text(10)
+    assert by_events.events_used == 11 and stored_text(by_events) == demo_text(10)  # and the stop
     assert (by_steps.status, by_steps.end_code, by_steps.end_reason) == (
         "stopped",
         "budget_exhausted",

@@ -15,7 +15,8 @@ Input (defaults): {"deltas": 40, "delay_ms": 100, "tool": null, "ask": null, "ch
 
 Every attempt continues from the stored events: deltas, tool calls, the question and spawned
 children already stored are not produced again, so after a requeue or resume the stored text is
-exactly what one uninterrupted run produces (`demo_text(deltas)`).
+exactly what one uninterrupted run produces (`demo_text(deltas)`). A tool call a pause sealed
+`interrupted` is started anew, with a `tool.started` of its own.
 """
 
 import asyncio
@@ -123,12 +124,21 @@ class _Stored:
     def __init__(self, events: Sequence[StoredEvent]) -> None:
         self.deltas = sum(1 for e in events if e.type == EventType.OUTPUT_DELTA)
         self.children = [e.data.get("run_id") for e in events if e.type == EventType.CHILD_SPAWNED]
-        self.tool_started = any(
-            e.type == EventType.TOOL_STARTED and e.data.get("call_id") == TOOL_CALL_ID for e in events
+        # The call as its last event left it: open (started, not finished), finished, or neither —
+        # never started, or sealed `interrupted` by a pause, after which it starts anew.
+        call = [
+            e
+            for e in events
+            if e.type in (EventType.TOOL_STARTED, EventType.TOOL_FINISHED) and e.data.get("call_id") == TOOL_CALL_ID
+        ]
+        last = call[-1] if call else None
+        self.tool_started = last is not None and last.type == EventType.TOOL_STARTED
+        self.tool_finished = (
+            last is not None
+            and last.type == EventType.TOOL_FINISHED
+            and last.data.get("status") != ToolStatus.INTERRUPTED
         )
-        finished = [e for e in events if e.type == EventType.TOOL_FINISHED and e.data.get("call_id") == TOOL_CALL_ID]
-        self.tool_finished = bool(finished)
-        self.tool_result: Any = finished[0].data.get("result") if finished else None
+        self.tool_result: Any = last.data.get("result") if last is not None and self.tool_finished else None
         # The answer to our question: the input of the first resume after an input_required wait.
         self.asked = False
         self.answered = False

@@ -389,7 +389,8 @@ class RunPauseApi(RunObjectApi):
         errors=(403, 404, 409),
         description="Queued: parked as waiting at once (200). Running: the pause is recorded and the worker "
         "parks the run at its next safe boundary (202, also on a repeat). Waiting: 200, no change. "
-        "Terminal: 409.",
+        "Terminal: 409. A pause whose events (`run.waiting`, and a seal for each open tool call) would pass "
+        "`max_events`: 409 `budget_exhausted`, nothing written.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         result = run_pause(run_id=run_id, admit=self.admit(request, run_id))
@@ -410,8 +411,10 @@ class RunResumeApi(RunObjectApi):
         summary="Resume a waiting run",
         request=InputSerializer,
         description="Waiting → queued with the input. A retry of a resume that succeeded (the same ticket and "
-        "input, the run not waiting again since) answers 200 with the run and writes nothing. Any other stale, "
-        "used or invalidated ticket is a 409 `stale_ticket`; nothing changes.",
+        "input as JSON, the run not waiting again since) answers 200 with the run and writes nothing. Any other "
+        "stale, used or invalidated ticket is a 409 `stale_ticket`, and a resume whose `run.resumed` would pass "
+        "`max_events` a 409 `budget_exhausted`; nothing changes. `input` is checked like a create's (storable, "
+        "within the body limit, the agent's own check for an object): a 400 naming the problem.",
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.valid_input(self.InputSerializer, request, run_id)

@@ -16,8 +16,8 @@ _ERRORS: dict[int, OpenApiResponse] = {
     404: OpenApiResponse(ErrorSerializer, description="`not_found`: no such run, or not visible to the caller"),
     409: OpenApiResponse(
         ConflictSerializer,
-        description="`invalid_transition` or `stale_ticket`: the run's committed state does not allow it; "
-        "`run` is that state",
+        description="`invalid_transition`, `stale_ticket` or `budget_exhausted`: the run's committed state "
+        "does not allow it; `run` is that state",
     ),
     413: OpenApiResponse(ErrorSerializer, description="`payload_too_large`: the body is over the size limit"),
     415: OpenApiResponse(ErrorSerializer, description="`unsupported_media_type`: send application/json"),

@@ -53,7 +53,12 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     error = serializers.JSONField(allow_null=True)
     last_seq = serializers.IntegerField()
     max_steps = serializers.IntegerField(allow_null=True)
+    steps_used = serializers.IntegerField(help_text="the agent's steps (model turns, tool calls) so far, all attempts")
     max_events = serializers.IntegerField(allow_null=True)
+    events_used = serializers.IntegerField(
+        help_text="events counted against max_events, all attempts: the agent's, and those a pause, resume, "
+        "cancel or stop writes (a cancel or stop may pass the budget)"
+    )
     deadline = serializers.DateTimeField(allow_null=True)
     max_attempts = serializers.IntegerField()
     lost_attempts = serializers.IntegerField()

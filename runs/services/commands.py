@@ -5,7 +5,6 @@ themselves; the worker holding the run hears of it through the control notificat
 re-read) and stops.
 """
 
-import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,9 @@ from runs.access import User
 from runs.events import EventType, WaitReason
 from runs.exceptions import StaleTicket, ValidationFailed
 from runs.models import Run, RunEvent
-from runs.services.core import SYSTEM, append, check, end, lock_run, park
+from runs.services.core import SYSTEM, append, check, end, has_room, lock_run, no_room, park
+from runs.services.creation import check_input
+from runs.storable import same_json
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
 # The caller's own checks on the locked run (the API's visibility and permission): one read of the
@@ -81,6 +82,11 @@ def run_pause(*, run_id: UUID | str, admit: Admit | None = None) -> CommandResul
         if run.status == Status.RUNNING:
             if run.pause_requested_at is not None:
                 return CommandResult(run=run, changed=False, pending=True)
+            # Refused now rather than promised: the worker's park writes a seal for each open tool
+            # call and `run.waiting`, and past the budget it would have to stop the run instead.
+            needed = len(run.open_tool_calls) + 1
+            if not has_room(run, needed):
+                raise no_room(run, needed, "a pause")
             run.pause_requested_at = now
             run.updated_at = now
             run.save(update_fields=["pause_requested_at", "updated_at"])
@@ -95,24 +101,32 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Adm
         raise ValidationFailed("a resume needs the run's ticket", detail={"ticket": ["this field is required"]})
     with transaction.atomic(durable=True):
         run = _admit(lock_run(run_id), admit)
+        # Bounded like a create's input, and before the run's state is looked at (DESIGN §6: 400
+        # before 409); the agent's check needs the run, hence under the lock.
+        check_input(run.agent, input)
         if run.status != Status.WAITING or not secrets.compare_digest(run.resume_ticket.encode(), ticket.encode()):
             if _already_resumed(run, ticket=ticket, input=input):
                 return run
             raise StaleTicket("the resume ticket is stale, used or invalidated", run=run)
-        now = timezone.now()
         check(run, Status.QUEUED)
+        if not has_room(run, 1):
+            raise no_room(run, 1, "a resume")
+        now = timezone.now()
         run.status = Status.QUEUED
         run.resume_ticket = ""
         run.updated_at = now
+        run.queued_at = now
+        run.events_used += 1
         resumed = {"ticket": ticket, "input": input}
         append(run, [(EventType.RUN_RESUMED, resumed)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
-        run.save(update_fields=["status", "resume_ticket", "updated_at", "last_seq"])
+        run.save(update_fields=["status", "resume_ticket", "updated_at", "queued_at", "last_seq", "events_used"])
     return run
 
 
 def _already_resumed(run: Run, *, ticket: str, input: Any) -> bool:
     """True when this very resume (ticket and input) is the run's latest: a client that lost the
-    first answer retries safely. Once the run waits again, that ticket is stale like any other."""
+    first answer retries safely. Once the run waits again, that ticket is stale like any other.
+    "The same input" is the rule of an idempotent create's "the same body" (`same_json`)."""
     latest = (
         RunEvent.objects.filter(run=run, type__in=[EventType.RUN_WAITING, EventType.RUN_RESUMED])
         .order_by("-seq")
@@ -122,6 +136,5 @@ def _already_resumed(run: Run, *, ticket: str, input: Any) -> bool:
     if latest is None or latest[0] != EventType.RUN_RESUMED:
         return False
     used = latest[1]
-    return secrets.compare_digest(str(used.get("ticket", "")).encode(), ticket.encode()) and used.get(
-        "input"
-    ) == json.loads(json.dumps(input))
+    same_ticket = secrets.compare_digest(str(used.get("ticket", "")).encode(), ticket.encode())
+    return same_ticket and same_json(used.get("input"), input)

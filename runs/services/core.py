@@ -19,11 +19,11 @@ from django.utils import timezone
 
 from runs import notify
 from runs.events import TERMINAL_EVENT, EventType, RequeueCause, ToolStatus, WaitReason
-from runs.exceptions import InvalidTransition, NotFound, StaleAttempt
+from runs.exceptions import BudgetExhausted, InvalidTransition, NotFound, StaleAttempt
 from runs.limits import limit
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from runs.transitions import TERMINAL, FailCode, Status, check_transition, descendant_end
+from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
 # `ended_by` and `by` of what the platform itself does (DESIGN §2).
 SYSTEM = "system"
@@ -113,23 +113,59 @@ def close_attempt(run: Run, outcome: AttemptOutcome, *, now: datetime, released:
     RunAttempt.objects.filter(run=run, generation=run.generation, outcome=AttemptOutcome.RUNNING).update(**changes)
 
 
+def has_room(run: Run, events: int) -> bool:
+    """Whether `events` more events fit in the run's `max_events`. Every event counts but the
+    platform's record of the run's life: `run.created`, `run.started`, `run.requeued`, and a
+    worker's completed or failed end."""
+    return run.max_events is None or run.events_used + events <= run.max_events
+
+
+def no_room(run: Run, events: int, what: str) -> BudgetExhausted:
+    """The refusal of a command whose `events` would pass the run's `max_events` (the 409's run
+    shows `events_used` and `max_events`)."""
+    return BudgetExhausted(
+        f"{what} writes {events} event(s); {run.events_used} of the max_events budget of {run.max_events} are used",
+        run=run,
+    )
+
+
+def _seals(run: Run) -> list[tuple[str, dict[str, Any]]]:
+    """A `tool.finished` `interrupted` for each open tool call: what ends a call its attempt will
+    never finish, at a run's end or at a park."""
+    return [
+        (EventType.TOOL_FINISHED, {"call_id": call_id, "name": name, "status": ToolStatus.INTERRUPTED})
+        for call_id, name in run.open_tool_calls
+    ]
+
+
 def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | None, now: datetime) -> None:
-    """Make the run `waiting` with a new resume ticket and its `run.waiting` event."""
+    """Make the run `waiting` with a new resume ticket and its `run.waiting` event.
+
+    An open tool call is sealed first: the attempt that started it is gone, so the run resumes
+    from a finished call, never from the middle of one. The events count against `max_events`;
+    when they would pass it, `BudgetExhausted` is raised and nothing is written."""
     check(run, Status.WAITING)
+    events = [*_seals(run), (EventType.RUN_WAITING, {"reason": reason, "prompt": prompt})]
+    if not has_room(run, len(events)):
+        raise no_room(run, len(events), "a pause" if reason == WaitReason.PAUSED else "a wait for input")
     run.status = Status.WAITING
     run.resume_ticket = secrets.token_hex(24)  # hex: never begins with "-", which a command line reads as an option
     run.pause_requested_at = None
     run.updated_at = now
+    run.events_used += len(events)
     # The control note: a worker that held the run lets go of it (or re-reads, finds nothing to do).
-    waiting = {"reason": reason, "prompt": prompt}
-    append(
-        run,
-        [(EventType.RUN_WAITING, waiting)],
-        attempt=attempt,
-        now=now,
-        notes=[notify.control_changed(run.id, run.status)],
+    append(run, events, attempt=attempt, now=now, notes=[notify.control_changed(run.id, run.status)])
+    run.save(
+        update_fields=[
+            "status",
+            "resume_ticket",
+            "pause_requested_at",
+            "updated_at",
+            "last_seq",
+            "events_used",
+            "open_tool_calls",
+        ]
     )
-    run.save(update_fields=["status", "resume_ticket", "pause_requested_at", "updated_at", "last_seq"])
 
 
 def end(
@@ -172,17 +208,18 @@ def end(
     else:
         data = {"code": code, "reason": reason, "by": by}
     # One finish boundary: every open tool call ends, just before the terminal event.
-    seals = [
-        (EventType.TOOL_FINISHED, {"call_id": call_id, "name": name, "status": ToolStatus.INTERRUPTED})
-        for call_id, name in run.open_tool_calls
-    ]
+    events = [*_seals(run), (TERMINAL_EVENT[status], data)]
+    if status in (Status.CANCELLED, Status.STOPPED):
+        # A cancel or a stop counts like any other event, but is never refused for the budget: an
+        # end must always be possible, so these may pass `max_events`.
+        run.events_used += len(events)
     notes = [notify.control_changed(run.id, status)]
     if was_running and limit("RUNLEDGER_MAX_RUNNING_PER_USER"):
         # The owner's next run may be claimable now, by any worker: wake them all, not only the one
         # whose slot this frees (the others would wait for their poll).
         notes.append(notify.slot_freed(run.id))
-    append(run, [*seals, (TERMINAL_EVENT[status], data)], attempt=attempt, now=now, notes=notes)
-    run.save(update_fields=[*ended, "last_seq", "open_tool_calls"])
+    append(run, events, attempt=attempt, now=now, notes=notes)
+    run.save(update_fields=[*ended, "last_seq", "open_tool_calls", "events_used"])
     if was_running:
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
@@ -212,7 +249,8 @@ def _end_descendants(run: Run, *, now: datetime) -> None:
 
 
 def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
-    """Requeue the locked running run, whose current attempt ended without finishing."""
+    """Requeue the locked running run, whose current attempt ended without finishing (or park it,
+    if a pause is pending); `queued_at` says when it entered the queue."""
     generation = run.generation
     if cause == RequeueCause.LEASE_EXPIRED:
         # Lost, whether its worker died or gave it up (abandoned) once it could not renew the lease.
@@ -229,14 +267,32 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
             return
     else:
         close_attempt(run, AttemptOutcome.SHUTDOWN, now=now, released=True)
-    if run.pause_requested_at is not None:
-        # The pause its caller was answered 202 for still happens: the attempt ended at a
-        # boundary of its own, so the run parks there instead of queuing.
-        park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)
-        return
     check(run, Status.QUEUED)
+    pausing = run.pause_requested_at is not None
     run.status = Status.QUEUED
     run.updated_at = now
+    # Stamped even when a pending pause parks it below: it did enter the queue (its `run.requeued`
+    # says so), and the cancel latencies tell an attempt lost to its lease by it (selectors.overview).
+    run.queued_at = now
     requeued = {"generation": generation, "cause": cause}
-    append(run, [(EventType.RUN_REQUEUED, requeued)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
-    run.save(update_fields=["status", "updated_at", "last_seq"])
+    # Woken only if it stays queued: a pending pause parks it below.
+    notes = [] if pausing else [notify.run_queued(run.id)]
+    append(run, [(EventType.RUN_REQUEUED, requeued)], attempt=None, now=now, notes=notes)
+    run.save(update_fields=["status", "updated_at", "last_seq", "queued_at"])
+    if pausing:
+        # The pause its caller was answered 202 for still happens: the attempt ended at a boundary
+        # of its own, so the run parks there, after the event that says the attempt ended.
+        try:
+            park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)
+        except BudgetExhausted:
+            # No room for the pause it was promised: the run stops, as at any write past its budget.
+            stop_over_budget(run, "max_events", now=now)
+
+
+def stop_over_budget(run: Run, budget: str, *, now: datetime) -> None:
+    """Stop the locked run because a write would pass its `budget` (`max_events` or `max_steps`)."""
+    allowed = run.max_events if budget == "max_events" else run.max_steps
+    reason = f"{budget} budget of {allowed} exhausted"
+    # Written by the platform (attempt null), like the sweeper's stops; a worker that held the run
+    # records its own release once it has stopped.
+    end(run, Status.STOPPED, code=StopCode.BUDGET_EXHAUSTED, reason=reason, by=SYSTEM, now=now)

@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -17,6 +18,7 @@ from runs.limits import limit
 from runs.models import Run
 from runs.services.core import append, lock_run
 from runs.services.quotas import check_active_runs
+from runs.storable import value_problem
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,25 @@ class RunSpec:
             raise ValidationFailed(message, detail={"agent": [message]})
         if not isinstance(self.input, dict):
             raise ValidationFailed("input must be a JSON object", detail={"input": ["must be a JSON object"]})
-        problems = input_problems(self.agent, self.input)
-        if problems:
-            said = "; ".join(f"{key} {problem}" for key, problem in sorted(problems.items()))
-            detail = {"input": {key: [problem] for key, problem in sorted(problems.items())}}
-            raise ValidationFailed(f"input of agent {self.agent!r}: {said}", detail=detail)
+        check_input(self.agent, self.input)
         for name in ("max_steps", "max_events", "max_attempts"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValidationFailed(f"{name} must be at least 1", detail={name: ["must be at least 1"]})
+
+
+def check_input(agent: str, input: Any) -> None:
+    """Refuse `input` for a run of `agent` — a new run's, or a resume's (which may be any JSON value):
+    what cannot be stored and read back as the JSON it is, or is larger than a request body may be
+    (runs.storable), and for an object, what the agent's own check finds wrong with it."""
+    problem = value_problem(input, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    if problem is not None:
+        raise ValidationFailed(f"input cannot be stored: {problem}", detail={"input": [problem]})
+    problems = input_problems(agent, input) if isinstance(input, dict) else {}
+    if problems:
+        said = "; ".join(f"{key} {problem}" for key, problem in sorted(problems.items()))
+        detail = {"input": {key: [problem] for key, problem in sorted(problems.items())}}
+        raise ValidationFailed(f"input of agent {agent!r}: {said}", detail=detail)
 
 
 def run_create(
@@ -100,6 +112,7 @@ def insert_run(
         max_events=spec.max_events if spec.max_events is not None else limit("RUNLEDGER_DEFAULT_MAX_EVENTS"),
         deadline=spec.deadline or _default_deadline(now),
         created_at=now,
+        queued_at=now,
         updated_at=now,
     )
     if spec.max_attempts is not None:

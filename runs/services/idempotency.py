@@ -21,6 +21,7 @@ from runs.exceptions import IdempotencyMismatch, ValidationFailed
 from runs.models import IdempotencyRecord, Run
 from runs.selectors import run_parentable
 from runs.services.creation import RunSpec, insert_run
+from runs.storable import same_json
 
 
 @dataclass(frozen=True)
@@ -88,23 +89,10 @@ def _replay(*, owner: User, key: str, request_body: Any) -> Answer | None:
         # Expired: the key is free again. Deleting by (pk, created_at) leaves a fresh record alone.
         IdempotencyRecord.objects.filter(pk=record.pk, created_at=record.created_at).delete()
         return None
-    if not _same_json(record.request_body, request_body):
+    if not same_json(record.request_body, request_body):
         raise IdempotencyMismatch(
             "this Idempotency-Key was already used with a different request body",
             detail={"idempotency_key": key},
         )
     assert record.response_status is not None  # stored in the transaction that inserted the record
     return Answer(status=record.response_status, body=record.response_body)
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    """Equality as JSON values: 1 == 1.0 (a JSON number), but true is not 1, key order is ignored."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
-    return type(a) is type(b) and bool(a == b)

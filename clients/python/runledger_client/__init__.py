@@ -6,6 +6,7 @@ from runledger_client.aio import AsyncClient
 from runledger_client.client import Client
 from runledger_client.errors import (
     APIError,
+    BudgetExhausted,
     Conflict,
     DatabaseUnavailable,
     IdempotencyMismatch,
@@ -29,6 +30,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "APIError",
     "AsyncClient",
+    "BudgetExhausted",
     "Client",
     "ClientOptions",
     "Conflict",

@@ -97,6 +97,13 @@ class StaleTicket(Conflict):
     code = "stale_ticket"
 
 
+class BudgetExhausted(Conflict):
+    """409: a pause or resume whose events would pass the run's `max_events`; nothing was written
+    (`.run` shows `events_used` and `max_events`). A cancel or stop is never refused for it."""
+
+    code = "budget_exhausted"
+
+
 class PayloadTooLarge(APIError):
     code = "payload_too_large"
 
@@ -133,6 +140,7 @@ _BY_CODE: dict[str, type[APIError]] = {
         MethodNotAllowed,
         InvalidTransition,
         StaleTicket,
+        BudgetExhausted,
         PayloadTooLarge,
         UnsupportedMediaType,
         IdempotencyMismatch,

@@ -48,6 +48,25 @@ class Run:
         return self.data.get("output")
 
     @property
+    def max_steps(self) -> int | None:
+        return _count_or_none(self.data.get("max_steps"))
+
+    @property
+    def steps_used(self) -> int:
+        """The agent's steps so far, across attempts, counted against `max_steps`."""
+        return int(self.data.get("steps_used") or 0)
+
+    @property
+    def max_events(self) -> int | None:
+        return _count_or_none(self.data.get("max_events"))
+
+    @property
+    def events_used(self) -> int:
+        """The events counted against `max_events`, across attempts: the agent's, and those a pause,
+        resume, cancel or stop wrote (a cancel or stop may pass the budget)."""
+        return int(self.data.get("events_used") or 0)
+
+    @property
     def resume_ticket(self) -> str | None:
         """Present for the owner and holders of runs.change_run while the run is waiting."""
         ticket = self.data.get("resume_ticket")
@@ -63,6 +82,11 @@ class Run:
     def released(self) -> bool:
         """No worker executes the run any more: it has no attempt, or its attempt was released."""
         return self.attempt is None or self.attempt.get("released_at") is not None
+
+
+def _count_or_none(value: Any) -> int | None:
+    # A budget is a count, or null for none.
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True, slots=True)

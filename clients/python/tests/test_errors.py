@@ -14,6 +14,7 @@ CODES = [
     (405, "method_not_allowed", rl.MethodNotAllowed),
     (409, "invalid_transition", rl.InvalidTransition),
     (409, "stale_ticket", rl.StaleTicket),
+    (409, "budget_exhausted", rl.BudgetExhausted),
     (413, "payload_too_large", rl.PayloadTooLarge),
     (415, "unsupported_media_type", rl.UnsupportedMediaType),
     (422, "idempotency_mismatch", rl.IdempotencyMismatch),
@@ -38,6 +39,17 @@ def test_a_conflict_carries_the_committed_run() -> None:
     error = error_from(httpx.Response(409, json=body))
     assert isinstance(error, rl.Conflict)
     assert error.run is not None and error.run.status == "completed"
+
+
+def test_a_runs_budgets_read_beside_what_is_used_of_them() -> None:
+    run = rl.Run(
+        {"id": "r1", "status": "waiting", "max_steps": None, "steps_used": 2, "max_events": 5, "events_used": 5}
+    )
+    assert (run.max_steps, run.steps_used, run.max_events, run.events_used) == (None, 2, 5, 5)
+    error = error_from(
+        httpx.Response(409, json={"error": {"code": "budget_exhausted", "message": "m"}, "run": run.data})
+    )
+    assert isinstance(error, rl.Conflict) and error.run is not None and error.run.events_used == 5
 
 
 def test_retry_after_is_read_in_seconds() -> None:
