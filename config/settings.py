@@ -380,11 +380,15 @@ RUNLEDGER_CANCEL_GRACE_SECONDS = _env_float("RUNLEDGER_CANCEL_GRACE_SECONDS", 0.
 # batched into the next one.
 RUNLEDGER_APPEND_BATCH_MAX = _env_int("RUNLEDGER_APPEND_BATCH_MAX", 200)
 
-# The `openai_chat` agent (runs.agents.openai_chat, the `openai` extra): any OpenAI-compatible Chat
-# Completions endpoint — OpenAI, vLLM, Ollama. Each is also read from the environment variable of the
-# same name. An empty key suits servers that need none (a placeholder is sent: the SDK needs one).
+# The `openai_chat` agent (runs.agents.openai_chat): any OpenAI-compatible Chat Completions endpoint —
+# OpenAI, vLLM, Ollama. Each is also read from the environment variable of the same name. An empty
+# key suits servers that need none (no Authorization header is sent).
 RUNLEDGER_OPENAI_BASE_URL = os.environ.get("RUNLEDGER_OPENAI_BASE_URL", "https://api.openai.com/v1")
 RUNLEDGER_OPENAI_API_KEY = os.environ.get("RUNLEDGER_OPENAI_API_KEY", "")
+# The largest `max_tokens` an `openai_chat` run may ask for (0 = no bound), so that what one run may
+# ask of the model server is bounded like any other input: a create beyond it is a 400. A run that
+# names none gets the model server's own default.
+RUNLEDGER_OPENAI_MAX_TOKENS = _env_int("RUNLEDGER_OPENAI_MAX_TOKENS", 4096)
 # Whether runs that do not say (input `continue`) continue a requeued answer in place; only for
 # servers that support vLLM's `continue_final_message` (OpenAI refuses the parameter).
 RUNLEDGER_OPENAI_CONTINUE = os.environ.get("RUNLEDGER_OPENAI_CONTINUE", "0") not in ("0", "false", "no", "")

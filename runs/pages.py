@@ -1,4 +1,5 @@
-"""The end-user pages: the list of one's runs with a "start a demo run" form, and the watch page.
+"""The end-user pages: the list of one's runs with a "start a demo run" form (when the `demo` agent
+is registered: a page offers only what the deployment can run), and the watch page.
 
 The watch page is a plain template with a little JavaScript (runs/static/runs/watch.js); all it
 knows of a run comes from the SSE stream and the REST API, like any other frontend.
@@ -10,12 +11,12 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from runs import selectors, services
-from runs.agents import declared_types
+from runs.agents import declared_types, is_registered
 from runs.events import browser_vocabulary
 from runs.exceptions import NotFound, RunledgerError
 
@@ -50,8 +51,12 @@ class DemoRunForm(forms.Form):
 @login_required
 @require_http_methods(["GET", "POST"])
 def run_list_page(request: HttpRequest) -> HttpResponse:
-    form = DemoRunForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    # Asked at each request: the registry is filled as Django starts (RUNLEDGER_AGENTS), which may
+    # be after this module is imported.
+    form = DemoRunForm(request.POST or None) if is_registered("demo") else None
+    if request.method == "POST" and form is None:
+        return HttpResponseNotAllowed(["GET"])
+    if request.method == "POST" and form is not None and form.is_valid():
         assert isinstance(request.user, AbstractBaseUser)  # login_required
         try:
             run = services.run_create(owner=request.user, agent="demo", input=form.demo_input())

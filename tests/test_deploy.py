@@ -28,7 +28,8 @@ from django.contrib.auth.models import User
 from django.core.management import load_command_class
 from uvicorn.main import main as uvicorn_command
 
-from runs.models import Run, RunEvent
+from runs import services
+from runs.models import Run, RunAttempt, RunEvent
 from tests.support.db import token_for
 from tests.support.nginx import (
     TEMPLATE,
@@ -426,13 +427,23 @@ def test_without_nginx_a_body_under_the_limit_is_served(bare: BareWeb, alice: Us
     assert len(body) < settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     answer = request(("127.0.0.1", bare.web.port), "/api/runs/", method="POST", headers=headers, body=body)
     assert answer.status == 201, answer.body[:300]
-    assert len(json.loads(answer.body)["input"]["pad"]) == 200_000
+    created = json.loads(answer.body)
+    assert len(created["input"]["pad"]) == 200_000
     assert_nothing_spooled(bare)
+    # The module's worker (`front`, when it is up) takes this run too: end it, and let the worker
+    # let go of it, so that no transaction of the worker's meets the database's flush after the test.
+    services.run_cancel(run_id=created["id"], actor=alice)
+    wait_until(
+        lambda: not RunAttempt.objects.filter(run_id=created["id"], released_at__isnull=True).exists(),
+        what="the run's attempt released",
+    )
 
 
 # --- the systemd units ----------------------------------------------------------------------------
 
-UNITS = {"runledger-web.service", "runledger-worker@.service"}
+UNITS = {"runledger-web.service", "runledger-worker@.service", "runledger-edge.service"}
+# The units whose processes count metrics (GET /metrics/ adds up every process's counters).
+COUNTING = {"runledger-web.service", "runledger-worker@.service"}
 CHECKOUT = "/srv/runledger"  # where the units expect the project
 
 
@@ -479,12 +490,14 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
             "NoNewPrivileges": "yes",
             "ProtectSystem": "strict",
             "PrivateTmp": "yes",
-            # Their /tmp is private: both name one metrics directory, kept across restarts.
-            "RuntimeDirectory": "runledger-metrics",
-            "RuntimeDirectoryPreserve": "yes",
         }.items():
             assert service.get(key) == [value], (name, key)
         assert unit["Install"]["WantedBy"] == ["multi-user.target"], name
+    for name in COUNTING:
+        service = units[name]["Service"]
+        # Their /tmp is private: both name one metrics directory, kept across restarts.
+        assert service["RuntimeDirectory"] == ["runledger-metrics"], name
+        assert service["RuntimeDirectoryPreserve"] == ["yes"], name
         assert "RUNLEDGER_METRICS_DIR=/run/runledger-metrics" in service["Environment"], name
 
     # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's.
@@ -506,3 +519,16 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
     assert args[:2] == ["manage.py", "runworker"] and (ROOT / args[0]).exists()
     load_command_class("runs", "runworker").create_parser("manage.py", "runworker").parse_args(args[2:])
     assert int(worker["TimeoutStopSec"][0]) > settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS + 5
+
+    # The edge unit: what bin/edge runs, manage.py runedge, whose own parser takes its arguments; in
+    # front of the web unit's uvicorn, its control port (no authentication) on loopback. SIGTERM to
+    # runedge alone (KillMode=mixed, above), which passes it on to Pushpin once (tests/test_edge.py).
+    edge = units["runledger-edge.service"]["Service"]
+    program, args = exec_start(edge)
+    assert program == "python"
+    assert args[:2] == ["manage.py", "runedge"] and "manage.py runedge" in (ROOT / "bin" / "edge").read_text()
+    parser = load_command_class("runs", "runedge").create_parser("manage.py", "runedge")
+    edge_options = vars(parser.parse_args(args[2:]))
+    assert edge_options["upstream"] == f"{options['host']}:{options['port']}"
+    assert edge_options["control_port"].startswith("127.0.0.1:")
+    assert edge_options["port"].rpartition(":")[2] != str(options["port"])

@@ -6,23 +6,24 @@ when it saw a client go away. The agent runs in real worker processes started wi
 RUNLEDGER_AGENTS naming it and RUNLEDGER_OPENAI_BASE_URL pointing at that server.
 """
 
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from rest_framework.test import APIClient
 
 import runs.agents.openai_chat  # noqa: F401  (registers the agent here, as RUNLEDGER_AGENTS does in the workers)
 from runs import services
 from runs.events import EventType
 from runs.models import AttemptOutcome, Run
 from tests.factories import queued_run
+from tests.support.agents import AGENTS_ENV
+from tests.support.api import assert_error
 from tests.support.checks import assert_nothing_after_terminal
 from tests.support.openai_server import API_KEY, ModelServer, answer_text, answer_words
-from tests.support.procs import ROOT, Procs, subprocess_env
+from tests.support.procs import Procs, subprocess_env
 from tests.support.runs import delta_count, delta_texts, deltas_of, event_types, fresh, released, stored_text
 from tests.support.waiting import wait_until
 from tests.support.workers import wait_status
@@ -35,6 +36,9 @@ MESSAGES = [
 ]
 # The cancel grace the worker gets in the cancel tests: the production default.
 GRACE_SECONDS = 0.5
+# Cancel → the worker trips the attempt's token, at most: it hears of the cancel by a notification,
+# or by its poll.
+HEARD = timedelta(seconds=1)
 
 
 @pytest.fixture
@@ -50,6 +54,23 @@ def only_request(model: ModelServer) -> dict[str, Any]:
     requests = model.requests()
     assert len(requests) == 1, requests
     return requests[0]
+
+
+def cancel_until_disconnected(model: ModelServer, run: Run, owner: User) -> tuple[dict[str, Any], Run]:
+    """Cancel `run` while its one request is open: how the server saw the stream end, and the run
+    once its attempt is released."""
+    request = only_request(model)["request"]
+    assert model.ended(request) is None
+
+    services.run_cancel(run_id=run.pk, actor=owner)
+
+    gone = wait_until(lambda: model.ended(request), what="the server seeing the stream end")
+    assert gone["event"] == "disconnect", gone
+    attempt = wait_until(lambda: released(run), what="the attempt's release")
+    run = fresh(run)
+    assert run.status == "cancelled" and run.ended_at is not None
+    assert attempt.outcome == AttemptOutcome.CANCELLED and attempt.released_at is not None
+    return gone, run
 
 
 # --- streaming --------------------------------------------------------------------------------------
@@ -108,21 +129,14 @@ def test_a_cancel_closes_the_model_stream_within_the_grace_and_stores_nothing_af
         wait_until(lambda: delta_count(run) >= streamed, what="the answer streaming")
     else:
         wait_until(model.requests, what="the request at the server")
-    request = only_request(model)["request"]
-    assert model.ended(request) is None
 
-    services.run_cancel(run_id=run.pk, actor=alice)
+    gone, run = cancel_until_disconnected(model, run, alice)
 
-    gone = wait_until(lambda: model.ended(request), what="the server seeing the stream end")
-    assert gone["event"] == "disconnect", gone
-    attempt = wait_until(lambda: released(run), what="the attempt's release")
-    run = fresh(run)
-    assert run.status == "cancelled" and run.ended_at is not None
-    assert attempt.outcome == AttemptOutcome.CANCELLED and attempt.released_at is not None
     # The model server stopped generating within the grace of the cancel's commit.
+    assert run.ended_at is not None
     assert timedelta(seconds=gone["at"] - run.ended_at.timestamp()) < timedelta(seconds=GRACE_SECONDS), gone
     # What is stored is what the server sent, in order, up to the cancel — and nothing after it.
-    sent = model.sent(request)
+    sent = model.sent(gone["request"])
     assert len(sent) == gone["chunks"] >= streamed
     assert delta_texts(run) == sent[: delta_count(run)]
     assert_nothing_after_terminal(run)
@@ -151,6 +165,33 @@ def test_a_stop_the_worker_finds_between_two_chunks_closes_the_model_stream_too(
     assert_nothing_after_terminal(run)
 
 
+@pytest.mark.sqlite
+def test_a_cancel_closes_the_model_stream_at_the_end_of_the_grace_even_when_the_agent_ignores_it(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    # An agent of one's own built on openai_chat, which after the first delta waits on work that
+    # swallows the cancellation: its task never unwinds, so nothing of the agent closes the stream.
+    # The attempt abandons it at the end of the grace and closes the stream it opened itself.
+    env = {**model.settings(), **AGENTS_ENV, "RUNLEDGER_CANCEL_GRACE_SECONDS": str(GRACE_SECONDS)}
+    worker = procs.worker("w1", env=subprocess_env(**env))
+    run = queued_run(
+        alice, agent="test-stubborn-chat", input={"model": "test+words-3000+slow-20ms", "messages": MESSAGES}
+    )
+    wait_until(lambda: delta_count(run) == 1, what="the first delta")
+    request = only_request(model)["request"]
+    wait_until(lambda: len(model.sent(request)) >= 5, what="the stream going on, unread")
+
+    gone, run = cancel_until_disconnected(model, run, alice)
+
+    assert run.ended_at is not None
+    disconnected = timedelta(seconds=gone["at"] - run.ended_at.timestamp())
+    grace = timedelta(seconds=GRACE_SECONDS)
+    assert grace <= disconnected < grace + HEARD, disconnected
+    assert "the agent ignored cancellation; abandoning it" in worker.log()
+    assert delta_count(run) == 1
+    assert_nothing_after_terminal(run)
+
+
 # --- failures ---------------------------------------------------------------------------------------
 
 
@@ -160,7 +201,7 @@ def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_a
     procs.worker("w1", env=model.env())
     dropped = wait_status(chat_run(alice, "test+words-20+drop-after-5"), "failed")
     assert dropped.end_code == "agent_error"
-    assert dropped.end_reason.startswith("the model stream ended early, after 5 chunks: Connection error."), (
+    assert dropped.end_reason.startswith("the model stream ended early, after 5 chunks: RemoteProtocolError: "), (
         dropped.end_reason
     )
     assert "incomplete chunked read" in dropped.end_reason
@@ -175,7 +216,7 @@ def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_a
             "body": {"message": f"test server: status {status}", "type": "test_error", "code": status}
         }
         assert delta_count(failed) == 0
-    # The SDK's retries are off: one request a run (the platform's requeue is the retry).
+    # One request a run: the platform's requeue is the retry.
     assert [r["body"]["model"] for r in model.requests()] == [
         "test+words-20+drop-after-5",
         "test+status-500",
@@ -183,46 +224,55 @@ def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_a
     ]
 
 
-BAD_INPUTS: list[tuple[dict[str, Any], str]] = [
-    ({"messages": MESSAGES}, "model must be a non-empty string"),
-    ({"model": " ", "messages": MESSAGES}, "model must be a non-empty string"),
-    ({"model": "m"}, "messages must be a non-empty list"),
-    ({"model": "m", "messages": []}, "messages must be a non-empty list"),
-    ({"model": "m", "messages": [{"role": "user"}]}, "messages[0] must be an object with exactly a role"),
-    ({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}, "messages[0] must be an object"),
-    ({"model": "m", "messages": [*MESSAGES, {"role": "user", "content": 7}]}, "messages[2] must be an object"),
-    ({"model": "m", "messages": MESSAGES, "max_tokens": 0}, "max_tokens must be a whole number ≥ 1"),
-    ({"model": "m", "messages": MESSAGES, "max_tokens": "10"}, "max_tokens must be a whole number ≥ 1"),
-    ({"model": "m", "messages": MESSAGES, "temperature": 3}, "temperature must be a number from 0 to 2"),
-    ({"model": "m", "messages": MESSAGES, "continue": "yes"}, "continue must be true or false"),
-    ({"model": "m", "messages": MESSAGES, "max_token": 10}, "unknown input keys ['max_token']"),
+BAD_INPUTS: list[tuple[dict[str, Any], str, str]] = [
+    ({"messages": MESSAGES}, "model", "must be a non-empty string"),
+    ({"model": " ", "messages": MESSAGES}, "model", "must be a non-empty string"),
+    ({"model": "m"}, "messages", "must be a non-empty list"),
+    ({"model": "m", "messages": []}, "messages", "must be a non-empty list"),
+    ({"model": "m", "messages": [{"role": "user"}]}, "messages", "item 0 must be an object with exactly a role"),
+    ({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}, "messages", "item 0 must be an object"),
+    ({"model": "m", "messages": [*MESSAGES, {"role": "user", "content": 7}]}, "messages", "item 2 must be"),
+    ({"model": "m", "messages": MESSAGES, "max_tokens": 0}, "max_tokens", "must be a whole number from 1 to 50"),
+    ({"model": "m", "messages": MESSAGES, "max_tokens": 51}, "max_tokens", "must be a whole number from 1 to 50"),
+    ({"model": "m", "messages": MESSAGES, "max_tokens": "10"}, "max_tokens", "must be a whole number from 1"),
+    ({"model": "m", "messages": MESSAGES, "max_tokens": 2.5}, "max_tokens", "must be a whole number from 1"),
+    ({"model": "m", "messages": MESSAGES, "temperature": 3}, "temperature", "must be a number from 0 to 2"),
+    ({"model": "m", "messages": MESSAGES, "continue": "yes"}, "continue", "must be true or false"),
+    ({"model": "m", "messages": MESSAGES, "max_token": 10}, "max_token", "is not an input of openai_chat"),
 ]
 
 
-def test_bad_input_fails_the_run_with_a_reason_before_anything_is_sent(
+@pytest.mark.sqlite
+def test_bad_input_is_a_400_at_create_naming_the_key_and_nothing_is_stored(alice: User, settings: Any) -> None:
+    settings.RUNLEDGER_OPENAI_MAX_TOKENS = 50
+    api = APIClient()
+    api.force_authenticate(alice)
+    for input, key, problem in BAD_INPUTS:
+        response = api.post("/api/runs/", {"agent": "openai_chat", "input": input}, format="json")
+        error = assert_error(response, 400, "validation_error")["error"]
+        (said,) = error["detail"]["input"][key]
+        assert said.startswith(problem), (input, said)
+        assert f"{key} {said}" in error["message"]
+    assert Run.objects.count() == 0
+    # The bound itself, and no bound at all once the setting is 0.
+    at_most = {"model": "m", "messages": MESSAGES, "max_tokens": 50}
+    assert api.post("/api/runs/", {"agent": "openai_chat", "input": at_most}, format="json").status_code == 201
+    settings.RUNLEDGER_OPENAI_MAX_TOKENS = 0
+    unbounded = {**at_most, "max_tokens": 1_000_000}
+    assert api.post("/api/runs/", {"agent": "openai_chat", "input": unbounded}, format="json").status_code == 201
+
+
+@pytest.mark.sqlite
+def test_a_run_created_under_a_larger_bound_fails_in_the_worker_before_anything_is_sent(
     procs: Procs, model: ModelServer, alice: User
 ) -> None:
-    procs.worker("w1", env=model.env())
-    runs = [queued_run(alice, agent="openai_chat", input=input) for input, _ in BAD_INPUTS]
-    for run, (_, reason) in zip(runs, BAD_INPUTS, strict=True):
-        run = wait_status(run, "failed", "completed")
-        assert (run.status, run.end_code) == ("failed", "agent_error")
-        assert run.end_reason.startswith("bad input: ") and reason in run.end_reason, run.end_reason
-        assert run.error == {"input": run.input}
+    # Created here under the default bound; the worker's is smaller, and it is the worker that sends.
+    procs.worker("w1", env=model.env(RUNLEDGER_OPENAI_MAX_TOKENS="10"))
+    run = wait_status(chat_run(alice, "test", max_tokens=100), "failed", "completed")
+    assert (run.status, run.end_code) == ("failed", "agent_error")
+    assert run.end_reason == "bad input: max_tokens must be a whole number from 1 to 10"
+    assert run.error == {"input": run.input}
     assert model.requests() == []
-
-
-def test_without_the_openai_extra_every_process_stops_naming_the_extra(tmp_path: Path) -> None:
-    # The SDK made unimportable, as in an install without the extra.
-    (tmp_path / "openai.py").write_text("raise ModuleNotFoundError(\"No module named 'openai'\", name='openai')\n")
-    env = subprocess_env(RUNLEDGER_AGENTS="runs.agents.demo,runs.agents.openai_chat", PYTHONPATH=str(tmp_path))
-    check = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert check.returncode != 0
-    assert "runs.E001) RUNLEDGER_AGENTS names 'runs.agents.openai_chat', which cannot be imported" in check.stderr
-    cure = "needs the OpenAI SDK, which comes with Runledger's `openai` extra: pip install -e '.[openai]'"
-    assert f"{cure} (No module named 'openai')" in check.stderr, check.stderr
 
 
 # --- requeue --------------------------------------------------------------------------------------

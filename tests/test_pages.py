@@ -1,9 +1,11 @@
+import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from runs.models import Run
 from tests.factories import queued_run
+from tests.support.procs import Procs, subprocess_env
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]
 
@@ -46,6 +48,25 @@ def test_the_demo_form_refuses_bad_input_and_creates_nothing(client: Client, ali
     assert response.status_code == 200
     assert Run.objects.count() == 0
     assert b'role="alert"' in response.content
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)  # the web process reads the session this one writes
+def test_without_the_demo_agent_the_list_offers_no_demo_run(procs: Procs, alice: User) -> None:
+    browser = Client()
+    browser.force_login(alice)
+    assert "Start a demo run" in browser.get("/runs/").content.decode()  # here, `demo` is registered
+    web = procs.uvicorn(env=subprocess_env(RUNLEDGER_AGENTS="runs.agents.openai_chat"))
+    # The double-submit a browser page does, so that a POST reaches the view.
+    secret = "abcdefghijklmnopqrstuvwxyzABCDEF"
+    cookies = {"sessionid": browser.cookies["sessionid"].value, "csrftoken": secret}
+    with httpx.Client(base_url=web.url, cookies=cookies, timeout=10) as site:
+        page = site.get("/runs/")
+        assert page.status_code == 200 and "<h1>Your runs</h1>" in page.text
+        assert "Start a demo run" not in page.text and 'id="demo-form"' not in page.text
+        posted = site.post("/runs/", data={"deltas": 5, "delay_ms": 10}, headers={"X-CSRFToken": secret})
+    assert posted.status_code == 405 and posted.headers["Allow"] == "GET"
+    assert not Run.objects.exists()
 
 
 def test_the_watch_page_follows_the_visibility_rule(client: Client, alice: User, bob: User) -> None:

@@ -1,13 +1,24 @@
 """The `openai_chat` agent: streams an answer from any OpenAI-compatible Chat Completions endpoint
-(OpenAI, vLLM, Ollama, …) through the official SDK. It is in the optional extra `openai`
-(`pip install -e '.[openai]'`) and registered when `runs.agents.openai_chat` is in RUNLEDGER_AGENTS;
+(OpenAI, vLLM, Ollama, …). It is registered when `runs.agents.openai_chat` is in RUNLEDGER_AGENTS;
 the endpoint is RUNLEDGER_OPENAI_BASE_URL with RUNLEDGER_OPENAI_API_KEY.
 
 Input: {"model": "...", "messages": [{"role": "...", "content": "..."}, ...]}, optionally
-`max_tokens`, `temperature` and `continue` (see below). Each streamed chunk's text is an
+`max_tokens` (at most RUNLEDGER_OPENAI_MAX_TOKENS), `temperature` and `continue` (see below). It is
+checked when the run is created (`check_input`: a 400 naming each key, nothing stored) and again
+before anything is sent, for a run created under other settings. Each streamed chunk's text is an
 `output.delta`; the request is one model turn (`Step("model")`); the run completes with
 {"text": the whole answer, "usage": what the server reported, "finish_reason": ...}. The stored
 text (the deltas, in order) is always exactly `text`.
+
+It speaks the streaming protocol itself, over `ctx.http_stream`, rather than through the official
+SDK: the attempt must be able to close the stream whatever the agent does — an agent abandoned
+for ignoring a cancellation included — and it can close only what it opened (runs/agents/base.py).
+The SDK (3.x) sends through an httpx2 client of its own; it can be given such a client or
+transport, never a response, so handing it the attempt's stream would take a transport that
+translates requests, bodies, streams and errors between httpx2 and the attempt's httpx — more code,
+and more ways to go wrong, than the protocol: one POST, answered with server-sent events whose
+`data:` is a JSON chunk, `data: [DONE]` last, the usage in a final chunk when asked for. Each
+request is sent once: the platform's requeue is the retry.
 
 A requeued attempt (its worker died) does not store again what is already stored. With `continue`
 (input, default RUNLEDGER_OPENAI_CONTINUE) it sends the stored text as a final assistant message
@@ -15,25 +26,18 @@ for the server to go on from — vLLM's `continue_final_message`; OpenAI's API c
 partial message. Otherwise it asks again and stores only what goes beyond the stored text.
 """
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
+import httpx
 from django.conf import settings
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, register
 from runs.events import EventType
-
-try:
-    import httpx2
-    import openai
-    from openai.types.chat import ChatCompletionMessageParam
-except ImportError as exc:  # the message the process stops with names the cure
-    raise ImportError(
-        "runs.agents.openai_chat needs the OpenAI SDK, which comes with Runledger's `openai` extra: "
-        f"pip install -e '.[openai]' ({exc})"
-    ) from exc
+from runs.limits import limit
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +45,12 @@ ROLES = ("system", "developer", "user", "assistant")
 INPUT_KEYS = ("model", "messages", "max_tokens", "temperature", "continue")
 # vLLM's request parameters that make the model go on with the final (assistant) message.
 CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
-# The SDK refuses to start without a key; servers that need none (vLLM, Ollama) ignore it.
-PLACEHOLDER_KEY = "none"
-# The system's CA certificates, loaded once per process: each run has a client of its own, and
-# loading them for each would hold the worker's event loop (every run it executes) ~100 ms a run.
-TLS = httpx2.create_ssl_context()
+# The official SDK's: a model may think for minutes before a chunk, but a server that does not take
+# the connection within seconds is down.
+TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+# Of an error answer, what is read and kept in the run's `error`.
+ERROR_BODY_BYTES = 64 * 1024
+DONE = "[DONE]"
 
 
 @dataclass(frozen=True)
@@ -57,17 +62,9 @@ class ChatInput:
     continue_: bool
 
 
-def parse_input(input: dict[str, Any]) -> ChatInput:
-    """The run's input, checked before anything is sent; ValueError names what is wrong."""
-    unknown = sorted(set(input) - set(INPUT_KEYS))
-    if unknown:
-        raise ValueError(f"unknown input keys {unknown}; the keys are {', '.join(INPUT_KEYS)}")
-    model = input.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise ValueError("model must be a non-empty string")
-    messages = input.get("messages")
+def _messages_problem(messages: Any) -> str | None:
     if not isinstance(messages, list) or not messages:
-        raise ValueError('messages must be a non-empty list of {"role": ..., "content": ...} objects')
+        return 'must be a non-empty list of {"role": ..., "content": ...} objects'
     for i, message in enumerate(messages):
         if (
             not isinstance(message, dict)
@@ -75,21 +72,53 @@ def parse_input(input: dict[str, Any]) -> ChatInput:
             or message["role"] not in ROLES
             or not isinstance(message["content"], str)
         ):
-            raise ValueError(
-                f"messages[{i}] must be an object with exactly a role ({', '.join(ROLES)}) and a string content"
-            )
+            return f"item {i} must be an object with exactly a role ({', '.join(ROLES)}) and a string content"
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_input(input: dict[str, Any]) -> dict[str, str]:
+    """What is wrong with a run's input, by key: a create with anything here is a 400."""
+    problems = {
+        key: f"is not an input of openai_chat; its keys are {', '.join(INPUT_KEYS)}"
+        for key in sorted(set(input) - set(INPUT_KEYS))
+    }
+    model = input.get("model")
+    if not isinstance(model, str) or not model.strip():
+        problems["model"] = "must be a non-empty string"
+    messages = _messages_problem(input.get("messages"))
+    if messages is not None:
+        problems["messages"] = messages
     max_tokens = input.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError("max_tokens must be a whole number ≥ 1")
+    most = limit("RUNLEDGER_OPENAI_MAX_TOKENS")
+    if max_tokens is not None and (not _whole(max_tokens) or max_tokens < 1 or (most and max_tokens > most)):
+        problems["max_tokens"] = f"must be a whole number from 1 to {most}" if most else "must be a whole number ≥ 1"
     temperature = input.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2
     ):
-        raise ValueError("temperature must be a number from 0 to 2")
-    continue_ = input.get("continue", settings.RUNLEDGER_OPENAI_CONTINUE)
-    if not isinstance(continue_, bool):
-        raise ValueError("continue must be true or false")
-    return ChatInput(model, messages, max_tokens, None if temperature is None else float(temperature), continue_)
+        problems["temperature"] = "must be a number from 0 to 2"
+    if "continue" in input and not isinstance(input["continue"], bool):
+        problems["continue"] = "must be true or false"
+    return problems
+
+
+def parse_input(input: dict[str, Any]) -> ChatInput:
+    """The run's input, checked before anything is sent; ValueError names what is wrong."""
+    problems = check_input(input)
+    if problems:
+        raise ValueError("; ".join(f"{key} {problem}" for key, problem in sorted(problems.items())))
+    temperature = input.get("temperature")
+    return ChatInput(
+        model=input["model"],
+        messages=input["messages"],
+        max_tokens=input.get("max_tokens"),
+        temperature=None if temperature is None else float(temperature),
+        continue_=input.get("continue", settings.RUNLEDGER_OPENAI_CONTINUE),
+    )
 
 
 class Answer:
@@ -105,9 +134,9 @@ class Answer:
         self._skipped = ""
         self.chunks = 0
 
-    def take(self, content: str | None) -> str:
+    def take(self, content: Any) -> str:
         """The part of a chunk's `content` to store."""
-        if not content:
+        if not isinstance(content, str) or not content:
             return ""
         self.chunks += 1
         if self._skip:
@@ -120,20 +149,95 @@ class Answer:
         return content
 
 
-def _messages(chat: ChatInput, answer: Answer) -> list[ChatCompletionMessageParam]:
+def _request(chat: ChatInput, answer: Answer) -> dict[str, Any]:
     messages = list(chat.messages)
+    body: dict[str, Any] = {"model": chat.model, "messages": messages, "stream": True}
+    # The usage comes in a last chunk of its own, only when asked for.
+    body["stream_options"] = {"include_usage": True}
+    if chat.max_tokens is not None:
+        body["max_tokens"] = chat.max_tokens
+    if chat.temperature is not None:
+        body["temperature"] = chat.temperature
     if chat.continue_ and answer.stored:
         messages.append({"role": "assistant", "content": answer.stored})
-    # Checked by parse_input: each is a {"role", "content"} of a role the API knows.
-    return cast(list[ChatCompletionMessageParam], messages)
+        body.update(CONTINUE_FINAL_MESSAGE)
+    return body
 
 
-def _why(exc: openai.APIError) -> str:
-    cause = exc.__cause__
-    return exc.message + (f" ({type(cause).__name__}: {cause})" if cause is not None else "")
+async def _server_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The data of each server-sent event: its `data:` lines joined; a blank line ends an event.
+    The other fields and comments say nothing a chat completion needs."""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+            data = []
+        elif line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
 
 
-@register("openai_chat")
+def _no_constant(name: str) -> Any:
+    # json.loads takes NaN and ±Infinity, which no run can store (runs/storable.py).
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _json(data: str | bytes) -> Any:
+    return json.loads(data, parse_constant=_no_constant)
+
+
+async def _error_body(response: httpx.Response) -> Any:
+    """An error answer's body as the SDK reports it: the `error` object of an OpenAI-shaped JSON
+    body, the JSON otherwise, else its text — read only so far."""
+    raw = b""
+    async for part in response.aiter_bytes():
+        raw += part
+        if len(raw) >= ERROR_BODY_BYTES:
+            break
+    try:
+        body = _json(raw[:ERROR_BODY_BYTES])
+    except ValueError:
+        return raw[:ERROR_BODY_BYTES].decode("utf-8", "replace").replace("\x00", "\ufffd")
+    return body.get("error", body) if isinstance(body, dict) else body
+
+
+def _refused(response: httpx.Response, body: Any) -> Fail:
+    said = body.get("message") if isinstance(body, dict) else None
+    reason = said if isinstance(said, str) and said else response.reason_phrase
+    return Fail(f"the model server answered HTTP {response.status_code}: {reason}", {"body": body})
+
+
+class _Stream:
+    """What the chunks said so far, beside the answer's text."""
+
+    def __init__(self) -> None:
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+
+    def read(self, data: str, answer: Answer) -> str:
+        """The text of one chunk to store; ValueError if it is not a chunk, or an error event."""
+        try:
+            chunk = _json(data)
+        except ValueError as exc:
+            raise ValueError(f"a chunk is not JSON ({exc}): {data[:200]!r}") from exc
+        if not isinstance(chunk, dict):
+            raise ValueError(f"a chunk is not a JSON object: {data[:200]!r}")
+        error = chunk.get("error")
+        if error is not None:
+            said = error.get("message") if isinstance(error, dict) else error
+            raise ValueError(f"the server sent an error: {said}")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        # One answer is asked for (no `n`): its choice is the first.
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish_reason = choice["finish_reason"]
+        delta = choice.get("delta")
+        return answer.take(delta.get("content") if isinstance(delta, dict) else None)
+
+
+@register("openai_chat", check_input=check_input)
 async def openai_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
     try:
         chat = parse_input(ctx.input)
@@ -144,48 +248,39 @@ async def openai_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
     answer = Answer(stored, starts_over=not chat.continue_)
     if not stored:  # a turn an earlier attempt began (its deltas are stored) is counted once
         yield Step("model")
-    usage: dict[str, Any] | None = None
-    finish_reason: str | None = None
+    url = f"{settings.RUNLEDGER_OPENAI_BASE_URL.rstrip('/')}/chat/completions"
+    key = settings.RUNLEDGER_OPENAI_API_KEY
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    stream = _Stream()
+    refused: Fail | None = None
     try:
-        # Retries off: the platform's requeue is the retry, so no request is sent twice unseen.
-        # The client is closed on the way out — the worker cancelling this task on a cancel or
-        # stop included — and with it the stream's connection, so the server stops generating.
-        async with openai.AsyncOpenAI(
-            base_url=settings.RUNLEDGER_OPENAI_BASE_URL,
-            api_key=settings.RUNLEDGER_OPENAI_API_KEY or PLACEHOLDER_KEY,
-            max_retries=0,
-            http_client=openai.DefaultAsyncHttpxClient(verify=TLS),
-        ) as client:
-            stream = await client.chat.completions.create(
-                model=chat.model,
-                messages=_messages(chat, answer),
-                max_tokens=openai.omit if chat.max_tokens is None else chat.max_tokens,
-                temperature=openai.omit if chat.temperature is None else chat.temperature,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=CONTINUE_FINAL_MESSAGE if chat.continue_ and answer.stored else None,
-            )
-            async with stream:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = chunk.usage.model_dump(mode="json", exclude_unset=True)
-                    for choice in chunk.choices[:1]:
-                        finish_reason = choice.finish_reason or finish_reason
-                        text = answer.take(choice.delta.content)
-                        if text:
-                            yield Emit(EventType.OUTPUT_DELTA, {"text": text})
-    except openai.APIStatusError as exc:
-        # The SDK hands over the error object of an OpenAI-shaped body; its message says it best.
-        said = exc.body.get("message") if isinstance(exc.body, dict) else None
-        yield Fail(f"the model server answered HTTP {exc.status_code}: {said or exc.message}", {"body": exc.body})
-        return
-    except openai.APIError as exc:
+        # The attempt's own stream: when the run is cancelled or stopped, the attempt closes it —
+        # response and connection, so the server stops generating — even if this agent is stuck.
+        request = _request(chat, answer)
+        async with ctx.http_stream("POST", url, json=request, headers=headers, timeout=TIMEOUT) as response:
+            if not response.is_success:
+                refused = _refused(response, await _error_body(response))
+            else:
+                async for data in _server_events(response.aiter_lines()):
+                    if data == DONE:
+                        break
+                    text = stream.read(data, answer)
+                    if text:
+                        yield Emit(EventType.OUTPUT_DELTA, {"text": text})
+    except httpx.HTTPError as exc:
+        why = f"{type(exc).__name__}: {exc}"
         if answer.chunks:
-            yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {_why(exc)}")
+            yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {why}")
         else:
-            yield Fail(f"the model request to {settings.RUNLEDGER_OPENAI_BASE_URL} failed: {_why(exc)}")
+            yield Fail(f"the model request to {url} failed: {why}")
         return
-    if finish_reason is None:
+    except ValueError as exc:
+        yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {exc}")
+        return
+    if refused is not None:
+        yield refused
+        return
+    if stream.finish_reason is None:
         yield Fail(f"the model stream ended early, after {answer.chunks} chunks: it closed without a finish_reason")
         return
-    yield Complete({"text": answer.text, "usage": usage, "finish_reason": finish_reason})
+    yield Complete({"text": answer.text, "usage": stream.usage, "finish_reason": stream.finish_reason})

@@ -9,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from runs.models import LIVE_VALUES, AttemptOutcome, RunAttempt
-from runs.selectors.overview import queue_oldest_created, status_counts
+from runs.selectors.overview import queue_oldest_entered, status_counts
 from runs.services.core import db_now
 from runs.transitions import TERMINAL, Status
 
@@ -37,10 +37,12 @@ class DatabaseCollector(Collector):
         for status in Status:
             runs.add_metric([status.value], counts.get(status.value, 0))
         yield runs
-        oldest = queue_oldest_created()
+        oldest = queue_oldest_entered()
         age = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
         yield GaugeMetricFamily(
-            "runledger_queue_oldest_age_seconds", "Age of the oldest queued run (since it was created)", value=age
+            "runledger_queue_oldest_age_seconds",
+            "How long the queued run that has waited longest has been queued (since it was created, requeued or resumed)",
+            value=age,
         )
         # Held attempts whose lease lapsed and that no sweeper has requeued yet: through the
         # open-lease partial index. Above 0 for longer than a few sweeps means nobody sweeps.

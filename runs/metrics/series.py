@@ -13,6 +13,7 @@ from django.db import transaction
 from prometheus_client import Counter, Gauge, Histogram
 
 from runs.metrics import store
+from runs.selectors.overview import cancel_release_seconds
 
 store.install()  # before any metric below is made
 
@@ -25,6 +26,8 @@ ATTEMPTS_LOST = Counter(
     "Attempts whose worker was lost: its lease lapsed before it released the run",
     registry=None,
 )
+# Observed for each attempt `runs.selectors.overview.CANCELLED_UNDER` counts, when it is released
+# (by its worker, or by a sweeper at its lease's lapse): the dashboard's latencies are the same.
 CANCEL_RELEASE = Histogram(
     "runledger_cancel_release_seconds",
     "From a cancel or stop committed to the worker's release of the attempt it ended",
@@ -51,8 +54,7 @@ def attempts_lost(count: int) -> None:
 
 
 def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:
-    # The two times may come from two machines' clocks: a skew could make it negative.
-    seconds = max(0.0, (released_at - ended_at).total_seconds())
+    seconds = cancel_release_seconds(ended_at=ended_at, released_at=released_at)
     transaction.on_commit(functools.partial(CANCEL_RELEASE.observe, seconds), robust=True)
 
 

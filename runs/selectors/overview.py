@@ -1,12 +1,15 @@
 """Reads about the whole system rather than one run: the staff dashboard's figures (DESIGN §9).
 
 A fixed number of queries whatever the size of the tables, each through an index that holds only
-what it counts: live runs through the live-runs partial index, the queue's age through `(status,
-created_at)`, held attempts through the open-lease partial index, runs ended in the last day
+what it counts: live runs through the live-runs partial index, the queue's age through
+`run_queued_at`, held attempts through the open-lease partial index, runs ended in the last day
 through `run_ended`, recent events through `runevent_created` (BRIN on PostgreSQL: a few pages
 for the whole table), cancel latencies through `runattempt_cancel_released`. What grows is bounded
 by time (a day's ended runs and cancels, two minutes of events once a process has counted the
 hour's), never by history; lists are capped and say so.
+
+The queue's age and the cancel → released latencies are /metrics/' too (`runs.metrics`): both read
+them as defined here.
 """
 
 import math
@@ -16,7 +19,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, F, Q
 from django.db.models.functions import TruncMinute
 
 from runs.models import LIVE_VALUES, AttemptOutcome, Run, RunAttempt, RunEvent
@@ -32,8 +35,23 @@ LATENCIES_READ = 20_000
 # Minutes whose event counts no longer change, and those counts, per database (_events_per_minute).
 SETTLED = timedelta(minutes=2)
 _settled: dict[str, dict[datetime, int]] = {}
-# Attempts whose run was cancelled or stopped under them: their release is the latency's end.
-CANCEL_OUTCOMES = (AttemptOutcome.CANCELLED.value, AttemptOutcome.STOPPED.value)
+# The outcomes an attempt can have once its run was cancelled or stopped under it: the command's,
+# until a sweeper releases it for a worker that never said it stopped, which makes it `lost`
+# (`run_attempts_release_lapsed`). Stated positively, for the partial index that holds them
+# (`runattempt_cancel_released`).
+CANCEL_OUTCOMES = sorted(o.value for o in (AttemptOutcome.CANCELLED, AttemptOutcome.STOPPED, AttemptOutcome.LOST))
+# The attempts a cancel or stop ended while they held their run: what "cancel → released" is
+# measured on, here and by /metrics/ (runledger_cancel_release_seconds, observed at each release).
+# The run ended cancelled or stopped, and this is its last attempt: either its outcome still says
+# so, or it was lost after the run last entered the queue — an attempt lost to its lapsed lease
+# sends the run back to the queue (a new `queued_at`) after its release, one lost after the run
+# ended does not.
+CANCELLED_UNDER = Q(
+    Q(outcome__in=[AttemptOutcome.CANCELLED.value, AttemptOutcome.STOPPED.value])
+    | Q(outcome=AttemptOutcome.LOST.value, released_at__gt=F("run__queued_at")),
+    run__status__in=[Status.CANCELLED.value, Status.STOPPED.value],
+    generation=F("run__generation"),
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,7 @@ class Overview:
     live: dict[str, int]
     ended_last_hour: dict[str, int]
     ended_last_day: dict[str, int]
+    # When the queued run that has waited longest entered the queue.
     queue_oldest: datetime | None
     workers: list[Worker]
     stale: list[HeldRun]
@@ -99,9 +118,17 @@ def status_counts(statuses: list[str]) -> dict[str, int]:
     return dict(rows.values_list("status", "n"))
 
 
-def queue_oldest_created() -> datetime | None:
-    """When the oldest queued run was created: the claim's order, through `(status, created_at)`."""
-    return Run.objects.filter(status=Status.QUEUED).order_by("created_at").values_list("created_at", flat=True).first()
+def queue_oldest_entered() -> datetime | None:
+    """When the queued run that has waited longest entered the queue — created, requeued or
+    resumed: a run that went back to the queue has waited since then — through `run_queued_at`."""
+    return Run.objects.filter(status=Status.QUEUED).order_by("queued_at").values_list("queued_at", flat=True).first()
+
+
+def cancel_release_seconds(*, ended_at: datetime, released_at: datetime) -> float:
+    """The latency of a release `CANCELLED_UNDER` counts. An attempt whose lease lapsed before the
+    cancel (a sweeper released it as of the lapse) counts as released at the cancel; and the two
+    times may come from two machines' clocks, whose skew could make it negative."""
+    return max(0.0, (released_at - ended_at).total_seconds())
 
 
 def _minute(when: datetime) -> datetime:
@@ -140,14 +167,15 @@ def _held(now: datetime) -> tuple[list[Worker], list[HeldRun], bool]:
 def _latencies(now: datetime) -> tuple[Latencies, Latencies]:
     """The last hour's and the last day's, from one read of the day's."""
     rows = list(
-        RunAttempt.objects.filter(outcome__in=CANCEL_OUTCOMES, released_at__gte=now - DAY, released_at__lte=now)
+        RunAttempt.objects.filter(
+            CANCELLED_UNDER, outcome__in=CANCEL_OUTCOMES, released_at__gte=now - DAY, released_at__lte=now
+        )
         .order_by("-released_at")
         .values_list("released_at", "run__ended_at")[: LATENCIES_READ + 1]
     )
     capped = len(rows) > LATENCIES_READ
-    # A lease that lapsed before the cancel counts as released at the cancel (as in /metrics/).
     timed = [
-        (released, max(0.0, (released - ended).total_seconds()))
+        (released, cancel_release_seconds(ended_at=ended, released_at=released))
         for released, ended in reversed(rows[:LATENCIES_READ])
         if released is not None and ended is not None
     ]
@@ -182,7 +210,7 @@ def _events_per_minute(minutes: list[datetime], now: datetime) -> dict[datetime,
 def system_overview(*, now: datetime) -> Overview:
     """The dashboard's figures at `now` (the database's clock), in 6 queries."""
     live = status_counts(LIVE_VALUES)
-    queue_oldest = queue_oldest_created()
+    queue_oldest = queue_oldest_entered()
     workers, stale, held_more = _held(now)
 
     first_minute = _minute(now) - timedelta(minutes=MINUTES - 1)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from runs.agents import AgentContext, Complete, Directive, Emit, Step, register
 from runs.agents.demo import stubborn_tool
+from runs.agents.openai_chat import openai_chat
 from runs.events import EventType, ToolStatus
 
 # The environment that makes a web or worker process load these agents beside the demo.
@@ -74,3 +75,14 @@ async def http_stream_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
         async for _ in lines:
             read += 1
     yield Complete({"lines": read})
+
+
+@register("test-stubborn-chat")
+async def stubborn_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """`openai_chat` under an agent of one's own that ignores cancellation: after the first delta it
+    waits on work that swallows CancelledError, while `openai_chat`, paused at its `yield`, holds
+    the model stream open — only the attempt can close it then."""
+    async for directive in openai_chat(ctx):
+        yield directive
+        if isinstance(directive, Emit):
+            await stubborn_tool(60)

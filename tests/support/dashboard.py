@@ -35,6 +35,17 @@ def _histogram(values: list[float]) -> list[int]:
     return counts
 
 
+def _cancelled_under(attempt: RunAttempt, run: Run) -> bool:
+    """`selectors.overview.CANCELLED_UNDER`, one attempt at a time: its run ended cancelled or
+    stopped while it held the run — its outcome says so, or it was lost after the run last entered
+    the queue (a lease lost before would have sent the run back to the queue after it)."""
+    if run.status not in ("cancelled", "stopped") or attempt.generation != run.generation:
+        return False
+    if attempt.outcome == "lost":
+        return None not in (attempt.released_at, run.queued_at) and attempt.released_at > run.queued_at
+    return attempt.outcome in ("cancelled", "stopped")
+
+
 def expected(now: datetime) -> Figures:
     runs = list(Run.objects.all())
     first_minute = now.replace(second=0, microsecond=0) - timedelta(minutes=59)
@@ -50,7 +61,7 @@ def expected(now: datetime) -> Figures:
     event_minute = Counter(
         minute_of(at) for at in RunEvent.objects.values_list("created_at", flat=True) if first_minute <= at <= now
     )
-    ended_at = {r.pk: r.ended_at for r in runs}
+    by_id = {r.pk: r for r in runs}
     latencies: dict[str, list[float]] = {"hour": [], "day": []}
     workers: dict[str, set[str]] = defaultdict(set)
     stale = set()
@@ -59,8 +70,9 @@ def expected(now: datetime) -> Figures:
             stale.add(str(attempt.run_id))
         elif attempt.outcome == "":
             workers[attempt.worker].add(str(attempt.run_id))
-        if attempt.outcome in ("cancelled", "stopped") and attempt.released_at and attempt.released_at <= now:
-            seconds = max(0.0, (attempt.released_at - ended_at[attempt.run_id]).total_seconds())
+        run = by_id[attempt.run_id]
+        if _cancelled_under(attempt, run) and attempt.released_at and run.ended_at and attempt.released_at <= now:
+            seconds = max(0.0, (attempt.released_at - run.ended_at).total_seconds())
             for window, span in (("hour", timedelta(hours=1)), ("day", timedelta(days=1))):
                 if attempt.released_at >= now - span:
                     latencies[window].append(seconds)
