@@ -194,11 +194,19 @@ class RunAttempt(models.Model):
             models.Index(
                 fields=["lease_expires_at"], name="runattempt_unreleased", condition=Q(released_at__isnull=True)
             ),
-            # The dashboard's cancel -> released latencies of the last day (selectors.overview).
+            # The dashboard's cancel -> released latencies of the last day (selectors.overview):
+            # `lost` too, which a cancelled attempt becomes when a sweeper releases it.
             models.Index(
                 fields=["released_at"],
                 name="runattempt_cancel_released",
-                condition=Q(outcome__in=["cancelled", "stopped"], released_at__isnull=False),
+                condition=Q(outcome__in=["cancelled", "lost", "stopped"], released_at__isnull=False),
+            ),
+            # A worker starting on a machine: the lost attempts there whose tool processes may be left
+            # (runs.worker.orphans). Tiny: groups are forgotten once they have been dealt with.
+            models.Index(
+                fields=["machine"],
+                name="runattempt_lost_groups",
+                condition=Q(outcome="lost") & ~Q(process_groups=[]),
             ),
         ]
 

@@ -1,5 +1,6 @@
-# Issue 29: the `storage_error` end code, when a queued run entered the queue (queue age), and
-# where an attempt's tool processes run (killed once the attempt is lost).
+# Issue 29: the `storage_error` end code; when a queued run entered the queue (queue age); where an
+# attempt's tool processes run (killed once the attempt is lost), and the index a starting worker
+# finds them by; the cancel -> released latencies count attempts a sweeper marked lost.
 
 from django.conf import settings
 from django.db import migrations, models
@@ -75,5 +76,17 @@ class Migration(migrations.Migration):
                 ),
                 name="run_end_code_matches_status",
             ),
+        ),
+        migrations.RemoveIndex(
+            model_name='runattempt',
+            name='runattempt_cancel_released',
+        ),
+        migrations.AddIndex(
+            model_name='runattempt',
+            index=models.Index(condition=models.Q(('outcome__in', ['cancelled', 'lost', 'stopped']), ('released_at__isnull', False)), fields=['released_at'], name='runattempt_cancel_released'),
+        ),
+        migrations.AddIndex(
+            model_name='runattempt',
+            index=models.Index(condition=models.Q(('outcome', 'lost'), models.Q(('process_groups', []), _negated=True)), fields=['machine'], name='runattempt_lost_groups'),
         ),
     ]

@@ -4,7 +4,7 @@
 - `creation`: what a run is made of (`RunSpec`) and its insert;
 - `commands`: cancel, stop, pause, resume;
 - `execution`: the writes of a worker's attempt;
-- `sweeper`: lapsed leases and passed deadlines;
+- `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
 - `idempotency`: retry-safe creates;
 - `retention`: purging old terminal runs;
 - `throttles`: counting failed sign-ins and token attempts, and refusing them beyond the limit.
@@ -18,6 +18,7 @@ from runs.services.commands import CommandResult, run_cancel, run_pause, run_res
 from runs.services.core import SYSTEM
 from runs.services.creation import RunSpec, run_create
 from runs.services.execution import (
+    run_attempt_group_record,
     run_attempt_heartbeat,
     run_attempt_release,
     run_child_spawn,
@@ -31,7 +32,16 @@ from runs.services.execution import (
 )
 from runs.services.idempotency import Answer, Created, run_create_idempotent
 from runs.services.retention import PurgeResult, runs_purge
-from runs.services.sweeper import SweepResult, run_deadline_stop, run_lease_expire, runs_sweep
+from runs.services.sweeper import (
+    MachineAttempts,
+    OrphanedGroups,
+    SweepResult,
+    attempt_groups_orphaned,
+    run_attempt_groups_forget,
+    run_deadline_stop,
+    run_lease_expire,
+    runs_sweep,
+)
 from runs.services.throttles import (
     LoginAttempt,
     auth_failures_purge,
@@ -48,15 +58,20 @@ __all__ = [
     "CommandResult",
     "Created",
     "LoginAttempt",
+    "MachineAttempts",
+    "OrphanedGroups",
     "PurgeResult",
     "RunSpec",
     "SweepResult",
+    "attempt_groups_orphaned",
     "auth_failures_purge",
     "auth_login_begin",
     "auth_login_end",
     "auth_token_check",
     "auth_token_failed",
     "client_address",
+    "run_attempt_group_record",
+    "run_attempt_groups_forget",
     "run_attempt_heartbeat",
     "run_attempt_release",
     "run_cancel",

@@ -19,13 +19,24 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
-from runs.exceptions import StaleAttempt, ValidationFailed
+from runs.exceptions import BudgetExhausted, StaleAttempt, ValidationFailed
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from runs.services.core import SYSTEM, append, check, close_attempt, db_now, end, lock_current, park, requeue
+from runs.services.core import (
+    SYSTEM,
+    append,
+    check,
+    close_attempt,
+    db_now,
+    end,
+    lock_current,
+    park,
+    requeue,
+    stop_over_budget,
+)
 from runs.services.creation import RunSpec, insert_run
 from runs.services.quotas import pick_queued
-from runs.transitions import FailCode, Status, StopCode
+from runs.transitions import FailCode, Status
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -37,8 +48,9 @@ def _known(vocabulary: type[E], value: str, what: str) -> E:
         raise ValidationFailed(f"unknown {what} {value!r}") from exc
 
 
-def run_claim(*, worker: str) -> tuple[Run, RunAttempt] | None:
+def run_claim(*, worker: str, machine: str = "") -> tuple[Run, RunAttempt] | None:
     """Take the queued run fair share says is next (`quotas.pick_queued`) and open its next attempt.
+    `machine` says where the worker runs (`runs.worker.orphans.machine`).
 
     A run past its deadline is left for the sweeper to stop, never started."""
     with transaction.atomic(durable=True):
@@ -56,6 +68,7 @@ def run_claim(*, worker: str) -> tuple[Run, RunAttempt] | None:
             run=run,
             generation=run.generation,
             worker=worker,
+            machine=machine,
             claimed_at=now,
             heartbeat_at=now,
             lease_expires_at=now + timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS),
@@ -135,12 +148,8 @@ def _unexpected_seq(run: Run, *, generation: int, after_seq: int) -> StaleAttemp
 def _exhaust(run: Run, budget: str, *, now: datetime) -> StaleAttempt:
     """Stop the locked run whose `budget` an attempt's write would exceed; the error to raise
     once the transaction has committed."""
-    limit = run.max_events if budget == "max_events" else run.max_steps
-    reason = f"{budget} budget of {limit} exhausted"
-    # Written by the platform (attempt null), like the sweeper's stops; the worker records its
-    # own release once it has stopped.
-    end(run, Status.STOPPED, code=StopCode.BUDGET_EXHAUSTED, reason=reason, by=SYSTEM, now=now)
-    return StaleAttempt(f"run {run.pk} stopped: {reason}", run=run)
+    stop_over_budget(run, budget, now=now)
+    return StaleAttempt(f"run {run.pk} stopped: {run.end_reason}", run=run)
 
 
 def run_steps_record(*, run_id: UUID | str, generation: int, steps: int, after_steps: int | None = None) -> Run:
@@ -237,6 +246,20 @@ def run_attempt_heartbeat(*, run_id: UUID | str, generation: int) -> bool:
     return renewed == 1
 
 
+def run_attempt_group_record(*, run_id: UUID | str, generation: int, group: Sequence[int]) -> None:
+    """Record a process group one of the attempt's tools runs in, `[pgid, the leader's start time
+    in clock ticks]`, so that a worker on the attempt's machine can kill what is left of it should
+    the attempt's worker die (`runs.worker.orphans`).
+
+    Not fenced: a stale attempt's tool is a process all the same."""
+    pgid, ticks = (int(n) for n in group)
+    with transaction.atomic(durable=True):
+        # The attempt's row alone, locked: two tools started at once must both be added.
+        attempt = RunAttempt.objects.select_for_update(no_key=True).get(run_id=run_id, generation=generation)
+        attempt.process_groups = [*attempt.process_groups, [pgid, ticks]]
+        attempt.save(update_fields=["process_groups"])
+
+
 def run_attempt_release(
     *,
     run_id: UUID | str,
@@ -278,11 +301,19 @@ def run_attempt_release(
 def run_wait(*, run_id: UUID | str, generation: int, reason: str, prompt: str | None = None) -> Run:
     """The worker parks the run at a safe boundary and releases it; a resume ticket is issued."""
     why = _known(WaitReason, reason, "wait reason")
+    exhausted: StaleAttempt | None = None
     with transaction.atomic(durable=True):
         run = lock_current(run_id, generation)
         now = timezone.now()
-        park(run, why, prompt=prompt, attempt=generation, now=now)
-        close_attempt(run, AttemptOutcome.WAITING, now=now, released=True)
+        try:
+            park(run, why, prompt=prompt, attempt=generation, now=now)
+        except BudgetExhausted:
+            # The wait's events would pass max_events: the run stops, as at any write past it.
+            exhausted = _exhaust(run, "max_events", now=now)
+        else:
+            close_attempt(run, AttemptOutcome.WAITING, now=now, released=True)
+    if exhausted is not None:
+        raise exhausted
     return run
 
 

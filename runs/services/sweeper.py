@@ -1,11 +1,13 @@
-"""The sweeper every worker runs: lapsed leases and passed deadlines (DESIGN §4)."""
+"""The sweeper every worker runs: lapsed leases and passed deadlines (DESIGN §4), and the tool
+processes lost attempts left on the sweeper's machine (`runs.worker.orphans`)."""
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from runs.events import RequeueCause
 from runs.metrics import series
@@ -145,3 +147,71 @@ def runs_sweep(*, as_of: datetime | None = None, batch_size: int = 100) -> Sweep
             break
     released = run_attempts_release_lapsed(as_of=as_of)
     return SweepResult(requeued=tuple(requeued), failed=tuple(failed), stopped=tuple(stopped), released=released)
+
+
+@dataclass(frozen=True)
+class OrphanedGroups:
+    """The process groups an attempt recorded, as `[pgid, start ticks]` pairs, whose worker died
+    or stalled: its lease lapsed before it was released, or it is marked lost."""
+
+    attempt_id: int
+    run_id: UUID
+    generation: int
+    groups: list[list[int]]
+
+
+@dataclass(frozen=True)
+class MachineAttempts:
+    orphans: tuple[OrphanedGroups, ...]
+    # The machine's attempts not released yet (running ones among them), for the next look.
+    unreleased: frozenset[int]
+
+
+def attempt_groups_orphaned(
+    *, machine: str, watched: Collection[int] = (), all_lost: bool = False, as_of: datetime | None = None
+) -> MachineAttempts:
+    """The attempts on `machine` (`RunAttempt.machine`) whose recorded process groups may have
+    outlived their worker, for that machine's sweeper to kill before it requeues their runs.
+
+    Read cheaply, every sweep: the machine's unreleased attempts (the unreleased index) and the
+    `watched` ones (by key: the unreleased ones of the last look, which another machine's sweeper
+    may have marked lost since). `all_lost` also reads every attempt of the machine marked lost
+    with groups recorded, which no index serves: once, when a worker starts."""
+    if not machine:
+        return MachineAttempts(orphans=(), unreleased=frozenset())
+    now = as_of or db_now()
+    where = Q(released_at__isnull=True) | Q(pk__in=list(watched))
+    if all_lost:
+        where |= Q(outcome=AttemptOutcome.LOST) & ~Q(process_groups=[])
+    # Unordered: the model's ordering would join every row to its run to sort by it.
+    rows = (
+        RunAttempt.objects.filter(where, machine=machine)
+        .order_by()
+        .values_list("pk", "run_id", "generation", "released_at", "outcome", "lease_expires_at", "process_groups")
+    )
+    orphans: list[OrphanedGroups] = []
+    unreleased: set[int] = set()
+    for pk, run_id, generation, released_at, outcome, lease_expires_at, groups in rows:
+        if released_at is None:
+            unreleased.add(pk)
+        # A worker that released its attempt stopped its groups first; one whose lease lapsed
+        # unreleased is dead or stalled (a live one fences itself before).
+        left_behind = (released_at is None and lease_expires_at < now) or outcome == AttemptOutcome.LOST
+        if groups and left_behind:
+            orphans.append(OrphanedGroups(attempt_id=pk, run_id=run_id, generation=generation, groups=groups))
+    return MachineAttempts(orphans=tuple(orphans), unreleased=frozenset(unreleased))
+
+
+def run_attempt_groups_forget(*, attempt_id: int, groups: Sequence[Sequence[int]]) -> None:
+    """Drop `groups` from the attempt's record once its machine's sweeper killed what was left of
+    them, so that no sweep looks for them again."""
+    gone = [[int(n) for n in group] for group in groups]
+    with transaction.atomic(durable=True):
+        # The row alone, locked: a tool of a still-running worker may be adding its group.
+        attempt = RunAttempt.objects.select_for_update(no_key=True).filter(pk=attempt_id).first()
+        if attempt is None:
+            return
+        left = [group for group in attempt.process_groups if group not in gone]
+        if left != attempt.process_groups:
+            attempt.process_groups = left
+            attempt.save(update_fields=["process_groups"])

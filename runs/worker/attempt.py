@@ -86,6 +86,7 @@ class _AttemptContext:
         ex = self._execution
         problem = checks.child_input_problem(input)
         if problem is not None:
+            await ex.writer.drain()  # what the agent emitted before it is stored; nothing after
             ex.writer.fail(FailCode.INVALID_OUTPUT, problem)
             raise Cancelled(problem)
         try:
@@ -155,7 +156,9 @@ class Execution:
         self.writer = EventWriter(self.lease, run)
         # What the agent started through its context that an await alone cannot stop; it keeps
         # the unwind's one deadline too.
-        self.steps = Steps(label=repr(self), token=self.token, grace_seconds=config.cancel_grace_seconds)
+        self.steps = Steps(
+            label=repr(self), token=self.token, grace_seconds=config.cancel_grace_seconds, writer=self.writer
+        )
         # True when the driver failed: the worker stopped the attempt on its own account.
         self._driver_failed = False
         # Requests from the worker, honoured at the next safe boundary (forced: at once).

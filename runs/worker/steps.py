@@ -10,7 +10,10 @@ running when the attempt records `released_at`:
   before the release. A group lives as long as its leader: when the leader exits, whatever it
   left running in its group is killed at once. So a group is signalled only while its id is
   ours — its leader unreaped, or at the leader's exit the members it left holding the id — never
-  later, when the id may belong to another process (Linux reuses no id still in use).
+  later, when the id may belong to another process (Linux reuses no id still in use). A worker
+  that dies without unwinding takes the leader with it (the kernel's parent-death signal), and
+  the group is recorded on the attempt so that a worker on the same machine kills the rest
+  (`runs.worker.orphans`).
 - **blocking code in a thread** cannot be interrupted in Python. The agent's await ends at once;
   the attempt waits for the thread until the unwind deadline and otherwise abandons it: its
   result goes nowhere (the agent is gone, and appends are fenced by generation anyway), and its
@@ -26,14 +29,20 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextvars import copy_context
+from functools import cache
 from typing import Any, ParamSpec, TypeVar
 
+import certifi
 import httpx
 
+from runs import services
 from runs.agents.base import CancellationToken, Cancelled
+from runs.worker import orphans
+from runs.worker.writer import EventWriter
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +51,13 @@ T = TypeVar("T")
 
 # Arguments that would take a child out of the process group the attempt stops it by.
 _GROUP_ARGUMENTS = ("start_new_session", "process_group")
+
+
+@cache
+def _tls() -> ssl.SSLContext:
+    # What httpx would build for each client (certifi's bundle), built once: loading the bundle
+    # takes some 20 ms, on the loop every attempt shares.
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -74,8 +90,17 @@ class _ChildProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 class Steps:
     """The child processes, threads and HTTP streams of one attempt."""
 
-    def __init__(self, *, label: str, token: CancellationToken, grace_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        label: str,
+        token: CancellationToken,
+        grace_seconds: float,
+        writer: EventWriter | None = None,
+    ) -> None:
         self._label = label
+        # Records each process group on the attempt (without one, nothing is recorded).
+        self._writer = writer
         self._token = token
         self._grace = grace_seconds
         # Loop time by which the unwind must be done; set when it starts (`deadline`).
@@ -119,8 +144,21 @@ class Steps:
                 raise ValueError(f"{name} is the attempt's: it stops a child process by its process group")
         loop = asyncio.get_running_loop()
         limit = kwargs.pop("limit", 2**16)
+        # The kernel kills the child when the thread that forked it ends, which must not be before
+        # the worker ends. `subprocess_exec` forks right here, in the thread running the worker's
+        # loop, and that thread runs as long as the worker: under `runworker` the main thread, whose
+        # end is the process's; where `Worker.run` is called from another thread (tests, an
+        # embedding), that thread, which returns only once every attempt has stopped its groups
+        # anyway. No other thread (database lanes, `to_thread`, asyncio's waitpid threads) ever
+        # starts a tool, so none of them ending kills one.
+        preexec_fn = orphans.dies_with(os.getpid(), then=kwargs.pop("preexec_fn", None))
         transport, protocol = await loop.subprocess_exec(
-            lambda: _ChildProtocol(limit, loop, self._leader_exited), program, *args, start_new_session=True, **kwargs
+            lambda: _ChildProtocol(limit, loop, self._leader_exited),
+            program,
+            *args,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+            **kwargs,
         )
         process = asyncio.subprocess.Process(transport, protocol, loop)
         if not protocol.exited.done():
@@ -130,7 +168,28 @@ class Steps:
             self._stop_group(process.pid, signal.SIGKILL)
             await protocol.exited
             raise Cancelled(self._token.reason or "the attempt has ended")
+        await self._record(process.pid, protocol)
         return process
+
+    async def _record(self, pid: int, protocol: _ChildProtocol) -> None:
+        """Store the new group on the attempt before the agent gets its process: if the worker dies
+        without stopping it, a worker on this machine finds it there (`runs.worker.orphans`)."""
+        ticks = orphans.start_ticks(pid)
+        if self._writer is None or ticks is None or protocol.exited.done():
+            return  # nowhere to record it; or the leader is gone already, its group with it
+        lease = self._writer.lease
+        try:
+            # Retried while the database is unreachable and the lease holds, like the events.
+            await self._writer.commit(
+                services.run_attempt_group_record, run_id=lease.run_id, generation=lease.generation, group=[pid, ticks]
+            )
+        except Exception as exc:
+            # Unrecorded, nobody could find it after a crash: it does not run.
+            self._stop_group(pid, signal.SIGKILL)
+            await protocol.exited
+            if self._token.tripped:
+                raise Cancelled(self._token.reason or "the attempt has ended") from exc
+            raise
 
     def _leader_exited(self, pid: int) -> None:
         # The leader is reaped (perhaps before `start_process` even tracked it): its group id stays
@@ -211,7 +270,7 @@ class Steps:
         own: httpx.AsyncClient | None = None
         if client is None:
             # Tracked from the start: a request still waiting for its headers holds a connection too.
-            client = own = httpx.AsyncClient()
+            client = own = httpx.AsyncClient(verify=_tls())
             self._clients.add(own)
         try:
             async with client.stream(method, url, **kwargs) as response:

@@ -14,6 +14,8 @@ Every worker also sweeps, every RUNLEDGER_SWEEP_SECONDS (`services.runs_sweep`):
 whose lease lapsed — their worker died, stalled or lost the database — or fails them once
 `max_attempts` are lost, and stops live runs past their deadline. Sweeps in several workers at
 once are safe: each run is handled under its row lock, taken with SKIP LOCKED, and re-checked.
+Before each sweep, and once when it starts (before it claims), it kills the tool processes that
+lost attempts left on its machine (`runs.worker.orphans`).
 
 Claims are `FOR NO KEY UPDATE SKIP LOCKED` (`services.run_claim`); the agents run outside any
 lock. SIGTERM/SIGINT: stop claiming, let the attempts reach a safe boundary within
@@ -45,6 +47,7 @@ from runs.models import Run
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import AttemptConfig, Execution
 from runs.worker.db import Db
+from runs.worker.orphans import Reaper, machine
 from runs.worker.registry import AttemptRegistry
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,9 @@ class Worker:
         on_ready: Callable[["Worker"], None] | None = None,
     ) -> None:
         self.worker_id = worker_id or default_worker_id()
+        # Where it runs, recorded on its attempts: a worker here kills what they leave behind.
+        self.machine = machine()
+        self._reaper = Reaper(self.machine)
         self.concurrency = max(1, concurrency or int(settings.RUNLEDGER_WORKER_CONCURRENCY))
         self.once = once
         self.max_runs = max_runs
@@ -162,6 +168,8 @@ class Worker:
                     await asyncio.wait_for(self._listener.connected.wait(), timeout=10)
                 except TimeoutError:
                     log.warning("%s: LISTEN connection not up yet; polling meanwhile", self)
+            # Before the first claim: that could be a run whose lost tool still runs here.
+            await self._reap()
             log.info(
                 "%s ready: concurrency %d, %s every %ss",
                 self,
@@ -230,7 +238,7 @@ class Worker:
                 return False
             claimed_at = self._loop.time()
             try:
-                claimed = await self._db.work.call(services.run_claim, worker=self.worker_id)
+                claimed = await self._db.work.call(services.run_claim, worker=self.worker_id, machine=self.machine)
             except DatabaseError as exc:
                 log.warning("%s: could not claim (%s); retrying later", self, exc)
                 return False
@@ -322,9 +330,18 @@ class Worker:
 
     # --- the sweeper -----------------------------------------------------------------------------
 
+    async def _reap(self) -> None:
+        assert self._db is not None
+        try:
+            await self._db.sweep.call(self._reaper.sweep)
+        except (DatabaseError, OSError) as exc:
+            log.warning("%s: could not look for lost attempts' processes (%s)", self, exc)
+
     async def _sweep_loop(self) -> None:
         assert self._db is not None
         while True:
+            # First: the sweep may requeue a run whose lost attempt's tool still runs here.
+            await self._reap()
             try:
                 swept = await self._db.sweep.call(services.runs_sweep)
             except DatabaseError as exc:

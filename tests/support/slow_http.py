@@ -24,6 +24,10 @@ class SlowStream:
         # time.time() when the server saw the client go (the clock `released_at` is taken on).
         self.disconnected_at: float | None = None
         self.lines_sent = 0
+        # Connections served so far, and how many lines each connection accepted from now on gets
+        # before its stream ends (None: it streams until the client goes).
+        self.connections = 0
+        self.lines_per_connection: int | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="slow-stream", daemon=True)
 
@@ -60,8 +64,13 @@ class SlowStream:
                 return
             request += chunk
         conn.sendall(HEAD)
+        self.connections += 1
         self.connected.set()
+        limit, sent = self.lines_per_connection, 0
         while not self._done.is_set():
+            if limit is not None and sent >= limit:
+                conn.sendall(b"0\r\n\r\n")  # the last chunk: the stream ends
+                return
             # Paced writes; a client that closes its end makes the socket readable at once (EOF).
             readable, _, _ = select.select([conn], [], [], self._interval)
             try:
@@ -70,6 +79,7 @@ class SlowStream:
                     line = f"line {self.lines_sent}\n".encode()
                     conn.sendall(b"%x\r\n%s\r\n" % (len(line), line))
                     self.lines_sent += 1
+                    sent += 1
             except OSError:  # reset or broken pipe: gone too
                 gone = True
             if gone:
