@@ -91,8 +91,24 @@ def assert_completed_after_one_lost_attempt(run: Run) -> Run:
     return run
 
 
+def assert_the_tool_ran_once_in_the_next_attempt(run: Run) -> None:
+    """The run completed after one lost attempt, with one call of the demo's tool, all of it in the
+    next attempt: the first one's was never finished."""
+    run = assert_completed_after_one_lost_attempt(run)
+    (finished,) = tool_finishes(run)
+    assert (finished.attempt, finished.data["status"]) == (2, ToolStatus.OK)
+    assert finished.data["result"]["slept_ms"] == TOOL_MS
+
+
 def killed_line(run: Run, pids: list[int], pgid: int) -> str:
     return f"killed the processes {pids} left in process group {pgid} by lost attempt 1 of run {run.pk}"
+
+
+def in_its_tool(procs: Procs, owner: User, tool: str) -> tuple[Proc, Run, RunEvent]:
+    """A worker, w1, executing a demo run that has started its `tool`; the `tool.started` event."""
+    first = procs.worker("w1")
+    run = queued_run(owner, input={"deltas": 4, "delay_ms": 1, "tool": tool, "tool_ms": TOOL_MS})
+    return first, run, wait_until(lambda: tool_started(run), what=f"the {tool} tool")
 
 
 def requeued_line(run: Run) -> str:
@@ -106,9 +122,8 @@ def requeued_line(run: Run) -> str:
 def test_a_killed_workers_process_tool_is_gone_before_its_run_is_requeued_and_runs_once_after(
     procs: Procs, alice: User
 ) -> None:
-    first = procs.worker("w1")
-    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "process", "tool_ms": TOOL_MS})
-    leader = wait_until(lambda: tool_started(run), what="the process tool").data["pid"]
+    first, run, started = in_its_tool(procs, alice, "process")
+    leader = started.data["pid"]
     members = wait_until(lambda: len(m := group_members(leader)) == 2 and m, what="the tool and its grandchild")
     (grandchild,) = set(members) - {leader}
     # Recorded where a worker on this machine finds it.
@@ -136,19 +151,14 @@ def test_a_killed_workers_process_tool_is_gone_before_its_run_is_requeued_and_ru
     assert sorted(tools) == group_members(new_leader), tools
     assert not left_of(first, [leader])
 
-    run = assert_completed_after_one_lost_attempt(run)
-    (finished,) = tool_finishes(run)
-    assert (finished.attempt, finished.data["status"]) == (2, ToolStatus.OK)
-    assert finished.data["result"]["slept_ms"] == TOOL_MS
+    assert_the_tool_ran_once_in_the_next_attempt(run)
 
 
 @pytest.mark.timeout(90)
 def test_a_killed_workers_blocking_thread_dies_with_it_and_runs_once_on_the_next_attempt(
     procs: Procs, alice: User
 ) -> None:
-    first = procs.worker("w1")
-    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "tool": "blocking", "tool_ms": TOOL_MS})
-    wait_until(lambda: tool_started(run), what="the blocking tool")
+    first, run, _ = in_its_tool(procs, alice, "blocking")
     second = procs.worker("w2")
     assert not tool_finishes(run), "the tool ended before the worker could be killed"
 
@@ -157,11 +167,7 @@ def test_a_killed_workers_blocking_thread_dies_with_it_and_runs_once_on_the_next
     # A thread is the worker's own: nothing of the attempt outlives the process.
     assert left_of(first) == [] and descendants(first.pid) == []
     wait_until(lambda: requeued_line(run) in second.log(), timeout=LEASE + 6 * SWEEP, what="the requeue")
-    run = assert_completed_after_one_lost_attempt(run)
-    # One call of the tool, all of it in the next attempt: the first one's was never finished.
-    (finished,) = tool_finishes(run)
-    assert (finished.attempt, finished.data["status"]) == (2, ToolStatus.OK)
-    assert finished.data["result"]["slept_ms"] == TOOL_MS
+    assert_the_tool_ran_once_in_the_next_attempt(run)
 
 
 @pytest.mark.timeout(90)

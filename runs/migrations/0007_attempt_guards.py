@@ -2,7 +2,6 @@
 # attempt's tool processes run (killed once the attempt is lost), and the index a starting worker
 # finds them by; the cancel -> released latencies count attempts a sweeper marked lost.
 
-from django.conf import settings
 from django.db import migrations, models
 from django.db.models import F
 
@@ -15,10 +14,7 @@ def _queued_since(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [
-        ("runs", "0006_dashboard"),
-        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
-    ]
+    dependencies = [("runs", "0006_dashboard")]
 
     operations = [
         migrations.RemoveConstraint(
