@@ -413,20 +413,15 @@ def main() -> int:
             )
             web.stop(timeout=20)
 
-        control = free_port()
+        # Pushpin's control socket, in a folder of this run's only this user may enter.
+        control = work / "edge-control" / "control"
         web = procs.uvicorn(
-            env={**web_env, "RUNLEDGER_GRIP_URL": f"http://127.0.0.1:{control}"},
+            env={**web_env, "RUNLEDGER_GRIP_URL": f"ipc://{control}"},
             workers=args.web_processes,
             timeout=60,
         )
         port = free_port()
-        edge_args = [
-            str(ROOT / "bin" / "edge"),
-            "--port",
-            f"127.0.0.1:{port}",
-            "--control-port",
-            f"127.0.0.1:{control}",
-        ]
+        edge_args = [str(ROOT / "bin" / "edge"), "--port", f"127.0.0.1:{port}", "--control", str(control)]
         # Warnings only: Pushpin logs every request and publish at its default level.
         edge_args += ["--upstream", f"127.0.0.1:{web.port}", "--log-level", os.environ.get("BENCH_EDGE_LOG_LEVEL", "1")]
         edge = procs.start("edge", edge_args, {**env, "PYTHON": sys.executable}, port=port)

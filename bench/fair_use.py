@@ -5,14 +5,15 @@
 A throwaway durable PostgreSQL cluster, one uvicorn web process and two workers of 8 slots each
 (bench/lib.py `app_running`). Unlike every other benchmark this one runs WITH the fair-use limits
 (bench/lib.py `UNCAPPED` is overridden): the defaults — 20 streams per user, streams of 300 s at
-most, the default budgets (100,000 events) and deadline — plus two set here:
+most, the default budgets (100,000 events) and deadline, no running cap, and one slot of each
+worker kept for owners with no run running (RUNLEDGER_WORKER_NEWCOMER_SLOTS=1) — plus one set here:
+RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER=200 (50 with --quick) instead of 1,000, so that the hostile
+users reach it within seconds.
 
-- RUNLEDGER_MAX_RUNNING_PER_USER=1. Without a running cap fair claiming orders the queue but cannot
-  free a slot: ten users' runs that sleep a minute between 100,000 deltas would take all 16 slots
-  and keep them for days, and the eleventh user's run would wait for one. With the cap each holds
-  one slot (10 of 16) and 6 stay for everyone else.
-- RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER=200 (50 with --quick) instead of 1,000, so that the hostile
-  users reach it within seconds.
+Without a running cap, fair claiming orders the queue but cannot free a slot: the ten users' runs
+that sleep a minute between 100,000 deltas take the 14 slots open to everyone and keep them for
+days. The kept slots (2 of 16) are what the eleventh user gets; `--running-cap N` sets
+RUNLEDGER_MAX_RUNNING_PER_USER=N as well (with 1, each hostile user holds one slot, 10 of 16).
 
 1. Unloaded: the user "alice" creates N demo runs one after another ({"deltas": 100, "delay_ms":
    20}; N=10, 5 with --quick), each watched over its SSE stream from right after the create (from
@@ -79,14 +80,15 @@ from tests.support.procs import connections_to
 from tests.support.sse import Event, Stream, auth_headers
 
 # The fair-use limits this benchmark runs with: the defaults of config/settings.py, written out
-# because bench/lib.py sets them to 0 for every other benchmark, and the two of the docstring.
+# because bench/lib.py sets them to 0 for every other benchmark (and so that the report names them).
 LIMITS = {
     "RUNLEDGER_MAX_STREAMS_PER_USER": "20",
     "RUNLEDGER_SSE_MAX_SECONDS": "300",
     "RUNLEDGER_DEFAULT_MAX_EVENTS": "100000",
     "RUNLEDGER_DEFAULT_MAX_STEPS": "10000",
     "RUNLEDGER_DEFAULT_DEADLINE_SECONDS": "86400",
-    "RUNLEDGER_MAX_RUNNING_PER_USER": "1",
+    "RUNLEDGER_MAX_RUNNING_PER_USER": "0",
+    "RUNLEDGER_WORKER_NEWCOMER_SLOTS": "1",
 }
 FULL = {"active_cap": 200, "alice_runs": 10, "hostile_users": 10, "hostile_streams": 40}
 QUICK = {**FULL, "active_cap": 50, "alice_runs": 5}
@@ -381,9 +383,14 @@ def in_own_process(*, quick: bool) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="50 active runs per user, 5 runs of alice")
+    parser.add_argument("--running-cap", type=int, default=0, metavar="N", help="RUNLEDGER_MAX_RUNNING_PER_USER")
     args = parser.parse_args()
     cfg = QUICK if args.quick else FULL
-    limits = {**LIMITS, "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": str(cfg["active_cap"])}
+    limits = {
+        **LIMITS,
+        "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": str(cfg["active_cap"]),
+        "RUNLEDGER_MAX_RUNNING_PER_USER": str(args.running_cap),
+    }
     result: dict[str, Any] = {
         "benchmark": "fair_use",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),

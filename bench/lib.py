@@ -39,6 +39,8 @@ FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
 # benchmark says otherwise (bench/fair_use.py sets its own).
 UNCAPPED = {
     "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": "0",
+    "RUNLEDGER_MAX_RUNS_PER_USER": "0",
+    "RUNLEDGER_MAX_STORED_BYTES_PER_USER": "0",
     "RUNLEDGER_MAX_STREAMS_PER_USER": "0",
     "RUNLEDGER_SSE_MAX_SECONDS": "0",
     "RUNLEDGER_DEFAULT_MAX_EVENTS": "0",

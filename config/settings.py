@@ -5,11 +5,14 @@ default is a SQLite file next to the project. Every interval is a `RUNLEDGER_*` 
 readable from the environment variable of the same name, so tests can make them short.
 """
 
+import contextlib
+import errno
 import hashlib
 import hmac
 import os
 import re
 import secrets
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -108,6 +111,12 @@ def database_from_url(url: str) -> dict[str, Any]:
 
 
 def sqlite_database(path: Path) -> dict[str, Any]:
+    # Made here, empty and readable by this user only, before SQLite would make it with the umask's
+    # mode (world-readable by default): it holds sessions and API tokens, and SQLite gives its
+    # journal, -wal and -shm files the database file's mode. O_EXCL: never an existing file, nor
+    # through a link. One that cannot be made here is left to SQLite, which says why.
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),
@@ -155,10 +164,31 @@ def _secret_key(allowed_hosts: list[str]) -> str:
             pass
         finally:
             os.unlink(made_path)
-    key = path.read_text().strip()
+    key = _read_private(path).strip()
     if not key:
         raise ImproperlyConfigured(f"{path} (the local secret key) is empty: delete it, or set DJANGO_SECRET_KEY")
     return key
+
+
+def _read_private(path: Path) -> str:
+    """The local secret key file's text, read only once it is known to be this user's alone: a key
+    another user could read signs sessions anyone could forge, and one another user wrote (a file
+    made first in a shared folder) would be theirs. Never through a link."""
+    advice = "chmod 600 it if it is yours, or delete it (a new key signs everyone out), or set DJANGO_SECRET_KEY"
+    try:
+        # O_NONBLOCK: a FIFO put there would otherwise hold the process at its open.
+        opened = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        problem = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise ImproperlyConfigured(f"{path} (the local secret key) cannot be used: {problem}") from exc
+    with os.fdopen(opened) as file:
+        found = os.fstat(file.fileno())
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
+            raise ImproperlyConfigured(
+                f"{path} (the local secret key) must be a file of this user's (uid {os.geteuid()}) that no other "
+                f"user may read or write, not mode {stat.S_IMODE(found.st_mode):04o} of uid {found.st_uid}: {advice}"
+            )
+        return file.read()
 
 
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
@@ -348,6 +378,23 @@ RUNLEDGER_DEFAULT_MAX_ATTEMPTS = _env_int("RUNLEDGER_DEFAULT_MAX_ATTEMPTS", 3)
 # from the environment variable of the same name; 0 means unlimited. `runs.limits` checks them.
 # Queued + running + waiting runs one user may own; a create beyond answers 429.
 RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER = _env_int("RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER", 1000)
+# Runs one user may keep, finished ones included, until `purge_runs` deletes them; a create beyond
+# answers 429. Ten times the active cap: a busy user's history of many days between purges.
+RUNLEDGER_MAX_RUNS_PER_USER = _env_int("RUNLEDGER_MAX_RUNS_PER_USER", 10_000)
+# Bytes of JSON one user's runs may store (inputs, events' data, outputs and errors); a create or a
+# resume that would pass it answers 429. 1 GB: a full 10,000 runs of 100 kB each, while a few users
+# cannot fill a disk. Agents' events are bounded by each run's budgets, never refused by this.
+RUNLEDGER_MAX_STORED_BYTES_PER_USER = _env_int("RUNLEDGER_MAX_STORED_BYTES_PER_USER", 1_000_000_000)
+# The bytes one answer carries at most, whatever the rows hold. An events page or one read of a
+# stream's replay stops before the event that would pass this (always one event at least): 4 MB, so
+# that an answer stays under 5 MB with its envelope, and a web process's 32 threads and 4 stream
+# readers hold at most a few hundred MB between them.
+RUNLEDGER_MAX_PAGE_BYTES = _env_int("RUNLEDGER_MAX_PAGE_BYTES", 4_000_000)
+# A run in a list (`GET /api/runs/`) carries its input, output and error only when each is this
+# many bytes of JSON or fewer (its end_reason only this many bytes' worth of characters), and says
+# which it left out (`truncated`); the run's own page has them whole. 1,000: a 500-run page is then
+# under 5 MB even with each value doubled by escaping, and most inputs (an agent's options) fit.
+RUNLEDGER_MAX_LIST_VALUE_BYTES = _env_int("RUNLEDGER_MAX_LIST_VALUE_BYTES", 1000)
 # Runs of one owner the workers run at once; claims are fair across owners whatever this is.
 RUNLEDGER_MAX_RUNNING_PER_USER = _env_int("RUNLEDGER_MAX_RUNNING_PER_USER", 0)
 # Streams one user holds at once on one web process (DESIGN §5); beyond answers 429.
@@ -371,11 +418,21 @@ RUNLEDGER_LIMIT_RETRY_AFTER_SECONDS = _env_int("RUNLEDGER_LIMIT_RETRY_AFTER_SECO
 # Workers (`manage.py runworker`). Each is also read from the environment variable of the same name.
 # Runs one worker process executes at once (its asyncio tasks); `--concurrency` overrides it.
 RUNLEDGER_WORKER_CONCURRENCY = _env_int("RUNLEDGER_WORKER_CONCURRENCY", 4)
+# Slots of each worker filled only with a run of an owner who has none running, so that one user's
+# long runs cannot keep everyone else's queued until they end (a worker keeps at least two slots
+# open to everyone). 1: another user's run starts at once on the default install (4 slots), at the
+# cost of one slot a lone user cannot fill (3 of 4). 0 keeps none.
+RUNLEDGER_WORKER_NEWCOMER_SLOTS = _env_int("RUNLEDGER_WORKER_NEWCOMER_SLOTS", 1)
 # LISTEN/NOTIFY wake-ups on PostgreSQL; 0 relies on polling alone (e.g. behind a transaction-pooling
 # PgBouncer, where LISTEN does not work).
 RUNLEDGER_WORKER_LISTEN = os.environ.get("RUNLEDGER_WORKER_LISTEN", "1") not in ("0", "false", "no", "")
 # How long a cancelled attempt's agent gets to unwind before the worker abandons it.
 RUNLEDGER_CANCEL_GRACE_SECONDS = _env_float("RUNLEDGER_CANCEL_GRACE_SECONDS", 0.5)
+# Names of the worker's environment variables its agents' tool processes get too, beside the few
+# every one gets (PATH, HOME, LANG, … : runs/worker/steps.py TOOL_ENV). None by default: a tool
+# runs an agent's — a model's — choice of commands, and the worker's environment holds its
+# secrets. The environment variable is comma-separated.
+RUNLEDGER_TOOL_ENV = _env_list("RUNLEDGER_TOOL_ENV", [])
 # Most events one append transaction carries; events emitted while an append is in flight are
 # batched into the next one.
 RUNLEDGER_APPEND_BATCH_MAX = _env_int("RUNLEDGER_APPEND_BATCH_MAX", 200)
@@ -394,8 +451,10 @@ RUNLEDGER_OPENAI_MAX_TOKENS = _env_int("RUNLEDGER_OPENAI_MAX_TOKENS", 4096)
 RUNLEDGER_OPENAI_CONTINUE = os.environ.get("RUNLEDGER_OPENAI_CONTINUE", "0") not in ("0", "false", "no", "")
 
 # The SSE edge (DESIGN §10, runs/edge/): Pushpin holds the streams, `bin/edge` starts it.
-# RUNLEDGER_GRIP_URL: the control (publish) URL of each Pushpin in front of the web processes,
-# comma-separated (`http://127.0.0.1:5561`); empty, there is no edge and nothing of it runs.
+# RUNLEDGER_GRIP_URL: the control socket of each Pushpin in front of the web processes, where they
+# publish, comma-separated (`ipc:///run/runledger-edge/control`, bin/edge's --control): a file in a
+# folder only the user the web processes run as may enter, so that nobody else can publish
+# (Pushpin's HTTP control port has no authentication and stays off). Empty, there is no edge.
 RUNLEDGER_GRIP_URL = _env_list("RUNLEDGER_GRIP_URL", [])
 
 
@@ -416,9 +475,11 @@ def _grip_key() -> str:
 
 
 RUNLEDGER_GRIP_KEY = _grip_key()
-# Seconds an idle stream held by the edge waits before Pushpin asks the web processes again
-# (Grip-Link's timeout; each stream gets it to half as long again, so the streams of a run do not
-# all ask at once): the safety net for a publish that never arrived. Pushpin's default is 120.
+# Seconds between Pushpin's fetches of the link of each stream the edge holds, busy or idle
+# (Grip-Link's timeout, spread to half as long again so that streams connected together do not all
+# ask at once): the safety net for a publish that never arrived, and the re-check of the stream's
+# user (a revoked one keeps an edge stream at most this long, times 1.5). Pushpin's default, 120:
+# each fetch is a request to the web processes, so 10,000 streams cost about 70 a second.
 RUNLEDGER_GRIP_LINK_SECONDS = _env_int("RUNLEDGER_GRIP_LINK_SECONDS", 120)
 # Seconds a publish to Pushpin may take before it counts as failed.
 RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS = _env_float("RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS", 5)

@@ -11,10 +11,15 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-# Whole numbers ≥ 0; 0 = unlimited (or, for the defaults, none given).
+# Whole numbers ≥ 0; 0 = unlimited (or, for the defaults, none given; for the newcomer slots, none kept).
 WHOLE_LIMITS = (
     "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER",
+    "RUNLEDGER_MAX_RUNS_PER_USER",
+    "RUNLEDGER_MAX_STORED_BYTES_PER_USER",
+    "RUNLEDGER_MAX_PAGE_BYTES",
+    "RUNLEDGER_MAX_LIST_VALUE_BYTES",
     "RUNLEDGER_MAX_RUNNING_PER_USER",
+    "RUNLEDGER_WORKER_NEWCOMER_SLOTS",
     "RUNLEDGER_MAX_STREAMS_PER_USER",
     "RUNLEDGER_DEFAULT_MAX_EVENTS",
     "RUNLEDGER_DEFAULT_MAX_STEPS",

@@ -22,6 +22,8 @@ _TERMINAL = sorted(s.value for s in TERMINAL)
 # Stated positively in the index below and in the queries it serves: PostgreSQL proves that
 # `status IN (...)` (or `status = 'running'`) falls in the index, never that `NOT IN` does.
 LIVE_VALUES = sorted(s.value for s in LIVE)
+# Likewise the ended runs' index `run_owner_ended` (runs.services.quotas).
+TERMINAL_VALUES = _TERMINAL
 
 
 class Run(models.Model):
@@ -48,6 +50,20 @@ class Run(models.Model):
     # Budget usage, counted across attempts.
     steps_used = models.PositiveIntegerField(default=0)
     events_used = models.PositiveIntegerField(default=0)
+    # Bytes of JSON (compact UTF-8, `runs.storable.json_bytes`) of its input, output and error: a list
+    # leaves out a big one without reading it (DESIGN §6, runs.selectors.run_list_values).
+    input_bytes = models.PositiveIntegerField(default=0)
+    output_bytes = models.PositiveIntegerField(default=0)
+    error_bytes = models.PositiveIntegerField(default=0)
+    # Everything the run stores, in those bytes: input, each event's data, output and error. Saved
+    # with the writes that append (no statement of its own), and in no index, so that an append's
+    # update of the run stays a HOT update (PostgreSQL updates in place only rows whose indexed
+    # columns are unchanged).
+    stored_bytes = models.PositiveBigIntegerField(default=0)
+    # `stored_bytes` once the run has ended (0 before), which nothing changes again: indexed by owner
+    # (`run_owner_ended`), so a create sums an owner's ended runs from the index alone, and only
+    # their live runs from the table (runs.services.quotas).
+    ended_bytes = models.PositiveBigIntegerField(default=0)
     # The tool calls started and not finished, as [call_id, name] pairs in the order they started:
     # the run's end seals them (DESIGN §2) without reading its events back.
     open_tool_calls = models.JSONField(default=list, blank=True)
@@ -79,6 +95,10 @@ class Run(models.Model):
             # Per-owner counts of live runs: the active-runs cap at create, the running cap and fair
             # share at claim (DESIGN §6).
             models.Index(fields=["owner", "status"], name="run_owner_live", condition=Q(status__in=LIVE_VALUES)),
+            # The runs an owner keeps and the bytes their ended ones store: the caps at create.
+            models.Index(
+                fields=["owner", "ended_bytes"], name="run_owner_ended", condition=Q(status__in=TERMINAL_VALUES)
+            ),
             # The sweeper's deadline query: live runs that have a deadline, soonest first.
             models.Index(
                 fields=["deadline"],
@@ -127,12 +147,18 @@ class RunEvent(models.Model):
     # Generation of the attempt that wrote it; null for commands and the sweeper.
     attempt = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # Bytes of JSON of `data` (`runs.storable.json_bytes`), so a page is cut at its byte bound without
+    # reading the events past it (runs.selectors.run_events_json_bounded). Null for events stored
+    # before it existed: their size is then measured when read. Not a PositiveIntegerField: its
+    # CHECK would make adding the column scan the whole events table under an exclusive lock.
+    data_bytes = models.IntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "seq"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_run_seq"),
             models.CheckConstraint(name="runevent_seq_positive", condition=Q(seq__gte=1)),
+            # Gap-free seq is allocated under the run's lock; this is the net under it.
+            models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_run_seq"),
         ]
 
     def __str__(self) -> str:

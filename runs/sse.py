@@ -8,20 +8,20 @@ come from, and how many watchers share one read, is `runs.streams`.
 
 Checks run in the order of DESIGN §6 (`runs.stream_checks`): authentication (401), visibility
 (404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
-a live run's end), then the user's cap of streams in this process (429; `runs.stream_guard`, which
-also ends open streams whose user, credential or sight of the run is gone). A stream ends cleanly
-after `RUNLEDGER_SSE_MAX_SECONDS`, between whole frames: the client reconnects with its
-Last-Event-ID. Closing the stream only stops this generator: nothing here writes, but for the
-count of a failed token attempt. Behind the edge (`RUNLEDGER_GRIP_URL`), a request Pushpin signed
-is answered with the replay and hold instructions instead, and Pushpin holds the stream
-(`runs.edge.hold`).
+a live run's end), then the user's cap of streams in this process, the edge's it answered for
+included (429; `runs.stream_guard`, which also ends open streams whose user, credential or sight
+of the run is gone). A stream ends cleanly after `RUNLEDGER_SSE_MAX_SECONDS`, between whole
+frames: the client reconnects with its Last-Event-ID. Closing the stream only stops this generator: nothing here writes, but for the
+count of a failed token attempt. Behind the edge (`RUNLEDGER_GRIP_URL`), a client's connect that
+Pushpin signed is answered with the replay and hold instructions instead, and Pushpin holds the
+stream (`runs.edge.hold`, which also answers Pushpin's fetches of the stream's link).
 """
 
 import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -31,15 +31,15 @@ from django.views.decorators.csrf import csrf_exempt
 from runs import streams
 from runs.api.errors import error_response_for
 from runs.edge import hold
-from runs.exceptions import TooManyRequests
-from runs.limits import limit, retry_after
 from runs.metrics import series
 from runs.stream_checks import Opened, checked
-from runs.stream_guard import Watch, get_guard, release_at_request_end
+from runs.stream_guard import Watch, get_guard, release_at_request_end, too_many_streams
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE = b": keep-alive\n\n"
+# The most one write of a stream joins (a bigger frame goes alone, as the shared bytes it is).
+CHUNK_BYTES = 256_000
 
 
 # Read-only whatever the method, so CSRF protects nothing here; exempt, a POST gets the JSON 405
@@ -61,14 +61,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         user_id=opened.user_id, token_key=opened.token_key, session_key=opened.session_key, run_id=opened.run_id
     )
     if watch is None:
-        cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
-        return error_response_for(
-            TooManyRequests(
-                f"at most {cap} streams at once per user on this server; close one or retry later",
-                retry_after=retry_after(),
-                detail={"limit": cap},
-            )
-        )
+        return error_response_for(too_many_streams())
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request.
     release_at_request_end(request, watch.release)
@@ -108,9 +101,10 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
                     log.warning("run %s: stream read failed (%s); ending the stream", opened.run_id, exc)
                     return
             if frames:
-                chunk, cursor, done = _take(frames, cursor)
-                if chunk:
+                done = False
+                for chunk, after, ended in _chunks(frames, cursor):
                     yield chunk
+                    cursor, done = after, ended
                 # The lifetime is looked at only after sending: each connection makes progress,
                 # however short the lifetime and however long the backlog.
                 if done or loop.time() >= ends_at:
@@ -140,14 +134,23 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
         watch.release()
 
 
-def _take(frames: list[streams.Frame], cursor: int) -> tuple[bytes, int, bool]:
-    """The frames after `cursor` up to and including a terminal one: (bytes, new cursor, ended)."""
+def _chunks(frames: list[streams.Frame], cursor: int) -> Iterator[tuple[bytes, int, bool]]:
+    """The frames after `cursor` up to and including a terminal one, as (bytes, cursor after
+    them, ended): many small frames joined into one write, at most CHUNK_BYTES (or one frame) each,
+    so that a watcher's copy of what it sends stays small whatever the events hold."""
     parts: list[bytes] = []
+    size = 0
     for frame in frames:
         if frame.seq <= cursor:
             continue
+        if parts and size + len(frame.data) > CHUNK_BYTES:
+            yield b"".join(parts), cursor, False
+            parts, size = [], 0
         parts.append(frame.data)
+        size += len(frame.data)
         cursor = frame.seq
         if frame.terminal:
-            return b"".join(parts), cursor, True
-    return b"".join(parts), cursor, False
+            yield b"".join(parts), cursor, True
+            return
+    if parts:
+        yield b"".join(parts), cursor, False

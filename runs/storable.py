@@ -92,6 +92,16 @@ def value_problem(value: Any, *, max_bytes: int | None = None) -> str | None:
     return None
 
 
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def json_bytes(value: Any) -> int:
+    """The size of `value` as compact UTF-8 JSON — what an answer carries of it: the one measure of
+    the bytes a run stores (`Run.stored_bytes`) and of the bounds on lists and pages."""
+    text = _compact(value)
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def storable_text(text: str, *, max_chars: int = 10_000) -> str:
     """`text` (an exception's message, say) made storable: NUL and unpaired surrogates replaced,
     cut to `max_chars`. For text the platform writes about an agent, where refusing is no option."""

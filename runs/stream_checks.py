@@ -4,7 +4,7 @@ process serves itself (runs.sse) and those the edge holds (runs.edge.hold).
 In the order of DESIGN §6: authentication (401; 429 for an address with too many failed token
 attempts, runs.api.authentication), visibility (404), method (405), cursor (400), state (204 for a
 finished run already read to its end, 400 for a cursor past a live run's end). The cap of streams
-per user comes after these, and only for the streams a web process holds itself.
+per user comes after these (runs.stream_guard), for the streams the edge holds too.
 """
 
 import asyncio

@@ -1,5 +1,5 @@
-"""Fair use of the streams a web process serves itself (DESIGN §5, §6): the per-user cap and the
-periodic re-check of who holds each open stream.
+"""Fair use of the streams a web process serves (DESIGN §5, §6): the per-user cap and the periodic
+re-check of who holds each open stream — those it holds itself, and those the edge holds for it.
 
 - **The cap.** A stream that passed its checks is admitted by `StreamGuard.admit`, which counts it
   against its user's `RUNLEDGER_MAX_STREAMS_PER_USER` in this process, or refuses it (the view
@@ -15,11 +15,19 @@ periodic re-check of who holds each open stream.
   longer see (deleted, or the permission to see others' runs taken away) is ended: `Watch.end`
   sets a flag the stream looks at between frames and wakes it if it is waiting. The client
   reconnects and is answered 401 or 404 like any new stream. A failed re-check ends nothing.
+- **The edge's streams** (`EdgeStreams`) count against the same cap, in the process that answered
+  their connect or last fetched their link: from the connect until their run ended, their link
+  expired, or Pushpin stopped fetching it (`EDGE_MARGIN` seconds after the fetch it was due) — a
+  client that left is noticed only then, as Pushpin does not say. Each fetch of the link runs the
+  same re-check for that stream (`EdgeStreams.allowed`, its answer kept for
+  `RUNLEDGER_SSE_RECHECK_SECONDS` so the watchers of one run by one user cost one).
 """
 
 import asyncio
 import contextvars
 import logging
+import threading
+import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from importlib import import_module
@@ -32,8 +40,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from runs import streams
-from runs.limits import limit
-from runs.models import Run
+from runs.exceptions import TooManyRequests
+from runs.limits import limit, retry_after
+from runs.models import LIVE_VALUES, Run
 from runs.selectors import users_active
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,12 @@ REQUEST_END = "runledger.request_end"
 
 # Keys per query of a re-check: a process watching more runs (or with more users) reads in pages.
 BATCH = 1000
+# Seconds an edge stream still counts after the link fetch it was due: Pushpin fetches late when
+# busy (at most a thousand streams a second) or when the web processes answer slowly.
+EDGE_MARGIN = 10.0
+
+# (user id, token key, session key, run id): who holds a stream of which run, with what.
+Holder = tuple[int, str | None, str | None, str]
 
 K = TypeVar("K")
 
@@ -67,6 +82,10 @@ class Watch:
     waiting: asyncio.Timeout | None = None
     released: bool = False
 
+    @property
+    def holder(self) -> Holder:
+        return (self.user_id, self.token_key, self.session_key, self.run_id)
+
     def end(self) -> None:
         self.ended = True
         # An expired bound is already waking the stream (and can no longer be moved).
@@ -87,16 +106,17 @@ class _Found:
     sessions: set[str] | None  # None: the session engine keeps no rows to look up
     run_owners: dict[str, int]
 
-    def allows(self, watch: Watch) -> bool:
-        sees_every_run = self.active_users.get(watch.user_id)
+    def allows(self, holder: Holder) -> bool:
+        user_id, token_key, session_key, run_id = holder
+        sees_every_run = self.active_users.get(user_id)
         if sees_every_run is None:
             return False  # deactivated or deleted
-        if watch.token_key is not None and self.token_users.get(watch.token_key) != watch.user_id:
+        if token_key is not None and self.token_users.get(token_key) != user_id:
             return False
-        if watch.session_key is not None and self.sessions is not None and watch.session_key not in self.sessions:
+        if session_key is not None and self.sessions is not None and session_key not in self.sessions:
             return False
-        owner = self.run_owners.get(watch.run_id)
-        return owner is not None and (owner == watch.user_id or sees_every_run)
+        owner = self.run_owners.get(run_id)
+        return owner is not None and (owner == user_id or sees_every_run)
 
 
 def _batches(keys: Collection[K]) -> Iterator[list[K]]:
@@ -114,28 +134,30 @@ def _session_model() -> Any:
 def _recheck_sync(user_ids: set[int], token_keys: set[str], session_keys: set[str], run_ids: set[str]) -> _Found:
     """One query per kind of key (per BATCH keys), for every stream of the process."""
     try:
-        active: dict[int, bool] = {}
-        for users in _batches(user_ids):
-            active.update(users_active(user_ids=users))
-        tokens: dict[str, int] = {}
-        for keys in _batches(token_keys):
-            tokens.update(Token.objects.filter(key__in=keys).values_list("key", "user_id"))
-        sessions: set[str] | None = None
-        model = _session_model()
-        if model is not None:
-            sessions = set()
-            now = timezone.now()
-            for keys in _batches(session_keys):
-                rows = model.objects.filter(session_key__in=keys, expire_date__gt=now)
-                sessions.update(rows.values_list("session_key", flat=True))
-        owners: dict[str, int] = {}
-        for runs in _batches(run_ids):
-            owners.update(
-                (str(pk), owner) for pk, owner in Run.objects.filter(pk__in=runs).values_list("pk", "owner_id")
-            )
-        return _Found(active_users=active, token_users=tokens, sessions=sessions, run_owners=owners)
+        return _found(user_ids, token_keys, session_keys, run_ids)
     finally:
         connection.close()  # as every read of the stream pools: no connection outlives the call
+
+
+def _found(user_ids: set[int], token_keys: set[str], session_keys: set[str], run_ids: set[str]) -> _Found:
+    active: dict[int, bool] = {}
+    for users in _batches(user_ids):
+        active.update(users_active(user_ids=users))
+    tokens: dict[str, int] = {}
+    for keys in _batches(token_keys):
+        tokens.update(Token.objects.filter(key__in=keys).values_list("key", "user_id"))
+    sessions: set[str] | None = None
+    model = _session_model()
+    if model is not None:
+        sessions = set()
+        now = timezone.now()
+        for keys in _batches(session_keys):
+            rows = model.objects.filter(session_key__in=keys, expire_date__gt=now)
+            sessions.update(rows.values_list("session_key", flat=True))
+    owners: dict[str, int] = {}
+    for runs in _batches(run_ids):
+        owners.update((str(pk), owner) for pk, owner in Run.objects.filter(pk__in=runs).values_list("pk", "owner_id"))
+    return _Found(active_users=active, token_users=tokens, sessions=sessions, run_owners=owners)
 
 
 class StreamGuard:
@@ -152,7 +174,7 @@ class StreamGuard:
         """Count a new stream of the user, or None when the user already holds the cap."""
         cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
         held = self.counts.get(user_id, 0)
-        if cap is not None and held >= cap:
+        if cap is not None and held + edge_streams.live(user_id) >= cap:
             return None
         self.counts[user_id] = held + 1
         watch = Watch(guard=self, user_id=user_id, token_key=token_key, session_key=session_key, run_id=run_id)
@@ -204,10 +226,114 @@ class StreamGuard:
             log.warning("re-checking %d streams failed (%s); they stay open until the next try", len(watches), exc)
             return
         for watch in watches:
-            if not watch.ended and not found.allows(watch):
+            if not watch.ended and not found.allows(watch.holder):
                 log.info("run %s: ending a stream of user %s, who may no longer hold it", watch.run_id, watch.user_id)
                 watch.end()
 
 
-# This process's guard.
+def too_many_streams() -> TooManyRequests:
+    """The refusal of a stream over the user's cap (a 429), with the edge or without."""
+    cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+    return TooManyRequests(
+        f"at most {cap} streams at once per user on this server; close one or retry later",
+        retry_after=retry_after(),
+        detail={"limit": cap},
+    )
+
+
+@dataclass(slots=True)
+class _Held:
+    run_id: str
+    until: float  # time.monotonic() after which it no longer counts
+
+
+class EdgeStreams:
+    """The streams the edge holds whose connect or last link fetch this process answered, by user
+    and link, and the re-checks of their links. Called from the stream-opening threads, so it
+    keeps its own lock (never held across a query)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, dict[str, _Held]] = {}
+        self._checked: dict[Holder, tuple[bool, float]] = {}
+        self._calls = 0
+
+    def live(self, user_id: int) -> int:
+        now = time.monotonic()
+        with self._lock:
+            held = self._held.get(user_id, {})
+            for link in [link for link, found in held.items() if found.until <= now]:
+                del held[link]
+            return len(held)
+
+    def admit(self, *, user_id: int, link: str, run_id: str, until: float, plain: int) -> bool:
+        """Count a new edge stream of the user, unless the user already holds the cap together
+        with `plain`, the streams this process serves them itself. At the cap, the streams of runs
+        that have ended since are let go first (their streams ended with them): one query, only then."""
+        cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+        if cap is None:
+            return True  # nothing to count
+        if plain + self.live(user_id) >= cap:
+            with self._lock:
+                runs = {found.run_id for found in self._held.get(user_id, {}).values()}
+            live = set(
+                str(pk) for pk in Run.objects.filter(pk__in=runs, status__in=LIVE_VALUES).values_list("pk", flat=True)
+            )
+            with self._lock:
+                held = self._held.get(user_id, {})
+                for gone in [link for link, found in held.items() if found.run_id not in live]:
+                    del held[gone]
+            if plain + self.live(user_id) >= cap:
+                return False
+        self.seen(user_id=user_id, link=link, run_id=run_id, until=until)
+        return True
+
+    def seen(self, *, user_id: int, link: str, run_id: str, until: float) -> None:
+        """The link was fetched (or minted): its stream counts until `until`."""
+        if limit("RUNLEDGER_MAX_STREAMS_PER_USER") is None:
+            return
+        with self._lock:
+            self._held.setdefault(user_id, {})[link] = _Held(run_id=run_id, until=until)
+            self._tick()
+
+    def drop(self, *, user_id: int, link: str) -> None:
+        with self._lock:
+            self._held.get(user_id, {}).pop(link, None)
+
+    def allowed(self, holder: Holder) -> bool:
+        """Whether the holder may still hold a stream of the run: `StreamGuard.recheck`'s rule, on
+        the caller's thread and connection."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._checked.get(holder)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        user_id, token_key, session_key, run_id = holder
+        tokens = {token_key} if token_key is not None else set()
+        sessions = {session_key} if session_key is not None else set()
+        allowed = _found({user_id}, tokens, sessions, {run_id}).allows(holder)
+        with self._lock:
+            self._checked[holder] = (allowed, now + float(settings.RUNLEDGER_SSE_RECHECK_SECONDS))
+            self._tick()
+        return allowed
+
+    def _tick(self) -> None:
+        # Now and then, what users who never came back left behind (under the lock).
+        self._calls += 1
+        if self._calls % BATCH == 0:
+            self._forget(time.monotonic())
+
+    def _forget(self, now: float) -> None:
+        for holder in [holder for holder, (_, until) in self._checked.items() if until <= now]:
+            del self._checked[holder]
+        for user_id in list(self._held):
+            held = self._held[user_id]
+            for link in [link for link, found in held.items() if found.until <= now]:
+                del held[link]
+            if not held:
+                del self._held[user_id]
+
+
+# This process's guard, and the edge's streams it answered for.
 get_guard = streams.loop_local(StreamGuard)
+edge_streams = EdgeStreams()

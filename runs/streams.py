@@ -18,6 +18,9 @@ and how to read it once for many watchers:
   watcher knows is committed;
 - reads run in short calls on a small thread pool that close their connection: an idle stream
   holds no database connection and no query runs per watcher while nothing happens.
+- every read is bounded in rows (`PAGE`) and in bytes (RUNLEDGER_MAX_PAGE_BYTES, at least one
+  event), and a feed's buffer in frames and bytes (`BUFFER`, `BUFFER_BYTES`): a watched run of big
+  events costs a process a few MB, whatever its events hold.
 
 Why reading `seq > head` is enough: seq is allocated under the run's row lock in the inserting
 transaction, so seq n+1 cannot commit before n does; whatever a read returns is contiguous from
@@ -38,16 +41,20 @@ from django.db import DatabaseError, connection, connections
 
 from runs import notify
 from runs.events import TERMINAL_EVENT_TYPES
+from runs.limits import limit
 from runs.listener import Listener
 from runs.models import Run, RunEvent
-from runs.selectors import event_json, run_events_json_after
+from runs.selectors import event_json, run_events_json_bounded
 
 log = logging.getLogger(__name__)
 
-# Rows per read; a longer backlog is read page by page.
+# Rows per read, and at most RUNLEDGER_MAX_PAGE_BYTES of them; a longer backlog is read page by page.
 PAGE = 500
-# Recent frames a feed keeps for its watchers; one further behind reads the table itself.
+# Recent frames a feed keeps for its watchers, and at most so many bytes of them (trimmed at twice
+# that): one further behind reads the table itself. The bytes bound the memory a watched run holds
+# in a process whatever its events hold — 2,000 frames of 250 kB events would be 500 MB.
 BUFFER = 2000
+BUFFER_BYTES = 1_000_000
 
 # Reads are short and never hold their connection, so a few threads serve any number of streams.
 _read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runledger-sse-read")
@@ -82,9 +89,21 @@ def encode_frame(event: RunEvent) -> Frame:
     return make_frame(event.seq, event.type, event_json(event))
 
 
-def _read_sync(run_id: str, after_seq: int, limit: int) -> list[Frame]:
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Frames read from the table after a cursor."""
+
+    frames: list[Frame]
+    # The read stopped at one of its bounds (rows or bytes): more may follow.
+    full: bool
+
+
+def _read_sync(run_id: str, after_seq: int, rows: int) -> Read:
     try:
-        return [make_frame(*row) for row in run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit)]
+        read = run_events_json_bounded(
+            run_id=run_id, after_seq=after_seq, limit=rows, max_bytes=limit("RUNLEDGER_MAX_PAGE_BYTES")
+        )
+        return Read(frames=[make_frame(*row) for row in read.rows], full=read.cut or len(read.rows) >= rows)
     finally:
         # The connection belongs to this pool thread; closing it is what keeps idle streams free of
         # database connections (a pooled backend would return it here instead).
@@ -106,9 +125,10 @@ async def _run_sync(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await sync_to_async(fn, thread_sensitive=False, executor=_read_executor)(*args, **kwargs)
 
 
-async def read_frames(run_id: str, after_seq: int, limit: int = PAGE) -> list[Frame]:
-    """Stored events with seq > after_seq as frames, read on the pool (not the request's thread)."""
-    return await _run_sync(_read_sync, run_id, after_seq, limit)
+async def read_frames(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
+    """Stored events with seq > after_seq as frames, at most `rows` and RUNLEDGER_MAX_PAGE_BYTES of
+    them (one at least), read on the pool (not the request's thread)."""
+    return await _run_sync(_read_sync, run_id, after_seq, rows)
 
 
 async def run_open_check(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -128,15 +148,17 @@ class RunFeed:
     def __init__(self, hub: "Hub", run_id: str, *, head: int, ended: bool) -> None:
         self.hub = hub
         self.run_id = run_id
-        # Every event with seq <= head is committed; frames holds a contiguous tail of them, at
-        # least the last BUFFER (a list trimmed now and then: readers slice it, O(what they take)).
+        # Every event with seq <= head is committed; frames holds a contiguous tail of them, the
+        # last BUFFER unless they pass BUFFER_BYTES, the last one always (a list trimmed now and
+        # then: readers slice it, O(what they take)); `buffered` is the bytes of its frames.
         self.head = head
         self.frames: list[Frame] = []
+        self.buffered = 0
         self.ended = ended
         self.watchers = 0
         # Advances with head; a shared read is only joined by watchers of the same version.
         self.version = 0
-        self._reads: dict[tuple[int, int], asyncio.Task[list[Frame]]] = {}
+        self._reads: dict[tuple[int, int], asyncio.Task[Read]] = {}
         self._wake = asyncio.Event()
         self._wake.set()  # read at once: events may have committed since the caller read head
         self._changed = asyncio.Event()
@@ -169,7 +191,7 @@ class RunFeed:
         if task is None:
             task = self._reads[key] = detached(self.hub.loop, read_frames(self.run_id, after_seq))
 
-            def forget(done: "asyncio.Task[list[Frame]]") -> None:
+            def forget(done: "asyncio.Task[Read]") -> None:
                 if self._reads.get(key) is done:
                     del self._reads[key]
                 if not done.cancelled():
@@ -177,7 +199,7 @@ class RunFeed:
 
             task.add_done_callback(forget)
         # Shielded: a watcher that disconnects mid-read must not cancel the others' read.
-        return await asyncio.shield(task)
+        return (await asyncio.shield(task)).frames
 
     def start(self) -> None:
         if not self.ended:
@@ -194,14 +216,26 @@ class RunFeed:
             # than splice a hole into it — watchers then read the table themselves.
             log.error("run %s: read from %s started at %s", self.run_id, self.head, frames[0].seq)
             self.frames.clear()
+            self.buffered = 0
         self.frames.extend(frames)
-        if len(self.frames) > 2 * BUFFER:
-            del self.frames[:-BUFFER]
+        self.buffered += sum(len(frame.data) for frame in frames)
+        if len(self.frames) > 2 * BUFFER or self.buffered > 2 * BUFFER_BYTES:
+            self._trim()
         self.head = frames[-1].seq
         self.version += 1
         self.ended = self.ended or frames[-1].terminal
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+
+    def _trim(self) -> None:
+        """Drop the oldest frames down to the last BUFFER and BUFFER_BYTES, keeping the newest."""
+        drop, kept = 0, self.buffered
+        surplus = len(self.frames) - BUFFER
+        while drop < len(self.frames) - 1 and (drop < surplus or kept > BUFFER_BYTES):
+            kept -= len(self.frames[drop].data)
+            drop += 1
+        del self.frames[:drop]
+        self.buffered = kept
 
     async def _pump(self) -> None:
         while not self.ended:
@@ -211,7 +245,7 @@ class RunFeed:
             self._wake.clear()
             try:
                 # Never a read joined in flight: it must start after what woke the pump.
-                frames = await read_frames(self.run_id, self.head)
+                read = await read_frames(self.run_id, self.head)
             except DatabaseError as exc:
                 # The next tick wakes it again.
                 log.warning("run %s: reading events failed (%s); retrying", self.run_id, exc)
@@ -220,9 +254,9 @@ class RunFeed:
                 # Whatever it was, the watchers must not be left waiting on a dead pump.
                 log.exception("run %s: reading events failed; retrying", self.run_id)
                 continue
-            if frames:
-                self._publish(frames)
-                if len(frames) >= PAGE:
+            if read.frames:
+                self._publish(read.frames)
+                if read.full:
                     self._wake.set()
 
 

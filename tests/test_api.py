@@ -969,13 +969,13 @@ def test_the_schema_and_docs_are_public_and_document_every_error() -> None:
     paths = schema["paths"]
     expected = {
         ("/api/runs/", "get"): {"200", "400", "401", "404", "503"},
-        ("/api/runs/", "post"): {"201", "400", "401", "409", "413", "415", "422", "503"},
+        ("/api/runs/", "post"): {"201", "400", "401", "409", "413", "415", "422", "429", "503"},
         ("/api/runs/{run_id}/", "get"): {"200", "401", "404", "503"},
         ("/api/runs/{run_id}/events/", "get"): {"200", "400", "401", "404", "503"},
         ("/api/runs/{run_id}/cancel/", "post"): {"200", "400", "401", "403", "404", "409", "413", "415", "503"},
         ("/api/runs/{run_id}/stop/", "post"): {"200", "400", "401", "403", "404", "409", "413", "415", "503"},
         ("/api/runs/{run_id}/pause/", "post"): {"200", "202", "401", "403", "404", "409", "503"},
-        ("/api/runs/{run_id}/resume/", "post"): {"200", "400", "401", "403", "404", "409", "413", "415", "503"},
+        ("/api/runs/{run_id}/resume/", "post"): {"200", "400", "401", "403", "404", "409", "413", "415", "429", "503"},
     }
     for (path, method), codes in expected.items():
         documented = paths[path][method]["responses"]

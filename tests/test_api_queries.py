@@ -89,7 +89,7 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
-        "SELECT runs_run",  # ... so this count of their active runs is the cap's truth (issue 20)
+        "SELECT runs_run",  # ... so their totals (active, kept, bytes) are the caps' truth (issues 20, 30)
         "INSERT runs_runevent",
         "SELECT pg_notify",  # events and queue, one statement
         "INSERT runs_run",  # with its last_seq: no second write of the row

@@ -1,6 +1,7 @@
 """Throttled sign-ins and token attempts (DESIGN §6, issue 20): failed ones are counted per client
 address (and per username for sign-ins) in the database; beyond RUNLEDGER_AUTH_FAILURES_MAX within
-the window, the next attempt is refused with 429 and Retry-After before its credential is checked.
+the window, the next attempt is refused with 429 and Retry-After before its credential is checked —
+for a blocked username, only from the addresses that failed for it (issue 30: no lockout by strangers).
 
 In-process through Django's test client (REMOTE_ADDR chosen per request), and over real HTTP to
 real web processes, where the address is the socket's and two processes share one count.
@@ -24,9 +25,11 @@ from runs.models import AuthFailure, Run
 from runs.services.throttles import PURGE_BATCH
 from tests.factories import running_run
 from tests.support.api import assert_error
+from tests.support.browser import give_password
 from tests.support.db import token_for
 from tests.support.procs import Procs, subprocess_env
 from tests.support.raw_http import Answer, request
+from tests.support.signin import sign_in_over_http, signed_in_over_http
 from tests.support.threads import race
 
 # Committed data: the stream checks its caller on a connection of its own.
@@ -171,24 +174,60 @@ def test_wrong_passwords_are_refused_then_throttled_even_with_the_right_one(
     assert found is not None, response.content
     assert int(found.group(1)) == retry_after(response)
     assert not signed_in(client)
-    # Refused unchecked, so not counted: the window's count is the LIMIT failures (address, username).
-    assert AuthFailure.objects.count() == 2 * LIMIT
+    # Refused unchecked, so not counted: the window's count is the LIMIT failures (address,
+    # username, and the pair of both).
+    assert AuthFailure.objects.count() == 3 * LIMIT
 
 
 @limited
-def test_a_blocked_username_is_blocked_from_everywhere_and_a_blocked_address_for_everyone(
+def test_a_blocked_username_refuses_only_the_addresses_that_failed_for_it_and_a_blocked_address_everyone(
     make_user: Callable[..., User],
 ) -> None:
     make_user("carol")
     make_user("dave")
     for _ in range(LIMIT):
         sign_in("/accounts/login/", "carol", "guess", address="10.0.0.66")
-    assert sign_in("/accounts/login/", "carol", PASSWORD, address="10.0.0.7")[1].status_code == 429
+    assert sign_in("/accounts/login/", "carol", PASSWORD, address="10.0.0.66")[1].status_code == 429
+    client, response = sign_in("/accounts/login/", "carol", PASSWORD, address="10.0.0.7")
+    assert response.status_code == 302 and signed_in(client)
     assert sign_in("/accounts/login/", "dave", PASSWORD, address="10.0.0.66")[1].status_code == 429
     client, response = sign_in("/accounts/login/", "dave", PASSWORD, address="10.0.0.7")
     assert response.status_code == 302 and signed_in(client)
     # The sign-ins share no count with token attempts from the same address.
     assert_error(token_get("/api/runs/", BAD_TOKEN, address="10.0.0.66"), 401, "not_authenticated")
+
+
+@limited
+def test_failures_for_a_user_from_many_addresses_do_not_keep_her_out_from_another(
+    make_user: Callable[..., User],
+) -> None:
+    """Issue 30's lockout: wrong passwords for one user, each from an address of its own, on the
+    login page, then on the console's (where each new address gets its one guess)."""
+    make_user("carol", is_staff=True)
+    for n, path in enumerate(["/accounts/login/", "/admin/login/"]):
+        strangers = [f"10.1.{n}.{i}" for i in range(LIMIT)]
+        for address in strangers:
+            assert sign_in(path, "carol", "guess", address=address)[1].status_code == 200
+        client, response = sign_in(path, "carol", PASSWORD, address=f"10.2.{n}.1")
+        assert response.status_code == 302 and signed_in(client), path
+        # The username is blocked for the addresses that failed for it, right password or not:
+        # until their failure leaves the window, or the username's count drops below the limit.
+        client, response = sign_in(path, "carol", PASSWORD, address=strangers[0])
+        assert response.status_code == 429 and not signed_in(client)
+        assert 1 <= retry_after(response) <= 300
+
+
+@limited
+def test_once_a_username_is_blocked_each_new_address_gets_one_guess(make_user: Callable[..., User]) -> None:
+    """What the rule costs: an attacker with N addresses gets N guesses a window beyond the limit."""
+    make_user("carol")
+    for _ in range(LIMIT):
+        sign_in("/accounts/login/", "carol", "guess", address="10.3.0.1")
+    checked = []
+    for i in range(4):
+        address = f"10.3.1.{i}"
+        checked += [sign_in("/accounts/login/", "carol", "guess", address=address)[1].status_code for _ in range(3)]
+    assert checked == [200, 429, 429] * 4
 
 
 @limited
@@ -215,7 +254,7 @@ def test_concurrent_wrong_passwords_never_get_more_than_the_limit_checked() -> N
     answers = race(12, lambda i: sign_in("/accounts/login/", "mallory", "guess")[1].status_code)
     assert set(answers) <= {200, 429}, answers
     assert answers.count(200) <= LIMIT
-    assert AuthFailure.objects.count() == 2 * answers.count(200)
+    assert AuthFailure.objects.count() == 3 * answers.count(200)
 
 
 @override_settings(RUNLEDGER_AUTH_FAILURES_MAX=2, RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS=1)
@@ -273,3 +312,23 @@ def test_a_blocked_address_is_served_again_once_retry_after_has_passed(procs: Pr
     wait = assert_raw_refused(raw_get(web.port, stream, BAD_TOKEN, source="127.0.0.4"))
     time.sleep(wait)  # what a client is told to do: the behaviour under test
     assert raw_get(web.port, f"/api/runs/{run.pk}/", f"Token {token_for(alice)}", source="127.0.0.4").status == 200
+
+
+@pytest.mark.processes
+def test_ten_strangers_failures_keep_no_user_out_of_either_login_page_of_a_real_web_process(
+    procs: Procs, make_user: Callable[..., User]
+) -> None:
+    """The attack as reported, on the default limit (10): ten wrong passwords for a staff user from
+    ten addresses, then her right password from a fresh one, on both login pages."""
+    web = procs.uvicorn(env=subprocess_env(RUNLEDGER_AUTH_FAILURES_MAX="10"))
+    give_password(make_user("oncall", is_staff=True), PASSWORD)
+    pages = ["/accounts/login/", "/admin/login/"]
+    for i in range(10):
+        answer = sign_in_over_http(web.url, pages[i % 2], "oncall", "guess", source=f"127.0.1.{i + 1}")
+        assert answer.status_code == 200 and not signed_in_over_http(answer), answer
+    for n, page in enumerate(pages):
+        answer = sign_in_over_http(web.url, page, "oncall", PASSWORD, source=f"127.0.2.{n + 1}")
+        assert signed_in_over_http(answer), (page, answer.status_code)
+    # An address that failed for her is still refused, with her right password too.
+    answer = sign_in_over_http(web.url, pages[0], "oncall", PASSWORD, source="127.0.1.1")
+    assert answer.status_code == 429 and int(answer.headers["Retry-After"]) >= 1

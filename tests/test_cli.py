@@ -6,7 +6,6 @@ import os
 import pty
 import shutil
 import subprocess
-import sys
 import threading
 import uuid
 import venv
@@ -18,6 +17,7 @@ from django.contrib.auth.models import User
 
 from runs.agents.demo import demo_text
 from runs.models import Run
+from tests.support.cli import drain, run_cli
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log, cut_budgets
 from tests.support.procs import ROOT
@@ -27,17 +27,12 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
-RUNLEDGER = str(Path(sys.executable).parent / "runledger")  # the console script of the installed client
-
 
 def runledger(
     proxy: CuttableProxy | None, token: str | None, *args: str, stderr: int | None = subprocess.PIPE
 ) -> subprocess.CompletedProcess[str]:
     """The command, configured through its environment, to its exit (killed after 60 s)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
-    env |= {"RUNLEDGER_URL": proxy.url} if proxy else {}
-    env |= {"RUNLEDGER_TOKEN": token} if token else {}
-    return subprocess.run([RUNLEDGER, *args], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=60)
+    return run_cli(proxy.url if proxy else None, token, *args, stderr=stderr)
 
 
 def created(proxy: CuttableProxy, token: str, input: dict[str, Any]) -> str:
@@ -66,7 +61,7 @@ def test_watch_prints_the_text_and_a_status_line_only_on_a_terminal(proxy: Cutta
     # stderr on a terminal: the live status line is there, and stdout still holds only the text.
     master, replica = pty.openpty()
     seen: list[bytes] = []
-    reader = threading.Thread(target=_drain, args=(master, seen))
+    reader = threading.Thread(target=drain, args=(master, seen))
     reader.start()
     try:
         on_tty = runledger(proxy, token, "watch", run_id, "--after-seq", "3", stderr=replica)
@@ -82,17 +77,6 @@ def test_watch_prints_the_text_and_a_status_line_only_on_a_terminal(proxy: Cutta
     last_seq = json.loads(runledger(proxy, token, "show", run_id).stdout)["last_seq"]
     at_end = runledger(proxy, token, "watch", run_id, "--after-seq", str(last_seq), "--jsonl")
     assert (at_end.returncode, at_end.stdout) == (0, "")
-
-
-def _drain(fd: int, into: list[bytes]) -> None:
-    while True:
-        try:
-            data = os.read(fd, 4096)
-        except OSError:  # EIO once the replica's last holder closed it
-            return
-        if not data:
-            return
-        into.append(data)
 
 
 def test_cancel_twice_exits_0_and_a_cancel_that_lost_to_completion_exits_1_saying_completed(

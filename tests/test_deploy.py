@@ -447,6 +447,28 @@ COUNTING = {"runledger-web.service", "runledger-worker@.service"}
 CHECKOUT = "/srv/runledger"  # where the units expect the project
 
 
+# The sandbox every unit sets, beside NoNewPrivileges, ProtectSystem and PrivateTmp above.
+SANDBOX = {
+    "UMask": "0077",
+    "ProtectHome": "yes",
+    "PrivateDevices": "yes",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectKernelLogs": "yes",
+    "ProtectControlGroups": "yes",
+    "ProtectClock": "yes",
+    "ProtectHostname": "yes",
+    "ProtectProc": "invisible",
+    "RestrictNamespaces": "yes",
+    "RestrictRealtime": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "CapabilityBoundingSet": "",
+    "SystemCallArchitectures": "native",
+    "SystemCallFilter": "@system-service",
+}
+
+
 def unit_settings(path: Path) -> dict[str, dict[str, list[str]]]:
     """section → key → values (systemd allows a key more than once)."""
     sections: dict[str, dict[str, list[str]]] = {}
@@ -487,17 +509,21 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
             "KillSignal": "SIGTERM",
             "KillMode": "mixed",
             "Restart": "on-failure",
-            "NoNewPrivileges": "yes",
-            "ProtectSystem": "strict",
-            "PrivateTmp": "yes",
+            **SANDBOX,
         }.items():
             assert service.get(key) == [value], (name, key)
         assert unit["Install"]["WantedBy"] == ["multi-user.target"], name
+        # Thousands of streams need thousands of files (systemd's default soft limit is 1,024);
+        # memory and tasks are bounded.
+        assert int(service["LimitNOFILE"][0]) >= 65536, name
+        assert re.fullmatch(r"\d+[KMG]", service["MemoryMax"][0]), name
+        assert 0 < int(service["TasksMax"][0]) <= 4096, name
     for name in COUNTING:
         service = units[name]["Service"]
-        # Their /tmp is private: both name one metrics directory, kept across restarts.
+        # Their /tmp is private: both name one metrics directory, kept across restarts, private.
         assert service["RuntimeDirectory"] == ["runledger-metrics"], name
         assert service["RuntimeDirectoryPreserve"] == ["yes"], name
+        assert service["RuntimeDirectoryMode"] == ["0700"], name
         assert "RUNLEDGER_METRICS_DIR=/run/runledger-metrics" in service["Environment"], name
 
     # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's.
@@ -521,7 +547,7 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
     assert int(worker["TimeoutStopSec"][0]) > settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS + 5
 
     # The edge unit: what bin/edge runs, manage.py runedge, whose own parser takes its arguments; in
-    # front of the web unit's uvicorn, its control port (no authentication) on loopback. SIGTERM to
+    # front of the web unit's uvicorn, its control socket in a folder only its user enters. SIGTERM to
     # runedge alone (KillMode=mixed, above), which passes it on to Pushpin once (tests/test_edge.py).
     edge = units["runledger-edge.service"]["Service"]
     program, args = exec_start(edge)
@@ -530,5 +556,24 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
     parser = load_command_class("runs", "runedge").create_parser("manage.py", "runedge")
     edge_options = vars(parser.parse_args(args[2:]))
     assert edge_options["upstream"] == f"{options['host']}:{options['port']}"
-    assert edge_options["control_port"].startswith("127.0.0.1:")
+    assert edge_options["control"] == "/run/runledger-edge/control"
+    assert edge["RuntimeDirectory"] == ["runledger-edge"] and edge["RuntimeDirectoryMode"] == ["0700"]
     assert edge_options["port"].rpartition(":")[2] != str(options["port"])
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(60)
+def test_systemd_reads_each_unit_without_a_complaint_and_rates_its_exposure_ok() -> None:
+    for name in sorted(UNITS):
+        path = str(ROOT / "deploy" / name)
+        verified = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True, timeout=30)
+        # The one complaint expected here: the checkout is not in /srv/runledger on this machine.
+        complaints = [line for line in verified.stderr.splitlines() if "is not executable" not in line]
+        assert complaints == [], (name, complaints)
+        rated = subprocess.run(
+            ["systemd-analyze", "security", "--offline=true", path], capture_output=True, text=True, timeout=30
+        )
+        found = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", rated.stdout)
+        assert found is not None, rated.stdout + rated.stderr
+        # systemd's scale: 0 (exposed to nothing) to 10; "OK" is below 2.
+        assert (float(found[1]), found[2]) <= (2.0, "OK") and found[2] == "OK", (name, found[0])

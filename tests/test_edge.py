@@ -5,51 +5,73 @@ stopped by its PID (tests/support/procs.py, tests/support/edge.py).
 
 What is proven: watchers through the edge get every event once, in order; Last-Event-ID resumes
 exactly; a lost publish, a killed publisher and a restarted Pushpin leave no gap; a connect
-through the edge is checked like any stream, a request that only claims to be Pushpin's gets
-nothing, and the edge's streams do not count against the per-user cap.
+through the edge is checked like any stream; a replayed Grip-Sig, a request that only claims to be
+Pushpin's, or a link minted for another run gets nothing; nobody but the web processes' user can
+publish; the edge's streams count against the per-user cap, end at their lifetime and when their
+user is revoked; and nginx in front of the edge drops half-sent requests before Pushpin sees them.
 """
 
 import asyncio
+import base64
 import hashlib
 import hmac
-import json
 import random
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.contrib.sessions.models import Session
 from django.test import Client, RequestFactory
 
 from runs import services
 from runs.edge import grip
-from runs.edge.control import bodies
+from runs.edge.control import bodies, folder_problem, parse_tnetstring, private_folder, socket_path, tnetstring
+from runs.edge.link import Link, mint, read
 from runs.edge.publisher import _groups, lock_key
+from runs.events import EventType
 from runs.models import Run
 from runs.streams import make_frame
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
-from tests.support.edge import Edge, PublishTap, edge_env, start_edge, wait_leading
+from tests.support.edge import (
+    Edge,
+    PublishTap,
+    control_socket,
+    edge_env,
+    forge_as_nobody,
+    listening_tcp_ports,
+    real_grip_sig,
+    stall_body,
+    start_edge,
+    wait_leading,
+)
 from tests.support.faults import Api, Stats, follow
+from tests.support.nginx import shared_folder, start_nginx
 from tests.support.procs import (
     ROOT,
     Proc,
     Procs,
     connections_to,
-    free_port,
     process_gone,
+    require_root,
     subprocess_env,
     uvicorn_refusal,
     wait_log_line,
 )
+from tests.support.raw_http import request, trickle_headers
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.seed import SEED
 from tests.support.sse import Event, Stream, auth_headers, request_once, stream_path, watch
@@ -60,13 +82,13 @@ from tests.support.workers import wait_status
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def stack(procs: Procs, *, worker: bool = True, control: int = 0, **env: str) -> tuple[Proc, Edge]:
+def stack(procs: Procs, *, worker: bool = True, control: str = "", **env: str) -> tuple[Proc, Edge]:
     """A web process behind bin/edge, leading the publishing, and a worker unless told not to
     (tests that claim runs themselves)."""
-    control = control or free_port()
+    control = control or control_socket()
     web = procs.uvicorn(env=edge_env(control, **env))
     wait_leading(web)
-    edge = start_edge(procs, upstream=web, control_port=control)
+    edge = start_edge(procs, upstream=web, control=control)
     if worker:
         procs.worker("edge-worker", concurrency=4)
     return web, edge
@@ -76,8 +98,8 @@ def stack(procs: Procs, *, worker: bool = True, control: int = 0, **env: str) ->
 def tapped_stack(procs: Procs) -> Iterator[tuple[PublishTap, Proc, Edge]]:
     """`stack` without its worker, the publishes going to Pushpin through a tap that can lose or
     refuse them."""
-    control = free_port()
-    tap = PublishTap(control_port=control).start()
+    control = control_socket()
+    tap = PublishTap(control).start()
     try:
         yield (tap, *stack(procs, worker=False, control=control, RUNLEDGER_GRIP_URL=tap.url))
     finally:
@@ -126,7 +148,7 @@ async def watch_meanwhile(
 
 def link_requests(edge: Edge, run: Run) -> list[float]:
     """When (time.time()) Pushpin asked for the run's events itself, by its log."""
-    link = f"[handler] GET {edge.url}/api/runs/{run.pk}/stream/ "
+    link = f"[handler] GET {edge.url}/api/runs/{run.pk}/stream/link/ "
     return [
         datetime.strptime(line[7:30], "%Y-%m-%d %H:%M:%S.%f").timestamp()
         for line in edge.log().splitlines()
@@ -148,10 +170,11 @@ def signed(key: str, **claims: Any) -> str:
 def test_watchers_through_the_edge_receive_every_event_once_in_order(
     procs: Procs, alice: User, make_user: Callable[..., User]
 ) -> None:
-    control = free_port()
-    web = procs.uvicorn(env=edge_env(control))
+    control = control_socket()
+    # Each stream's link is fetched (its user re-checked) once a minute here, not in the test.
+    web = procs.uvicorn(env=edge_env(control, RUNLEDGER_GRIP_LINK_SECONDS="60"))
     wait_leading(web)
-    edge = start_edge(procs, upstream=web, control_port=control)
+    edge = start_edge(procs, upstream=web, control=control)
     staff = make_user(perms=("runs.view_run",))
     run = queued_run(alice, input={"deltas": 40, "delay_ms": 25})
     # Programs with their token, browsers with their session, and staff who see every run.
@@ -269,13 +292,13 @@ def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(pr
 @pytest.mark.edge
 @pytest.mark.processes
 def test_killing_the_publishing_web_process_mid_run_leaves_no_gap(procs: Procs, alice: User) -> None:
-    control = free_port()
+    control = control_socket()
     # The first web process publishes; Pushpin sends every request to the second, which takes
     # over the publishing when the first dies.
     publisher = procs.uvicorn(env=edge_env(control))
     wait_leading(publisher)
     web = procs.uvicorn(env=edge_env(control))
-    edge = start_edge(procs, upstream=web, control_port=control)
+    edge = start_edge(procs, upstream=web, control=control)
     procs.worker("edge-worker")
     run = queued_run(alice, input={"deltas": 60, "delay_ms": 40})
     headers = [auth_headers(token_for(alice))] * 5
@@ -310,7 +333,7 @@ def test_a_pushpin_restart_mid_run_loses_nothing_for_clients_that_reconnect(proc
         assert await asyncio.to_thread(edge.stop) == 0, edge.log()
         assert all(process_gone(pid) for pid in parts)
         # The same ports again; the clients reconnect with their Last-Event-ID.
-        await asyncio.to_thread(start_edge, procs, upstream=web, control_port=edge.control_port, port=edge.proc.port)
+        await asyncio.to_thread(start_edge, procs, upstream=web, control=edge.control, port=edge.proc.port)
         return list(await asyncio.wait_for(asyncio.gather(*watches), 90))
 
     watches = asyncio.run(scenario())
@@ -359,11 +382,45 @@ def test_a_connect_through_the_edge_is_refused_as_it_is_without_it(
     assert request_once(edge.url, stream_path(run), auth_headers(carol_token)).status == 401
 
 
+def direct_connect(web: Proc, run: Run, sig: str, headers: dict[str, str]) -> Stream:
+    """A connect straight to the web process with Pushpin's signature: what Pushpin passes on, so
+    the hold instructions (the link included) are in the answer's headers."""
+    return request_once(web.url, stream_path(run), {"Grip-Sig": sig, **headers})
+
+
+def fetch_link(
+    web: Proc, path: str, *, sig: str | None, last_id: int | None, token: str | None
+) -> tuple[Stream, list[int]]:
+    """A GET of a link as Pushpin makes it (its signature and a Grip-Last for each channel of the
+    hold, nothing else): the answer, and the seqs of the events in its body."""
+    run_id = path.split("/")[3]
+    headers = {"Grip-Sig": sig} if sig is not None else {}
+    lasts = [f"{grip.channel(run_id)}; last-id={last_id}"] if last_id is not None else []
+    lasts += [f"{grip.LINK_CHANNEL}; last-id={token}"] if token is not None else []
+    if lasts:
+        headers["Grip-Last"] = ", ".join(lasts)
+
+    async def go() -> tuple[Stream, list[int]]:
+        answer = await Stream(web.url, path, headers).open()
+        try:
+            body = await answer.read_all() if answer.status == 200 else answer.body
+            return answer, [event.seq for event in answer.parser.feed(body)]
+        finally:
+            answer.close()
+
+    return asyncio.run(go())
+
+
+def link_of(answer: Stream) -> tuple[str, str]:
+    """The path of a hold's link (`Grip-Link: </…/stream/link/>; rel=next; …`), and its token (the
+    previous id of the link's channel: `Grip-Channel: run-…; prev-id=2, runledger-link; prev-id=T`)."""
+    path = answer.headers["grip-link"].partition(">")[0].removeprefix("<")
+    return path, answer.headers["grip-channel"].rpartition("prev-id=")[2]
+
+
 @pytest.mark.edge
 @pytest.mark.processes
-def test_a_request_that_only_claims_to_be_pushpins_recovery_gets_no_events(
-    procs: Procs, alice: User, bob: User
-) -> None:
+def test_a_request_that_only_claims_to_be_pushpins_gets_no_events(procs: Procs, alice: User, bob: User) -> None:
     web, edge = stack(procs, worker=False)
     run = running_run(alice)
     key = settings.RUNLEDGER_GRIP_KEY  # the web process's too: the same environment
@@ -377,6 +434,9 @@ def test_a_request_that_only_claims_to_be_pushpins_recovery_gets_no_events(
         "no expiry": {"Grip-Sig": jwt.encode({"iss": "pushpin"}, key, algorithm="HS256")},
         "unsigned": {"Grip-Sig": jwt.encode({"iss": "pushpin", "exp": int(time.time()) + 60}, None, algorithm="none")},
     }
+    # A real link of alice's, to fetch with each forged signature.
+    link, token = link_of(direct_connect(web, run, signed(key), auth_headers(token_for(alice))))
+    link_last = {"Grip-Last": f"{last['Grip-Last']}, {grip.LINK_CHANNEL}; last-id={token}"}
     for what, headers in forged.items():
         # Straight to the web process (through Pushpin these headers never arrive): a stream
         # request like any other, so an anonymous one is a 401 and bob's a 404.
@@ -387,43 +447,266 @@ def test_a_request_that_only_claims_to_be_pushpins_recovery_gets_no_events(
         # Through the edge, Pushpin drops the client's Grip-* headers and signs the request itself.
         through = request_once(edge.url, stream_path(run), {**last, **headers})
         assert through.status == 401, what
-
-    # What does authorise a recovery: Pushpin's signature, with no user at all.
-    async def recover() -> tuple[Stream, bytes]:
-        answer = await Stream(web.url, f"/api/runs/{run.pk}/stream/", {**last, "Grip-Sig": signed(key)}).open()
-        try:
-            return answer, await answer.read_all()
-        finally:
-            answer.close()
-
-    recovered, body = asyncio.run(recover())
-    assert recovered.status == 200
-    assert recovered.headers["grip-hold"] == "stream"
-    assert [e.seq for e in recovered.parser.feed(body)] == [1, 2]
+        # The link, with the forged signature: a credential is wanted (bob's is not one for it).
+        fetched = request_once(web.url, link, {**link_last, **headers})
+        assert (fetched.status, fetched.json()["error"]["code"]) == (401, "not_authenticated"), what
+        fetched = request_once(web.url, link, {**link_last, **headers, **auth_headers(token_for(bob))})
+        assert (fetched.status, fetched.json()["error"]["code"]) == (404, "not_found"), what
 
 
 @pytest.mark.edge
 @pytest.mark.processes
-def test_streams_held_by_the_edge_do_not_count_against_the_users_cap(procs: Procs, alice: User) -> None:
-    web, edge = stack(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+def test_a_replayed_grip_sig_or_a_link_of_another_run_gets_nothing(procs: Procs, alice: User, bob: User) -> None:
+    web, _edge = stack(procs, worker=False)
+    sig = real_grip_sig(procs)  # as a real Pushpin signed it: valid for an hour, on any path
+    alices, bobs = running_run(alice), running_run(bob)
+    last_alices = {"Grip-Last": f"{grip.channel(str(alices.pk))}; last-id=0"}
+
+    # The attack: Pushpin's signature and Grip-Last for alice's run, on the stream's path. That
+    # path takes only a client's connect, with the client's credentials: Grip-Last means nothing.
+    replayed = request_once(web.url, stream_path(alices), {"Grip-Sig": sig, **last_alices})
+    assert (replayed.status, replayed.json()["error"]["code"]) == (401, "not_authenticated")
+    as_bob = direct_connect(web, alices, sig, {**last_alices, **auth_headers(token_for(bob))})
+    assert as_bob.status == 404 and "grip-hold" not in as_bob.headers
+
+    # Bob's own connect gets a link for his run (a hold: his run is live)...
+    held = direct_connect(web, bobs, sig, auth_headers(token_for(bob)))
+    assert (held.status, held.headers["grip-hold"]) == (200, "stream")
+    bobs_link, bobs_token = link_of(held)
+    assert bobs_link == f"/api/runs/{bobs.pk}/stream/link/"
+    assert token_for(bob) not in bobs_token  # the credential in it is sealed
+    # ...which fetches his run's events, as Pushpin would...
+    fetched, seqs = fetch_link(web, bobs_link, sig=sig, last_id=0, token=bobs_token)
+    assert fetched.status == 200 and fetched.headers["grip-hold"] == "stream"
+    assert seqs == [1, 2]
+    assert link_of(fetched) == (bobs_link, bobs_token)  # the same user, credential and expiry
+    # ...but nothing of alice's: for her run it is not a token (an empty end, no hold).
+    alices_link = f"/api/runs/{alices.pk}/stream/link/"
+    for token in (bobs_token, "x" + bobs_token[1:], "x"):
+        other, seqs = fetch_link(web, alices_link, sig=sig, last_id=0, token=token)
+        assert (other.status, seqs, other.headers.get("grip-hold")) == (200, [], None), token
+    # Nor without the run's Grip-Last, the token, or the signature: not Pushpin's fetch.
+    assert fetch_link(web, bobs_link, sig=sig, last_id=None, token=bobs_token)[0].status == 401
+    assert fetch_link(web, bobs_link, sig=sig, last_id=0, token=None)[0].status == 401
+    assert fetch_link(web, bobs_link, sig=None, last_id=0, token=bobs_token)[0].status == 401
+
+    # A Grip-Sig anywhere else changes nothing: the API still wants a user.
+    for path in ("/api/runs/", f"/api/runs/{alices.pk}/", f"/api/runs/{alices.pk}/events/"):
+        elsewhere = request(("127.0.0.1", web.port or 0), path, headers={"Grip-Sig": sig, **last_alices})
+        assert elsewhere.status == 401, path
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_nobody_but_the_web_processes_user_can_publish(procs: Procs, alice: User) -> None:
+    require_root("to run the forger as another user (nobody)")
+    _web, edge = stack(procs, worker=False)
+    run = running_run(alice)
+    # Only the client port listens on TCP: there is no HTTP control port to reach.
+    assert listening_tcp_ports([edge.proc.pid, *edge.proc.companions]) == {edge.proc.port}
+    assert "http control server" not in edge.log()
+    socket_file = Path(edge.control.removeprefix("ipc://"))
+    assert stat.S_IMODE(socket_file.parent.stat().st_mode) == 0o700
+    forged = grip.item(grip.channel(str(run.pk)), [make_frame(3, EventType.RUN_COMPLETED, '{"forged":true}')])
+
+    headers = auth_headers(token_for(alice))
+
+    async def scenario() -> tuple[dict[str, str], list[Event]]:
+        got, tasks = await watch_all(edge.url, stream_path(run), [headers])
+        await until_each_has(got, 2)
+        # Another local user tries the control socket, and POST /publish/ on every TCP port
+        # Pushpin has (and the port Pushpin's HTTP control had by default).
+        tried = await asyncio.to_thread(forge_as_nobody, edge.control, [edge.proc.port or 0, 5561], forged)
+        # Then the run goes on for real: its next event comes right after what the client had.
+        await asyncio.to_thread(in_thread(lambda: append_and_complete(run)))
+        return tried, (await asyncio.wait_for(tasks[0], 30))
+
+    tried, events = asyncio.run(scenario())
+    assert tried["uid"] == 65534
+    assert tried["control socket"] == "PermissionError"
+    # The client port passes it to the web processes, for which that path is no page.
+    assert tried[str(edge.proc.port)].startswith("HTTP/1.1 404"), tried
+    assert tried["5561"] == "ConnectionRefusedError"
+    assert_exact_log(events, fresh(run))
+    assert not any(event.json()["data"].get("forged") for event in events)
+
+
+def append_and_complete(run: Run) -> None:
+    """What a worker would write next: one delta, then the run's end."""
+    fresh_run = fresh(run)
+    services.run_events_append(
+        run_id=run.pk, generation=fresh_run.generation, events=[(EventType.OUTPUT_DELTA, {"text": "real"})]
+    )
+    services.run_complete(run_id=run.pk, generation=fresh_run.generation, output="real")
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_forty_streams_through_the_edge_by_one_user_meet_the_cap(procs: Procs, alice: User) -> None:
+    web, edge = stack(procs, worker=False)  # the default cap: 20 streams per user
+    assert settings.RUNLEDGER_MAX_STREAMS_PER_USER == 20
     token = token_for(alice)
-    run = queued_run(alice, input={"deltas": 30, "delay_ms": 50})
+    first, then = running_run(alice), running_run(alice)
 
-    async def scenario() -> tuple[list[list[Event]], list[int]]:
-        # Five through the edge, more than the cap of two...
-        _, tasks = await watch_all(edge.url, stream_path(run), [auth_headers(token)] * 5)
-        # ...and the web process still lets her open two of its own, and refuses a third.
-        direct = [await Stream(web.url, stream_path(run), auth_headers(token)).open() for _ in range(3)]
-        statuses = [stream.status for stream in direct]
-        for stream in direct:
+    async def open_many(run: Run, n: int) -> list[Stream]:
+        return list(
+            await asyncio.gather(*(Stream(edge.url, stream_path(run), auth_headers(token)).open() for _ in range(n)))
+        )
+
+    async def scenario() -> tuple[list[int], int, list[int]]:
+        opened = await open_many(first, 40)
+        statuses = sorted(stream.status for stream in opened)
+        # Her own stream of the web process is over the cap too: the edge's count in it.
+        direct = await Stream(web.url, stream_path(first), auth_headers(token)).open()
+        direct.close()
+        # The run ends: its streams end, and their slots are hers again.
+        await asyncio.to_thread(in_thread(lambda: append_and_complete(first)))
+        for stream in opened:
+            if stream.status == 200:
+                await asyncio.wait_for(stream.read_all(), 30)
             stream.close()
-        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60)), statuses
+        again = await open_many(then, 20)
+        for stream in again:
+            stream.close()
+        return statuses, direct.status, [stream.status for stream in again]
 
-    got, statuses = asyncio.run(scenario())
-    assert statuses == [200, 200, 429]
-    run = wait_status(run, "completed")
+    statuses, direct, again = asyncio.run(scenario())
+    assert statuses == [200] * 20 + [429] * 20
+    assert direct == 429
+    assert again == [200] * 20
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_a_revoked_users_edge_stream_ends_within_a_link_refresh_on_a_busy_run(
+    procs: Procs, make_user: Callable[..., User]
+) -> None:
+    # A re-check's answer is kept a second here; links are fetched every 2 to 3 s (LINK_SECONDS).
+    _web, edge = stack(procs, RUNLEDGER_SSE_RECHECK_SECONDS="1")
+    carol, staff = make_user(), make_user(perms=("runs.view_run",))
+    run = queued_run(carol, input={"deltas": 400, "delay_ms": 50})  # 20 s of events, 20 a second
+    headers = [auth_headers(token_for(carol)), session_headers(staff)]
+
+    def revoke() -> None:
+        User.objects.filter(pk=carol.pk).update(is_active=False)
+        Session.objects.all().delete()  # the staff member logged out (every session ended)
+
+    async def scenario() -> tuple[list[list[Event]], list[float], float]:
+        got, tasks = await watch_all(edge.url, stream_path(run), headers)
+        await until_each_has(got, 5)
+        await asyncio.to_thread(in_thread(revoke))
+        revoked = time.monotonic()
+        ended: list[float] = []
+        for task in tasks:
+            await asyncio.wait_for(task, 20)
+            ended.append(time.monotonic() - revoked)
+        return got, ended, revoked
+
+    got, ended, _ = asyncio.run(scenario())
+    # Events came all along (the run is busy), and each stream ended within a link refresh and a
+    # re-check, long before the run did.
+    print(f"streams ended {', '.join(f'{s:.1f}' for s in ended)} s after the revocation")
+    assert all(seconds < 2 * 1.5 + 1 + 2 for seconds in ended)
+    assert fresh(run).status == "running"
     for events in got:
-        assert_exact_log(events, run)
+        assert events[-1].event != EventType.RUN_COMPLETED
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # Their reconnects are refused as any new stream would be.
+    assert request_once(edge.url, stream_path(run), headers[0]).status == 401
+    assert request_once(edge.url, stream_path(run), headers[1]).status == 401
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_an_edge_stream_ends_at_its_lifetime_and_the_client_resumes_without_a_gap(procs: Procs, alice: User) -> None:
+    _web, edge = stack(procs, RUNLEDGER_SSE_MAX_SECONDS="2")
+    token = token_for(alice)
+    run = queued_run(alice, input={"deltas": 100, "delay_ms": 100})  # 10 s and more
+    rng = random.Random(SEED)
+    api = Api([edge.url], rng, Stats())
+
+    async def scenario() -> Any:
+        return await asyncio.wait_for(follow(api, token, str(run.pk), rng, drop_rate=0), 90)
+
+    followed = asyncio.run(scenario())
+    run = wait_status(run, "completed")
+    assert_exact_log(followed.events, run)
+    assert followed.final_status == 204
+    # The server ended it cleanly, before the terminal event, more than once: each stream lives 2 s
+    # (to the next whole second, and the link fetch's second).
+    assert followed.ended_early >= 2 and followed.broken == 0, followed
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_nginx_in_front_of_the_edge_drops_half_sent_requests_before_pushpin_sees_them(
+    procs: Procs, alice: User
+) -> None:
+    web, edge = stack(procs)
+    folder = shared_folder("runledger-edge-nginx-")
+    try:
+        (folder / "static").mkdir()
+        front = start_nginx(
+            procs, upstream=web, stream_upstream=edge.proc, static_root=folder / "static", prefix=folder / "nginx"
+        )
+        run = queued_run(alice, input={"deltas": 10, "delay_ms": 20})
+        # The streams go through nginx to the edge, and hold there.
+        events = asyncio.run(watch(front.url, stream_path(run), auth_headers(token_for(alice)), timeout=60))
+        assert_exact_log(events, wait_status(run, "completed"))
+        assert f"/api/runs/{run.pk}/stream/" in edge.log()
+
+        # Twenty clients that never finish their headers, twenty whose bodies stall, on the
+        # streams' path: nginx closes each after its 10 s timeouts.
+        slow_path = f"/api/runs/{run.pk}/stream/?probe=slow"
+        with ThreadPoolExecutor(40) as pool:
+            trickles = [
+                pool.submit(trickle_headers, front.address, slow_path, every=1.0, timeout=30) for _ in range(20)
+            ]
+            stalls = [pool.submit(stall_body, front.address, slow_path, timeout=30) for _ in range(20)]
+            closed = [future.result() for future in trickles + stalls]
+        print(f"closed after {min(c.seconds for c in closed):.1f} to {max(c.seconds for c in closed):.1f} s")
+        assert all(9 <= c.seconds < 15 for c in closed)
+        assert "probe=slow" not in edge.log() and "probe=slow" not in web.log()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_an_edge_answer_replays_about_5_mb_at_most_and_the_client_resumes_from_there(procs: Procs, alice: User) -> None:
+    web = procs.uvicorn(env=edge_env(control_socket()))
+    run = running_run(alice)
+    # 40 events of 250 kB each (10 MB) after run.created and run.started.
+    big = [(EventType.OUTPUT_DELTA, {"text": "x" * 250_000})] * 40
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=big)
+    token = token_for(alice)
+    sig = signed(settings.RUNLEDGER_GRIP_KEY)
+
+    def connect(last_event_id: str | None) -> tuple[Stream, list[int], int]:
+        async def go() -> tuple[Stream, list[int], int]:
+            answer = await Stream(
+                web.url, stream_path(run), {"Grip-Sig": sig, **auth_headers(token, last_event_id)}
+            ).open()
+            try:
+                body = await answer.read_all()
+                return answer, [event.seq for event in answer.parser.feed(body)], len(body)
+            finally:
+                answer.close()
+
+        return asyncio.run(go())
+
+    seen: list[int] = []
+    sizes: list[int] = []
+    while True:
+        answer, seqs, size = connect(str(seen[-1]) if seen else None)
+        assert answer.status == 200
+        seen += seqs
+        sizes.append(size)
+        if "grip-hold" in answer.headers:
+            break  # caught up with the run: held from here
+    print(f"answers of {', '.join(f'{size / 1e6:.2f}' for size in sizes)} MB")
+    assert seen == list(range(1, 43))
+    assert len(sizes) >= 2 and max(sizes) <= 5_000_000
 
 
 # --- bin/edge and the settings ------------------------------------------------------------------
@@ -432,9 +715,9 @@ def test_streams_held_by_the_edge_do_not_count_against_the_users_cap(procs: Proc
 @pytest.mark.edge
 @pytest.mark.processes
 def test_bin_edge_runs_pushpin_in_the_foreground_until_sigterm(procs: Procs, alice: User) -> None:
-    control = free_port()
+    control = control_socket()
     web = procs.uvicorn(env=edge_env(control))
-    edge = start_edge(procs, upstream=web, control_port=control)
+    edge = start_edge(procs, upstream=web, control=control)
     run = running_run(alice)
     token = token_for(alice)
 
@@ -511,11 +794,11 @@ def test_grip_last_is_read_for_the_runs_channel_only() -> None:
 
 
 def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> None:
-    first = grip.item("run-x", [make_frame(1, "run.created", "{}")])
+    first = grip.item("run-x", [make_frame(1, EventType.RUN_CREATED, "{}")])
     assert (first["id"], first["prev-id"]) == ("1", "0")
     # Events read together go out as one item: the chain of items is the chain of seqs, and each
     # frame keeps its own id line.
-    several = grip.item("run-x", [make_frame(n, "output.delta", "{}") for n in (4, 5, 6)])
+    several = grip.item("run-x", [make_frame(n, EventType.OUTPUT_DELTA, "{}") for n in (4, 5, 6)])
     assert (several["id"], several["prev-id"]) == ("6", "3")
     assert several["formats"]["http-stream"]["content"].count("\nid: ") == 2
     assert grip.close_item("run-x", 9) == {
@@ -523,17 +806,58 @@ def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> Non
         "prev-id": "9",
         "formats": {"http-stream": {"action": "close"}},
     }
-    frames = [make_frame(n, "output.delta", '"' + "x" * 100_000 + '"') for n in range(1, 21)]
+    frames = [make_frame(n, EventType.OUTPUT_DELTA, '"' + "x" * 100_000 + '"') for n in range(1, 21)]
     groups = _groups(frames)
     assert [f.seq for group in groups for f in group] == list(range(1, 21))
     found = bodies([grip.item("run-x", group) for group in groups])
     assert len(found) > 1 and all(len(body) <= 512 * 1024 for body in found)
-    items = [i for body in found for i in json.loads(body)["items"]]
-    assert [(i["prev-id"], i["id"]) for i in items] == [(str(n - 1), str(n)) for n in range(1, 21)]
-    small = _groups([make_frame(n, "output.delta", "{}") for n in range(1, 101)])
+    # ZRPC's encoding (tnetstring): the items come back as they were, text as bytes.
+    items = [i for body in found for i in parse_tnetstring(body)[0]["items"]]
+    assert [(i["prev-id"], i["id"]) for i in items] == [(str(n - 1).encode(), str(n).encode()) for n in range(1, 21)]
+    assert parse_tnetstring(tnetstring({"a": [1, True, None, "é"]})) == ({"a": [1, True, None, "é".encode()]}, b"")
+    small = _groups([make_frame(n, EventType.OUTPUT_DELTA, "{}") for n in range(1, 101)])
     assert len(small) == 1
     # The publishers of one set of Pushpins share a lock, whatever order the set is given in.
-    assert lock_key(["http://a", "http://b"]) == lock_key(["http://b", "http://a"]) != lock_key(["http://a"])
+    assert lock_key(["ipc:///a", "ipc:///b"]) == lock_key(["ipc:///b", "ipc:///a"]) != lock_key(["ipc:///a"])
+
+
+def test_a_link_is_sealed_for_its_run_and_carries_its_credential_unreadable() -> None:
+    for token_key, session_key in (("t" * 40, None), (None, "s" * 32)):
+        minted = Link(run_id="r1", user_id=7, token_key=token_key, session_key=session_key, expires=1_900_000_000)
+        token = mint(minted)
+        assert read(run_id="r1", token=token) == minted
+        assert token != mint(minted)  # a new nonce each time
+        raw = base64.urlsafe_b64decode(token + "==")
+        assert (token_key or session_key or "").encode()[:8] not in raw
+        # Another run, a changed byte, a cut: not a token.
+        assert read(run_id="r2", token=token) is None
+        changed = token[:20] + ("A" if token[20] != "A" else "B") + token[21:]
+        assert read(run_id="r1", token=changed) is None
+        assert read(run_id="r1", token=token[:-4]) is None
+    assert read(run_id="r1", token="!!") is None
+
+
+def test_the_control_folder_must_be_this_users_alone(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private_folder(private)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700 and folder_problem(private) is None
+    open_one = tmp_path / "open"
+    open_one.mkdir()
+    open_one.chmod(0o755)
+    with pytest.raises(PermissionError, match="other users may reach it"):
+        private_folder(open_one)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    assert "is a symbolic link" in str(folder_problem(link))
+    with pytest.raises(ValueError, match="ipc://"):
+        socket_path("http://127.0.0.1:5561")
+    with pytest.raises(ValueError, match="longer"):
+        socket_path("ipc:///" + "x" * 200)
+
+
+def test_a_web_process_with_an_http_control_port_refuses_to_start() -> None:
+    refused = uvicorn_refusal(subprocess_env(RUNLEDGER_GRIP_URL="http://127.0.0.1:5561"))
+    assert "RUNLEDGER_GRIP_URL must list ipc:///PATH" in refused.stderr
 
 
 @pytest.mark.processes

@@ -234,6 +234,61 @@ def test_without_a_cap_claims_are_still_fair_across_owners(procs: Procs, alice: 
     assert [fresh(r).status for r in bobs] == ["running"] + ["queued"] * 5
 
 
+@pytest.mark.sqlite
+@pytest.mark.django_db(transaction=True)
+def test_a_newcomer_claim_takes_only_a_run_of_an_owner_with_none_running(alice: User, bob: User) -> None:
+    running_run(bob, input=LONG)
+    bobs = queued_run(bob, input=LONG)
+    assert services.run_claim(worker="w", newcomer=True) is None  # Bob has one running: not for him
+    alices = [queued_run(alice, input=LONG) for _ in range(2)]
+    claimed = services.run_claim(worker="w", newcomer=True)
+    assert claimed is not None and claimed[0].pk == alices[0].pk
+    assert services.run_claim(worker="w", newcomer=True) is None  # now Alice has one running too
+    # An open slot takes the owner with the fewest running, as before: a tie, Bob's older run.
+    claimed = services.run_claim(worker="w")
+    assert claimed is not None and claimed[0].pk == bobs.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_newcomer_claims_give_an_owner_one_kept_slot(alice: User, bob: User) -> None:
+    running_run(bob, input=LONG)
+    alices = [queued_run(alice, input=LONG) for _ in range(4)]
+    results = race(4, lambda i: services.run_claim(worker=f"w{i}", newcomer=True))
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert [r is not None for r in results].count(True) == 1
+    assert [fresh(r).status for r in alices].count("running") == 1
+
+
+@pytest.mark.sqlite
+def test_a_worker_keeps_its_newcomer_slots_only_while_two_stay_open_to_everyone() -> None:
+    assert [Worker(worker_id="w", concurrency=n).newcomer_slots for n in (1, 2, 3, 4, 16)] == [0, 0, 1, 1, 1]
+    with override_settings(RUNLEDGER_WORKER_NEWCOMER_SLOTS=3):
+        assert [Worker(worker_id="w", concurrency=n).newcomer_slots for n in (2, 4, 16)] == [0, 2, 3]
+    with override_settings(RUNLEDGER_WORKER_NEWCOMER_SLOTS=0):
+        assert Worker(worker_id="w", concurrency=16).newcomer_slots == 0
+
+
+@pytest.mark.sqlite
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(90)
+def test_on_the_default_settings_alices_run_starts_within_seconds_under_bobs_four_slow_runs(
+    procs: Procs, alice: User, bob: User
+) -> None:
+    """Issue 30's case: the default install — one worker of four slots, no running cap — and Bob's
+    four runs that emit a delta a minute. A lone user gets three of the four slots; the fourth
+    waits for an owner with no run running."""
+    procs.worker("w1", concurrency=4)
+    slow = {"deltas": 100, "delay_ms": 60_000}
+    bobs = [queued_run(bob, input=slow) for _ in range(4)]
+    wait_until(lambda: Run.objects.filter(owner=bob, status="running").count() == 3, what="three of Bob's running")
+    alices = queued_run(alice, input={"deltas": 2, "delay_ms": 1})
+    done = wait_status(alices, "completed", timeout=15)
+    assert done.started_at is not None and done.started_at - done.created_at < timedelta(seconds=3)
+    # Bob's runs hold what they held: three running, the fourth still waiting for a slot.
+    assert sorted(fresh(r).status for r in bobs) == ["queued", "running", "running", "running"]
+
+
 # --- limit settings that cannot work ----------------------------------------------------------------
 
 

@@ -112,6 +112,26 @@ def test_an_address_with_too_many_failed_token_attempts_is_throttled_here_too(
     assert refused.json()["error"]["code"] == "too_many_requests"
 
 
+@pytest.mark.sqlite
+def test_wrong_bearer_tokens_are_throttled_with_the_apis_token_attempts(
+    client: Client, settings: pytest.FixtureRequest, metrics_token: str
+) -> None:
+    settings.RUNLEDGER_AUTH_FAILURES_MAX = 3  # type: ignore[attr-defined]
+    right, wrong = {"Authorization": f"Bearer {metrics_token}"}, {"Authorization": "Bearer guess"}
+    guesser, other = "10.9.0.1", "10.9.0.2"
+    assert [client.get("/metrics/", headers=wrong, REMOTE_ADDR=guesser).status_code for _ in range(2)] == [401, 401]
+    # One count with the API's token attempts from the address.
+    assert client.get("/api/runs/", headers={"Authorization": "Token guess"}, REMOTE_ADDR=guesser).status_code == 401
+    for headers in (wrong, right):  # refused unchecked: the right token too, so a hit cannot be told
+        refused = client.get("/metrics/", headers=headers, REMOTE_ADDR=guesser)
+        assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+        assert refused.json()["error"]["code"] == "too_many_requests"
+    assert client.get("/api/runs/", headers={"Authorization": "Token guess"}, REMOTE_ADDR=guesser).status_code == 429
+    assert client.get("/metrics/", headers=right, REMOTE_ADDR=other).status_code == 200
+    # A right bearer is never counted.
+    assert [client.get("/metrics/", headers=right, REMOTE_ADDR=other).status_code for _ in range(4)] == [200] * 4
+
+
 # --- counts from plain processes ---------------------------------------------------------------
 
 

@@ -113,6 +113,16 @@ def test_an_answer_is_stored_delta_by_delta_as_sent_and_completes_with_its_text_
     assert stored_text(short) == short.output["text"] == answer_text(4)
 
 
+@pytest.mark.sqlite
+def test_a_run_that_names_no_bound_is_sent_the_operators_max_tokens(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    procs.worker("w1", env=model.env(RUNLEDGER_OPENAI_MAX_TOKENS="7"))
+    run = wait_status(chat_run(alice, "test+words-30"), "completed")
+    assert only_request(model)["body"]["max_tokens"] == 7
+    assert run.output["finish_reason"] == "length" and stored_text(run) == answer_text(7)
+
+
 # --- cancel -----------------------------------------------------------------------------------------
 
 

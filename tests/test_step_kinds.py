@@ -10,6 +10,7 @@ events, the worker's log, the server end of the HTTP stream.
 import signal
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -17,6 +18,7 @@ from django.contrib.auth.models import User
 from runs import services
 from runs.events import EventType
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.worker.steps import TOOL_ENV
 from tests.factories import queued_run
 from tests.support.agents import AGENTS_ENV
 from tests.support.checks import assert_nothing_after_terminal, assert_tool_call_sealed
@@ -24,7 +26,7 @@ from tests.support.procs import FAST_INTERVALS, Procs, group_members, process_go
 from tests.support.runs import delta_count, fresh, released
 from tests.support.slow_http import SlowStream
 from tests.support.waiting import wait_until
-from tests.support.workers import prove_worker_moved_on
+from tests.support.workers import prove_worker_moved_on, wait_status
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -176,3 +178,41 @@ def test_cancelling_an_http_stream_closes_it_and_the_server_sees_the_disconnect(
         assert ("the agent ignored cancellation; abandoning it" in worker.log()) == agent_ignores_cancel
         assert delta_count(run) == 1
         assert_nothing_after_terminal(run)
+
+
+# --- what a tool process gets of the worker's environment -------------------------------------------
+
+
+def test_a_tool_process_gets_a_few_of_the_workers_variables_and_the_ones_named_for_tools(
+    procs: Procs, alice: User, tmp_path: Path
+) -> None:
+    secrets = {
+        "DJANGO_SECRET_KEY": "k" * 50,
+        "RUNLEDGER_OPENAI_API_KEY": "sk-not-for-tools",
+        "RUNLEDGER_GRIP_KEY": "g" * 40,
+        "RUNLEDGER_METRICS_TOKEN": "scrape",
+    }
+    env = subprocess_env(
+        **AGENTS_ENV,
+        **secrets,
+        HOME=str(tmp_path),
+        LANG="C.UTF-8",
+        TZ="UTC",
+        RUNLEDGER_TOOL_ENV="RUNLEDGER_TEST_FOR_TOOLS",
+        RUNLEDGER_TEST_FOR_TOOLS="named",
+    )
+    procs.worker("w1", env=env)
+    plain = queued_run(alice, agent="test-tool-env", input={})
+    own = queued_run(alice, agent="test-tool-env", input={"env": {"PATH": "/bin", "AGENT_OWN": "1"}})
+
+    got = wait_status(plain, "completed", timeout=30).output["env"]
+    expected = {name: env[name] for name in TOOL_ENV if name in env} | {"RUNLEDGER_TEST_FOR_TOOLS": "named"}
+    # Python itself may set LC_CTYPE in a child it coerces to UTF-8 (PEP 538): one of the names anyway.
+    assert {k: v for k, v in got.items() if k != "LC_CTYPE"} == {k: v for k, v in expected.items() if k != "LC_CTYPE"}
+    assert {"PATH", "HOME", "LANG", "TZ"} <= set(got)
+    for name in (*secrets, "DATABASE_URL", "DJANGO_SETTINGS_MODULE", "RUNLEDGER_AGENTS"):
+        assert name not in got, name
+    # An agent's own env= adds to them and wins.
+    got = wait_status(own, "completed", timeout=30).output["env"]
+    assert (got["PATH"], got["AGENT_OWN"], got["HOME"], got["LANG"]) == ("/bin", "1", env["HOME"], "C.UTF-8")
+    assert not set(secrets) & set(got)

@@ -114,8 +114,10 @@ class RunAttemptInline(admin.TabularInline):
 
 class RunChangeList(HardenedChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
-        # The list shows none of the JSON documents; a page of runs should not carry them.
-        return super().get_queryset(request, exclude_parameters).defer("input", "output", "error")
+        # The list shows none of the documents (JSON values up to the body limit each, a reason of up
+        # to 10,000 characters, the open tool calls); a page of runs should not carry them.
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer("input", "output", "error", "end_reason", "open_tool_calls")
 
 
 @admin.register(Run)

@@ -154,8 +154,10 @@ def _request(chat: ChatInput, answer: Answer) -> dict[str, Any]:
     body: dict[str, Any] = {"model": chat.model, "messages": messages, "stream": True}
     # The usage comes in a last chunk of its own, only when asked for.
     body["stream_options"] = {"include_usage": True}
-    if chat.max_tokens is not None:
-        body["max_tokens"] = chat.max_tokens
+    # Never unbounded on the operator's key: a run that names no bound gets the operator's.
+    max_tokens = chat.max_tokens or limit("RUNLEDGER_OPENAI_MAX_TOKENS")
+    if max_tokens:
+        body["max_tokens"] = max_tokens
     if chat.temperature is not None:
         body["temperature"] = chat.temperature
     if chat.continue_ and answer.stored:

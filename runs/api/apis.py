@@ -26,10 +26,11 @@ from runs.api.pagination import RunPagination, paginated_response
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, responses
 from runs.api.selectors import run_events_page, run_with_current_attempt
-from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunOutputSerializer
+from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunListItemSerializer, RunOutputSerializer
 from runs.exceptions import NotFound
+from runs.limits import limit
 from runs.models import Run
-from runs.selectors import run_get, run_is_visible, run_list
+from runs.selectors import run_get, run_is_visible, run_list, run_list_values
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.services.commands import Admit
 from runs.transitions import CALLER_STOP_CODES, StopCode
@@ -94,7 +95,7 @@ class PageFilterSerializer(serializers.Serializer[Any]):
     page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
 
 
-RunPageSerializer = _page_of(RunOutputSerializer, "RunPage", "runs")
+RunPageSerializer = _page_of(RunListItemSerializer, "RunPage", "runs")
 
 
 @extend_schema_serializer(component_name="Agent")
@@ -170,7 +171,10 @@ class RunCollectionApi(RunApi):
         operation_id="runs_list",
         summary="List the runs you can see",
         description="Newest first, 50 a page (`page_size` up to 500). Your own runs; all runs with "
-        "`runs.view_run`. A malformed filter is a 400.",
+        "`runs.view_run`. A malformed filter is a 400. Each item carries the run's `input`, `output` and "
+        "`error` only when each is at most RUNLEDGER_MAX_LIST_VALUE_BYTES (default 1,000) bytes of JSON, "
+        "and its `end_reason` cut to as much; `truncated` names what was left out (null) or cut. The run's "
+        "own page (`GET /api/runs/{id}/`) has them whole.",
         parameters=[FilterSerializer],
         responses=responses({200: RunPageSerializer}, 400, 404),
     )
@@ -184,10 +188,11 @@ class RunCollectionApi(RunApi):
             created_after=data.get("created_after"),
             created_before=data.get("created_before"),
         )
+        listed = run_list_values(runs=runs, max_bytes=limit("RUNLEDGER_MAX_LIST_VALUE_BYTES"))
         return paginated_response(
             pagination_class=RunPagination,
-            serializer_class=RunOutputSerializer,
-            queryset=run_with_current_attempt(runs=runs),
+            serializer_class=RunListItemSerializer,
+            queryset=run_with_current_attempt(runs=listed),
             request=request,
             view=self,
         )
@@ -196,10 +201,12 @@ class RunCollectionApi(RunApi):
         operation_id="runs_create",
         summary="Create a run",
         description="201 with the run. An unknown agent or a parent you cannot see is a 400; a terminal "
-        "parent is a 409 with the parent as `run`. With `Idempotency-Key`, retries replay the first success.",
+        "parent is a 409 with the parent as `run`. With `Idempotency-Key`, retries replay the first success. "
+        "Past one of your limits (active runs, runs kept, bytes stored) a 429 `too_many_requests` with "
+        "`Retry-After`, and nothing is written.",
         request=InputSerializer,
         parameters=[IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED],
-        responses=responses({201: RunOutputSerializer}, 400, 409, 413, 415, 422),
+        responses=responses({201: RunOutputSerializer}, 400, 409, 413, 415, 422, 429),
     )
     def post(self, request: Request) -> Response:
         data = _valid(self.InputSerializer, request.data)
@@ -309,8 +316,10 @@ class RunEventsApi(RunObjectApi):
     @extend_schema(
         operation_id="runs_events",
         summary="Read a page of a run's events",
-        description="Events with `seq > after_seq`, in order, at most `limit` (default 100, at most 1000). "
-        "A cursor past `last_seq` is a 400. Continue from `next_after_seq` until `end_of_stream`.",
+        description="Events with `seq > after_seq`, in order, at most `limit` (default 100, at most 1000) and at "
+        "most RUNLEDGER_MAX_PAGE_BYTES (default 4 MB) of them — always one at least, however big: a page of "
+        "big events is shorter than `limit` though more follow. A cursor past `last_seq` is a 400. Continue "
+        "from `next_after_seq` until `end_of_stream`.",
         parameters=[RUN_ID, FilterSerializer],
         responses=responses({200: OutputSerializer}, 400, 404),
     )
@@ -414,7 +423,9 @@ class RunResumeApi(RunObjectApi):
         "input as JSON, the run not waiting again since) answers 200 with the run and writes nothing. Any other "
         "stale, used or invalidated ticket is a 409 `stale_ticket`, and a resume whose `run.resumed` would pass "
         "`max_events` a 409 `budget_exhausted`; nothing changes. `input` is checked like a create's (storable, "
-        "within the body limit, the agent's own check for an object): a 400 naming the problem.",
+        "within the body limit, the agent's own check for an object): a 400 naming the problem. The input is "
+        "stored: past the owner's RUNLEDGER_MAX_STORED_BYTES_PER_USER a 429 `too_many_requests`.",
+        errors=(400, 403, 404, 409, 413, 415, 429),
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.valid_input(self.InputSerializer, request, run_id)

@@ -24,6 +24,11 @@ _ERRORS: dict[int, OpenApiResponse] = {
     422: OpenApiResponse(
         ErrorSerializer, description="`idempotency_mismatch`: the Idempotency-Key was used with another body"
     ),
+    429: OpenApiResponse(
+        ErrorSerializer,
+        description="`too_many_requests`: one of your limits (README, Fair use) refuses it for now; "
+        "`Retry-After` says when to try again, `detail` which limit and where you are",
+    ),
     503: OpenApiResponse(ErrorSerializer, description="`database_unavailable`: retry later"),
 }
 

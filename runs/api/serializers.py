@@ -87,6 +87,38 @@ class RunOutputSerializer(serializers.Serializer[Run]):
         return data
 
 
+# What a list item may leave out or cut (RunListItemSerializer.truncated), in this order.
+LIST_CUT_FIELDS = ["input", "output", "error", "end_reason"]
+
+
+class RunListItemSerializer(RunOutputSerializer):
+    """A run in a list (`runs.selectors.run_list_values`): its facts, with its input, output and
+    error only when each is at most RUNLEDGER_MAX_LIST_VALUE_BYTES of JSON (else null) and its
+    end_reason cut to that many bytes' worth of characters, so that a page stays a few MB whatever
+    the runs hold; `truncated` names what was left out or cut. The run's own page has them whole."""
+
+    input = serializers.DictField(
+        source="listed_input", allow_null=True, help_text="null when `truncated` names it: read the run itself"
+    )
+    output = serializers.JSONField(
+        source="listed_output", allow_null=True, help_text="null when `truncated` names it: read the run itself"
+    )
+    error = serializers.JSONField(
+        source="listed_error", allow_null=True, help_text="null when `truncated` names it: read the run itself"
+    )
+    end_reason = serializers.CharField(
+        source="listed_end_reason", allow_blank=True, help_text="its beginning only when `truncated` names it"
+    )
+    truncated = serializers.SerializerMethodField(
+        help_text="the fields this item leaves out (null here) or cuts (end_reason); read the run itself for them"
+    )
+
+    @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(choices=LIST_CUT_FIELDS)))
+    def get_truncated(self, run: Run) -> list[str]:
+        """The fields this item leaves out (input, output, error: null here) or cuts (end_reason)."""
+        return [name for name in LIST_CUT_FIELDS if getattr(run, f"{name}_cut")]
+
+
 class EventOutputSerializer(serializers.Serializer[Any]):
     """The event object of DESIGN §2, the same as `RunEvent.as_dict()` and SSE `data:`."""
 

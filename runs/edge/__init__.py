@@ -1,9 +1,11 @@
 """The SSE edge (DESIGN §10): Pushpin holds the clients' streams in front of the web processes.
 
     grip.py       the GRIP protocol Runledger speaks: Grip-Sig, hold headers, publish items
-    hold.py       the answer to a stream request that came through Pushpin: replay + hold
+    hold.py       a client's connect through Pushpin, and Pushpin's fetches of its link: replay + hold
+    link.py       the token that authorises those fetches: one run, one user, one credential, expiring
     publisher.py  the publisher every web process runs, one of them leading: table -> Pushpin
-    control.py    its side of each Pushpin's control port: bodies in order, sent again, recover
+    control.py    its side of each Pushpin's control socket (only its user can reach it): publish
+                  in order, send again, recover
     pushpin.py    Pushpin's configuration and its foreground run (`bin/edge`, `manage.py runedge`)
 
 Without `RUNLEDGER_GRIP_URL` none of it runs: the stream view looks at that one setting and

@@ -1,69 +1,212 @@
-"""The publisher's side of each Pushpin's control port: publish bodies in order, send again what
-was refused, and recover a Pushpin given up on (runs.edge.publisher says when).
+"""The publisher's side of each Pushpin's control socket: publish in order, send again what was
+refused, and recover a Pushpin given up on (runs.edge.publisher says when).
+
+**Who may publish.** Pushpin 1.36's HTTP control port has no authentication: anyone who reaches it
+(any local user, on loopback) could publish into any stream. bin/edge turns it off and serves
+publish and recover on the handler's ZeroMQ command socket instead (ZRPC: a tnetstring
+`{id, method, args}` answered `{id, success, value|condition}`), bound as a file in a folder only
+its user may enter — the user the web processes run as. The kernel then decides who publishes:
+that user (and root), nobody else. Before connecting, a web process checks that the folder is its
+own user's and closed to everyone else, so nobody can stand in for Pushpin either and read the
+events (`private_folder`).
 
 A refused publish (Pushpin down or busy, an error answer, a timeout) is sent again at the next
 try, not given up on at once: a Pushpin busy sending one item to ten thousand streams can take
 longer than the timeout to answer the next publish, and recovering it would have every stream it
-holds ask the web processes again, a thousand a second. A publish it took after all comes again
-with an id it has seen, and it drops it. Only after `GIVE_UP_AFTER` publish timeouts of refusals
-is the backlog dropped and the Pushpin recovered (`POST /recover/`) once it answers: every stream
-it holds then fetches what it missed.
+holds ask the web processes again. A publish it took after all comes again with an id it has seen,
+and it drops it. Only after `GIVE_UP_AFTER` publish timeouts of refusals is the backlog dropped
+and the Pushpin recovered (method `recover`) once it answers: every stream it holds then fetches
+what it missed.
 """
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-import httpx
+import zmq
+import zmq.asyncio
 
-from runs.edge import grip
+from runs.private_paths import directory_problem
 
 log = logging.getLogger(__name__)
 
-# A publish body stays under Pushpin's default limit of 1 MB (bin/edge raises it, for the one
-# event larger than this, which is published alone).
+# Items per request stay around this many bytes: one huge request would hold up every other
+# Pushpin's turn and the handler's loop (an event larger than this goes alone).
 BODY_MAX = 512 * 1024
 # Publish timeouts' worth of refusals after which a Pushpin's backlog is dropped and it is recovered.
 GIVE_UP_AFTER = 6
+# What fits in a Unix socket's address (sun_path), its final NUL aside.
+SOCKET_PATH_MAX = 107
 
 
-@dataclass
-class Target:
-    """One Pushpin's control port."""
+# --- tnetstring, the encoding of ZRPC -------------------------------------------------------------
 
-    url: str
-    # Given up on (or not yet recovered by this leader): a /recover/ comes before any publish.
-    lost: bool = True
-    # Publish bodies not yet taken, in order, and since when they have been refused.
-    backlog: list[bytes] = field(default_factory=list)
-    failing_since: float | None = None
 
-    @property
-    def publish_url(self) -> str:
-        return self.url.rstrip("/") + "/publish/"
+def tnetstring(value: Any) -> bytes:
+    """`value` (dict, list, str, bytes, int, bool, None) as a tnetstring; text as UTF-8 bytes."""
+    if isinstance(value, bool):
+        body, tag = (b"true" if value else b"false"), b"!"
+    elif isinstance(value, int):
+        body, tag = str(value).encode(), b"#"
+    elif isinstance(value, str):
+        body, tag = value.encode(), b","
+    elif isinstance(value, bytes):
+        body, tag = value, b","
+    elif value is None:
+        body, tag = b"", b"~"
+    elif isinstance(value, dict):
+        body, tag = b"".join(tnetstring(str(k)) + tnetstring(v) for k, v in value.items()), b"}"
+    elif isinstance(value, list):
+        body, tag = b"".join(tnetstring(v) for v in value), b"]"
+    else:
+        raise TypeError(f"no tnetstring for {type(value).__name__}")
+    return b"%d:%s%s" % (len(body), body, tag)
 
-    @property
-    def recover_url(self) -> str:
-        return self.url.rstrip("/") + "/recover/"
+
+def parse_tnetstring(data: bytes) -> tuple[Any, bytes]:
+    """The first value of `data` (strings as bytes) and what follows it; ValueError if malformed."""
+    size, colon, rest = data.partition(b":")
+    if not colon or not size.isdigit() or len(rest) <= int(size):
+        raise ValueError("malformed tnetstring")
+    body, tag, after = rest[: int(size)], rest[int(size) : int(size) + 1], rest[int(size) + 1 :]
+    if tag == b",":
+        return body, after
+    if tag == b"#":
+        return int(body), after
+    if tag == b"!":
+        return body == b"true", after
+    if tag == b"~":
+        return None, after
+    items = []
+    while body:
+        item, body = parse_tnetstring(body)
+        items.append(item)
+    if tag == b"]":
+        return items, after
+    if tag == b"}" and len(items) % 2 == 0:
+        return {items[i].decode(): items[i + 1] for i in range(0, len(items), 2)}, after
+    raise ValueError("malformed tnetstring")
+
+
+# --- the control socket ---------------------------------------------------------------------------
+
+
+def socket_path(url: str) -> Path:
+    """The file of an `ipc://` control URL (ValueError for anything else)."""
+    if not url.startswith("ipc:///"):
+        raise ValueError(f"not an ipc:// URL with an absolute path: {url!r}")
+    path = Path(url.removeprefix("ipc://"))
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise ValueError(f"{path} is longer than a Unix socket's address ({SOCKET_PATH_MAX} bytes)")
+    return path
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why `folder` cannot hold the control socket: it must be a real folder (not a link) of this
+    process's user that nobody else may enter or change (runs.private_paths). None when it can."""
+    try:
+        problem = directory_problem(str(folder))
+    except FileNotFoundError:
+        return f"{folder} does not exist"
+    return None if problem is None else f"{folder}: {problem}"
+
+
+def private_folder(folder: Path) -> None:
+    """Make `folder` (mode 700) if it does not exist; refuse one that is not private (OSError)."""
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise PermissionError(f"the edge's control folder is not private: {problem}")
+
+
+def _request(method: str, args: bytes | None = None) -> tuple[bytes, bytes]:
+    """A ZRPC request with a new id: (id, message). `args` is an already encoded dict."""
+    request_id = uuid.uuid4().hex.encode()
+    fields = tnetstring("id") + tnetstring(request_id) + tnetstring("method") + tnetstring(method)
+    if args is not None:
+        fields += tnetstring("args") + args
+    return request_id, b"%d:%s}" % (len(fields), fields)
+
+
+def _failure(request_id: bytes, answer: bytes) -> str | None:
+    """None when `answer` is the success of the request `request_id`; else what it says. An
+    answer to another request (one given up on earlier) is KeyError: not this one's."""
+    found, _ = parse_tnetstring(answer)
+    if not isinstance(found, dict) or found.get("id") != request_id:
+        raise KeyError("not the answer to this request")
+    if found.get("success") is True:
+        return None
+    return f"refused: {found.get('condition', b'?')!r} {found.get('value', b'')!r}"
+
+
+def publish_args(items: list[dict[str, Any]]) -> bytes:
+    return tnetstring({"items": items})
 
 
 def bodies(items: list[dict[str, Any]]) -> list[bytes]:
-    """The items in publish bodies of at most BODY_MAX bytes each (a larger item alone), in order."""
+    """The items as encoded `publish` arguments of about BODY_MAX bytes each (a larger item alone),
+    in order."""
     found: list[bytes] = []
     batch: list[dict[str, Any]] = []
     size = 0
     for one in items:
-        one_size = len(grip.publish_body([one]))
+        one_size = len(tnetstring(one))
         if batch and size + one_size > BODY_MAX:
-            found.append(grip.publish_body(batch))
+            found.append(publish_args(batch))
             batch, size = [], 0
         batch.append(one)
         size += one_size
     if batch:
-        found.append(grip.publish_body(batch))
+        found.append(publish_args(batch))
     return found
+
+
+def call(url: str, method: str, *, timeout: float) -> str | None:
+    """One ZRPC call to a control socket, from a plain thread (bin/edge's readiness, the tests):
+    None when it succeeded, else why not."""
+    problem = folder_problem(socket_path(url).parent)
+    if problem is not None:
+        return problem
+    context = zmq.Context()
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IMMEDIATE, 1)
+    try:
+        sock.connect(url)
+        request_id, message = _request(method)
+        deadline = time.monotonic() + timeout
+        if not sock.poll(round(timeout * 1000), zmq.POLLOUT):
+            return "no answer"
+        sock.send_multipart([b"", message])
+        while (left := deadline - time.monotonic()) > 0 and sock.poll(round(left * 1000), zmq.POLLIN):
+            try:
+                return _failure(request_id, sock.recv_multipart()[-1])
+            except KeyError:
+                continue
+        return "no answer"
+    finally:
+        sock.close()
+        context.term()
+
+
+@dataclass
+class Target:
+    """One Pushpin's control socket."""
+
+    url: str
+    # Given up on (or not yet recovered by this leader): a recover comes before any publish.
+    lost: bool = True
+    # Encoded publish arguments not yet taken, in order, and since when they have been refused.
+    backlog: list[bytes] = field(default_factory=list)
+    failing_since: float | None = None
+    sock: zmq.asyncio.Socket | None = None
 
 
 class Pushpins:
@@ -72,6 +215,7 @@ class Pushpins:
     def __init__(self, urls: list[str], *, timeout: float) -> None:
         self.targets = [Target(url) for url in urls]
         self.timeout = timeout
+        self.context = zmq.asyncio.Context()
 
     @property
     def urls(self) -> list[str]:
@@ -88,33 +232,33 @@ class Pushpins:
             target.backlog.clear()
             target.failing_since = None
 
-    async def publish(self, http: httpx.AsyncClient, items: list[dict[str, Any]]) -> None:
+    def close(self) -> None:
+        for target in self.targets:
+            self._disconnect(target)
+        self.context.term()
+
+    async def publish(self, items: list[dict[str, Any]]) -> None:
         found = bodies(items)
         for target in self.targets:
             if not target.lost:
                 target.backlog += found
-        await self._drain_all(http)
+        await self._drain_all()
 
-    async def catch_up(self, http: httpx.AsyncClient) -> None:
+    async def catch_up(self) -> None:
         """Recover what was given up on, and send again what was refused."""
         for target in self.targets:
-            if target.lost:
-                await self._recover(http, target)
-        await self._drain_all(http)
+            if target.lost and await self._call(target, "recover") is None:
+                target.lost = False
+                log.info("edge publisher recovered %s", target.url)
+        await self._drain_all()
 
-    async def _drain_all(self, http: httpx.AsyncClient) -> None:
-        await asyncio.gather(*(self._drain(http, target) for target in self.targets if target.backlog))
+    async def _drain_all(self) -> None:
+        await asyncio.gather(*(self._drain(target) for target in self.targets if target.backlog))
 
-    async def _drain(self, http: httpx.AsyncClient, target: Target) -> None:
+    async def _drain(self, target: Target) -> None:
         """Send `target` its backlog, in order, until it refuses one."""
         while target.backlog:
-            try:
-                answer = await http.post(
-                    target.publish_url, content=target.backlog[0], headers={"Content-Type": "application/json"}
-                )
-                failure = None if answer.is_success else f"HTTP {answer.status_code}: {answer.text.strip()[:200]}"
-            except httpx.HTTPError as exc:
-                failure = str(exc) or type(exc).__name__
+            failure = await self._call(target, "publish", target.backlog[0])
             if failure is None:
                 target.backlog.pop(0)
                 target.failing_since = None
@@ -135,11 +279,34 @@ class Pushpins:
                 target.lost = True
             return
 
-    async def _recover(self, http: httpx.AsyncClient, target: Target) -> None:
+    async def _call(self, target: Target, method: str, args: bytes | None = None) -> str | None:
+        """One request to `target`: None when it succeeded, else why not. After a failure the
+        socket is dropped, with whatever it still queued, and the next call connects anew."""
+        problem = folder_problem(socket_path(target.url).parent)
+        if problem is not None:
+            # Never connect where another user could be listening in Pushpin's place.
+            self._disconnect(target)
+            return problem
+        if target.sock is None:
+            target.sock = self.context.socket(zmq.DEALER)
+            target.sock.setsockopt(zmq.LINGER, 0)
+            # Queue nothing for a Pushpin not (yet) there: a send waits for it, up to the timeout.
+            target.sock.setsockopt(zmq.IMMEDIATE, 1)
+            target.sock.connect(target.url)
+        request_id, message = _request(method, args)
         try:
-            answer = await http.post(target.recover_url)
-        except httpx.HTTPError:
-            return
-        if answer.is_success:
-            target.lost = False
-            log.info("edge publisher recovered %s", target.url)
+            async with asyncio.timeout(self.timeout):
+                await target.sock.send_multipart([b"", message])
+                while True:
+                    try:
+                        return _failure(request_id, (await target.sock.recv_multipart())[-1])
+                    except KeyError:
+                        continue  # the late answer of a request given up on
+        except (TimeoutError, zmq.ZMQError, ValueError) as exc:
+            self._disconnect(target)
+            return "no answer" if isinstance(exc, TimeoutError) else str(exc)
+
+    def _disconnect(self, target: Target) -> None:
+        if target.sock is not None:
+            target.sock.close(linger=0)
+            target.sock = None

@@ -1,13 +1,13 @@
 """GRIP, the little of it Runledger speaks with Pushpin: the request signature, the hold
-instructions of an answer, and the items of a publish.
+instructions of an answer, and the items of a publish (sent by runs.edge.control).
 
 Written here rather than taken from gripcontrol/django-grip: what is needed is four headers, one
-JWT check and one POST, and those libraries drop an id of 0, send ids as numbers (which Pushpin
+JWT check and one publish call, and those libraries drop an id of 0, send ids as numbers (which Pushpin
 refuses), publish without a timeout, and accept a bare Grip-Sig header as proof of proxying when a
 proxy has no key (shared/research/edge-metrics-proxy.md §A6).
 """
 
-import json
+import math
 import random
 from typing import Any
 
@@ -19,6 +19,14 @@ from runs.streams import Frame
 
 # Pushpin's `sig_iss`, which bin/edge's configuration leaves at its default.
 ISSUER = "pushpin"
+# A second channel every held stream is on, never published to, whose previous id is the stream's
+# link token (runs.edge.link): Pushpin sends it back in Grip-Last with each fetch of the link. Not
+# in the link's URL: Pushpin paces those fetches at ten batches a second, each batch the streams of
+# one URL, so a URL per stream would pace them at ten streams a second. And never published to:
+# Pushpin puts off a stream's link timeout while every channel it holds receives items
+# (httpsession.cpp), so with the run's channel alone a busy run's streams would never be
+# re-checked nor reach their lifetime; with this one idle, the link is fetched every timeout.
+LINK_CHANNEL = "runledger-link"
 
 
 def channel(run_id: str) -> str:
@@ -45,13 +53,6 @@ def signed_by_pushpin(request: HttpRequest) -> bool:
     return True
 
 
-def is_recovery(request: HttpRequest) -> bool:
-    """A signed request that names the last id it has: Pushpin's own GET of the next link (after a
-    gap, a timeout or a recover). A client cannot send Grip-Last through Pushpin, which strips
-    every Grip-* header of a client's request."""
-    return "Grip-Last" in request.headers
-
-
 def last_id(request: HttpRequest, name: str) -> str | None:
     """The last id Pushpin's recovery request gives for channel `name` (`Grip-Last: run-…;
     last-id=17`, one such value per channel, comma-joined when there are several)."""
@@ -66,26 +67,34 @@ def last_id(request: HttpRequest, name: str) -> str | None:
     return None
 
 
-def hold_headers(*, name: str, prev_id: int, link: str) -> dict[str, str]:
+def link_timeout(*, seconds_left: float | None) -> int:
+    """Seconds until Pushpin fetches a held stream's link again: `RUNLEDGER_GRIP_LINK_SECONDS`,
+    spread to half as long again, and no later than the link's expiry (`seconds_left`), so the
+    stream ends at its lifetime."""
+    link_seconds = max(1, int(settings.RUNLEDGER_GRIP_LINK_SECONDS))
+    # Spread: streams connected together (a reconnect storm after a restart) would otherwise all
+    # ask the web processes again in the same second, and every one after that.
+    link_seconds += random.randrange(link_seconds // 2 + 1)
+    if seconds_left is not None:
+        link_seconds = min(link_seconds, max(1, math.ceil(seconds_left)))
+    return link_seconds
+
+
+def hold_headers(*, name: str, prev_id: int, link: str, token: str, timeout: int) -> dict[str, str]:
     """Hold the client's stream on channel `name`, whose last event it has is `prev_id`.
 
     Pushpin then sends it each item published with that previous id (and the next, and so on), and
     on any other — a publish lost, or made before this hold — GETs `link` itself with Grip-Last to
-    fetch what is missing; it does the same after `RUNLEDGER_GRIP_LINK_SECONDS` (to half as long
-    again) without a publish.
+    fetch what is missing; it does the same every `timeout` seconds, busy or not (LINK_CHANNEL):
+    each such GET carries `token` and re-checks the stream's user (runs.edge.hold).
     """
     keepalive = max(1, round(float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)))
-    link_seconds = max(1, int(settings.RUNLEDGER_GRIP_LINK_SECONDS))
-    # Spread over half as long again: Pushpin times the streams of one link and one timeout
-    # together, so ten thousand watchers of a run held with the same timeout would all ask the
-    # web processes again in the same second.
-    link_seconds += random.randrange(link_seconds // 2 + 1)
     return {
         "Grip-Hold": "stream",
-        "Grip-Channel": f"{name}; prev-id={prev_id}",
+        "Grip-Channel": f"{name}; prev-id={prev_id}, {LINK_CHANNEL}; prev-id={token}",
         # The comment the streams a web process holds send too, as a C string (a header holds no line break).
         "Grip-Keep-Alive": f": keep-alive\\n\\n; format=cstring; timeout={keepalive}",
-        "Grip-Link": f"<{link}>; rel=next; timeout={link_seconds}",
+        "Grip-Link": f"<{link}>; rel=next; timeout={timeout}",
     }
 
 
@@ -106,7 +115,3 @@ def close_item(name: str, last_seq: int) -> dict[str, Any]:
     """End the streams held on `name` once they have the terminal event `last_seq`: a stream
     without it sees a gap and fetches it from the web processes, which then end it."""
     return {"channel": name, "prev-id": str(last_seq), "formats": {"http-stream": {"action": "close"}}}
-
-
-def publish_body(items: list[dict[str, Any]]) -> bytes:
-    return json.dumps({"items": items}, separators=(",", ":")).encode()

@@ -1,86 +1,205 @@
-"""A stream request that came through the edge (DESIGN §10): answered with the replay and hold
-instructions, and no stream of its own.
+"""The streams the edge holds (DESIGN §10): a client's connect, answered with the replay and hold
+instructions, and Pushpin's fetches of the stream's link, each answered the same way or with the
+stream's end.
 
-Two kinds of request reach here, both signed by Pushpin (`grip.signed_by_pushpin`):
+- **A client's connect** (`respond`, on the stream's path `…/stream/`, signed by Pushpin —
+  `grip.signed_by_pushpin`) carries the client's credentials: it is checked exactly as a stream
+  the web process serves itself (`runs.stream_checks`: 401, 404, 400, 204), then counted against
+  the user's cap of streams (`runs.stream_guard.EdgeStreams`: 429). The position is the client's
+  `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The hold's link is
+  `…/stream/link/`, with a token minted for this run, this user and this credential, until the
+  stream's lifetime (`runs.edge.link`), which Pushpin returns with each fetch (`grip.LINK_CHANNEL`).
+- **Pushpin's fetch of that link** (`recover`: after a gap, a recover, or every link timeout,
+  busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
+  with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
+  nothing (401 or 404 unless signed, `_not_pushpins`; an empty end if signed). Each fetch
+  re-checks the token's holder as the web processes re-check their own streams: a deactivated or
+  deleted user, a deleted token, an ended session, or a run no longer visible ends the stream,
+  and so does the token's expiry — the lifetime plain streams have. Ending is a 2xx without hold
+  instructions: Pushpin ends the client's stream, whose reconnect (with Last-Event-ID) is checked
+  as a new connect. The position is `Grip-Last`'s (never the link's, fixed at the connect).
 
-- **a client's connect**, with the client's credentials: checked exactly as a stream the web
-  process serves itself (`runs.stream_checks`: 401, 404, 400, 204), but not counted against the
-  user's cap of streams, which is about what one web process holds (DESIGN §5). The position is
-  the client's `Last-Event-ID`, else `after_seq`.
-- **Pushpin's recovery** (the GET of the next link after a gap, a link timeout or a recover),
-  which carries no credential of any user: authorised by the signature alone, for the run of its
-  path, at the position it gives in `Grip-Last` (never the link's query, which was fixed when the
-  stream was first held).
-
-The answer is an ordinary finite response — the events after the position, read from the table
-— plus, while the run is live, hold instructions on the run's channel with the last id sent, so
-Pushpin keeps the client and follows with what the publisher (`runs.edge.publisher`) sends. A
-replay that reaches the terminal event ends there, without a hold: Pushpin ends the client's
-stream, as a web process ends its own. The link is the stream's path without its query, the same
-for every watcher of a run, so Pushpin can share one recovery GET among them.
+The answer is an ordinary finite response — the events after the position, read from the table,
+at most REPLAY_MAX of them and about REPLAY_MAX_BYTES — plus, while the run is live and the replay
+reached its last event, hold instructions on the run's channel with the last id sent, so Pushpin
+keeps the client and follows with what the publisher (`runs.edge.publisher`) sends. A replay that
+reaches the terminal event, or stops short of the last one stored, ends there without a hold: the
+client reconnects with its Last-Event-ID for the rest, as from a web process's own stream.
 """
 
 import asyncio
+import logging
+import math
+import time
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.models import Func, IntegerField, TextField
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from runs import streams
-from runs.api.errors import error_response
+from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
 from runs.edge import grip
+from runs.edge.link import Link, mint, read
 from runs.exceptions import NotFound
+from runs.models import RunEvent
 from runs.selectors import run_events_json_after, run_get
-from runs.stream_checks import check, open_bound
+from runs.stream_checks import Opened, check, open_bound
+from runs.stream_guard import EDGE_MARGIN, edge_streams, get_guard, too_many_streams
 
-# Events one answer replays at most. A longer backlog is sent in answers of this size that end
-# the client's stream (no hold), and the client reconnects with its Last-Event-ID for the next.
+log = logging.getLogger(__name__)
+
+# Events one answer replays at most, and about as many bytes: a longer backlog is sent in answers
+# of this size that end the client's stream (no hold), and the client reconnects with its
+# Last-Event-ID for the next.
 REPLAY_MAX = 10 * streams.PAGE
+REPLAY_MAX_BYTES = 5_000_000
+# What a frame adds to its event's data, beyond twice its type (`id:`, `event:`, the JSON around).
+FRAME_EXTRA = 160
 
 
 async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
-    """The answer to a request Pushpin signed; None for any other (served as a plain stream)."""
+    """The answer to a client's connect Pushpin signed; None for any other (served as a plain stream)."""
     if not grip.signed_by_pushpin(request):
         return None
-    link = request.path
+    # This loop's own streams of each user, read (not changed) from the opening thread.
+    plain = get_guard().counts
     try:
         async with asyncio.timeout(open_bound()):
-            if grip.is_recovery(request):
-                position = grip.last_id(request, grip.channel(run_id))
-                return await streams.run_open_check(_recover_sync, run_id, position, link)
-            return await streams.run_open_check(_connect_sync, request, run_id, link)
+            return await streams.run_open_check(_connect_sync, request, run_id, plain)
     except (DatabaseError, TimeoutError):
-        # Pushpin retries a failed recovery by itself (five times, backing off); a client retries.
-        return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+        return _unavailable()
 
 
-def _connect_sync(request: HttpRequest, run_id: str, link: str) -> HttpResponse:
+@csrf_exempt
+async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Pushpin's fetch of a held stream's link."""
+    position = grip.last_id(request, grip.channel(run_id))
+    token = grip.last_id(request, grip.LINK_CHANNEL)
+    if (
+        not settings.RUNLEDGER_GRIP_URL
+        or request.method != "GET"
+        or position is None
+        or token is None
+        or not grip.signed_by_pushpin(request)
+    ):
+        return _not_pushpins(request)
+    found = read(run_id=run_id, token=token)
+    if found is None:
+        log.warning("run %s: a link fetch signed by Pushpin with a token not minted for this run", run_id)
+        return _end()
+    try:
+        async with asyncio.timeout(open_bound()):
+            return await streams.run_open_check(_recover_sync, found, token, position, request.path)
+    except (DatabaseError, TimeoutError):
+        # Pushpin retries a failed fetch by itself (five times, backing off).
+        return _unavailable()
+
+
+def _not_pushpins(request: HttpRequest) -> HttpResponse:
+    """Only Pushpin fetches links: to a client with a credential of a user this path does not
+    exist (404), and one without any is asked for one like on every API path (401) — but no user's
+    credential is ever checked here."""
+    if "Authorization" in request.headers or settings.SESSION_COOKIE_NAME in request.COOKIES:
+        return error_response_for(NotFound("not found"))
+    response = error_response(401, "not_authenticated", "authentication credentials were not provided")
+    response["WWW-Authenticate"] = "Token"
+    return response
+
+
+def _unavailable() -> HttpResponse:
+    return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+
+
+def _connect_sync(request: HttpRequest, run_id: str, plain: dict[int, int]) -> HttpResponse:
     # The checks and the replay on one borrowed connection: ten thousand watchers arriving
     # together is the edge's everyday load.
     try:
         opened = check(request, run_id)
         if isinstance(opened, HttpResponse):
             return opened
-        return _answer(opened.run_id, opened.cursor, link, first=True)
+        return _connect(request, opened, plain)
     finally:
         connection.close()
 
 
-def _recover_sync(run_id: str, position: str | None, link: str) -> HttpResponse:
-    cursor = plain_int(position) if position is not None else None
+def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> HttpResponse:
+    lifetime = float(settings.RUNLEDGER_SSE_MAX_SECONDS)
+    now = time.time()
+    held = Link(
+        run_id=opened.run_id,
+        user_id=opened.user_id,
+        token_key=opened.token_key,
+        session_key=opened.session_key,
+        expires=math.ceil(now + lifetime) if lifetime > 0 else 0,
+    )
+    token = mint(held)
+    timeout = grip.link_timeout(seconds_left=_seconds_left(held, now))
+    # Counted first, before the replay is read: a refused connect costs no read. A finished run's
+    # stream ends with its replay, so it holds nothing.
+    counted = not opened.terminal
+    if counted and not edge_streams.admit(
+        user_id=held.user_id, link=token, run_id=held.run_id, until=_until(timeout), plain=plain.get(held.user_id, 0)
+    ):
+        return error_response_for(too_many_streams())
+    frames, complete = _replay(opened.run_id, opened.cursor)
+    body = _body(frames, first=True)
+    if not complete or (frames and frames[-1].terminal):
+        if counted:
+            edge_streams.drop(user_id=held.user_id, link=token)
+        return body
+    # The link: the same for every stream of the run, so Pushpin fetches them in batches.
+    link = f"{request.path}link/"
+    return _hold(body, held, last=frames[-1].seq if frames else opened.cursor, link=link, token=token, timeout=timeout)
+
+
+def _recover_sync(found: Link, token: str, position: str, link: str) -> HttpResponse:
     try:
-        try:
-            run = run_get(run_id=run_id)
-        except NotFound:
-            return _end()
-        if cursor is None or cursor > run.last_seq or (run.is_terminal and cursor >= run.last_seq):
-            # Nothing Pushpin could be waiting for: end the client's stream, and its reconnect
-            # gets every check of a new one.
-            return _end()
-        return _answer(str(run.pk), cursor, link, first=False)
+        answer = _recover(found, token, position, link)
+        if answer.get("Grip-Hold") is None:
+            edge_streams.drop(user_id=found.user_id, link=token)
+        return answer
     finally:
         connection.close()
+
+
+def _recover(found: Link, token: str, position: str, link: str) -> HttpResponse:
+    now = time.time()
+    left = _seconds_left(found, now)
+    if left is not None and left <= 0:
+        return _end()  # the stream's lifetime: the client reconnects, checked anew
+    if not edge_streams.allowed(found.holder):
+        log.info("run %s: ending an edge stream of user %s, who may no longer hold it", found.run_id, found.user_id)
+        return _end()
+    cursor = plain_int(position)
+    try:
+        run = run_get(run_id=found.run_id)
+    except NotFound:
+        return _end()
+    if cursor is None or cursor > run.last_seq or (run.is_terminal and cursor >= run.last_seq):
+        # Nothing Pushpin could be waiting for: end the client's stream, and its reconnect gets
+        # every check of a new one.
+        return _end()
+    frames, complete = _replay(str(run.pk), cursor)
+    body = _body(frames, first=False)
+    if not complete or (frames and frames[-1].terminal):
+        return body
+    timeout = grip.link_timeout(seconds_left=left)
+    edge_streams.seen(user_id=found.user_id, link=token, run_id=found.run_id, until=_until(timeout))
+    return _hold(body, found, last=frames[-1].seq if frames else cursor, link=link, token=token, timeout=timeout)
+
+
+def _seconds_left(found: Link, now: float) -> float | None:
+    return found.expires - now if found.expires else None
+
+
+def _until(timeout: int) -> float:
+    """Until when a stream held with this link timeout counts, unless its link is fetched again."""
+    return time.monotonic() + timeout + EDGE_MARGIN
 
 
 def _end() -> HttpResponse:
@@ -88,33 +207,51 @@ def _end() -> HttpResponse:
     return HttpResponse(b"", content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-def _answer(run_id: str, cursor: int, link: str, *, first: bool) -> HttpResponse:
-    frames = _replay(run_id, cursor)
+def _body(frames: list[streams.Frame], *, first: bool) -> HttpResponse:
     parts = [f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()] if first else []
-    last = cursor
-    ended = False
-    for frame in frames:
-        parts.append(frame.data)
-        last = frame.seq
-        if frame.terminal:
-            ended = True
-            break
-    response = HttpResponse(b"".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    if not ended and len(frames) < REPLAY_MAX:
-        for name, value in grip.hold_headers(name=grip.channel(run_id), prev_id=last, link=link).items():
-            response[name] = value
+    parts += [frame.data for frame in frames]
+    return HttpResponse(b"".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _hold(response: HttpResponse, held: Link, *, last: int, link: str, token: str, timeout: int) -> HttpResponse:
+    channel = grip.channel(held.run_id)
+    for name, value in grip.hold_headers(name=channel, prev_id=last, link=link, token=token, timeout=timeout).items():
+        response[name] = value
     return response
 
 
-def _replay(run_id: str, cursor: int) -> list[streams.Frame]:
-    frames: list[streams.Frame] = []
-    while len(frames) < REPLAY_MAX:
-        page = [
-            streams.make_frame(*row)
-            for row in run_events_json_after(run_id=run_id, after_seq=cursor, limit=streams.PAGE)
-        ]
-        frames += page
-        if len(page) < streams.PAGE or page[-1].terminal:
+class _Bytes(Func):
+    """The size in bytes of a text: what a row's data weighs before it is read."""
+
+    function = "OCTET_LENGTH"
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra)
+
+
+def _replay(run_id: str, cursor: int) -> tuple[list[streams.Frame], bool]:
+    """The frames after `cursor` up to the terminal one, at most REPLAY_MAX and about
+    REPLAY_MAX_BYTES (at least one), and whether they reach the last event stored. The sizes are
+    read first, so what is read is bounded whatever the rows hold."""
+    sizes = (
+        RunEvent.objects.filter(run_id=run_id, seq__gt=cursor)
+        .order_by("seq")
+        .values_list("seq", _Bytes("type") + _Bytes(Cast("data", TextField())))
+    )
+    upto, total, complete = cursor, 0, True
+    for seq, size in sizes[: REPLAY_MAX + 1]:
+        total += size + FRAME_EXTRA
+        if seq - cursor > REPLAY_MAX or (upto > cursor and total > REPLAY_MAX_BYTES):
+            complete = False
             break
-        cursor = page[-1].seq
-    return frames
+        upto = seq
+    if upto == cursor:
+        return [], complete
+    frames = [
+        streams.make_frame(*row) for row in run_events_json_after(run_id=run_id, after_seq=cursor, limit=upto - cursor)
+    ]
+    for i, frame in enumerate(frames):
+        if frame.terminal:
+            return frames[: i + 1], True
+    return frames, complete

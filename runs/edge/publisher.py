@@ -22,9 +22,10 @@ process), so there is no process of its own to start; one of them publishes at a
   processes (`runs.edge.hold`); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
   A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
   order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
-  up, and that Pushpin recovered (`POST /recover/`: every stream it holds fetches what it missed)
+  up, and that Pushpin recovered (`recover`: every stream it holds fetches what it missed)
   before anything more is sent to it (runs.edge.control). A new leader recovers every Pushpin
-  before its first publish.
+  before its first publish. Publish and recover go to each Pushpin's command socket, which only
+  this user can reach (runs.edge.control).
 """
 
 import asyncio
@@ -38,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-import httpx
 import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -47,6 +47,7 @@ from django.db import DatabaseError, connection, connections
 
 from runs import notify, streams
 from runs.edge import control, grip
+from runs.edge.control import socket_path
 from runs.listener import conninfo
 from runs.models import LIVE_VALUES, Run
 from runs.selectors import run_events_json_after
@@ -76,10 +77,14 @@ def require_edge() -> None:
             "(set DATABASE_URL, or unset RUNLEDGER_GRIP_URL)"
         )
     for url in settings.RUNLEDGER_GRIP_URL:
-        if not url.startswith(("http://", "https://")):
+        try:
+            socket_path(url)
+        except ValueError as exc:
+            # Not Pushpin's HTTP control port any more: it has no authentication (runs.edge.control).
             raise ImproperlyConfigured(
-                f"RUNLEDGER_GRIP_URL must list http(s) URLs of Pushpin's control port, not {url!r}"
-            )
+                f"RUNLEDGER_GRIP_URL must list ipc:///PATH of each Pushpin's control socket (bin/edge "
+                f"--control PATH), not {url!r}: {exc}"
+            ) from exc
     if int(settings.RUNLEDGER_GRIP_LINK_SECONDS) < 1:
         raise ImproperlyConfigured("RUNLEDGER_GRIP_LINK_SECONDS must be at least 1")
     if float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS) <= 0:
@@ -183,24 +188,29 @@ class Publisher:
         self._stopping = True
 
     async def run(self) -> None:
-        async with httpx.AsyncClient(timeout=self.pushpins.timeout) as http:
-            while not self._stopping:
-                try:
-                    async with await psycopg.AsyncConnection.connect(
-                        **conninfo(application_name=self.application_name), autocommit=True
-                    ) as conn:
-                        await self._lead(conn, http)
-                except (psycopg.Error, OSError, TimeoutError, DatabaseError) as exc:
-                    if self._stopping:
-                        break
-                    log.warning("edge publisher lost its connection (%s); reconnecting", str(exc) or type(exc).__name__)
-                    await asyncio.sleep(self.retry_seconds)
-                finally:
-                    if self.leading.is_set():
-                        log.info("edge publisher %s no longer leads", self.application_name)
-                    self.leading.clear()
+        try:
+            await self._run()
+        finally:
+            self.pushpins.close()
 
-    async def _lead(self, conn: psycopg.AsyncConnection[Any], http: httpx.AsyncClient) -> None:
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    **conninfo(application_name=self.application_name), autocommit=True
+                ) as conn:
+                    await self._lead(conn)
+            except (psycopg.Error, OSError, TimeoutError, DatabaseError) as exc:
+                if self._stopping:
+                    break
+                log.warning("edge publisher lost its connection (%s); reconnecting", str(exc) or type(exc).__name__)
+                await asyncio.sleep(self.retry_seconds)
+            finally:
+                if self.leading.is_set():
+                    log.info("edge publisher %s no longer leads", self.application_name)
+                self.leading.clear()
+
+    async def _lead(self, conn: psycopg.AsyncConnection[Any]) -> None:
         # Waiting for the lock is also the probe of the connection: a lost one raises here.
         while True:
             row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", [self.key])).fetchone()
@@ -219,7 +229,7 @@ class Publisher:
             len(self.heads),
             ", ".join(self.pushpins.urls),
         )
-        pump = streams.detached(asyncio.get_running_loop(), self._pump(http))
+        pump = streams.detached(asyncio.get_running_loop(), self._pump())
         probe = max(self.poll_seconds, 0.5)
         try:
             while not self._stopping:
@@ -246,19 +256,19 @@ class Publisher:
         self.dirty[run_id] = max(self.dirty.get(run_id, 0), last_seq)
         self._wake.set()
 
-    async def _pump(self, http: httpx.AsyncClient) -> None:
+    async def _pump(self) -> None:
         while True:
             try:
-                await self._pump_once(http)
+                await self._pump_once()
             except Exception:
                 # Whatever it was, the leader must not go on leading with a dead pump.
                 log.exception("edge publisher failed; retrying")
                 await asyncio.sleep(self.retry_seconds)
                 self._wake.set()
 
-    async def _pump_once(self, http: httpx.AsyncClient) -> None:
+    async def _pump_once(self) -> None:
         """Wait for a wake-up (or for the next try at a Pushpin that refused), then read and publish."""
-        await self.pushpins.catch_up(http)
+        await self.pushpins.catch_up()
         if self.pushpins.behind:
             # Try again at the next poll, or sooner if something is committed meanwhile.
             with contextlib.suppress(TimeoutError):
@@ -280,7 +290,7 @@ class Publisher:
             return
         items = self._items(reads, dirty)
         if items:
-            await self.pushpins.publish(http, items)
+            await self.pushpins.publish(items)
         self._forget_ended()
 
     def _items(self, reads: list[_Read], dirty: dict[str, int]) -> list[dict[str, Any]]:

@@ -3,9 +3,11 @@
 Debian's Pushpin 1.36 expects system services (zurl's sockets under /var/run/zurl, fixed ZeroMQ
 ports 5560-5563, logs in /var/log): the configuration written here starts every part of it under
 its runner from one private folder instead — its own zurl, ZeroMQ sockets as files in that folder,
-only the client port and the control port on TCP — so any user can run any number of them side by
-side (shared/research/edge-metrics-proxy.md §A1). Its key is `RUNLEDGER_GRIP_KEY`, read from the
-settings as the web processes read it.
+only the client port on TCP — so any user can run any number of them side by side
+(shared/research/edge-metrics-proxy.md §A1). Its HTTP control port, which has no authentication,
+is off: publish and recover go to the handler's command socket, a file in the control folder only
+this user may enter (runs.edge.control). Its key is `RUNLEDGER_GRIP_KEY`, read from the settings
+as the web processes read it.
 """
 
 import contextlib
@@ -23,17 +25,17 @@ import types
 from pathlib import Path
 from typing import Any
 
+from runs.edge.control import call, private_folder
+
 # The path of the readiness probe, routed to this process rather than to the web processes.
 PROBE_PATH = "/.runledger-edge-probe/"
 # Streams one Pushpin holds at most (its default).
 MAX_CONNECTIONS = 50_000
-# The largest publish body it takes; the publisher's bodies stay far below, bar one huge event.
-MAX_PUBLISH_BYTES = 64 * 1024 * 1024
 
 
-def config_text(*, port: str, control_port: str, run_dir: Path, key: str, log_level: int) -> str:
-    """pushpin.conf: everything under `run_dir`; `port` and `control_port` as [address:]port."""
-    control_addr, _, control = control_port.rpartition(":")
+def config_text(*, port: str, control: Path, run_dir: Path, key: str, log_level: int) -> str:
+    """pushpin.conf: everything under `run_dir` but the command socket, `control`; `port` as
+    [address:]port."""
     return f"""\
 [global]
 include={{libdir}}/internal.conf
@@ -66,12 +68,12 @@ zurl_in_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-out
 [handler]
 push_in_spec=ipc://{{rundir}}/{{ipc_prefix}}push-in
 push_in_sub_specs=ipc://{{rundir}}/{{ipc_prefix}}push-in-sub
-command_spec=ipc://{{rundir}}/{{ipc_prefix}}handler-command
+# Publish and recover: the only way in, a socket file in a folder only this user may enter. No
+# push_in_http_port: without it Pushpin opens no HTTP control port (anyone reaching one could
+# publish), and push_in_spec/push_in_sub_specs (unacknowledged) stay in the private run folder.
+command_spec=ipc://{control}
+ipc_file_mode=600
 stats_spec=ipc://{{rundir}}/{{ipc_prefix}}stats
-# The control port: publish and recover. It has no authentication: keep it on a private address.
-push_in_http_addr={control_addr or "127.0.0.1"}
-push_in_http_port={control}
-push_in_max_body_size={MAX_PUBLISH_BYTES}
 # One event reaches ten thousand watchers at once: no rate limit on sending to subscribers.
 message_rate=-1
 message_hwm=1000000
@@ -85,13 +87,13 @@ subscription_linger=60
 """
 
 
-def prepare(*, port: str, control_port: str, upstream: str, key: str, log_level: int, probe_port: int) -> Path:
+def prepare(port: str, control: Path, upstream: str, *, key: str, log_level: int, probe_port: int) -> Path:
     """A new private folder holding pushpin.conf and routes (its sockets come later); the caller
     removes it. Only its user's: the configuration holds the signing key."""
     run_dir = Path(tempfile.mkdtemp(prefix="runledger-edge-"))
     (run_dir / "log").mkdir()
     (run_dir / "pushpin.conf").write_text(
-        config_text(port=port, control_port=control_port, run_dir=run_dir, key=key, log_level=log_level)
+        config_text(port=port, control=control, run_dir=run_dir, key=key, log_level=log_level)
     )
     # Every path to the web processes (one target: several would be failover, not balancing),
     # but the readiness probe's, which goes to this process (the longer path_beg wins).
@@ -152,22 +154,27 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def run(*, port: str, control_port: str, upstream: str, key: str, log_level: int = 2) -> int:
+def run(*, port: str, control: Path, upstream: str, key: str, log_level: int = 2) -> int:
     """Pushpin in the foreground until it exits, or until this process gets SIGTERM or SIGINT,
     which it passes on once (the runner then stops every part of it and exits 0); its exit status.
 
     Pushpin listens for clients before its proxy can hand a stream to its handler: a stream
     arriving in that first fraction of a second is answered 500 "Accept service unavailable"
     (which an EventSource does not retry). So "ready" is printed only once a probe through the
-    client port has been held by the handler: put the edge in front of clients after that line.
+    client port has been held by the handler, and its command socket answers: put the edge in
+    front of clients after that line.
+
+    `control` is the command socket's path; its folder is made (mode 700) if missing, and refused
+    (PermissionError) unless it is this user's alone.
     """
     binary = shutil.which("pushpin")
     if binary is None:
         raise FileNotFoundError("pushpin is not installed (Debian: apt-get install pushpin; bin/edge does it)")
+    private_folder(control.parent)
     probe = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProbeAnswer)
     threading.Thread(target=probe.serve_forever, daemon=True).start()
-    addresses = {"port": port, "control_port": control_port, "upstream": upstream}
-    run_dir = prepare(**addresses, key=key, log_level=log_level, probe_port=int(probe.server_address[1]))
+    probe_port = int(probe.server_address[1])
+    run_dir = prepare(port, control, upstream, key=key, log_level=log_level, probe_port=probe_port)
     _enough_files()
     try:
         # Its own process group, so a signal to this one's group reaches the runner once, from
@@ -187,10 +194,16 @@ def run(*, port: str, control_port: str, upstream: str, key: str, log_level: int
         host = address if address not in ("", "0.0.0.0", "*") else "127.0.0.1"
         while child.poll() is None and not _probe_once(host.strip("[]"), int(number)):
             time.sleep(0.05)  # polling for readiness; ends when the probe passes or Pushpin exits
+        while child.poll() is None and call(f"ipc://{control}", "get-zmq-uris", timeout=1) is not None:
+            time.sleep(0.05)  # the same, for the command socket
+        # The probe's origin is done: nothing but Pushpin's client port stays open on TCP.
+        probe.shutdown()
+        probe.server_close()
         if child.poll() is None:
-            print(f"Pushpin ready on {port}, control on {control_port}, in front of {upstream}", flush=True)
+            print(f"Pushpin ready on {port}, control socket {control}, in front of {upstream}", flush=True)
         status = child.wait()
         return status if status >= 0 else 128 - status
     finally:
         probe.shutdown()
+        probe.server_close()
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -18,15 +18,30 @@ Two things prometheus-client leaves to us:
   respawns workers without telling anyone), and SIGKILL runs no hook at all. So every scrape
   removes the live-gauge files of processes that no longer exist (`forget_dead`); their counters
   and histograms stay.
+- **Other users of the machine.** The default directory has a name anyone can predict, in a folder
+  where anyone may make one first (and fill it with links to files of ours). So the directory is
+  used only when it is this user's alone — a real directory, not a link, owned by this user, mode
+  0700 (`runs.private_paths`) — and each file in it is made 0600, never through a link. In the
+  system temporary folder a directory that is not is left alone, and the process counts in a
+  private directory of its own instead (its counts then do not add up with the other processes',
+  which the log says); a directory the operator chose (RUNLEDGER_METRICS_DIR elsewhere) that is not
+  stops the process.
 """
 
 import glob
+import logging
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from django.conf import settings
-from prometheus_client import multiprocess, values
+from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import mmap_dict, multiprocess, values
+
+from runs.private_paths import private_directory
+
+log = logging.getLogger(__name__)
 
 _IDENTITY = re.compile(r"_(\d+)-(\d+)\.db$")
 
@@ -71,8 +86,42 @@ def alive(pid: int, start_time: int) -> bool:
     return True
 
 
+# The directory this process counts in, once `install` has chosen it.
+_directory: str | None = None
+
+
 def directory() -> str:
-    return str(settings.RUNLEDGER_METRICS_DIR)
+    return _directory if _directory is not None else str(settings.RUNLEDGER_METRICS_DIR)
+
+
+def _choose(path: str) -> str:
+    """The directory to count in: `path` once it is private (see the module docstring)."""
+    problem = private_directory(path)
+    if problem is None:
+        return path
+    if os.path.dirname(os.path.abspath(path)) != os.path.abspath(tempfile.gettempdir()):
+        raise ImproperlyConfigured(f"RUNLEDGER_METRICS_DIR {path} is not this user's private directory: {problem}")
+    own = tempfile.mkdtemp(prefix="runledger-metrics-private-")
+    log.warning(
+        "the metrics directory %s is not this user's private directory (%s): this process counts in %s, so "
+        "GET /metrics/ does not add up its counts with the other processes'; remove %s, or set "
+        "RUNLEDGER_METRICS_DIR to a directory of this user's",
+        path,
+        problem,
+        own,
+        path,
+    )
+    return own
+
+
+class _PrivateFile(mmap_dict.MmapedDict):
+    """prometheus-client's file of one process, made readable and writable by this user only, and
+    never opened through a link (its own `open` would follow one, and make the file 0644)."""
+
+    def __init__(self, filename: str, read_mode: bool = False) -> None:
+        if not read_mode:
+            os.close(os.open(filename, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        super().__init__(filename, read_mode)
 
 
 _installed = False
@@ -82,16 +131,17 @@ def install() -> None:
     """Put prometheus-client in multiprocess mode with our directory and file names. Runs before
     any metric is made (runs.metrics.series imports this first); metrics made earlier by other
     code keep per-process values and are not exported."""
-    global _installed
+    global _installed, _directory
     if _installed:
         return  # a second value class would open this process's files twice
+    path = _directory = _choose(str(settings.RUNLEDGER_METRICS_DIR))
     _installed = True
-    path = directory()
-    os.makedirs(path, mode=0o700, exist_ok=True)
     # prometheus-client reads the directory from the environment each time it opens a file.
     # Children of this process inherit it; a Runledger child still derives its own from its
     # settings (this line), so only the settings decide.
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    # The value class opens its files through this module attribute when a metric is made.
+    values.MmapedDict = _PrivateFile  # type: ignore[misc]
     values.ValueClass = values.MultiProcessValue(process_identifier=process_identity)
 
 

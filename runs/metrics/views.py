@@ -15,7 +15,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
-from runs import access
+from runs import access, services
 from runs.api.authentication import TokenAuthentication
 from runs.api.errors import error_response, error_response_for
 from runs.exceptions import TooManyRequests
@@ -29,10 +29,18 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
     header = request.headers.get("Authorization", "")
     scheme, _, credential = header.partition(" ")
     if scheme.lower() == "bearer":
-        # A bearer credential is judged alone: a wrong one is not downgraded to the session.
+        # A bearer credential is judged alone: a wrong one is not downgraded to the session. It is
+        # a token attempt like the API's, counted and refused per client address with them, so the
+        # metrics token cannot be guessed faster than an API token.
+        address = services.client_address(request)
+        try:
+            services.auth_token_check(address=address)
+        except TooManyRequests as exc:
+            return error_response_for(exc)
         expected = str(settings.RUNLEDGER_METRICS_TOKEN)
         if expected and hmac.compare_digest(credential.strip().encode(), expected.encode()):
             return None
+        services.auth_token_failed(address=address)
         return _unauthenticated("the metrics token is not valid")
     try:
         found = TokenAuthentication().authenticate(Request(request))

@@ -2,7 +2,8 @@
 system's figures (the staff dashboard, the /metrics/ state gauges) are `overview`'s."""
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -11,7 +12,24 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
-from django.db.models import Exists, F, FilteredRelation, OuterRef, Q, QuerySet
+from django.db.models import (
+    BooleanField,
+    Case,
+    Exists,
+    ExpressionWrapper,
+    F,
+    FilteredRelation,
+    Func,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    Q,
+    QuerySet,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Left, Length
 
 from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
 from runs.exceptions import NotFound
@@ -96,7 +114,54 @@ def run_list(
         filters["created_at__gte"] = created_after
     if created_before:
         filters["created_at__lt"] = created_before
-    return qs.filter(**filters).order_by("-created_at", "id")
+    # A list never needs a run's documents whole (each up to the body limit, a page of them tens of
+    # MB): `run_list_values` reads back the small ones.
+    return qs.filter(**filters).order_by("-created_at", "id").defer(*_DOCUMENTS)
+
+
+# What a run holds that can be big: its JSON values, the reason it ended (up to 10,000 characters)
+# and its open tool calls (as many as its events).
+_VALUES = ("input", "output", "error")
+_DOCUMENTS = (*_VALUES, "end_reason", "open_tool_calls")
+
+
+class _OctetLength(Func):
+    # Bytes, not characters: SQLite has no octet_length before 3.43.
+    function = "octet_length"
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="length(CAST(%(expressions)s AS BLOB))", **extra)
+
+
+def run_list_values(*, runs: QuerySet[Run], max_bytes: int | None) -> QuerySet[Run]:
+    """`runs` (deferred by `run_list`) with what a list item carries of each run's documents
+    (DESIGN §6): `listed_<name>` for input, output and error — the value when its JSON is at most
+    `max_bytes`, else None — and `listed_end_reason`, whole up to `max_bytes` bytes, else its first
+    `max_bytes // 4` characters (at most `max_bytes` in UTF-8); `<name>_cut` says which were left
+    out or cut. The stored sizes decide (`Run.input_bytes`, …): a big value is never read from the
+    database at all. `max_bytes` None: every value whole."""
+    if max_bytes is None:
+        whole: dict[str, Any] = {f"listed_{name}": F(name) for name in _VALUES}
+        cut = {f"{name}_cut": Value(False) for name in (*_VALUES, "end_reason")}
+        return runs.annotate(**whole, listed_end_reason=F("end_reason"), **cut)
+    small = {
+        f"listed_{name}": Case(
+            When(**{f"{name}_bytes__lte": max_bytes}, then=F(name)), default=None, output_field=JSONField()
+        )
+        for name in _VALUES
+    }
+    big = {f"{name}_cut": Q(**{f"{name}_bytes__gt": max_bytes}) for name in _VALUES}
+    return runs.alias(end_reason_bytes=_OctetLength("end_reason")).annotate(
+        **small,
+        **{name: ExpressionWrapper(condition, output_field=BooleanField()) for name, condition in big.items()},
+        listed_end_reason=Case(
+            When(Q(end_reason_bytes__lte=max_bytes), then=F("end_reason")),
+            default=Left("end_reason", max(1, max_bytes // 4)),
+            output_field=TextField(),
+        ),
+        end_reason_cut=ExpressionWrapper(Q(end_reason_bytes__gt=max_bytes), output_field=BooleanField()),
+    )
 
 
 def run_current_attempt(*, run: Run) -> RunAttempt | None:
@@ -140,7 +205,10 @@ def run_events_json_after(*, run_id: UUID | str, after_seq: int, limit: int) -> 
         ]
     with connection.cursor() as cursor:
         cursor.execute(_EVENTS_JSON_SQL, [run_id, after_seq, after_seq + limit, limit])
-        rows = cursor.fetchall()
+        return _json_rows(cursor.fetchall())
+
+
+def _json_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, str, str]]:
     # The object of `event_json` written out field by field (its bytes exactly: the same keys in
     # the same order, compact): only `data` goes through the JSON codec, re-encoded compactly.
     return [
@@ -150,8 +218,65 @@ def run_events_json_after(*, run_id: UUID | str, after_seq: int, limit: int) -> 
             f'{{"seq":{seq},"type":{_encode(type_)},"data":{_encode(json.loads(data))},'
             f'"created_at":"{created_at.removesuffix(".000000")}Z","attempt":{"null" if attempt is None else attempt}}}',
         )
-        for seq, type_, data, created_at, attempt in rows
+        for seq, type_, data, created_at, attempt, *_ in rows
     ]
+
+
+# What an event adds to a page or a stream beyond its data: its other fields, and the SSE frame's
+# lines (`id:`, `event:` with a type of up to 64 characters).
+EVENT_ENVELOPE_BYTES = 256
+
+
+@dataclass(frozen=True)
+class EventsRead:
+    """Events after a cursor, at most so many rows and so many bytes."""
+
+    # (seq, type, `event_json`), in seq order.
+    rows: list[tuple[int, str, str]]
+    # The byte bound stopped the read before the row bound or the stored events did: more follow.
+    cut: bool
+
+
+# Sizes summed in the database over the range (N, N + limit] — the stored ones, so no event's data
+# is read for it (only an event stored before sizes were kept is measured) — and only the events up
+# to the cut read and sent: a page of big events never brings those past its bound into this
+# process. The first event is always in, however big. `cut` is a CTE read twice, so computed once.
+_EVENTS_JSON_BOUNDED_SQL = f"""
+WITH cut AS MATERIALIZED (
+    SELECT COALESCE(MAX(seq) FILTER (WHERE upto <= %(bytes)s), MIN(seq)) AS last, MAX(seq) AS reached
+    FROM (
+        SELECT seq, SUM(COALESCE(data_bytes, octet_length(data::text)) + {EVENT_ENVELOPE_BYTES}) OVER (ORDER BY seq) AS upto
+        FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upper)s
+    ) sized
+)
+SELECT seq, type, data::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), attempt,
+       (SELECT reached FROM cut)
+FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= (SELECT last FROM cut)
+ORDER BY seq
+"""
+
+
+def run_events_json_bounded(*, run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None) -> EventsRead:
+    """`run_events_json_after`, stopped before the event that would take the rows (with
+    `EVENT_ENVELOPE_BYTES` each) past `max_bytes` (None: no byte bound); at least one event."""
+    if max_bytes is None:
+        return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
+    if connection.vendor == "postgresql":
+        params = {"run": run_id, "after": after_seq, "upper": after_seq + limit, "bytes": max_bytes}
+        with connection.cursor() as cursor:
+            cursor.execute(_EVENTS_JSON_BOUNDED_SQL, params)
+            fetched = cursor.fetchall()
+        return EventsRead(rows=_json_rows(fetched), cut=bool(fetched) and fetched[-1][0] < fetched[-1][-1])
+    in_range = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=after_seq + limit)
+    sizes = in_range.order_by("seq").values_list("seq", Coalesce("data_bytes", Length("data")))
+    last, total = None, 0
+    for seq, size in sizes:
+        total += size + EVENT_ENVELOPE_BYTES
+        if last is not None and total > max_bytes:
+            rows = run_events_json_after(run_id=run_id, after_seq=after_seq, limit=last - after_seq)
+            return EventsRead(rows=rows, cut=True)
+        last = seq
+    return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
 
 
 def run_events_all(*, run_id: UUID | str) -> list[RunEvent]:

@@ -19,9 +19,10 @@ from runs.access import User
 from runs.events import EventType, WaitReason
 from runs.exceptions import StaleTicket, ValidationFailed
 from runs.models import Run, RunEvent
-from runs.services.core import SYSTEM, append, check, end, has_room, lock_run, no_room, park
+from runs.services.core import APPENDED, SYSTEM, append, check, end, has_room, lock_run, no_room, park
 from runs.services.creation import check_input
-from runs.storable import same_json
+from runs.services.quotas import check_stored_bytes
+from runs.storable import json_bytes, same_json
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
 # The caller's own checks on the locked run (the API's visibility and permission): one read of the
@@ -111,15 +112,17 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Adm
         check(run, Status.QUEUED)
         if not has_room(run, 1):
             raise no_room(run, 1, "a resume")
+        resumed = {"ticket": ticket, "input": input}
+        # The input is stored (in `run.resumed`): it counts against the owner's bytes like a create's.
+        check_stored_bytes(run.owner_id, adding_bytes=json_bytes(resumed))
         now = timezone.now()
         run.status = Status.QUEUED
         run.resume_ticket = ""
         run.updated_at = now
         run.queued_at = now
         run.events_used += 1
-        resumed = {"ticket": ticket, "input": input}
         append(run, [(EventType.RUN_RESUMED, resumed)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
-        run.save(update_fields=["status", "resume_ticket", "updated_at", "queued_at", "last_seq", "events_used"])
+        run.save(update_fields=["status", "resume_ticket", "updated_at", "queued_at", *APPENDED, "events_used"])
     return run
 
 

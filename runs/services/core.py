@@ -23,10 +23,14 @@ from runs.exceptions import BudgetExhausted, InvalidTransition, NotFound, StaleA
 from runs.limits import limit
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.storable import json_bytes
 from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
 # `ended_by` and `by` of what the platform itself does (DESIGN §2).
 SYSTEM = "system"
+
+# The fields of the run that `append` changes, which its caller saves.
+APPENDED = ["last_seq", "stored_bytes"]
 
 
 def lock_run(run_id: UUID | str) -> Run:
@@ -76,8 +80,9 @@ def append(
     notes: Sequence[notify.Note] = (),
 ) -> list[RunEvent]:
     """Append under the lock the caller holds; seq is the run's counter, so it is gap-free. The
-    caller saves `last_seq` (and `open_tool_calls`, if it appends tool events) with the rest of
-    its changes to the run. `notes` go out with the events' own notification."""
+    caller saves `last_seq` and `stored_bytes` (and `open_tool_calls`, if it appends tool events)
+    with the rest of its changes to the run (`APPENDED`). `notes` go out with the events' own
+    notification."""
     rows = []
     for type_, data in events:
         if type_ == EventType.TOOL_STARTED:
@@ -85,7 +90,13 @@ def append(
         elif type_ == EventType.TOOL_FINISHED:
             run.open_tool_calls = [call for call in run.open_tool_calls if call[0] != data["call_id"]]
         run.last_seq += 1
-        rows.append(RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now))
+        size = json_bytes(data)
+        # Counted on the run row this transaction writes anyway: an owner's total is a sum over
+        # their runs at create, never a row of its own that every append of theirs would queue on.
+        run.stored_bytes += size
+        rows.append(
+            RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now, data_bytes=size)
+        )
     RunEvent.objects.bulk_create(rows)
     notify.send(notify.events_committed(run.id, run.last_seq), *notes)
     series.events_appended(len(rows))
@@ -161,7 +172,7 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
             "resume_ticket",
             "pause_requested_at",
             "updated_at",
-            "last_seq",
+            *APPENDED,
             "events_used",
             "open_tool_calls",
         ]
@@ -199,6 +210,10 @@ def end(
     }
     for field, value in ended.items():
         setattr(run, field, value)
+    # Measured once here, so a list can leave a big one out without reading it.
+    run.output_bytes = 0 if output is None else json_bytes(output)
+    run.error_bytes = 0 if error is None else json_bytes(error)
+    run.stored_bytes += run.output_bytes + run.error_bytes
     if status == Status.COMPLETED:
         data: dict[str, Any] = {"output": output}
     elif status == Status.FAILED:
@@ -219,7 +234,10 @@ def end(
         # whose slot this frees (the others would wait for their poll).
         notes.append(notify.slot_freed(run.id))
     append(run, events, attempt=attempt, now=now, notes=notes)
-    run.save(update_fields=[*ended, "last_seq", "open_tool_calls", "events_used"])
+    # Final now: nothing is appended after the terminal event.
+    run.ended_bytes = run.stored_bytes
+    sizes = ["output_bytes", "error_bytes", "ended_bytes"]
+    run.save(update_fields=[*ended, *APPENDED, *sizes, "open_tool_calls", "events_used"])
     if was_running:
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
@@ -278,7 +296,7 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
     # Woken only if it stays queued: a pending pause parks it below.
     notes = [] if pausing else [notify.run_queued(run.id)]
     append(run, [(EventType.RUN_REQUEUED, requeued)], attempt=None, now=now, notes=notes)
-    run.save(update_fields=["status", "updated_at", "last_seq", "queued_at"])
+    run.save(update_fields=["status", "updated_at", *APPENDED, "queued_at"])
     if pausing:
         # The pause its caller was answered 202 for still happens: the attempt ended at a boundary
         # of its own, so the run parks there, after the event that says the attempt ended.

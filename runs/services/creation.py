@@ -17,8 +17,8 @@ from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.limits import limit
 from runs.models import Run
 from runs.services.core import append, lock_run
-from runs.services.quotas import check_active_runs
-from runs.storable import value_problem
+from runs.services.quotas import check_create
+from runs.storable import json_bytes, value_problem
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,12 @@ def insert_run(
 ) -> Run:
     """Insert the checked run of `spec`, queued, with its `run.created` event, inside the caller's
     transaction. Its parent is locked here unless the caller holds that lock already. The owner's
-    active-runs cap applies unless `capped` is False (a child an agent spawns: refusing it would
-    fail its parent mid-run; `children` is bounded by the agent's input instead)."""
+    caps (active runs, runs and bytes kept) apply unless `capped` is False (a child an agent spawns:
+    refusing it would fail its parent mid-run; `children` is bounded by the agent's input instead,
+    and the child's bytes count all the same)."""
+    input_bytes = json_bytes(spec.input)
     if capped:
-        check_active_runs(owner.pk)
+        check_create(owner.pk, input_bytes=input_bytes)
     if spec.parent_id is not None and not parent_locked:
         # Locking the parent serialises this insert against the parent ending, so a child
         # is never created under a terminal parent.
@@ -107,6 +109,9 @@ def insert_run(
         owner=owner,  # type: ignore[misc]  # AUTH_USER_MODEL; the object, so its JSON needs no read of it
         agent=spec.agent,
         input=spec.input,
+        input_bytes=input_bytes,
+        # `append` adds the bytes of `run.created` below.
+        stored_bytes=input_bytes,
         parent_id=spec.parent_id,
         max_steps=spec.max_steps if spec.max_steps is not None else limit("RUNLEDGER_DEFAULT_MAX_STEPS"),
         max_events=spec.max_events if spec.max_events is not None else limit("RUNLEDGER_DEFAULT_MAX_EVENTS"),

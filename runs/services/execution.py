@@ -23,6 +23,7 @@ from runs.exceptions import BudgetExhausted, StaleAttempt, ValidationFailed
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.services.core import (
+    APPENDED,
     SYSTEM,
     append,
     check,
@@ -48,13 +49,14 @@ def _known(vocabulary: type[E], value: str, what: str) -> E:
         raise ValidationFailed(f"unknown {what} {value!r}") from exc
 
 
-def run_claim(*, worker: str, machine: str = "") -> tuple[Run, RunAttempt] | None:
+def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tuple[Run, RunAttempt] | None:
     """Take the queued run fair share says is next (`quotas.pick_queued`) and open its next attempt.
-    `machine` says where the worker runs (`runs.worker.orphans.machine`).
+    `machine` says where the worker runs (`runs.worker.orphans.machine`); `newcomer` takes only a
+    run of an owner with no run running (a worker's kept slot).
 
     A run past its deadline is left for the sweeper to stop, never started."""
     with transaction.atomic(durable=True):
-        run = pick_queued()
+        run = pick_queued(newcomer=newcomer)
         if run is None:
             return None
         # Read once the run is ours: the attempt is claimed after whatever requeued the run.
@@ -75,7 +77,7 @@ def run_claim(*, worker: str, machine: str = "") -> tuple[Run, RunAttempt] | Non
         )
         started = {"generation": run.generation, "worker": worker}
         append(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
-        run.save(update_fields=["status", "generation", "started_at", "updated_at", "last_seq"])
+        run.save(update_fields=["status", "generation", "started_at", "updated_at", *APPENDED])
     return run, attempt
 
 
@@ -117,7 +119,7 @@ def run_events_append(
         rows = append(run, events[:room], attempt=generation, now=now) if room else []
         run.events_used += len(rows)
         run.updated_at = now
-        run.save(update_fields=["last_seq", "events_used", "updated_at", "open_tool_calls"])
+        run.save(update_fields=[*APPENDED, "events_used", "updated_at", "open_tool_calls"])
         if room < len(events):
             exhausted = _exhaust(run, "max_events", now=now)
     if exhausted is not None:
@@ -219,7 +221,7 @@ def run_child_spawn(
             append(parent, [(EventType.CHILD_SPAWNED, spawned)], attempt=generation, now=now)
             parent.events_used += 1
             parent.updated_at = now
-            parent.save(update_fields=["last_seq", "events_used", "updated_at"])
+            parent.save(update_fields=[*APPENDED, "events_used", "updated_at"])
     if exhausted is not None:
         raise exhausted
     return child

@@ -1,12 +1,20 @@
 """Throttled sign-ins and token attempts (DESIGN §6).
 
 Failed attempts are counted in the database (`AuthFailure`), so that every web process counts
-against one limit: per client address for token attempts; per client address and per username for
-sign-ins. A key with RUNLEDGER_AUTH_FAILURES_MAX failures younger than
-RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS is refused with `TooManyRequests` before its credential is
-looked at, so a guess cannot succeed while blocked. The window slides: the refusal's Retry-After is
-when the oldest of those failures leaves it, which lets one more attempt through. Refused attempts
-are not counted, so a blocked key opens again on time. 0 = unlimited: nothing is read or written.
+against one limit: per client address for token attempts (the API's and the metrics bearer); per
+client address and per username for sign-ins. A key with RUNLEDGER_AUTH_FAILURES_MAX failures
+younger than RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS is refused with `TooManyRequests` before its
+credential is looked at, so a guess cannot succeed while blocked. The window slides: the refusal's
+Retry-After is when the oldest of those failures leaves it, which lets one more attempt through.
+Refused attempts are not counted, so a blocked key opens again on time. 0 = unlimited: nothing is
+read or written.
+
+A blocked username refuses only the addresses that failed for it within the window (a third key,
+the pair). Were it refused from everywhere, anyone could keep anyone out of password sign-in with
+a few wrong passwords a minute; this way its owner, from an address of their own, still signs in.
+What it costs: an attacker with N addresses gets the limit, plus one guess per address and window
+once the username is blocked (each address is also held to the limit over all usernames) — N more
+guesses per window, where refusing everywhere allowed none.
 
 Two ways in, for two costs:
 
@@ -45,6 +53,7 @@ PURGE_BATCH = 100
 _TOKEN_ADDRESS = "token-address"
 _LOGIN_ADDRESS = "login-address"
 _LOGIN_USERNAME = "login-username"
+_LOGIN_PAIR = "login-username-address"
 
 
 @dataclass(frozen=True)
@@ -110,15 +119,26 @@ def auth_token_failed(*, address: str) -> None:
 
 def auth_login_begin(*, username: str, address: str) -> LoginAttempt | None:
     """Count a sign-in as failed before its password is checked; refuse it (taking the record
-    back) when its address or its username is blocked. None when sign-ins are unlimited."""
+    back) when its address is blocked, or its username is blocked and this address failed for it
+    within the window. None when sign-ins are unlimited."""
     most = limit("RUNLEDGER_AUTH_FAILURES_MAX")
     if most is None:
         return None
     now = timezone.now()
-    keys = (_key(_LOGIN_ADDRESS, address), _key(_LOGIN_USERNAME, username))
-    # One INSERT, committed before the counts below (autocommit): see the module's docstring.
+    by_address, by_username = _key(_LOGIN_ADDRESS, address), _key(_LOGIN_USERNAME, username)
+    pair = _key(_LOGIN_PAIR, f"{username}\0{address}")
+    keys = (by_address, by_username, pair)
+    # One INSERT, committed before the counts below (autocommit): see the module's docstring. Of two
+    # racing tries from one address at a blocked username, the later to count sees the other's pair.
     ids = tuple(row.pk for row in AuthFailure.objects.bulk_create([AuthFailure(key=k, failed_at=now) for k in keys]))
-    waits = [wait for key in keys if (wait := _wait(key, most=most, now=now, leave_out=ids)) is not None]
+    waits = []
+    if (wait := _wait(by_address, most=most, now=now, leave_out=ids)) is not None:
+        waits.append(wait)
+    # Open again once the username is, or once this address's last failure for it has left the window.
+    if (wait := _wait(by_username, most=most, now=now, leave_out=ids)) is not None and (
+        mine := _wait(pair, most=1, now=now, leave_out=ids)
+    ) is not None:
+        waits.append(min(wait, mine))
     if waits:
         AuthFailure.objects.filter(pk__in=ids).delete()
         raise TooManyRequests(f"too many failed sign-ins; try again in {max(waits)} s", retry_after=max(waits))

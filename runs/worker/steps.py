@@ -13,7 +13,8 @@ running when the attempt records `released_at`:
   later, when the id may belong to another process (Linux reuses no id still in use). A worker
   that dies without unwinding takes the leader with it (the kernel's parent-death signal), and
   the group is recorded on the attempt so that a worker on the same machine kills the rest
-  (`runs.worker.orphans`).
+  (`runs.worker.orphans`). It gets a few of the worker's environment variables, not all of them
+  (`TOOL_ENV`): the worker's own variables hold its secrets.
 - **blocking code in a thread** cannot be interrupted in Python. The agent's await ends at once;
   the attempt waits for the thread until the unwind deadline and otherwise abandons it: its
   result goes nowhere (the agent is gone, and appends are fenced by generation anyway), and its
@@ -31,13 +32,14 @@ import os
 import signal
 import ssl
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import copy_context
 from functools import cache
 from typing import Any, ParamSpec, TypeVar
 
 import certifi
 import httpx
+from django.conf import settings
 
 from runs import services
 from runs.agents.base import CancellationToken, Cancelled
@@ -51,6 +53,18 @@ T = TypeVar("T")
 
 # Arguments that would take a child out of the process group the attempt stops it by.
 _GROUP_ARGUMENTS = ("start_new_session", "process_group")
+
+# What a tool process gets of the worker's environment, when the worker has them: enough to find
+# programs and run them in the right language and places — never the worker's secrets (its
+# DJANGO_SECRET_KEY, the database's password in DATABASE_URL, the model's API key). More names:
+# RUNLEDGER_TOOL_ENV; an agent's own `env=` adds to these and wins.
+TOOL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+
+def tool_environment(given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A tool process's environment: the worker's variables of those names, then `given` over them."""
+    names = (*TOOL_ENV, *settings.RUNLEDGER_TOOL_ENV)
+    return {**{name: os.environ[name] for name in names if name in os.environ}, **(given or {})}
 
 
 @cache
@@ -152,12 +166,14 @@ class Steps:
         # anyway. No other thread (database lanes, `to_thread`, asyncio's waitpid threads) ever
         # starts a tool, so none of them ending kills one.
         preexec_fn = orphans.dies_with(os.getpid(), then=kwargs.pop("preexec_fn", None))
+        env = tool_environment(kwargs.pop("env", None))
         transport, protocol = await loop.subprocess_exec(
             lambda: _ChildProtocol(limit, loop, self._leader_exited),
             program,
             *args,
             start_new_session=True,
             preexec_fn=preexec_fn,
+            env=env,
             **kwargs,
         )
         process = asyncio.subprocess.Process(transport, protocol, loop)

@@ -88,6 +88,10 @@ class Worker:
         )
         require_intervals()  # also under --skip-checks, and for settings made in code
         require_limits()
+        # Slots filled only with a run of an owner who has none running, so one owner's long runs
+        # cannot keep another's queued (README "Fair claiming"). At least two slots stay open to
+        # everyone: below three slots, keeping one would take half of them or more from a lone user.
+        self.newcomer_slots = max(0, min(int(settings.RUNLEDGER_WORKER_NEWCOMER_SLOTS), self.concurrency - 2))
         self.attempt_config = AttemptConfig.configured()
         self.shutdown_grace_seconds = float(settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS)
         self.sweep_seconds = float(settings.RUNLEDGER_SWEEP_SECONDS)
@@ -171,9 +175,10 @@ class Worker:
             # Before the first claim: that could be a run whose lost tool still runs here.
             await self._reap()
             log.info(
-                "%s ready: concurrency %d, %s every %ss",
+                "%s ready: concurrency %d (%d kept for owners with no run running), %s every %ss",
                 self,
                 self.concurrency,
+                self.newcomer_slots,
                 "LISTEN/NOTIFY and a re-read" if self.listen else "polling",
                 self.poll_seconds,
             )
@@ -231,14 +236,19 @@ class Worker:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
 
     async def _claim_free_slots(self) -> bool:
-        """Claim until the slots are full; True when the queue had nothing left for us."""
+        """Claim until the slots are full; True when the queue had nothing left for us. The last
+        `newcomer_slots` free slots take only runs of owners with none running (`run_claim(newcomer=)`):
+        a wake-up of the claim loop — a create's notification, or the poll — fills one at once."""
         assert self._db is not None and self._loop is not None
         while len(self._executions) < self.concurrency and not self._stopping:
             if self.max_runs is not None and self.claimed >= self.max_runs:
                 return False
             claimed_at = self._loop.time()
+            newcomer = self.concurrency - len(self._executions) <= self.newcomer_slots
             try:
-                claimed = await self._db.work.call(services.run_claim, worker=self.worker_id, machine=self.machine)
+                claimed = await self._db.work.call(
+                    services.run_claim, worker=self.worker_id, machine=self.machine, newcomer=newcomer
+                )
             except DatabaseError as exc:
                 log.warning("%s: could not claim (%s); retrying later", self, exc)
                 return False

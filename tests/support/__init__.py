@@ -21,8 +21,9 @@
     sse_writer.py  a stand-in worker process that appends events (procs.start_writer starts it)
     proxies.py     loopback proxies a test can cut: browser -> uvicorn, one process -> PostgreSQL
     nginx.py       Debian's nginx started from deploy/nginx.conf.template in front of a web process
-    edge.py        Debian's Pushpin started by bin/edge in front of web processes, and a tap on its
-                   control port that loses a chosen publish
+    edge.py        Debian's Pushpin started by bin/edge in front of web processes, a tap on its
+                   control socket that loses a chosen publish, and an attacker's tools (a real
+                   Grip-Sig, its TCP ports, a forger run as another user, a stalled body)
     raw_http.py    clients over raw sockets: a large upload that notes when the answer came, a
                    slowloris that never finishes its headers, a request from another loopback address
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers

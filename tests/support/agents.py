@@ -5,6 +5,7 @@ Beside the planner, agents that each take one kind of step the attempt must stop
 cancelled (DESIGN §4), in a way a test can watch from outside the worker."""
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 
@@ -57,6 +58,18 @@ async def process_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
             await stubborn_tool(60)
         raise
     yield Emit(EventType.TOOL_FINISHED, call | {"status": ToolStatus.OK, "result": {"returncode": returncode}})
+
+
+@register("test-tool-env")
+async def tool_env_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Starts a tool process that prints the environment it got — with `input["env"]` as its
+    `env=` when given — and completes with it."""
+    yield Step("tool")
+    given = {"env": ctx.input["env"]} if "env" in ctx.input else {}
+    printer = "import json, os; print(json.dumps(dict(os.environ)))"
+    process = await ctx.start_process(sys.executable, "-c", printer, stdout=asyncio.subprocess.PIPE, **given)
+    printed, _ = await process.communicate()
+    yield Complete({"env": json.loads(printed)})
 
 
 @register("test-http-stream")

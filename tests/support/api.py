@@ -1,6 +1,16 @@
-"""The API's error shape (DESIGN §6), asserted of a test client's response."""
+"""The API's error shape (DESIGN §6), asserted of a test client's response; a test client signed in."""
 
 from typing import Any
+
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+
+def api_for(user: User) -> APIClient:
+    """An API test client authenticated as `user`."""
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
 
 
 def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Debian's nginx in front of a web process, started from deploy/nginx.conf.template as an operator
-would: the template filled by `envsubst` naming its four variables, then `nginx -p PREFIX -c
+"""Debian's nginx in front of a web process (and of the SSE edge, for the streams), started from
+deploy/nginx.conf.template as an operator would: the template filled by `envsubst` naming its variables, then `nginx -p PREFIX -c
 PREFIX/nginx.conf`, in the foreground (the template says `daemon off`) under `Procs`.
 
 Started as root (as in CI), nginx runs its workers as `nobody`, who must be able to enter its folder
@@ -17,7 +17,7 @@ from pathlib import Path
 from tests.support.procs import ROOT, Proc, Procs, free_port, wait_http_ok
 
 TEMPLATE = ROOT / "deploy" / "nginx.conf.template"
-TEMPLATE_VARIABLES = ("LISTEN_PORT", "UPSTREAM", "STATIC_ROOT", "NGINX_PREFIX")
+TEMPLATE_VARIABLES = ("LISTEN_PORT", "UPSTREAM", "STREAM_UPSTREAM", "STATIC_ROOT", "NGINX_PREFIX")
 
 
 def nginx_binary() -> str:
@@ -70,10 +70,19 @@ class Nginx:
         return (self.prefix / "logs" / "access.log").read_text(errors="replace")
 
 
-def start_nginx(procs: Procs, *, upstream: Proc, static_root: Path, prefix: Path, timeout: float = 15) -> Nginx:
-    """nginx on a free port in front of `upstream`, serving `static_root` at /static/, with its
-    pid, logs and temporary files in `prefix` (inside a `shared_folder`); ready once a request
-    through it reaches the web process."""
+def start_nginx(
+    procs: Procs,
+    *,
+    upstream: Proc,
+    static_root: Path,
+    prefix: Path,
+    stream_upstream: Proc | None = None,
+    timeout: float = 15,
+) -> Nginx:
+    """nginx on a free port in front of `upstream`, its streams sent to `stream_upstream` (the
+    SSE edge; by default `upstream` too), serving `static_root` at /static/, with its pid, logs and
+    temporary files in `prefix` (inside a `shared_folder`); ready once a request through it
+    reaches the web process."""
     for sub in ("logs", "run", "tmp"):
         (prefix / sub).mkdir(parents=True, exist_ok=True)
     prefix.chmod(0o755)
@@ -83,6 +92,7 @@ def start_nginx(procs: Procs, *, upstream: Proc, static_root: Path, prefix: Path
         fill_template(
             LISTEN_PORT=str(port),
             UPSTREAM=f"127.0.0.1:{upstream.port}",
+            STREAM_UPSTREAM=f"127.0.0.1:{(stream_upstream or upstream).port}",
             STATIC_ROOT=str(static_root),
             NGINX_PREFIX=str(prefix),
         )

@@ -352,3 +352,10 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
         yield registry
     finally:
         registry.stop_all()
+
+
+def require_root(why: str) -> None:
+    """Fail, rather than skip, a test that must act as another user: the suite runs as root (bin/test
+    installs packages, CI runs it as root), and a skipped proof is no proof."""
+    if os.geteuid() != 0:
+        pytest.fail(f"this test needs root, {why}; bin/test and CI run as root")

@@ -4,16 +4,25 @@ Exit status: 0 on success (a cancel of a run already cancelled included; `watch`
 ends at the run's terminal event), 1 when the server refuses or cannot be reached, 2 on a usage
 error. Commands print the run's status on stdout — on a refused command the committed status (a
 cancel that lost the race to completion prints `completed`) — and explain on stderr.
+
+What agents write is not trusted: their text reaches the terminal without control sequences
+(`printable`), which could otherwise move the cursor, rewrite what is shown, set the window's
+title or, on some terminals, write to files or the clipboard.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import ipaddress
 import json
 import os
+import re
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from runledger_client.client import Client
 from runledger_client.errors import APIError, Conflict, TransportError
@@ -41,6 +50,30 @@ def _seq(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError("must be an integer >= 0")
     return int(text)
+
+
+# Terminal control sequences, whole (ESC [ … final byte; ESC ] … BEL or ST; ESC P/X/^/_ … ST; ESC
+# and what follows it), then any other C0 control but tab and newline, DEL, and the C1 controls
+# (U+0080 to U+009F, which some terminals obey as 8-bit ESC sequences).
+_CONTROL = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+# In JSON text the C0 controls are always escaped; DEL and C1 may come raw.
+_RAW_IN_JSON = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` without terminal control sequences: what an agent wrote, safe to show."""
+    return _CONTROL.sub("", text)
+
+
+def printable_json(text: str) -> str:
+    """JSON text with DEL and C1 characters escaped (\\u009b): the same JSON value, safe to show."""
+    return _RAW_IN_JSON.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
 
 
 # --- the commands: each takes the client and its arguments, and returns the exit status ---------
@@ -88,9 +121,9 @@ def cmd_watch(client: Client, args: argparse.Namespace) -> int:
     text_ends_line = True
     for event in client.stream(args.id, after_seq=args.after_seq):
         if args.jsonl:
-            out.write(event.text + "\n")
+            out.write(printable_json(event.text) + "\n")
         elif event.type == "output.delta":
-            text = str(event.data.get("text", ""))
+            text = printable(str(event.data.get("text", "")))
             out.write(text)
             text_ends_line = text.endswith("\n") if text else text_ends_line
         out.flush()
@@ -136,7 +169,7 @@ class StatusLine:
         self.last = ""
 
     def show(self, event: Event) -> None:
-        self.last = f"seq {event.seq}  {event.type}"
+        self.last = f"seq {event.seq}  {printable(event.type)}"
         self.stream.write(f"\r\x1b[K[{self.last}]")
         self.stream.flush()
 
@@ -153,7 +186,15 @@ def parser() -> argparse.ArgumentParser:
     # overwriting an earlier value).
     connection = argparse.ArgumentParser(add_help=False)
     connection.add_argument("--url", default=argparse.SUPPRESS, help="the server (or $RUNLEDGER_URL)")
-    connection.add_argument("--token", default=argparse.SUPPRESS, help="an API token (or $RUNLEDGER_TOKEN)")
+    connection.add_argument(
+        "--token", default=argparse.SUPPRESS, help="an API token (or $RUNLEDGER_TOKEN); other users see it in ps"
+    )
+    connection.add_argument(
+        "--token-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="read the API token from a file (or $RUNLEDGER_TOKEN_FILE); with none given, it is asked for",
+    )
     top = argparse.ArgumentParser(
         prog="runledger", description="Create, watch and command Runledger runs.", parents=[connection]
     )
@@ -219,15 +260,82 @@ def _attached(argv: list[str]) -> list[str]:
     return out
 
 
+class UsageError(Exception):
+    pass
+
+
+def _token_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            if os.fstat(file.fileno()).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                print(f"runledger: warning: {path} is open to other users: chmod 600 it", file=sys.stderr)
+            token = file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the token file {path}: {exc}") from None
+    if not token:
+        raise UsageError(f"the token file {path} is empty")
+    return token
+
+
+def token_from(args: argparse.Namespace) -> str | None:
+    """The token: --token, --token-file, $RUNLEDGER_TOKEN, $RUNLEDGER_TOKEN_FILE, in that order;
+    else asked for on the terminal (not echoed); else None."""
+    if getattr(args, "token", None):
+        return str(args.token)
+    if getattr(args, "token_file", None):
+        return _token_file(args.token_file)
+    if os.environ.get("RUNLEDGER_TOKEN"):
+        return os.environ["RUNLEDGER_TOKEN"]
+    if os.environ.get("RUNLEDGER_TOKEN_FILE"):
+        return _token_file(os.environ["RUNLEDGER_TOKEN_FILE"])
+    if sys.stdin.isatty():
+        return getpass.getpass("Runledger API token: ").strip() or None
+    return None
+
+
+def is_local(host: str) -> bool:
+    """A host only this machine reaches: localhost, or a loopback address (IPv4-mapped included)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def plain_http_warning(url: str) -> str | None:
+    """What to say before sending a token over plain HTTP to another machine; None when it is fine."""
+    where = urlsplit(url)
+    if where.scheme != "http" or is_local(where.hostname or ""):
+        return None
+    return f"runledger: warning: {url} is plain HTTP: the token and the runs cross the network unencrypted"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     top = parser()
     args = top.parse_args(_attached(sys.argv[1:] if argv is None else list(argv)))  # a usage error exits 2 here
     url = getattr(args, "url", None) or os.environ.get("RUNLEDGER_URL")
-    token = getattr(args, "token", None) or os.environ.get("RUNLEDGER_TOKEN")
+    try:
+        token = token_from(args) if url else None
+    except UsageError as exc:
+        print(f"runledger: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except (EOFError, KeyboardInterrupt):
+        print(file=sys.stderr)
+        token = None
     if not url or not token:
         top.print_usage(sys.stderr)
-        print("runledger: error: give --url and --token, or set RUNLEDGER_URL and RUNLEDGER_TOKEN", file=sys.stderr)
+        print(
+            "runledger: error: give --url and --token or --token-file, or set RUNLEDGER_URL and RUNLEDGER_TOKEN or "
+            "RUNLEDGER_TOKEN_FILE",
+            file=sys.stderr,
+        )
         return USAGE_ERROR
+    warning = plain_http_warning(url)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     try:
         with Client(url, token) as client:
             status: int = args.handler(client, args)
@@ -235,10 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Conflict as exc:
         if exc.run is not None:
             print(exc.run.status)  # the committed state: what the run is, whatever was asked
-        print(f"runledger: refused: {exc}", file=sys.stderr)
+        print(f"runledger: refused: {printable(str(exc))}", file=sys.stderr)
         return REFUSED
     except APIError as exc:
-        print(f"runledger: refused: {exc}", file=sys.stderr)
+        print(f"runledger: refused: {printable(str(exc))}", file=sys.stderr)
         return REFUSED
     except TransportError as exc:
         print(f"runledger: cannot reach {url}: {exc}", file=sys.stderr)

@@ -79,6 +79,12 @@ class Run:
         return attempt if isinstance(attempt, dict) else None
 
     @property
+    def truncated(self) -> tuple[str, ...]:
+        """What a list left out of this run because it was big — `input`, `output`, `error` (null
+        here) — or cut (`end_reason`); empty for a run read by itself (`get`), which has them whole."""
+        return tuple(str(name) for name in self.data.get("truncated") or ())
+
+    @property
     def released(self) -> bool:
         """No worker executes the run any more: it has no attempt, or its attempt was released."""
         return self.attempt is None or self.attempt.get("released_at") is not None

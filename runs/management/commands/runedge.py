@@ -1,11 +1,13 @@
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.edge import pushpin
+from runs.edge.control import socket_path
 
 _ADDRESS = re.compile(r"(?:(?P<host>[^:\s]+|\[[0-9a-fA-F:]+\]):)?(?P<port>[0-9]{1,5})")
 
@@ -26,27 +28,31 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", required=True, help="[ADDRESS:]PORT the clients connect to")
         parser.add_argument(
-            "--control-port",
+            "--control",
             required=True,
-            help="[ADDRESS:]PORT of publish and recover (no authentication: default address 127.0.0.1); "
-            "the web processes' RUNLEDGER_GRIP_URL is http://ADDRESS:PORT",
+            help="PATH of the socket for publish and recover, in a folder only this user may enter (made "
+            "with mode 700 if missing); the web processes, run as the same user, have RUNLEDGER_GRIP_URL=ipc://PATH",
         )
         parser.add_argument("--upstream", required=True, help="HOST:PORT of the web processes")
         parser.add_argument("--log-level", type=int, default=2, help="Pushpin's: 2 logs each request, 1 only warnings")
 
     def handle(self, *args: Any, **options: Any) -> None:
         port = _address(options["port"])
-        control_port = _address(options["control_port"])
         upstream = _address(options["upstream"], host_required=True)
+        control = Path(options["control"])
+        try:
+            socket_path(f"ipc://{control}")
+        except ValueError as exc:
+            raise CommandError(f"--control: {exc}") from exc
         try:
             status = pushpin.run(
                 port=port,
-                control_port=control_port,
+                control=control,
                 upstream=upstream,
                 key=settings.RUNLEDGER_GRIP_KEY,
                 log_level=options["log_level"],
             )
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, PermissionError) as exc:
             raise CommandError(str(exc)) from exc
         if status:
             sys.exit(status)

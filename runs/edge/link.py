@@ -1,0 +1,105 @@
+"""The link token of a stream the edge holds: what Pushpin sends back with each fetch of the
+stream's link, signed for one run, one user and the credential they connected with, until an
+expiry (DESIGN §10).
+
+Pushpin's fetches carry no credential of any user, and its `Grip-Sig` is valid for an hour on any
+path: on its own it cannot say whose stream a request is for. So each connect mints a token naming
+its run, its user and their token or session, and when it ends (the connect's time +
+`RUNLEDGER_SSE_MAX_SECONDS`), sealed with keys derived from `SECRET_KEY` (as `RUNLEDGER_GRIP_KEY`
+is, so every web process started with the same secret reads every other's tokens). The hold puts
+it where Pushpin returns it with every fetch (`grip.LINK_CHANNEL`'s previous id, in Grip-Last). A
+fetch is answered only with a token that is sound, unexpired and for the run of its path, and only
+while that user may still see that run with that credential (runs.edge.hold). Each connect's token
+is its own (a random nonce): the web processes count the streams by it.
+
+The credential itself is in the token, encrypted: a re-check must look the token or session up, and
+Pushpin's debug log writes request headers. The cipher is HMAC-SHA256 in counter mode under a
+random 96-bit nonce (a PRF stream cipher), then the whole token is MACed with another key
+(encrypt-then-MAC); both keys are HMACs of SECRET_KEY with their own labels.
+"""
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import struct
+from dataclasses import dataclass
+
+from django.conf import settings
+
+VERSION = 1
+NONCE = 12
+TAG = 16
+# version, user id, expiry (Unix seconds, 0 = never), nonce; then the sealed credential, then the tag.
+_HEAD = struct.Struct(">BQQ12s")
+_KINDS = {b"t": "token", b"s": "session"}
+
+
+@dataclass(frozen=True)
+class Link:
+    """Whose stream of which run a link is for, with what credential, until when."""
+
+    run_id: str
+    user_id: int
+    token_key: str | None
+    session_key: str | None
+    expires: int  # Unix seconds; 0: never (RUNLEDGER_SSE_MAX_SECONDS = 0)
+
+    @property
+    def holder(self) -> tuple[int, str | None, str | None, str]:
+        """What the re-check looks at: the same for every link of one user's credential and run."""
+        return (self.user_id, self.token_key, self.session_key, self.run_id)
+
+
+def _key(label: bytes) -> bytes:
+    return hmac.new(settings.SECRET_KEY.encode(), b"runledger.grip-link." + label, hashlib.sha256).digest()
+
+
+def _keystream(nonce: bytes, size: int) -> bytes:
+    key = _key(b"cipher")
+    blocks = (hmac.new(key, nonce + struct.pack(">I", i), hashlib.sha256).digest() for i in range((size + 31) // 32))
+    return b"".join(blocks)[:size]
+
+
+def _tag(run_id: str, sealed: bytes) -> bytes:
+    return hmac.new(_key(b"mac"), run_id.encode() + b"|" + sealed, hashlib.sha256).digest()[:TAG]
+
+
+def mint(link: Link) -> str:
+    """The token (URL-safe base64), new at each call (its nonce)."""
+    if link.token_key is not None:
+        credential = b"t" + link.token_key.encode()
+    else:
+        credential = b"s" + (link.session_key or "").encode()
+    nonce = os.urandom(NONCE)
+    cipher = bytes(a ^ b for a, b in zip(credential, _keystream(nonce, len(credential)), strict=True))
+    sealed = _HEAD.pack(VERSION, link.user_id, link.expires, nonce) + cipher
+    return base64.urlsafe_b64encode(sealed + _tag(link.run_id, sealed)).rstrip(b"=").decode()
+
+
+def read(*, run_id: str, token: str) -> Link | None:
+    """The link `token` stands for, if it is sound and was minted for `run_id`; None otherwise
+    (expired or not: the caller looks at `expires`)."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    sealed, tag = raw[:-TAG], raw[-TAG:]
+    if len(sealed) <= _HEAD.size or not hmac.compare_digest(tag, _tag(run_id, sealed)):
+        return None
+    version, user_id, expires, nonce = _HEAD.unpack_from(sealed)
+    if version != VERSION:
+        return None
+    cipher = sealed[_HEAD.size :]
+    credential = bytes(a ^ b for a, b in zip(cipher, _keystream(nonce, len(cipher)), strict=True))
+    kind, key = _KINDS.get(credential[:1]), credential[1:].decode("ascii", errors="replace")
+    if kind is None:
+        return None
+    return Link(
+        run_id=run_id,
+        user_id=user_id,
+        token_key=key if kind == "token" else None,
+        session_key=key if kind == "session" else None,
+        expires=expires,
+    )
