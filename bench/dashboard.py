@@ -50,7 +50,7 @@ def seed(history: int) -> None:
     from django.db import connection
 
     from runs import services
-    from runs.models import Run, RunAttempt, RunEvent
+    from runs.models import Run, RunAttempt
     from tests.factories import running_run
 
     owner = User.objects.create_user("dashboard-bench")
@@ -61,8 +61,12 @@ def seed(history: int) -> None:
     services.run_attempt_release(run_id=cancelled.pk, generation=cancelled.generation)
     moved = ("id", "created_at", "started_at", "ended_at", "updated_at")
     run_cols = _columns(Run, moved)
-    event_cols = ", ".join(_columns(RunEvent, ("id",)))
-    attempt_cols = ", ".join(_columns(RunAttempt, ("id",)))
+    # Named, not every column: the values below are given in this order.
+    event_cols = "run_id, seq, type, data, attempt, created_at, data_bytes"
+    attempt_cols = (
+        "run_id, generation, worker, claimed_at, heartbeat_at, lease_expires_at, released_at, outcome, "
+        "machine, process_groups"
+    )
 
     def clone(template: Any, count: int, *, ended: str, outcome: str, released: str = "e.ended_at") -> None:
         """`count` copies of `template` with `ended` (SQL over g = 1..count) as their end, each with
@@ -83,14 +87,14 @@ def seed(history: int) -> None:
             )
             cursor.execute(
                 f"""INSERT INTO runs_runevent ({event_cols})
-                    SELECT e.id, s, 'output.delta', '{{"text": "x"}}', 1, e.ended_at - (11 - s) * interval '50 ms'
+                    SELECT e.id, s, 'output.delta', '{{"text": "x"}}', 1, e.ended_at - (11 - s) * interval '50 ms', 11
                     FROM fresh e, generate_series(1, %s) s ORDER BY e.ended_at, s""",
                 [EVENTS_PER_RUN],
             )
             cursor.execute(
                 f"""INSERT INTO runs_runattempt ({attempt_cols})
                     SELECT e.id, 1, 'bench-worker', e.ended_at - interval '1 s', e.ended_at, e.ended_at + interval '30 s',
-                           {released}, %s
+                           {released}, %s, '', '[]'
                     FROM fresh e ORDER BY e.ended_at""",
                 [outcome],
             )
@@ -113,7 +117,7 @@ def seed(history: int) -> None:
         cursor.execute(
             f"""INSERT INTO runs_runevent ({event_cols})
                 SELECT %s, 100 + g, 'output.delta', '{{"text": "x"}}', 1,
-                       now() - interval '59 minutes' + g * (interval '58 minutes' / %s)
+                       now() - interval '59 minutes' + g * (interval '58 minutes' / %s), 11
                 FROM generate_series(1, %s) g""",
             [done.pk, RECENT_EVENTS, RECENT_EVENTS],
         )

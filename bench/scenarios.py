@@ -465,20 +465,21 @@ def add_background(ctx: Ctx, *, runs: int, events_per_run: int) -> dict[str, Any
             INSERT INTO runs_run (id, owner_id, agent, input, status, end_code, end_reason, ended_by, output, error,
                 parent_id, last_seq, generation, max_attempts, lost_attempts, resume_ticket, pause_requested_at,
                 max_steps, max_events, steps_used, events_used, deadline, created_at, started_at, ended_at,
-                updated_at, open_tool_calls)
+                updated_at, open_tool_calls, input_bytes, output_bytes, error_bytes, stored_bytes, ended_bytes)
             SELECT id, %s, 'demo', '{"deltas": 8}', 'completed', '', '', '', '{"deltas": 8}', NULL, NULL, %s, 1, 3, 0,
                 '', NULL, NULL, NULL, 2, %s, NULL, created_at, created_at, created_at + interval '2 s',
-                created_at + interval '2 s', '[]'
+                created_at + interval '2 s', '[]', 13, 13, 0, %s, %s
             FROM bg
             """,
-            (owner.pk, events_per_run, events_per_run - 3),
+            # Stored bytes: the input, the output and about 20 bytes an event.
+            (owner.pk, events_per_run, events_per_run - 3, 26 + 20 * events_per_run, 26 + 20 * events_per_run),
         )
         conn.execute(
             """
             INSERT INTO runs_runattempt (run_id, generation, worker, claimed_at, heartbeat_at, lease_expires_at,
-                released_at, outcome)
+                released_at, outcome, machine, process_groups)
             SELECT id, 1, 'background', created_at, created_at, created_at + interval '30 s',
-                created_at + interval '2 s', 'completed' FROM bg
+                created_at + interval '2 s', 'completed', '', '[]' FROM bg
             """
         )
         conn.execute(
