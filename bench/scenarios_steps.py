@@ -17,12 +17,12 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 
 from bench import scenarios as sc
 from bench.lib import CpuMeter, Ctx, summary
 from runs import services
+from runs.conf import conf
 from runs.events import EventType, ToolStatus
 from runs.models import Run, RunAttempt, RunEvent
 from tests.factories import assert_log_is_sound
@@ -55,7 +55,7 @@ SAMPLE_KEYS = ("run_id", "committed_at", "released_after_commit_ms")
 
 def grace_seconds() -> float:
     """The workers' RUNLEDGER_CANCEL_GRACE_SECONDS: they read the environment this process does."""
-    return float(settings.RUNLEDGER_CANCEL_GRACE_SECONDS)
+    return conf.CANCEL_GRACE_SECONDS
 
 
 def waits_ms() -> dict[str, float]:

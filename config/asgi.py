@@ -25,7 +25,6 @@ from typing import IO, Any
 
 import django
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from django.conf import settings
 from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
@@ -37,16 +36,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup(set_prefix=False)
 
 # A web process without the agents it is configured for would refuse their runs, and one with
-# limits that cannot work would apply them wrongly: refuse to start.
+# settings that cannot work would apply them wrongly: refuse to start (uvicorn runs no system checks).
+from config.environment import site  # noqa: E402
 from runs.agents.loading import require_agents  # noqa: E402  (needs the configured Django above)
 from runs.api.errors import error_body  # noqa: E402
+from runs.conf import conf  # noqa: E402
 from runs.edge import publisher  # noqa: E402
-from runs.limits import require_limits  # noqa: E402
 from runs.metrics.http import CountResponses  # noqa: E402
 from runs.stream_guard import REQUEST_END  # noqa: E402
 
+conf.require()
 require_agents()
-require_limits()
 publisher.require_edge()
 
 Scope = dict[str, Any]
@@ -58,9 +58,7 @@ class SyncViews(ASGIHandler):
     def __init__(self) -> None:
         BaseHandler.__init__(self)
         self.load_middleware(is_async=False)
-        self.threads = ThreadPoolExecutor(
-            max_workers=int(settings.RUNLEDGER_WEB_THREADS), thread_name_prefix="runledger-request"
-        )
+        self.threads = ThreadPoolExecutor(max_workers=conf.WEB_THREADS, thread_name_prefix="runledger-request")
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -194,11 +192,11 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-django_application = BodyLimit(Application(), int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE))
+django_application = BodyLimit(Application(), conf.MAX_BODY_BYTES)
 
 # The embedded deployment has no web server in front to serve the admin's static files.
 application: Any
-if os.environ.get("RUNLEDGER_SERVE_STATIC", "1") == "1":
+if site.SERVE_STATIC:
     from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     application = ASGIStaticFilesHandler(django_application)  # type: ignore[arg-type]

@@ -9,10 +9,8 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
-        from runs.intervals import check_intervals
-        from runs.limits import check_limits
+        from runs.conf import check_settings
 
         load_agents()
         checks.register(check_agents)
-        checks.register(check_intervals)
-        checks.register(check_limits)
+        checks.register(check_settings)

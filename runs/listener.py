@@ -11,11 +11,10 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import psycopg
-from django.conf import settings
 from django.db import connections
 
 from runs import notify
+from runs.conf import conf
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +75,13 @@ class Listener:
     async def run(self) -> None:
         if not self.enabled:
             return
-        retry = float(settings.RUNLEDGER_LISTEN_RECONNECT_SECONDS)
+        # Here, not at the top: only PostgreSQL has something to listen to, and a SQLite install
+        # has no psycopg (the `postgres` extra), yet its web processes and workers import this.
+        import psycopg
+
+        retry = conf.LISTEN_RECONNECT_SECONDS
         # A silent peer (a network cut without a FIN) is found by a liveness query this often.
-        probe = max(float(settings.RUNLEDGER_POLL_SECONDS), 0.5)
+        probe = max(conf.POLL_SECONDS, 0.5)
         while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(

@@ -10,11 +10,12 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from runs.conf import conf
 from runs.transitions import LIVE, TERMINAL, CancelCode, FailCode, Status, StopCode
 
 
 def _default_max_attempts() -> int:
-    return int(settings.RUNLEDGER_DEFAULT_MAX_ATTEMPTS)
+    return conf.DEFAULT_MAX_ATTEMPTS
 
 
 # Sorted plain strings, so the generated migration is stable.

@@ -23,13 +23,13 @@ import logging
 import math
 from collections.abc import AsyncIterator, Iterator
 
-from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from runs import streams
 from runs.api.errors import error_response_for
+from runs.conf import conf
 from runs.edge import hold
 from runs.metrics import series
 from runs.stream_checks import Opened, checked
@@ -46,7 +46,7 @@ CHUNK_BYTES = 256_000
 # once authenticated and shown a visible run.
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    if settings.RUNLEDGER_GRIP_URL:
+    if conf.GRIP_URL:
         # Behind the edge (DESIGN §10): a request Pushpin signed is answered with hold
         # instructions instead of a stream; any other falls through to the stream below.
         held = await hold.respond(request, run_id)
@@ -80,15 +80,15 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
     when the re-check ends its `watch`.
     """
     loop = asyncio.get_running_loop()
-    keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
-    lifetime = float(settings.RUNLEDGER_SSE_MAX_SECONDS)
+    keepalive = conf.SSE_KEEPALIVE_SECONDS
+    lifetime = conf.SSE_MAX_SECONDS
     ends_at = loop.time() + lifetime if lifetime > 0 else math.inf
     hub = streams.get_hub()
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
     series.SSE_STREAMS_OPEN.inc()
     try:
-        yield f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()
+        yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
         next_keepalive = loop.time() + keepalive
         while not watch.ended:
             changed = feed.changed

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 
+from runs.conf import conf
 from runs.events import EventType
 
 # Named like the DRF endpoints' paths (`<str:run_id>` in runs/urls.py).
@@ -46,8 +47,8 @@ def _error(description: str, example_code: str, error_schema: dict[str, Any]) ->
 
 
 def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
-    retry_ms = int(settings.RUNLEDGER_SSE_RETRY_MS)
-    keepalive = float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)
+    retry_ms = conf.SSE_RETRY_MS
+    keepalive = conf.SSE_KEEPALIVE_SECONDS
     delta = EventType.OUTPUT_DELTA.value
     example = (
         f"retry: {retry_ms}\n\n"

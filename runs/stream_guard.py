@@ -40,8 +40,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from runs import streams
+from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.limits import limit, retry_after
 from runs.models import LIVE_VALUES, Run
 from runs.selectors import users_active
 
@@ -167,12 +167,12 @@ class StreamGuard:
         self.loop = loop
         self.counts: dict[int, int] = {}
         self.watches: set[Watch] = set()
-        self.recheck_seconds = float(settings.RUNLEDGER_SSE_RECHECK_SECONDS)
+        self.recheck_seconds = conf.SSE_RECHECK_SECONDS
         self._task: asyncio.Task[None] | None = None
 
     def admit(self, *, user_id: int, token_key: str | None, session_key: str | None, run_id: str) -> Watch | None:
         """Count a new stream of the user, or None when the user already holds the cap."""
-        cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+        cap = conf.MAX_STREAMS_PER_USER
         held = self.counts.get(user_id, 0)
         if cap is not None and held + edge_streams.live(user_id) >= cap:
             return None
@@ -233,10 +233,10 @@ class StreamGuard:
 
 def too_many_streams() -> TooManyRequests:
     """The refusal of a stream over the user's cap (a 429), with the edge or without."""
-    cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+    cap = conf.MAX_STREAMS_PER_USER
     return TooManyRequests(
         f"at most {cap} streams at once per user on this server; close one or retry later",
-        retry_after=retry_after(),
+        retry_after=conf.LIMIT_RETRY_AFTER_SECONDS,
         detail={"limit": cap},
     )
 
@@ -270,7 +270,7 @@ class EdgeStreams:
         """Count a new edge stream of the user, unless the user already holds the cap together
         with `plain`, the streams this process serves them itself. At the cap, the streams of runs
         that have ended since are let go first (their streams ended with them): one query, only then."""
-        cap = limit("RUNLEDGER_MAX_STREAMS_PER_USER")
+        cap = conf.MAX_STREAMS_PER_USER
         if cap is None:
             return True  # nothing to count
         if plain + self.live(user_id) >= cap:
@@ -290,7 +290,7 @@ class EdgeStreams:
 
     def seen(self, *, user_id: int, link: str, run_id: str, until: float) -> None:
         """The link was fetched (or minted): its stream counts until `until`."""
-        if limit("RUNLEDGER_MAX_STREAMS_PER_USER") is None:
+        if conf.MAX_STREAMS_PER_USER is None:
             return
         with self._lock:
             self._held.setdefault(user_id, {})[link] = _Held(run_id=run_id, until=until)
@@ -313,7 +313,7 @@ class EdgeStreams:
         sessions = {session_key} if session_key is not None else set()
         allowed = _found({user_id}, tokens, sessions, {run_id}).allows(holder)
         with self._lock:
-            self._checked[holder] = (allowed, now + float(settings.RUNLEDGER_SSE_RECHECK_SECONDS))
+            self._checked[holder] = (allowed, now + conf.SSE_RECHECK_SECONDS)
             self._tick()
         return allowed
 

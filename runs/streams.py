@@ -36,12 +36,11 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import DatabaseError, connection, connections
 
 from runs import notify
+from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.limits import limit
 from runs.listener import Listener
 from runs.models import Run, RunEvent
 from runs.selectors import event_json, run_events_json_bounded
@@ -100,9 +99,7 @@ class Read:
 
 def _read_sync(run_id: str, after_seq: int, rows: int) -> Read:
     try:
-        read = run_events_json_bounded(
-            run_id=run_id, after_seq=after_seq, limit=rows, max_bytes=limit("RUNLEDGER_MAX_PAGE_BYTES")
-        )
+        read = run_events_json_bounded(run_id=run_id, after_seq=after_seq, limit=rows, max_bytes=conf.MAX_PAGE_BYTES)
         return Read(frames=[make_frame(*row) for row in read.rows], full=read.cut or len(read.rows) >= rows)
     finally:
         # The connection belongs to this pool thread; closing it is what keeps idle streams free of
@@ -270,9 +267,7 @@ class Hub:
         self._listener_task: asyncio.Task[None] | None = None
         self._tick_task: asyncio.Task[None] | None = None
         self.postgresql = connections["default"].vendor == "postgresql"
-        self.poll_seconds = float(
-            settings.RUNLEDGER_POLL_SECONDS if self.postgresql else settings.RUNLEDGER_SQLITE_POLL_SECONDS
-        )
+        self.poll_seconds = conf.POLL_SECONDS if self.postgresql else conf.SQLITE_POLL_SECONDS
 
     def subscribe(self, run_id: str, *, head: int, ended: bool) -> RunFeed:
         """Join (or create) the run's feed; `head` and `ended` are what the caller just read."""

@@ -29,6 +29,7 @@ from django.core.management import load_command_class
 from uvicorn.main import main as uvicorn_command
 
 from runs import services
+from runs.conf import conf
 from runs.models import Run, RunAttempt, RunEvent
 from tests.support.db import token_for
 from tests.support.nginx import (
@@ -544,7 +545,7 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
     assert program == "python"
     assert args[:2] == ["manage.py", "runworker"] and (ROOT / args[0]).exists()
     load_command_class("runs", "runworker").create_parser("manage.py", "runworker").parse_args(args[2:])
-    assert int(worker["TimeoutStopSec"][0]) > settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS + 5
+    assert int(worker["TimeoutStopSec"][0]) > conf.SHUTDOWN_GRACE_SECONDS + 5
 
     # The edge unit: what bin/edge runs, manage.py runedge, whose own parser takes its arguments; in
     # front of the web unit's uvicorn, its control socket in a folder only its user enters. SIGTERM to

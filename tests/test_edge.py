@@ -31,12 +31,12 @@ from typing import Any
 
 import jwt
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.test import Client, RequestFactory
 
 from runs import services
+from runs.conf import conf
 from runs.edge import grip
 from runs.edge.control import bodies, folder_problem, parse_tnetstring, private_folder, socket_path, tnetstring
 from runs.edge.link import Link, mint, read
@@ -423,7 +423,7 @@ def link_of(answer: Stream) -> tuple[str, str]:
 def test_a_request_that_only_claims_to_be_pushpins_gets_no_events(procs: Procs, alice: User, bob: User) -> None:
     web, edge = stack(procs, worker=False)
     run = running_run(alice)
-    key = settings.RUNLEDGER_GRIP_KEY  # the web process's too: the same environment
+    key = conf.GRIP_KEY  # the web process's too: the same environment
     last = {"Grip-Last": f"{grip.channel(str(run.pk))}; last-id=0"}
     forged = {
         "no signature": {},
@@ -544,7 +544,7 @@ def append_and_complete(run: Run) -> None:
 @pytest.mark.processes
 def test_forty_streams_through_the_edge_by_one_user_meet_the_cap(procs: Procs, alice: User) -> None:
     web, edge = stack(procs, worker=False)  # the default cap: 20 streams per user
-    assert settings.RUNLEDGER_MAX_STREAMS_PER_USER == 20
+    assert conf.MAX_STREAMS_PER_USER == 20
     token = token_for(alice)
     first, then = running_run(alice), running_run(alice)
 
@@ -680,7 +680,7 @@ def test_an_edge_answer_replays_about_5_mb_at_most_and_the_client_resumes_from_t
     big = [(EventType.OUTPUT_DELTA, {"text": "x" * 250_000})] * 40
     services.run_events_append(run_id=run.pk, generation=run.generation, events=big)
     token = token_for(alice)
-    sig = signed(settings.RUNLEDGER_GRIP_KEY)
+    sig = signed(conf.GRIP_KEY)
 
     def connect(last_event_id: str | None) -> tuple[Stream, list[int], int]:
         async def go() -> tuple[Stream, list[int], int]:
@@ -750,7 +750,7 @@ async def _until_seq(stream: Stream, seq: int) -> Any:
 
 
 def _settings_of(**env: str) -> subprocess.CompletedProcess[str]:
-    code = "import django; django.setup(); from django.conf import settings; print(settings.RUNLEDGER_GRIP_KEY)"
+    code = "import django; django.setup(); from runs.conf import conf; print(conf.GRIP_KEY)"
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -775,7 +775,9 @@ def test_the_signing_key_is_derived_from_the_secret_key_unless_set() -> None:
 
 
 def test_a_web_process_with_an_edge_on_sqlite_refuses_to_start(tmp_path: Any) -> None:
-    env = subprocess_env(RUNLEDGER_GRIP_URL="http://127.0.0.1:1", DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3")
+    env = subprocess_env(
+        RUNLEDGER_GRIP_URL=f"ipc://{tmp_path}/control", DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3"
+    )
     refused = uvicorn_refusal(env)
     assert "RUNLEDGER_GRIP_URL needs PostgreSQL" in refused.stderr
 
@@ -857,7 +859,7 @@ def test_the_control_folder_must_be_this_users_alone(tmp_path: Path) -> None:
 
 def test_a_web_process_with_an_http_control_port_refuses_to_start() -> None:
     refused = uvicorn_refusal(subprocess_env(RUNLEDGER_GRIP_URL="http://127.0.0.1:5561"))
-    assert "RUNLEDGER_GRIP_URL must list ipc:///PATH" in refused.stderr
+    assert "RUNLEDGER_GRIP_URL must be a list of ipc:///PATH URLs" in refused.stderr
 
 
 @pytest.mark.processes
@@ -865,5 +867,5 @@ def test_without_an_edge_a_valid_signature_changes_nothing(procs: Procs, alice: 
     # No RUNLEDGER_GRIP_URL (the default): the stream view never looks at Grip-* headers.
     web = procs.uvicorn(env=subprocess_env())
     run = running_run(alice)
-    claimed = {"Grip-Sig": signed(settings.RUNLEDGER_GRIP_KEY), "Grip-Last": f"{grip.channel(str(run.pk))}; last-id=0"}
+    claimed = {"Grip-Sig": signed(conf.GRIP_KEY), "Grip-Last": f"{grip.channel(str(run.pk))}; last-id=0"}
     assert request_once(web.url, stream_path(run), claimed).status == 401

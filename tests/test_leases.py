@@ -17,7 +17,7 @@ from django.db import connection
 from pytest_django import Settings
 
 from runs.agents.demo import demo_text
-from runs.intervals import check_intervals
+from runs.conf import check_settings
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.worker import Worker
 from tests.factories import queued_run
@@ -120,9 +120,9 @@ SETTINGS_THAT_WORK = [("2", "0.5", "0.5"), ("2", "0.4", "0.2"), ("3", "1", "0.25
 SETTINGS_REFUSED = [
     (("1", "0.5", "0.5"), "the lease must be longer than 1.625 s"),
     (("2", "1.5", "0.1"), "the lease must be longer than 2.075 s"),
-    (("0", "0.5", "0.2"), "RUNLEDGER_LEASE_SECONDS must be positive"),
-    (("2", "-1", "0.2"), "RUNLEDGER_HEARTBEAT_SECONDS must be a number ≥ 0, not '-1'"),
-    (("2", "0.5", "soon"), "RUNLEDGER_CANCEL_GRACE_SECONDS must be a number ≥ 0, not 'soon'"),
+    (("0", "0.5", "0.2"), "RUNLEDGER_LEASE_SECONDS must be a number of seconds above 0, not '0'"),
+    (("2", "-1", "0.2"), "RUNLEDGER_HEARTBEAT_SECONDS must be a number of seconds above 0, not '-1'"),
+    (("2", "0.5", "soon"), "RUNLEDGER_CANCEL_GRACE_SECONDS must be a number of seconds ≥ 0 (0 = at once), not 'soon'"),
 ]
 
 
@@ -323,7 +323,7 @@ def test_no_run_stays_running_when_every_worker_dies(procs: Procs, alice: User) 
     [
         ("RUNLEDGER_POLL_SECONDS", 0, "RUNLEDGER_POLL_SECONDS must be a number of seconds above 0, not 0"),
         ("RUNLEDGER_SWEEP_SECONDS", "5", "RUNLEDGER_SWEEP_SECONDS must be a number of seconds above 0, not '5'"),
-        ("RUNLEDGER_SHUTDOWN_GRACE_SECONDS", -1, "RUNLEDGER_SHUTDOWN_GRACE_SECONDS must be a number of seconds of"),
+        ("RUNLEDGER_SHUTDOWN_GRACE_SECONDS", -1, "RUNLEDGER_SHUTDOWN_GRACE_SECONDS must be a number of seconds ≥ 0"),
         ("RUNLEDGER_LEASE_SECONDS", 1, "the lease must be longer than"),
     ],
 )
@@ -331,8 +331,8 @@ def test_the_system_check_and_the_worker_refuse_intervals_set_in_code(
     settings: Settings, name: str, value: Any, message: str
 ) -> None:
     settings.RUNLEDGER_HEARTBEAT_SECONDS, settings.RUNLEDGER_CANCEL_GRACE_SECONDS = 0.5, 0.5
-    assert check_intervals() == []
+    assert check_settings() == []
     setattr(settings, name, value)
-    assert [(e.id, message in e.msg) for e in check_intervals()] == [("runs.E002", True)]
+    assert [(e.id, message in e.msg) for e in check_settings()] == [("runs.E002", True)]
     with pytest.raises(ImproperlyConfigured, match=message):
         Worker(once=True)

@@ -16,8 +16,8 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from runs import services
+from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.limits import limit_problems
 from runs.models import Run
 from runs.worker import Worker
 from tests.factories import queued_run, running_run
@@ -299,18 +299,21 @@ def test_limit_settings_that_are_not_whole_numbers_from_the_environment_stop_eve
     for command in (["manage.py", "check"], ["-c", "import config.asgi"]):
         done = subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode != 0
-        assert f"RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER must be a whole number ≥ 0, not '{value}'" in done.stderr
+        assert (
+            f"RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER must be a whole number ≥ 0 (0 = unlimited), not '{value}'"
+            in done.stderr
+        )
 
 
 @pytest.mark.sqlite
 @pytest.mark.django_db
 def test_limit_settings_made_in_code_are_checked_too() -> None:
     with override_settings(RUNLEDGER_MAX_STREAMS_PER_USER=-2, RUNLEDGER_SSE_MAX_SECONDS="300"):
-        problems = limit_problems()
+        problems = conf.problems()
         assert problems == [
-            "RUNLEDGER_MAX_STREAMS_PER_USER must be a whole number ≥ 0 (0 = unlimited), not -2",
             "RUNLEDGER_SSE_MAX_SECONDS must be a number of seconds ≥ 0 (0 = unlimited), not '300'",
+            "RUNLEDGER_MAX_STREAMS_PER_USER must be a whole number ≥ 0 (0 = unlimited), not -2",
         ]
         with pytest.raises(ImproperlyConfigured, match="RUNLEDGER_MAX_STREAMS_PER_USER"):
             Worker(worker_id="w")
-    assert limit_problems() == []
+    assert conf.problems() == []

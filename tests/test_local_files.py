@@ -132,7 +132,7 @@ def counting_process(tmp_path: Path, **env: str) -> "tuple[int, dict[str, object
 def default_directory(tmp_path: Path) -> Path:
     # The settings alone: setting up the apps would make the directory.
     done = run_python(
-        "from config import settings; print(settings.RUNLEDGER_METRICS_DIR)",
+        "from runs.conf import conf; print(conf.METRICS_DIR)",
         setup=False,
         DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
         DJANGO_SECRET_KEY="k" * 50,

@@ -79,4 +79,4 @@ def test_several_web_processes_under_one_uvicorn_serve_every_watcher_every_event
 
 def test_a_web_process_without_request_threads_refuses_to_start() -> None:
     refused = uvicorn_refusal(subprocess_env(RUNLEDGER_WEB_THREADS="0"))
-    assert "RUNLEDGER_WEB_THREADS must be at least 1" in refused.stderr
+    assert "RUNLEDGER_WEB_THREADS must be a whole number ≥ 1, not '0'" in refused.stderr

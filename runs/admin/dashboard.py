@@ -8,7 +8,6 @@ place: the same template, so the first paint and each refresh cannot differ.
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -19,6 +18,7 @@ from django.utils.safestring import SafeString
 from runs.access import sees_every_run
 from runs.admin.charts import Bar, horizontal_bars, vertical_bars
 from runs.admin.display import format_duration
+from runs.conf import conf
 from runs.models import Run
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
 from runs.services.core import db_now
@@ -138,6 +138,6 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
             **context,
             "title": "Runledger dashboard",
             "opts": Run._meta,
-            "refresh_seconds": settings.RUNLEDGER_DASHBOARD_REFRESH_SECONDS,
+            "refresh_seconds": conf.DASHBOARD_REFRESH_SECONDS,
         },
     )

@@ -2,7 +2,6 @@
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, QuerySet
@@ -11,6 +10,7 @@ from django.utils import timezone
 
 from runs.admin.display import format_duration
 from runs.agents import registered_names
+from runs.conf import conf
 from runs.cursors import largest_of, plain_int
 from runs.models import Run, RunAttempt
 from runs.transitions import Status
@@ -79,13 +79,13 @@ class HeartbeatFilter(admin.SimpleListFilter):
     parameter_name = "heartbeat"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        lease = format_duration(timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS))
+        lease = format_duration(timedelta(seconds=conf.LEASE_SECONDS))
         return [("stale", f"stale (running, silent > {lease})"), ("fresh", "fresh (running)")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
         if self.value() not in ("stale", "fresh"):
             return queryset
-        cutoff = timezone.now() - timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS)
+        cutoff = timezone.now() - timedelta(seconds=conf.LEASE_SECONDS)
         silent = Exists(
             RunAttempt.objects.filter(run_id=OuterRef("pk"), generation=OuterRef("generation"), heartbeat_at__lt=cutoff)
         )

@@ -13,7 +13,6 @@ from math import ceil
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.contrib.admin.views.main import ChangeList
@@ -41,6 +40,7 @@ from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, Ow
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.agents import declared_types
 from runs.api.errors import error_response
+from runs.conf import conf
 from runs.cursors import plain_int
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
@@ -256,7 +256,7 @@ class RunAdmin(CommandsMixin, HardenedAdmin):
             return "—"
         age = timezone.now() - beat
         # Red: a running run whose worker has been silent for a whole lease (see HeartbeatFilter).
-        stale = run.status == Status.RUNNING and age.total_seconds() > settings.RUNLEDGER_LEASE_SECONDS
+        stale = run.status == Status.RUNNING and age.total_seconds() > conf.LEASE_SECONDS
         css = "rl-stale" if stale else "rl-muted"
         return format_html('<span class="{}" title="{}">{} ago</span>', css, moment(beat), format_duration(age))
 

@@ -10,9 +10,10 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+
+from runs.conf import AppSettings, conf
 
 _failures: list[str] = []
 
@@ -20,10 +21,10 @@ _failures: list[str] = []
 def load_agents(paths: Sequence[str] | None = None) -> list[str]:
     """Import every module in `paths` (default: the setting); the problems, one line each."""
     if paths is None:
-        paths = settings.RUNLEDGER_AGENTS
-    if isinstance(paths, str) or not isinstance(paths, Sequence):
-        _failures[:] = [f"RUNLEDGER_AGENTS must be a list of module paths, not {paths!r}"]
-        return list(_failures)
+        if conf.problem(AppSettings.AGENTS) is not None:
+            _failures.clear()  # not a list of module paths: runs.conf says so (runs.E002)
+            return []
+        paths = conf.AGENTS
     problems = []
     for path in paths:
         try:

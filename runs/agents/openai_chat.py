@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from django.conf import settings
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, register
+from runs.conf import conf
 from runs.events import EventType
-from runs.limits import limit
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def check_input(input: dict[str, Any]) -> dict[str, str]:
     if messages is not None:
         problems["messages"] = messages
     max_tokens = input.get("max_tokens")
-    most = limit("RUNLEDGER_OPENAI_MAX_TOKENS")
+    most = conf.OPENAI_MAX_TOKENS
     if max_tokens is not None and (not _whole(max_tokens) or max_tokens < 1 or (most and max_tokens > most)):
         problems["max_tokens"] = f"must be a whole number from 1 to {most}" if most else "must be a whole number ≥ 1"
     temperature = input.get("temperature")
@@ -117,7 +116,7 @@ def parse_input(input: dict[str, Any]) -> ChatInput:
         messages=input["messages"],
         max_tokens=input.get("max_tokens"),
         temperature=None if temperature is None else float(temperature),
-        continue_=input.get("continue", settings.RUNLEDGER_OPENAI_CONTINUE),
+        continue_=input.get("continue", conf.OPENAI_CONTINUE),
     )
 
 
@@ -155,7 +154,7 @@ def _request(chat: ChatInput, answer: Answer) -> dict[str, Any]:
     # The usage comes in a last chunk of its own, only when asked for.
     body["stream_options"] = {"include_usage": True}
     # Never unbounded on the operator's key: a run that names no bound gets the operator's.
-    max_tokens = chat.max_tokens or limit("RUNLEDGER_OPENAI_MAX_TOKENS")
+    max_tokens = chat.max_tokens or conf.OPENAI_MAX_TOKENS
     if max_tokens:
         body["max_tokens"] = max_tokens
     if chat.temperature is not None:
@@ -250,8 +249,8 @@ async def openai_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
     answer = Answer(stored, starts_over=not chat.continue_)
     if not stored:  # a turn an earlier attempt began (its deltas are stored) is counted once
         yield Step("model")
-    url = f"{settings.RUNLEDGER_OPENAI_BASE_URL.rstrip('/')}/chat/completions"
-    key = settings.RUNLEDGER_OPENAI_API_KEY
+    url = f"{conf.OPENAI_BASE_URL.rstrip('/')}/chat/completions"
+    key = conf.OPENAI_API_KEY
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     stream = _Stream()
     refused: Fail | None = None

@@ -27,8 +27,8 @@ from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, responses
 from runs.api.selectors import run_events_page, run_with_current_attempt
 from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunListItemSerializer, RunOutputSerializer
+from runs.conf import conf
 from runs.exceptions import NotFound
-from runs.limits import limit
 from runs.models import Run
 from runs.selectors import run_get, run_is_visible, run_list, run_list_values
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
@@ -188,7 +188,7 @@ class RunCollectionApi(RunApi):
             created_after=data.get("created_after"),
             created_before=data.get("created_before"),
         )
-        listed = run_list_values(runs=runs, max_bytes=limit("RUNLEDGER_MAX_LIST_VALUE_BYTES"))
+        listed = run_list_values(runs=runs, max_bytes=conf.MAX_LIST_VALUE_BYTES)
         return paginated_response(
             pagination_class=RunPagination,
             serializer_class=RunListItemSerializer,

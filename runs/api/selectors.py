@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import F, Prefetch, QuerySet
 
-from runs import limits
+from runs.conf import conf
 from runs.exceptions import ValidationFailed
 from runs.models import Run, RunAttempt
 from runs.selectors import run_events_json_bounded
@@ -39,9 +39,7 @@ def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
             f"after_seq {after_seq} is past the run's last event ({run.last_seq})",
             detail={"after_seq": [f"must be at most {run.last_seq}"]},
         )
-    rows = run_events_json_bounded(
-        run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=limits.limit("RUNLEDGER_MAX_PAGE_BYTES")
-    ).rows
+    rows = run_events_json_bounded(run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=conf.MAX_PAGE_BYTES).rows
     # The run's state is read after its events: last_seq then covers every event returned, and a
     # terminal status means the terminal event is stored, so end_of_stream is never early.
     status, last_seq = Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()

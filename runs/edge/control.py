@@ -22,7 +22,6 @@ what it missed.
 import asyncio
 import contextlib
 import logging
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from runs.conf import socket_path  # the form of RUNLEDGER_GRIP_URL's items
 from runs.private_paths import directory_problem
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,6 @@ log = logging.getLogger(__name__)
 BODY_MAX = 512 * 1024
 # Publish timeouts' worth of refusals after which a Pushpin's backlog is dropped and it is recovered.
 GIVE_UP_AFTER = 6
-# What fits in a Unix socket's address (sun_path), its final NUL aside.
-SOCKET_PATH_MAX = 107
 
 
 # --- tnetstring, the encoding of ZRPC -------------------------------------------------------------
@@ -95,16 +93,6 @@ def parse_tnetstring(data: bytes) -> tuple[Any, bytes]:
 
 
 # --- the control socket ---------------------------------------------------------------------------
-
-
-def socket_path(url: str) -> Path:
-    """The file of an `ipc://` control URL (ValueError for anything else)."""
-    if not url.startswith("ipc:///"):
-        raise ValueError(f"not an ipc:// URL with an absolute path: {url!r}")
-    path = Path(url.removeprefix("ipc://"))
-    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
-        raise ValueError(f"{path} is longer than a Unix socket's address ({SOCKET_PATH_MAX} bytes)")
-    return path
 
 
 def folder_problem(folder: Path) -> str | None:

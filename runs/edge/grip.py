@@ -11,10 +11,9 @@ import math
 import random
 from typing import Any
 
-import jwt
-from django.conf import settings
 from django.http import HttpRequest
 
+from runs.conf import conf
 from runs.streams import Frame
 
 # Pushpin's `sig_iss`, which bin/edge's configuration leaves at its default.
@@ -40,10 +39,14 @@ def signed_by_pushpin(request: HttpRequest) -> bool:
     token = request.headers.get("Grip-Sig")
     if not token:
         return False
+    # Here, not at the top: the stream view imports this module on every install, and PyJWT comes
+    # with the `edge` extra; a signature is looked at only with RUNLEDGER_GRIP_URL set.
+    import jwt
+
     try:
         jwt.decode(
             token,
-            settings.RUNLEDGER_GRIP_KEY,
+            conf.GRIP_KEY,
             algorithms=["HS256"],
             issuer=ISSUER,
             options={"require": ["exp", "iss"]},
@@ -71,7 +74,7 @@ def link_timeout(*, seconds_left: float | None) -> int:
     """Seconds until Pushpin fetches a held stream's link again: `RUNLEDGER_GRIP_LINK_SECONDS`,
     spread to half as long again, and no later than the link's expiry (`seconds_left`), so the
     stream ends at its lifetime."""
-    link_seconds = max(1, int(settings.RUNLEDGER_GRIP_LINK_SECONDS))
+    link_seconds = max(1, conf.GRIP_LINK_SECONDS)
     # Spread: streams connected together (a reconnect storm after a restart) would otherwise all
     # ask the web processes again in the same second, and every one after that.
     link_seconds += random.randrange(link_seconds // 2 + 1)
@@ -88,7 +91,7 @@ def hold_headers(*, name: str, prev_id: int, link: str, token: str, timeout: int
     fetch what is missing; it does the same every `timeout` seconds, busy or not (LINK_CHANNEL):
     each such GET carries `token` and re-checks the stream's user (runs.edge.hold).
     """
-    keepalive = max(1, round(float(settings.RUNLEDGER_SSE_KEEPALIVE_SECONDS)))
+    keepalive = max(1, round(conf.SSE_KEEPALIVE_SECONDS))
     return {
         "Grip-Hold": "stream",
         "Grip-Channel": f"{name}; prev-id={prev_id}, {LINK_CHANNEL}; prev-id={token}",

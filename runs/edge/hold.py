@@ -42,6 +42,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from runs import streams
 from runs.api.errors import error_response, error_response_for
+from runs.conf import conf
 from runs.cursors import plain_int
 from runs.edge import grip
 from runs.edge.link import Link, mint, read
@@ -81,7 +82,7 @@ async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
     position = grip.last_id(request, grip.channel(run_id))
     token = grip.last_id(request, grip.LINK_CHANNEL)
     if (
-        not settings.RUNLEDGER_GRIP_URL
+        not conf.GRIP_URL
         or request.method != "GET"
         or position is None
         or token is None
@@ -128,7 +129,7 @@ def _connect_sync(request: HttpRequest, run_id: str, plain: dict[int, int]) -> H
 
 
 def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> HttpResponse:
-    lifetime = float(settings.RUNLEDGER_SSE_MAX_SECONDS)
+    lifetime = conf.SSE_MAX_SECONDS
     now = time.time()
     held = Link(
         run_id=opened.run_id,
@@ -208,7 +209,7 @@ def _end() -> HttpResponse:
 
 
 def _body(frames: list[streams.Frame], *, first: bool) -> HttpResponse:
-    parts = [f"retry: {int(settings.RUNLEDGER_SSE_RETRY_MS)}\n\n".encode()] if first else []
+    parts = [f"retry: {conf.SSE_RETRY_MS}\n\n".encode()] if first else []
     parts += [frame.data for frame in frames]
     return HttpResponse(b"".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 

@@ -31,26 +31,28 @@ process), so there is no process of its own to start; one of them publishes at a
 import asyncio
 import contextlib
 import hashlib
+import importlib.util
 import logging
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-import psycopg
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, connections
 
 from runs import notify, streams
-from runs.edge import control, grip
-from runs.edge.control import socket_path
+from runs.conf import conf
+from runs.edge import grip
 from runs.listener import conninfo
 from runs.models import LIVE_VALUES, Run
 from runs.selectors import run_events_json_after
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger(__name__)
 
@@ -66,29 +68,27 @@ ENDED_TTL = 300.0
 T = TypeVar("T")
 P = ParamSpec("P")
 
+# What the edge needs beyond the core install (the `edge` extra). Every web process imports this
+# module for its lifespan (start, stop), so these, and psycopg, are imported only where they are
+# used, once an edge is configured: an install without the extras imports this module too.
+EDGE_MODULES = ("jwt", "zmq")
+
 
 def require_edge() -> None:
-    """Refuse to start a web process whose edge settings cannot work."""
-    if not settings.RUNLEDGER_GRIP_URL:
+    """Refuse to start a web process that cannot run the edge it is configured for (what each edge
+    setting must be, runs.conf checks)."""
+    if not conf.GRIP_URL:
         return
+    missing = [name for name in EDGE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImproperlyConfigured(
+            f"RUNLEDGER_GRIP_URL needs the edge extra (pip install 'runledger[edge]'): no {', '.join(missing)}"
+        )
     if connections["default"].vendor != "postgresql":
         raise ImproperlyConfigured(
             "RUNLEDGER_GRIP_URL needs PostgreSQL: the edge's publisher is woken by LISTEN/NOTIFY "
             "(set DATABASE_URL, or unset RUNLEDGER_GRIP_URL)"
         )
-    for url in settings.RUNLEDGER_GRIP_URL:
-        try:
-            socket_path(url)
-        except ValueError as exc:
-            # Not Pushpin's HTTP control port any more: it has no authentication (runs.edge.control).
-            raise ImproperlyConfigured(
-                f"RUNLEDGER_GRIP_URL must list ipc:///PATH of each Pushpin's control socket (bin/edge "
-                f"--control PATH), not {url!r}: {exc}"
-            ) from exc
-    if int(settings.RUNLEDGER_GRIP_LINK_SECONDS) < 1:
-        raise ImproperlyConfigured("RUNLEDGER_GRIP_LINK_SECONDS must be at least 1")
-    if float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS) <= 0:
-        raise ImproperlyConfigured("RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS must be above 0")
 
 
 def lock_key(urls: list[str]) -> int:
@@ -166,10 +166,12 @@ def _groups(frames: list[streams.Frame]) -> list[list[streams.Frame]]:
 
 class Publisher:
     def __init__(self, urls: list[str]) -> None:
-        self.pushpins = control.Pushpins(urls, timeout=float(settings.RUNLEDGER_GRIP_PUBLISH_TIMEOUT_SECONDS))
+        from runs.edge import control
+
+        self.pushpins = control.Pushpins(urls, timeout=conf.GRIP_PUBLISH_TIMEOUT_SECONDS)
         self.key = lock_key(urls)
-        self.poll_seconds = float(settings.RUNLEDGER_POLL_SECONDS)
-        self.retry_seconds = float(settings.RUNLEDGER_LISTEN_RECONNECT_SECONDS)
+        self.poll_seconds = conf.POLL_SECONDS
+        self.retry_seconds = conf.LISTEN_RECONNECT_SECONDS
         # Run id -> seq of the last event published; only the pump changes it once leading.
         self.heads: dict[str, int] = {}
         # Run id -> when it ended (time.monotonic()).
@@ -194,6 +196,8 @@ class Publisher:
             self.pushpins.close()
 
     async def _run(self) -> None:
+        import psycopg
+
         while not self._stopping:
             try:
                 async with await psycopg.AsyncConnection.connect(
@@ -210,7 +214,7 @@ class Publisher:
                     log.info("edge publisher %s no longer leads", self.application_name)
                 self.leading.clear()
 
-    async def _lead(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _lead(self, conn: "psycopg.AsyncConnection[Any]") -> None:
         # Waiting for the lock is also the probe of the connection: a lost one raises here.
         while True:
             row = await (await conn.execute("SELECT pg_try_advisory_lock(%s)", [self.key])).fetchone()
@@ -334,9 +338,9 @@ _running: list[tuple[Publisher, "asyncio.Task[None]"]] = []
 
 def start() -> Publisher | None:
     """Start this process's publisher, if there is an edge; on the running event loop."""
-    if not settings.RUNLEDGER_GRIP_URL or _running:
+    if not conf.GRIP_URL or _running:
         return None
-    publisher = Publisher(list(settings.RUNLEDGER_GRIP_URL))
+    publisher = Publisher(list(conf.GRIP_URL))
     task = streams.detached(asyncio.get_running_loop(), publisher.run())
     _running.append((publisher, task))
     return publisher

@@ -2,10 +2,10 @@
 machine and database (DESIGN §9).
 
 Every web and worker process on a machine writes its counters and histograms to mmap files of its
-own in `settings.RUNLEDGER_METRICS_DIR`; a scrape of any web process adds up every file there.
+own in `RUNLEDGER_METRICS_DIR`; a scrape of any web process adds up every file there.
 A process that exits leaves its files behind, so its counts stay in the totals: a restart never
 makes a counter go down. The directory is derived from the database the settings name (see
-config/settings.py), so a plain `uvicorn config.asgi:application` and a plain `manage.py
+runs/conf.py), so a plain `uvicorn config.asgi:application` and a plain `manage.py
 runworker` on one machine find the same one without any environment of their own.
 
 Two things prometheus-client leaves to us:
@@ -35,10 +35,10 @@ import re
 import tempfile
 from pathlib import Path
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import mmap_dict, multiprocess, values
 
+from runs.conf import conf
 from runs.private_paths import private_directory
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ _directory: str | None = None
 
 
 def directory() -> str:
-    return _directory if _directory is not None else str(settings.RUNLEDGER_METRICS_DIR)
+    return _directory if _directory is not None else conf.METRICS_DIR
 
 
 def _choose(path: str) -> str:
@@ -134,7 +134,7 @@ def install() -> None:
     global _installed, _directory
     if _installed:
         return  # a second value class would open this process's files twice
-    path = _directory = _choose(str(settings.RUNLEDGER_METRICS_DIR))
+    path = _directory = _choose(conf.METRICS_DIR)
     _installed = True
     # prometheus-client reads the directory from the environment each time it opens a file.
     # Children of this process inherit it; a Runledger child still derives its own from its

@@ -7,7 +7,6 @@ Each scrape builds a registry of its own: every process's counters from the shar
 
 import hmac
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -18,6 +17,7 @@ from rest_framework.request import Request
 from runs import access, services
 from runs.api.authentication import TokenAuthentication
 from runs.api.errors import error_response, error_response_for
+from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.metrics import store
 from runs.metrics.database import DatabaseCollector
@@ -37,7 +37,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
             services.auth_token_check(address=address)
         except TooManyRequests as exc:
             return error_response_for(exc)
-        expected = str(settings.RUNLEDGER_METRICS_TOKEN)
+        expected = conf.METRICS_TOKEN
         if expected and hmac.compare_digest(credential.strip().encode(), expected.encode()):
             return None
         services.auth_token_failed(address=address)

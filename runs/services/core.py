@@ -18,9 +18,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from runs import notify
+from runs.conf import conf
 from runs.events import TERMINAL_EVENT, EventType, RequeueCause, ToolStatus, WaitReason
 from runs.exceptions import BudgetExhausted, InvalidTransition, NotFound, StaleAttempt
-from runs.limits import limit
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.storable import json_bytes
@@ -229,7 +229,7 @@ def end(
         # end must always be possible, so these may pass `max_events`.
         run.events_used += len(events)
     notes = [notify.control_changed(run.id, status)]
-    if was_running and limit("RUNLEDGER_MAX_RUNNING_PER_USER"):
+    if was_running and conf.MAX_RUNNING_PER_USER:
         # The owner's next run may be claimable now, by any worker: wake them all, not only the one
         # whose slot this frees (the others would wait for their poll).
         notes.append(notify.slot_freed(run.id))

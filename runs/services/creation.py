@@ -5,16 +5,15 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from runs import notify
 from runs.access import User
 from runs.agents import input_problems, is_registered, registered_names
+from runs.conf import conf
 from runs.events import EventType
 from runs.exceptions import InvalidTransition, ValidationFailed
-from runs.limits import limit
 from runs.models import Run
 from runs.services.core import append, lock_run
 from runs.services.quotas import check_create
@@ -52,7 +51,7 @@ def check_input(agent: str, input: Any) -> None:
     """Refuse `input` for a run of `agent` — a new run's, or a resume's (which may be any JSON value):
     what cannot be stored and read back as the JSON it is, or is larger than a request body may be
     (runs.storable), and for an object, what the agent's own check finds wrong with it."""
-    problem = value_problem(input, max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    problem = value_problem(input, max_bytes=conf.MAX_BODY_BYTES)
     if problem is not None:
         raise ValidationFailed(f"input cannot be stored: {problem}", detail={"input": [problem]})
     problems = input_problems(agent, input) if isinstance(input, dict) else {}
@@ -113,8 +112,8 @@ def insert_run(
         # `append` adds the bytes of `run.created` below.
         stored_bytes=input_bytes,
         parent_id=spec.parent_id,
-        max_steps=spec.max_steps if spec.max_steps is not None else limit("RUNLEDGER_DEFAULT_MAX_STEPS"),
-        max_events=spec.max_events if spec.max_events is not None else limit("RUNLEDGER_DEFAULT_MAX_EVENTS"),
+        max_steps=spec.max_steps if spec.max_steps is not None else conf.DEFAULT_MAX_STEPS,
+        max_events=spec.max_events if spec.max_events is not None else conf.DEFAULT_MAX_EVENTS,
         deadline=spec.deadline or _default_deadline(now),
         created_at=now,
         queued_at=now,
@@ -135,5 +134,5 @@ def insert_run(
 
 
 def _default_deadline(now: datetime) -> datetime | None:
-    seconds = limit("RUNLEDGER_DEFAULT_DEADLINE_SECONDS")
+    seconds = conf.DEFAULT_DEADLINE_SECONDS
     return now + timedelta(seconds=seconds) if seconds else None

@@ -13,11 +13,11 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from runs.conf import conf
 from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
 from runs.exceptions import BudgetExhausted, StaleAttempt, ValidationFailed
 from runs.metrics import series
@@ -73,7 +73,7 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
             machine=machine,
             claimed_at=now,
             heartbeat_at=now,
-            lease_expires_at=now + timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS),
+            lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
         )
         started = {"generation": run.generation, "worker": worker}
         append(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
@@ -243,7 +243,7 @@ def run_attempt_heartbeat(*, run_id: UUID | str, generation: int) -> bool:
     the worker must stop executing it."""
     now = db_now()
     renewed = RunAttempt.objects.filter(run_id=run_id, generation=generation, outcome=AttemptOutcome.RUNNING).update(
-        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=settings.RUNLEDGER_LEASE_SECONDS)
+        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS)
     )
     return renewed == 1
 

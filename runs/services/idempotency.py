@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs.access import User
+from runs.conf import conf
 from runs.exceptions import IdempotencyMismatch, ValidationFailed
 from runs.models import IdempotencyRecord, Run
 from runs.selectors import run_parentable
@@ -85,7 +85,7 @@ def _replay(*, owner: User, key: str, request_body: Any) -> Answer | None:
     record = IdempotencyRecord.objects.filter(user_id=owner.pk, key=key).first()
     if record is None:
         return None
-    if record.created_at <= timezone.now() - timedelta(seconds=settings.RUNLEDGER_IDEMPOTENCY_TTL_SECONDS):
+    if record.created_at <= timezone.now() - timedelta(seconds=conf.IDEMPOTENCY_TTL_SECONDS):
         # Expired: the key is free again. Deleting by (pk, created_at) leaves a fresh record alone.
         IdempotencyRecord.objects.filter(pk=record.pk, created_at=record.created_at).delete()
         return None

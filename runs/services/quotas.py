@@ -16,8 +16,8 @@ from django.db import connection
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.limits import limit, retry_after
 from runs.models import LIVE_VALUES, TERMINAL_VALUES, Run
 from runs.transitions import Status
 
@@ -77,9 +77,9 @@ def check_create(owner_id: int, *, input_bytes: int) -> None:
     run's input (RUNLEDGER_MAX_STORED_BYTES_PER_USER). Inside the creating transaction, before the
     insert: one lock on the owner, then one read of their totals (`owned`). No row of theirs is
     shared by their writes, so no append of theirs ever waits for another."""
-    active_cap = limit("RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER")
-    runs_cap = limit("RUNLEDGER_MAX_RUNS_PER_USER")
-    bytes_cap = limit("RUNLEDGER_MAX_STORED_BYTES_PER_USER")
+    active_cap = conf.MAX_ACTIVE_RUNS_PER_USER
+    runs_cap = conf.MAX_RUNS_PER_USER
+    bytes_cap = conf.MAX_STORED_BYTES_PER_USER
     if active_cap is None and runs_cap is None and bytes_cap is None:
         return
     lock_owner(owner_id, OwnerLock.CREATE)
@@ -112,7 +112,7 @@ def check_stored_bytes(owner_id: int, *, adding_bytes: int) -> None:
     row lock, which a create under that run takes after the owner's, so waiting for the owner here
     could deadlock the two. The byte cap is approximate anyway — agents' events add to it unchecked
     — so concurrent writes may pass it by their own sizes."""
-    cap = limit("RUNLEDGER_MAX_STORED_BYTES_PER_USER")
+    cap = conf.MAX_STORED_BYTES_PER_USER
     if cap is not None:
         _check_bytes(stored=owned(owner_id).stored_bytes, adding=adding_bytes, cap=cap)
 
@@ -130,7 +130,7 @@ def _check_bytes(*, stored: int, adding: int, cap: int | None) -> None:
 
 def _refused(message: str, **detail: int) -> TooManyRequests:
     """The 429 of a cap: `detail` says where the owner is and what the limit is."""
-    return TooManyRequests(message, retry_after=retry_after(), detail=detail)
+    return TooManyRequests(message, retry_after=conf.LIMIT_RETRY_AFTER_SECONDS, detail=detail)
 
 
 # Owners with queued runs, in the order claims serve them: the fewest running runs first, then the
@@ -163,7 +163,7 @@ def pick_queued(*, newcomer: bool = False) -> Run | None:
     a running cap of 1 for this claim. Under a cap the claims' lock is taken before the ranking, so
     the counts it reads include every claim before it: an owner ranked below the cap stays below it
     until this claim commits (two workers' kept slots never go to one owner's two runs)."""
-    cap = 1 if newcomer else (limit("RUNLEDGER_MAX_RUNNING_PER_USER") or 0)
+    cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
     if cap:
         lock_owner(EVERY_OWNER, OwnerLock.CLAIM)
     with connection.cursor() as cursor:

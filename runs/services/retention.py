@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from runs.conf import conf
 from runs.exceptions import ValidationFailed
 from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
 from runs.services.throttles import auth_failures_purge
@@ -124,7 +124,7 @@ def _delete_events(run_ids: Iterable[UUID], *, per_transaction: int) -> int:
 
 
 def _purge_idempotency() -> int:
-    expired = timezone.now() - timedelta(seconds=int(settings.RUNLEDGER_IDEMPOTENCY_TTL_SECONDS))
+    expired = timezone.now() - timedelta(seconds=conf.IDEMPOTENCY_TTL_SECONDS)
     deleted = 0
     while True:
         with transaction.atomic(durable=True):

@@ -38,12 +38,11 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 
+from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.limits import limit
 from runs.models import AuthFailure
 
 # Expired failures one recorded failure deletes: more than it adds, so the table cannot outgrow
@@ -76,7 +75,7 @@ def _key(kind: str, value: str) -> str:
 
 
 def _window() -> timedelta:
-    return timedelta(seconds=float(settings.RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS))
+    return timedelta(seconds=conf.AUTH_FAILURE_WINDOW_SECONDS)
 
 
 def _wait(key: str, *, most: int, now: datetime, leave_out: tuple[int, ...] = ()) -> int | None:
@@ -99,7 +98,7 @@ def _purge_some(now: datetime) -> None:
 
 def auth_token_check(*, address: str) -> None:
     """Refuse a token attempt from `address` while it is blocked."""
-    most = limit("RUNLEDGER_AUTH_FAILURES_MAX")
+    most = conf.AUTH_FAILURES_MAX
     if most is None:
         return
     wait = _wait(_key(_TOKEN_ADDRESS, address), most=most, now=timezone.now())
@@ -110,7 +109,7 @@ def auth_token_check(*, address: str) -> None:
 
 
 def auth_token_failed(*, address: str) -> None:
-    if limit("RUNLEDGER_AUTH_FAILURES_MAX") is None:
+    if conf.AUTH_FAILURES_MAX is None:
         return
     now = timezone.now()
     AuthFailure.objects.create(key=_key(_TOKEN_ADDRESS, address), failed_at=now)
@@ -121,7 +120,7 @@ def auth_login_begin(*, username: str, address: str) -> LoginAttempt | None:
     """Count a sign-in as failed before its password is checked; refuse it (taking the record
     back) when its address is blocked, or its username is blocked and this address failed for it
     within the window. None when sign-ins are unlimited."""
-    most = limit("RUNLEDGER_AUTH_FAILURES_MAX")
+    most = conf.AUTH_FAILURES_MAX
     if most is None:
         return None
     now = timezone.now()

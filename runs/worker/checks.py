@@ -9,15 +9,14 @@ agent emitted before it are stored, nothing after it.
 
 from typing import Any
 
-from django.conf import settings
-
 from runs.agents.base import Complete, Emit, Fail, Wait
+from runs.conf import conf
 from runs.events import EventType, ToolStatus, WaitReason, agent_event_problem
 from runs.storable import storable_text, value_problem
 
 
 def _max_bytes() -> int:
-    return int(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    return conf.MAX_BODY_BYTES
 
 
 def emit_problem(index: int, directive: Emit, declared: frozenset[str]) -> str | None:

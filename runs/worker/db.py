@@ -26,6 +26,8 @@ from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connec
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
+from runs.conf import conf
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -47,7 +49,7 @@ def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwarg
     # the sweeper (which skips locked runs) and every command on the run, until its session died.
     # The server ends such a session once it has idled a lease inside a transaction: by then the
     # attempt has stopped itself anyway. The worker's own transactions never idle that long.
-    timeout_ms = max(1000, int(float(settings.RUNLEDGER_LEASE_SECONDS) * 1000))
+    timeout_ms = max(1000, int(conf.LEASE_SECONDS * 1000))
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", [str(timeout_ms)])
 

@@ -39,10 +39,10 @@ from typing import Any, ParamSpec, TypeVar
 
 import certifi
 import httpx
-from django.conf import settings
 
 from runs import services
 from runs.agents.base import CancellationToken, Cancelled
+from runs.conf import conf
 from runs.worker import orphans
 from runs.worker.writer import EventWriter
 
@@ -63,7 +63,7 @@ TOOL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC
 
 def tool_environment(given: Mapping[str, str] | None = None) -> dict[str, str]:
     """A tool process's environment: the worker's variables of those names, then `given` over them."""
-    names = (*TOOL_ENV, *settings.RUNLEDGER_TOOL_ENV)
+    names = (*TOOL_ENV, *conf.TOOL_ENV)
     return {**{name: os.environ[name] for name in names if name in os.environ}, **(given or {})}
 
 

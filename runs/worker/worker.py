@@ -36,16 +36,14 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 
 from runs import logs, notify, services
-from runs.intervals import require_intervals
-from runs.limits import require_limits
+from runs.conf import conf
 from runs.listener import Listener
 from runs.models import Run
 from runs.transitions import TERMINAL, Status
-from runs.worker.attempt import AttemptConfig, Execution
+from runs.worker.attempt import Execution
 from runs.worker.db import Db
 from runs.worker.orphans import Reaper, machine
 from runs.worker.registry import AttemptRegistry
@@ -77,24 +75,21 @@ class Worker:
         # Where it runs, recorded on its attempts: a worker here kills what they leave behind.
         self.machine = machine()
         self._reaper = Reaper(self.machine)
-        self.concurrency = max(1, concurrency or int(settings.RUNLEDGER_WORKER_CONCURRENCY))
+        self.concurrency = max(1, concurrency or conf.WORKER_CONCURRENCY)
         self.once = once
         self.max_runs = max_runs
         self.on_ready = on_ready
         self.sqlite = connection.vendor == "sqlite"
-        self.listen = (not self.sqlite) and (settings.RUNLEDGER_WORKER_LISTEN if listen is None else listen)
-        self.poll_seconds = float(
-            settings.RUNLEDGER_SQLITE_POLL_SECONDS if self.sqlite else settings.RUNLEDGER_POLL_SECONDS
-        )
-        require_intervals()  # also under --skip-checks, and for settings made in code
-        require_limits()
+        self.listen = (not self.sqlite) and (conf.WORKER_LISTEN if listen is None else listen)
+        self.poll_seconds = conf.SQLITE_POLL_SECONDS if self.sqlite else conf.POLL_SECONDS
+        conf.require()  # also under --skip-checks, and for settings made in code
         # Slots filled only with a run of an owner who has none running, so one owner's long runs
         # cannot keep another's queued (README "Fair claiming"). At least two slots stay open to
         # everyone: below three slots, keeping one would take half of them or more from a lone user.
-        self.newcomer_slots = max(0, min(int(settings.RUNLEDGER_WORKER_NEWCOMER_SLOTS), self.concurrency - 2))
-        self.attempt_config = AttemptConfig.configured()
-        self.shutdown_grace_seconds = float(settings.RUNLEDGER_SHUTDOWN_GRACE_SECONDS)
-        self.sweep_seconds = float(settings.RUNLEDGER_SWEEP_SECONDS)
+        self.newcomer_slots = max(0, min(conf.WORKER_NEWCOMER_SLOTS, self.concurrency - 2))
+        self.attempt_config = conf.attempt_config()
+        self.shutdown_grace_seconds = conf.SHUTDOWN_GRACE_SECONDS
+        self.sweep_seconds = conf.SWEEP_SECONDS
         if self.attempt_config.fence_after < 2 * self.attempt_config.heartbeat_seconds:
             log.warning(
                 "RUNLEDGER_LEASE_SECONDS %ss leaves %.2fs between renewals once the unwinding time is set aside "

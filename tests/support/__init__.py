@@ -28,6 +28,9 @@
                    slowloris that never finishes its headers, a request from another loopback address
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
+    package.py     the checkout's wheel and sdist as `python -m build` makes them, and their contents;
+                   core_install: a process where the extras cannot be imported (core_install.py),
+                   under a host's settings on SQLite (bare_host_settings.py), noting who tries
 
 procs.py, browser.py and pg.py are pytest plugins (conftest.py lists them). bench/ uses procs,
 waiting, sse, db and openai_server too; procs, waiting, sse and openai_server import nothing of

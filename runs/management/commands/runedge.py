@@ -3,9 +3,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.conf import conf
 from runs.edge import pushpin
 from runs.edge.control import socket_path
 
@@ -37,6 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("--log-level", type=int, default=2, help="Pushpin's: 2 logs each request, 1 only warnings")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        conf.require()  # also under --skip-checks: Pushpin would sign with a key the web processes refuse
         port = _address(options["port"])
         upstream = _address(options["upstream"], host_required=True)
         control = Path(options["control"])
@@ -49,7 +50,7 @@ class Command(BaseCommand):
                 port=port,
                 control=control,
                 upstream=upstream,
-                key=settings.RUNLEDGER_GRIP_KEY,
+                key=conf.GRIP_KEY,
                 log_level=options["log_level"],
             )
         except (FileNotFoundError, PermissionError) as exc:

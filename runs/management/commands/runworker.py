@@ -1,10 +1,10 @@
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from runs.agents.loading import require_agents
+from runs.conf import conf
 from runs.worker import Worker
 from runs.worker.db import without_pool
 
@@ -26,7 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="the id recorded on attempts (default host:pid)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # Also under --skip-checks: a worker without its agents would fail every run it claims.
+        # Also under --skip-checks: a worker without its agents would fail every run it claims, and
+        # one with settings that cannot work would run them wrongly.
+        conf.require()
         require_agents()
         without_pool()
         worker = Worker(
@@ -41,7 +43,7 @@ class Command(BaseCommand):
 
     def _say(self, message: str, *, event: str) -> None:
         # In JSON logs every line the process writes is a JSON object, these two included (at INFO).
-        if settings.RUNLEDGER_LOG_FORMAT == "json":
+        if conf.LOG_FORMAT == "json":
             log.info(message, extra={"event": event})
         else:
             self.stdout.write(message, ending="\n")

@@ -1,0 +1,269 @@
+"""The settings registry: every `RUNLEDGER_*` setting of the app, declared once (DESIGN §7).
+
+A declaration says what the setting must be, its default, which processes read it and what it
+does (runs/setting_kinds.py has the kinds). The app reads each through `conf`
+(`conf.LEASE_SECONDS`): a project that did not set one gets its default, so a host project sets
+only what it wants. One validation comes from the same declarations: the system check `runs.E002`
+everywhere, which `runworker`, `runedge` and the ASGI application also apply under
+`--skip-checks` (`conf.require()`); and the standalone site reads each setting from the environment
+variable of the same name through `AppSettings(os.environ).given()`, which refuses a bad value at
+settings load. A read trusts that check: it converts, never refuses. `AppSettings.reference()`
+renders the docs' table from the declarations.
+"""
+
+import hashlib
+import hmac
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+
+from runs.intervals import AttemptConfig
+from runs.setting_kinds import (
+    EDGE,
+    SERVING,
+    WEB,
+    WORKER,
+    Flag,
+    Limit,
+    Names,
+    Registry,
+    Seconds,
+    Text,
+    Url,
+    Whole,
+    pattern,
+)
+
+# What fits in a Unix socket's address (sun_path), its final NUL aside.
+SOCKET_PATH_MAX = 107
+
+
+def socket_path(url: str) -> Path:
+    """The file of an `ipc://` control URL (ValueError for anything else)."""
+    if not url.startswith("ipc:///"):
+        raise ValueError(f"not an ipc:// URL with an absolute path: {url!r}")
+    path = Path(url.removeprefix("ipc://"))
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise ValueError(f"{path} is longer than a Unix socket's address ({SOCKET_PATH_MAX} bytes)")
+    return path
+
+
+def _is_socket_url(url: str) -> bool:
+    try:
+        socket_path(url)
+    except ValueError:
+        return False
+    return True
+
+
+def _grip_key() -> str:
+    # Derived from the secret key, so `runedge` and the web processes started with the same
+    # environment agree without another secret to hand around.
+    return hmac.new(settings.SECRET_KEY.encode(), b"runledger.grip-key", hashlib.sha256).hexdigest()
+
+
+def _metrics_dir() -> str:
+    # Named for the user and the database (not the URL's options: which database it is), so one
+    # deployment's processes find the same folder with no environment of their own, and two
+    # deployments (or test runs) on one machine never add up each other's counts.
+    db = settings.DATABASES["default"]
+    name = os.path.abspath(db["NAME"]) if db["ENGINE"].endswith("sqlite3") else db["NAME"]
+    where = f"{db['ENGINE']}|{db.get('HOST', '')}|{db.get('PORT', '')}|{name}"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(
+        tempfile.gettempdir(), f"runledger-metrics-{uid}-{hashlib.sha256(where.encode()).hexdigest()[:16]}"
+    )
+
+
+class AppSettings(Registry):
+    # Agents (DESIGN §4)
+    AGENTS = Names(
+        ["runs.agents.demo"],
+        "the modules that register agents, imported by every web process and worker at start",
+        SERVING,
+        must="a list of module paths",
+        item=pattern(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"),
+    )
+    # Leases and intervals (DESIGN §4); the lease must outlast a heartbeat and the unwinding (runs.intervals).
+    LEASE_SECONDS = Seconds(
+        30, "how long a worker's hold on a run lasts unless renewed; then another may take it", SERVING
+    )
+    HEARTBEAT_SECONDS = Seconds(10, "how often a worker renews the lease of each run it executes", (WORKER,))
+    CANCEL_GRACE_SECONDS = Seconds(
+        0.5,
+        "how long a stopped run's agent, tools and threads get to stop, then are abandoned",
+        (WORKER,),
+        zero="at once",
+    )
+    POLL_SECONDS = Seconds(2, "how often the database is read again on PostgreSQL, behind its notifications", SERVING)
+    SQLITE_POLL_SECONDS = Seconds(
+        0.2, "how often workers and streams look for news on SQLite (no notifications)", SERVING
+    )
+    SWEEP_SECONDS = Seconds(
+        5, "how often each worker requeues runs whose lease lapsed and stops runs past their deadline", (WORKER,)
+    )
+    SHUTDOWN_GRACE_SECONDS = Seconds(
+        10, "how long a stopping worker's runs get to reach a safe boundary", (WORKER,), zero="at once"
+    )
+    LISTEN_RECONNECT_SECONDS = Seconds(0.5, "the wait before a lost LISTEN connection is opened again", SERVING)
+    APPEND_BATCH_MAX = Whole(
+        200, "the most events one append transaction carries; the rest wait for the next", (WORKER,)
+    )
+    IDEMPOTENCY_TTL_SECONDS = Whole(
+        86_400,
+        "how long a create's Idempotency-Key replays its first success",
+        (WEB,),
+        minimum=0,
+        unit="seconds",
+        zero="none",
+    )
+    DEFAULT_MAX_ATTEMPTS = Whole(3, "attempts a run created without max_attempts may lose to lapsed leases", SERVING)
+    # Streams (DESIGN §5)
+    SSE_KEEPALIVE_SECONDS = Seconds(15, "how often an idle stream sends a keep-alive comment", (WEB,))
+    SSE_RETRY_MS = Whole(
+        2000, "the stream's `retry:`, how long EventSource waits to reconnect", (WEB,), minimum=0, unit="milliseconds"
+    )
+    SSE_MAX_SECONDS = Seconds(
+        300, "a stream's life; it then ends cleanly and the client resumes", (WEB,), zero="unlimited"
+    )
+    SSE_RECHECK_SECONDS = Seconds(5, "how often an open stream's user, credential and run are checked again", (WEB,))
+    # Limits, so one user cannot take the service from everyone else (DESIGN §6)
+    MAX_ACTIVE_RUNS_PER_USER = Limit(
+        1000, "queued + running + waiting runs one user owns; a create beyond is a 429", (WEB,)
+    )
+    # Ten times the active cap: a busy user's history of many days between purges.
+    MAX_RUNS_PER_USER = Limit(10_000, "runs one user keeps, finished ones too, until purge_runs deletes them", (WEB,))
+    # 1 GB: a full 10,000 runs of 100 kB each, while a few users cannot fill a disk. Agents' events are
+    # bounded by each run's budgets, never refused by this.
+    MAX_STORED_BYTES_PER_USER = Limit(
+        1_000_000_000, "bytes of JSON one user's runs store; a create or resume that would pass it is a 429", (WEB,)
+    )
+    MAX_RUNNING_PER_USER = Limit(0, "runs of one owner the workers run at once; the others wait, queued", SERVING)
+    MAX_STREAMS_PER_USER = Limit(20, "streams one user holds at once on one web process; beyond is a 429", (WEB,))
+    # 4 MB: an answer stays under 5 MB with its envelope, and a web process's threads and stream
+    # readers hold at most a few hundred MB between them.
+    MAX_PAGE_BYTES = Limit(
+        4_000_000, "bytes of events one page or one read of a stream's replay carries (one event at least)", (WEB,)
+    )
+    # A 500-run page is then under 5 MB even with each value doubled by escaping, and most inputs (an
+    # agent's options) fit.
+    MAX_LIST_VALUE_BYTES = Limit(
+        1000, "the size up to which a run in a list carries its input, output and error", (WEB,)
+    )
+    # deploy/nginx.conf.template's client_max_body_size repeats this default (change both together);
+    # the standalone site gives it to Django too (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB by default).
+    MAX_BODY_BYTES = Whole(
+        256 * 1024, "the largest request body (larger is a 413), and the largest input or event data stored", SERVING
+    )
+    DEFAULT_MAX_EVENTS = Limit(100_000, "the events budget of a run created without one", (WEB,), zero="none")
+    DEFAULT_MAX_STEPS = Limit(10_000, "the steps budget of a run created without one", (WEB,), zero="none")
+    DEFAULT_DEADLINE_SECONDS = Limit(
+        86_400, "the deadline of a run created without one", (WEB,), unit="seconds", zero="none"
+    )
+    AUTH_FAILURES_MAX = Limit(10, "failed sign-ins and token attempts allowed per window; beyond is a 429", (WEB,))
+    AUTH_FAILURE_WINDOW_SECONDS = Whole(
+        300, "the window failed sign-ins and token attempts count in", (WEB,), unit="seconds"
+    )
+    LIMIT_RETRY_AFTER_SECONDS = Whole(
+        10, "the Retry-After of a refused create, resume or stream", (WEB,), unit="seconds"
+    )
+    # Processes
+    WEB_THREADS = Whole(32, "threads a web process serves its synchronous views (API, admin, pages) on", (WEB,))
+    WORKER_CONCURRENCY = Whole(4, "runs one worker executes at once (runworker --concurrency overrides it)", (WORKER,))
+    # So that one user's long runs cannot keep everyone else's queued until they end. 1: another user's
+    # run starts at once on the default install (4 slots), at the cost of one slot a lone user cannot fill.
+    WORKER_NEWCOMER_SLOTS = Whole(
+        1,
+        "slots of each worker kept for owners with no run running (two stay open to everyone)",
+        (WORKER,),
+        minimum=0,
+        zero="none kept",
+    )
+    # Behind a transaction-pooling PgBouncer LISTEN does not work: workers then poll alone.
+    WORKER_LISTEN = Flag(True, "whether workers wake on LISTEN/NOTIFY on PostgreSQL; 0: they poll alone", (WORKER,))
+    # None by default: a tool runs an agent's (a model's) choice of commands, and the worker's
+    # environment holds its secrets (runs/worker/steps.py TOOL_ENV lists the few every tool gets).
+    TOOL_ENV = Names(
+        [],
+        "the worker's environment variables its agents' tool processes get, beside PATH, HOME, LANG and the like",
+        (WORKER,),
+        must="a list of environment variable names",
+        item=pattern(r"[A-Za-z_][A-Za-z0-9_]*"),
+    )
+    # The `openai_chat` agent (runs.agents.openai_chat)
+    OPENAI_BASE_URL = Url("https://api.openai.com/v1", "the OpenAI-compatible Chat Completions endpoint", (WORKER,))
+    OPENAI_API_KEY = Text("", "its API key; empty sends no Authorization header", (WORKER,), secret=True)
+    OPENAI_MAX_TOKENS = Limit(
+        4096, "the largest max_tokens a run may ask for, and what one that names none gets", SERVING, zero="no bound"
+    )
+    OPENAI_CONTINUE = Flag(
+        False, "whether runs that do not say continue a requeued answer in place (vLLM only)", (WORKER,)
+    )
+    # The SSE edge (DESIGN §10, runs.edge)
+    # Each a file in a folder only the web processes' user may enter, so nobody else can publish;
+    # Pushpin's HTTP control port has no authentication and stays off (runs.edge.control).
+    GRIP_URL = Names(
+        [],
+        "each Pushpin's control socket, where web processes publish (bin/edge --control PATH); empty: no edge",
+        (WEB,),
+        must="a list of ipc:///PATH URLs (a path of at most 107 bytes)",
+        item=_is_socket_url,
+    )
+    GRIP_KEY = Text(
+        _grip_key,
+        "the key Pushpin signs its requests to the web processes with",
+        (WEB, EDGE),
+        shown="derived from SECRET_KEY",
+        # Pushpin's configuration reads "base64:…" and "file:…" as other kinds of key, and a comma as a list.
+        pattern=r"[A-Za-z0-9._~+/=-]{32,}",
+        must="at least 32 characters of A-Z a-z 0-9 . _ ~ + / = - (HS256 wants 32 bytes)",
+        secret=True,
+    )
+    # The safety net for a publish that never arrived, and the re-check of the stream's user (a revoked
+    # one keeps an edge stream at most 1.5 times this). Pushpin's default, 120: each fetch is a request
+    # to the web processes, so 10,000 streams cost about 70 a second.
+    GRIP_LINK_SECONDS = Whole(
+        120, "how often Pushpin fetches each edge stream's link again (1 to 1.5 times that)", (WEB,), unit="seconds"
+    )
+    GRIP_PUBLISH_TIMEOUT_SECONDS = Seconds(5, "how long one publish to Pushpin may take", (WEB,))
+    # Operations (DESIGN §9)
+    METRICS_TOKEN = Text(
+        "", "the bearer token for /metrics/; empty: only users with runs.view_run", (WEB,), secret=True
+    )
+    # The systemd units must choose it: their /tmp is private.
+    METRICS_DIR = Text(
+        _metrics_dir,
+        "where this machine's processes keep their metrics counters",
+        SERVING,
+        pattern=r".+",
+        must="a path",
+        shown="a folder in the temporary directory named for the user and the database",
+    )
+    DASHBOARD_REFRESH_SECONDS = Seconds(5, "how often the staff dashboard refreshes its figures", (WEB,))
+    LOG_FORMAT = Text(
+        "text", "json: one JSON object per log line (runs.logs)", SERVING, pattern="text|json", must="text or json"
+    )
+
+    def attempt_config(self) -> AttemptConfig:
+        """An attempt's lease timing, as these settings say (`problems` tells whether it works)."""
+        return AttemptConfig(
+            heartbeat_seconds=self.HEARTBEAT_SECONDS,
+            lease_seconds=self.LEASE_SECONDS,
+            cancel_grace_seconds=self.CANCEL_GRACE_SECONDS,
+            batch_max=self.APPEND_BATCH_MAX,
+        )
+
+    def rule_problems(self) -> list[str]:
+        lease = self.attempt_config().problem()
+        return [] if lease is None else [lease]
+
+
+conf = AppSettings()
+
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return [checks.Error(problem, id="runs.E002") for problem in conf.problems()]

@@ -1,0 +1,100 @@
+"""The distributions of the checkout, as `python -m build` makes them: what `pip install runledger`
+gets. tests/test_package.py checks their contents, and a host project can install the wheel."""
+
+import email.parser
+import email.policy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+from tests.support.procs import ROOT
+
+
+def checkout_files() -> list[str]:
+    """Every file of the checkout that git holds or would add (ignored ones aside): what a fresh
+    clone of the tree as it stands would have, not this machine's databases or caches."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return sorted({path for path in listed.split("\0") if path and (ROOT / path).is_file()})
+
+
+def app_files() -> set[str]:
+    """The app's own files: every module, migration, template and static file under runs/."""
+    return {path for path in checkout_files() if path.startswith("runs/")}
+
+
+@dataclass
+class Built:
+    wheel: Path
+    sdist: Path
+
+    def wheel_files(self) -> set[str]:
+        with zipfile.ZipFile(self.wheel) as wheel:
+            return {name for name in wheel.namelist() if not name.endswith("/")}
+
+    def sdist_files(self) -> set[str]:
+        """Its files, without the `runledger-<version>/` folder they sit in."""
+        with tarfile.open(self.sdist) as sdist:
+            return {member.name.split("/", 1)[1] for member in sdist.getmembers() if member.isfile()}
+
+    def metadata(self) -> EmailMessage:
+        with zipfile.ZipFile(self.wheel) as wheel:
+            name = next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
+            text = wheel.read(name).decode()
+        return email.parser.Parser(policy=email.policy.compat32, _class=EmailMessage).parsestr(text)
+
+
+def build(folder: Path) -> Built:
+    """The sdist, then the wheel built from that sdist (build's default: so a file the sdist
+    lacks is missing from the wheel too), into `folder`/dist.
+
+    Built from a copy of the files git has, as a fresh clone would be: setuptools writes
+    runledger.egg-info and build/ into the tree it builds, and reads back whatever SOURCES.txt an
+    earlier build left there, so the checkout would neither stay as it was nor give a clone's
+    answer (and two builds at once would share those folders)."""
+    source = folder / "src"
+    for path in checkout_files():
+        (source / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, source / path)
+    out = folder / "dist"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    (sdist,) = out.glob("*.tar.gz")
+    return Built(wheel=wheel, sdist=sdist)
+
+
+def core_install(
+    folder: Path, *modules: str, call: str | None = None, settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """tests/support/core_install.py in a process of its own, its host's files in `folder`: the
+    import attempts of the extras' modules while importing `modules` (and calling `call`)."""
+    args = [sys.executable, "-m", "tests.support.core_install", *modules]
+    args += [f"--set={name}={json.dumps(value)}" for name, value in (settings or {}).items()]
+    if call:
+        args.append(f"--call={call}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_", "RUNLEDGER_"))}
+    env["RUNLEDGER_TEST_HOST_DIR"] = str(folder)
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
