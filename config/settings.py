@@ -281,40 +281,15 @@ LOGIN_REDIRECT_URL = "/runs/"
 # client_max_body_size repeats the app's default (change both together).
 DATA_UPLOAD_MAX_MEMORY_SIZE = app.MAX_BODY_BYTES
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "runs.api.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    # JSON in and out; the parser refuses what could not be stored or served back (runs/api/parsers.py).
-    "DEFAULT_PARSER_CLASSES": ["runs.api.parsers.JSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    # Every error in the shape of DESIGN §6.
-    "EXCEPTION_HANDLER": "runs.api.errors.exception_handler",
-    "TEST_REQUEST_DEFAULT_FORMAT": "json",
-}
-
+# The app's API sets its own DRF behaviour (runs/api/base.py) and schema (runs/api/schema.py);
+# these are the tests' client default and the docs page's (config/urls.py) assets, served here.
+REST_FRAMEWORK = {"TEST_REQUEST_DEFAULT_FORMAT": "json"}
 SPECTACULAR_SETTINGS = {
-    "TITLE": "Runledger API",
-    "DESCRIPTION": "Durable agent runs: events, streams, cancel, stop, pause and resume.",
-    "VERSION": "1.0.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "COMPONENT_SPLIT_REQUEST": True,
-    # The schema and its docs page are public: credentials sent to them are ignored, not checked.
-    "SERVE_AUTHENTICATION": [],
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.api.serializers.RUN_STATUSES"},
-    # The docs page's scripts are served by this app (no CDN: it must work offline).
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # The SSE stream is a plain async view that spectacular cannot see; the hook documents it.
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "runs.sse_schema.document_run_stream",
-    ],
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
 }
 
 # RUNLEDGER_LOG_FORMAT=json: one JSON object per line, with the run, attempt and worker a line
@@ -342,6 +317,10 @@ LOGGING: dict[str, Any] = {
         },
     },
 }
+
+# This site's choice where the app's default leaves the project alone: every admin of the site
+# (users, groups, tokens) guarded against hostile URLs, not only the console's (runs.admin).
+RUNLEDGER_HARDEN_ADMIN = True
 
 # Every RUNLEDGER_* setting the environment sets (runs/conf.py says what each must be and does): a
 # bad value stops every process here, naming it; one not set keeps the app's default, as in any

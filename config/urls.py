@@ -1,11 +1,12 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularSwaggerView
 
-from runs.admin.dashboard import dashboard_view
 from runs.admin.hardening import view_on_site
 from runs.signin import AdminLoginForm, LoginForm, throttled_login
 
+# This site's own opinions; the app itself is included as any host includes it (last line).
 # The console signs in through the throttled form too (DESIGN §6). The first two URLs below, ahead of the
 # admin's own, add the 429 status to its login page's refusal, and answer a malformed id in "view
 # on site" with 404 (runs.admin.hardening).
@@ -14,12 +15,13 @@ admin.site.login_form = AdminLoginForm
 urlpatterns = [
     path("admin/login/", throttled_login(admin.site.login)),
     path("admin/r/<path:content_type_id>/<path:object_id>/", admin.site.admin_view(view_on_site)),
-    # The staff dashboard, beside the runs app's page of the console (admin_view: login, staff).
-    path("admin/runs/dashboard/", admin.site.admin_view(dashboard_view), name="runs-dashboard"),
     path("admin/", admin.site.urls),
     # Only log in and out: password resets by e-mail are not part of this deployment, and every
     # page but the login page needs an authenticated user (DESIGN §6).
     path("accounts/login/", throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # A page to read the app's API schema (Swagger UI, its scripts served here: no CDN), public
+    # like the schema; ahead of the app's URLs, whose api/ answers any other path with a 404.
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="runs:api-schema"), name="api-docs"),
     path("", include("runs.urls")),
 ]

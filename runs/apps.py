@@ -9,8 +9,9 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
-        from runs.conf import check_settings
+        from runs.conf import check_database, check_settings
 
         load_agents()
         checks.register(check_agents)
         checks.register(check_settings)
+        checks.register(check_database)

@@ -131,6 +131,12 @@ class AppSettings(Registry):
         300, "a stream's life; it then ends cleanly and the client resumes", (WEB,), zero="unlimited"
     )
     SSE_RECHECK_SECONDS = Seconds(5, "how often an open stream's user, credential and run are checked again", (WEB,))
+    SSE_START_SECONDS = Seconds(
+        5,
+        "how long a stream's slot waits for its body to start before it is given back "
+        "(a client gone before the first byte, under an ASGI handler that does not say so)",
+        (WEB,),
+    )
     # Limits, so one user cannot take the service from everyone else (DESIGN §6)
     MAX_ACTIVE_RUNS_PER_USER = Limit(
         1000, "queued + running + waiting runs one user owns; a create beyond is a 429", (WEB,)
@@ -243,6 +249,13 @@ class AppSettings(Registry):
         must="a path",
         shown="a folder in the temporary directory named for the user and the database",
     )
+    # The host project (DESIGN §7)
+    HARDEN_ADMIN = Flag(
+        False,
+        "also guard every other admin of the site (users, groups, tokens) against hostile list URLs; "
+        "the run admin always is",
+        (WEB,),
+    )
     DASHBOARD_REFRESH_SECONDS = Seconds(5, "how often the staff dashboard refreshes its figures", (WEB,))
     LOG_FORMAT = Text(
         "text", "json: one JSON object per log line (runs.logs)", SERVING, pattern="text|json", must="text or json"
@@ -267,3 +280,33 @@ conf = AppSettings()
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [checks.Error(problem, id="runs.E002") for problem in conf.problems()]
+
+
+# What the app needs of a SQLite database (DESIGN §7): every write transaction takes the write
+# lock at BEGIN, so read-check-write commands queue instead of failing with "database is locked"
+# when they upgrade, and a busy database is waited for, not refused at once.
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    return sqlite_problems(settings.DATABASES)
+
+
+def sqlite_problems(databases: dict[str, Any]) -> list[checks.CheckMessage]:
+    found: list[checks.CheckMessage] = []
+    for alias, db in databases.items():
+        if not db.get("ENGINE", "").endswith("sqlite3"):
+            continue
+        options = db.get("OPTIONS", {})
+        missing = []
+        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+            missing.append('"transaction_mode": "IMMEDIATE"')
+        if not isinstance(options.get("timeout"), int | float) or options["timeout"] <= 0:
+            missing.append('"timeout": 20 (seconds)')
+        if missing:
+            found.append(
+                checks.Error(
+                    f"DATABASES[{alias!r}] is SQLite without {' and '.join(missing)} in its OPTIONS",
+                    hint="Runledger's commands read, check and write in one transaction: without these, two at "
+                    "once fail with 'database is locked' instead of waiting their turn",
+                    id="runs.E003",
+                )
+            )
+    return found

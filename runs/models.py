@@ -139,6 +139,17 @@ class Run(models.Model):
         return self.status in TERMINAL
 
 
+class Dashboard(Run):
+    """The staff dashboard's entry in the admin (runs.admin.dashboard): no table and no rows of its
+    own; it gives the page its URL beside the app's, `/admin/runs/dashboard/`, and its line on
+    the admin index, with the admin site's own URLs, in any project."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "dashboard"
+        default_permissions = ()
+
+
 class RunEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")

@@ -63,7 +63,7 @@ def run_list_page(request: HttpRequest) -> HttpResponse:
         except RunledgerError as exc:
             form.add_error(None, exc.message)
         else:
-            return redirect("run-watch", run_id=run.pk)
+            return redirect("runs:run-watch", run_id=run.pk)
     runs = selectors.run_list(user=request.user).filter(owner_id=request.user.pk)
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     return render(request, "runs/run_list.html", {"form": form, "page": page})

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -63,12 +64,27 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if watch is None:
         return error_response_for(too_many_streams())
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
-    # it to the end of the request.
+    # it to the end of the request (runs.stream_guard says how, under each ASGI handler).
     release_at_request_end(request, watch.release)
-    stream = StreamingHttpResponse(_stream(opened, watch), content_type="text/event-stream")
+    stream = _Stream(watch, _stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
+
+
+class _Stream(StreamingHttpResponse):
+    """Gives its stream's slot back when closed: Django's own handler closes a response it sent or
+    began to send, however the client left."""
+
+    def __init__(self, watch: Watch, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.watch.release()
 
 
 async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
@@ -79,6 +95,8 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
     itself, always between whole frames, after the terminal event, at the end of its lifetime, or
     when the re-check ends its `watch`.
     """
+    if not watch.start():
+        return
     loop = asyncio.get_running_loop()
     keepalive = conf.SSE_KEEPALIVE_SECONDS
     lifetime = conf.SSE_MAX_SECONDS

@@ -7,7 +7,10 @@ re-check of who holds each open stream — those it holds itself, and those the 
   between, so a burst of opens cannot all slip under the cap. It is given back exactly once
   (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
   body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
-  config/asgi.py's handler for async views calls what `release_at_request_end` registered.
+  runs.asgi's handler calls what `release_at_request_end` registered, and Django's own closes the
+  response. Under Django's own handler a client can also leave between the view's answer and the
+  response being sent, where nothing says so: a slot whose body has not started
+  `RUNLEDGER_SSE_START_SECONDS` after it was taken is given back then (`Watch.start`).
 - **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
   stream's (user, credential, run) at once: a handful of queries for the whole process, never
   one per stream (`_recheck_sync`). A stream whose user was deactivated or deleted, whose token
@@ -40,15 +43,13 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from runs import streams
+from runs.asgi import REQUEST_END
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, Run
 from runs.selectors import users_active
 
 log = logging.getLogger(__name__)
-
-# The ASGI scope key under which a request lists what to call once it has ended (config/asgi.py).
-REQUEST_END = "runledger.request_end"
 
 # Keys per query of a re-check: a process watching more runs (or with more users) reads in pages.
 BATCH = 1000
@@ -81,6 +82,8 @@ class Watch:
     # The bound of the wait the stream is in, if it is waiting: moved to now to wake it.
     waiting: asyncio.Timeout | None = None
     released: bool = False
+    # Gives the slot back unless the body starts first.
+    unstarted: asyncio.TimerHandle | None = None
 
     @property
     def holder(self) -> Holder:
@@ -91,6 +94,14 @@ class Watch:
         # An expired bound is already waking the stream (and can no longer be moved).
         if self.waiting is not None and not self.waiting.expired():
             self.waiting.reschedule(self.guard.loop.time())
+
+    def start(self) -> bool:
+        """The body has started: it gives the slot back itself from now on. False if its slot was
+        already given back (the body started later than RUNLEDGER_SSE_START_SECONDS): it must end."""
+        if self.unstarted is not None:
+            self.unstarted.cancel()
+            self.unstarted = None
+        return not self.released
 
     def release(self) -> None:
         """Give the user's slot back; once, however many of the ways to end a stream call it."""
@@ -179,13 +190,23 @@ class StreamGuard:
         self.counts[user_id] = held + 1
         watch = Watch(guard=self, user_id=user_id, token_key=token_key, session_key=session_key, run_id=run_id)
         self.watches.add(watch)
+        watch.unstarted = self.loop.call_later(conf.SSE_START_SECONDS, self._unstarted, watch)
         self._ensure_task()
         return watch
+
+    def _unstarted(self, watch: Watch) -> None:
+        watch.unstarted = None
+        if not watch.released:
+            log.info("run %s: a stream of user %s never started; its slot is given back", watch.run_id, watch.user_id)
+            self.release(watch)
 
     def release(self, watch: Watch) -> None:
         if watch.released:
             return
         watch.released = True
+        if watch.unstarted is not None:
+            watch.unstarted.cancel()
+            watch.unstarted = None
         self.watches.discard(watch)
         left = self.counts[watch.user_id] - 1
         if left:

@@ -1,20 +1,52 @@
-from django.urls import include, path
+"""The app's URLs, under the `runs` namespace, in three groups a host may include apart:
+
+- `api`: the REST API and the SSE streams (`api/…`);
+- `pages`: the end-user pages (`runs/`, `runs/<id>/`, and the bare prefix sending there);
+- `operations`: the probes and `/metrics/` (`healthz/`, `readyz/`, `metrics/`).
+
+`path("<prefix>/", include("runs.urls"))` takes all three; `include(parts("api", "operations"))`
+only those named, still under the one namespace (two includes of one namespace would let `reverse`
+see only one of them). The staff console and its dashboard come with the admin site's own URLs
+(runs.admin).
+"""
+
+from django.urls import URLPattern, URLResolver, include, path
 from django.views.generic import RedirectView
 
-from runs import health, pages, sse
+from runs import health, sse
 from runs.edge import hold
 from runs.metrics import views as metrics
+from runs.pages import run_list_page, run_watch_page
 
-urlpatterns = [
+app_name = "runs"
+
+Patterns = list[URLPattern | URLResolver]
+
+operations: Patterns = [
     path("healthz/", health.healthz, name="healthz"),
     path("readyz/", health.readyz, name="readyz"),
     path("metrics/", metrics.metrics, name="metrics"),
+]
+api: Patterns = [
     # A plain async view, not DRF: it streams for as long as the run lives (runs/sse.py).
     path("api/runs/<str:run_id>/stream/", sse.run_stream, name="run-stream"),
     # Only Pushpin's fetches for the streams the edge holds (runs/edge/hold.py).
     path("api/runs/<str:run_id>/stream/link/", hold.recover, name="run-stream-link"),
     path("api/", include("runs.api.urls")),
-    path("", RedirectView.as_view(pattern_name="run-list"), name="home"),
-    path("runs/", pages.run_list_page, name="run-list"),
-    path("runs/<str:run_id>/", pages.run_watch_page, name="run-watch"),
 ]
+pages: Patterns = [
+    path("", RedirectView.as_view(pattern_name="runs:run-list"), name="home"),
+    path("runs/", run_list_page, name="run-list"),
+    path("runs/<str:run_id>/", run_watch_page, name="run-watch"),
+]
+GROUPS = {"operations": operations, "api": api, "pages": pages}
+
+urlpatterns: Patterns = [*operations, *api, *pages]
+
+
+def parts(*names: str) -> tuple[Patterns, str]:
+    """The named groups, for `include()`, under the app's namespace."""
+    unknown = sorted(set(names) - set(GROUPS))
+    if unknown or not names:
+        raise ValueError(f"runs.urls.parts takes some of {', '.join(GROUPS)}, not {', '.join(unknown) or 'none'}")
+    return [pattern for name in GROUPS if name in names for pattern in GROUPS[name]], app_name

@@ -18,6 +18,7 @@ from pytest_django import Settings
 
 from config.environment import Site
 from runs.conf import AppSettings, check_settings
+from tests.support.package import in_a_bare_host
 from tests.support.procs import ROOT, subprocess_env, uvicorn_refusal
 
 # One bad value of each kind, as the environment gives it: the variable, its text, and what the
@@ -182,20 +183,12 @@ def test_check_runworker_runedge_and_the_web_application_refuse_bad_values_set_i
 # --- a host project that sets none -------------------------------------------------------------------
 
 
-def _in_a_bare_host(home: Path, *command: str) -> subprocess.CompletedProcess[str]:
-    """`python COMMAND` in a host project of its own (on SQLite in `home`), with no RUNLEDGER_*
-    setting in its settings module nor in its environment."""
-    env = {k: v for k, v in subprocess_env().items() if not k.startswith("RUNLEDGER_") and k != "DATABASE_URL"}
-    env.update(DJANGO_SETTINGS_MODULE="tests.support.bare_host_settings", RUNLEDGER_TEST_HOST_DIR=str(home))
-    return subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-
-
 @pytest.mark.sqlite
 @pytest.mark.timeout(120)
 def test_a_host_project_that_sets_no_runledger_setting_passes_its_checks_and_reads_every_default(
     tmp_path: Path,
 ) -> None:
-    checked = _in_a_bare_host(tmp_path, "manage.py", "check")
+    checked = in_a_bare_host(tmp_path, "manage.py", "check")
     assert checked.returncode == 0, checked.stderr
     assert "System check identified no issues" in checked.stdout
 
@@ -203,7 +196,7 @@ def test_a_host_project_that_sets_no_runledger_setting_passes_its_checks_and_rea
         "import django, json; django.setup(); from runs.conf import AppSettings, conf; "
         "print(json.dumps({s.name: getattr(conf, s.name.removeprefix('RUNLEDGER_')) for s in AppSettings.declared()}))"
     )
-    shown = _in_a_bare_host(tmp_path, "-c", show)
+    shown = in_a_bare_host(tmp_path, "-c", show)
     assert shown.returncode == 0, shown.stderr
     read = json.loads(shown.stdout.splitlines()[-1])
     assert list(read) == [s.name for s in AppSettings.declared()]

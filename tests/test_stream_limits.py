@@ -42,8 +42,15 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), py
 RECHECK = {"RUNLEDGER_SSE_RECHECK_SECONDS": "0.3"}
 
 
-def web_with(procs: Procs, **env: str) -> Proc:
-    return procs.uvicorn(env=subprocess_env(**env))
+# The site's application (runs.asgi's wrapper) and Django's own handler, as a host's stock asgi.py
+# serves the app: the cap and the slots' return must hold under both.
+HANDLERS = pytest.mark.parametrize(
+    "app", ["config.asgi:application", "tests.support.stock_asgi:application"], ids=["wrapped", "stock"]
+)
+
+
+def web_with(procs: Procs, app: str = "config.asgi:application", **env: str) -> Proc:
+    return procs.uvicorn(env=subprocess_env(**env), app=app)
 
 
 def session_cookie(user: User) -> tuple[Client, dict[str, str]]:
@@ -89,10 +96,11 @@ def assert_too_many(answer: Stream, cap: int) -> None:
 # --- the cap ------------------------------------------------------------------------------------
 
 
+@HANDLERS
 def test_a_user_holds_at_most_the_cap_of_streams_and_a_closed_one_frees_its_slot(
-    procs: Procs, alice: User, bob: User
+    procs: Procs, alice: User, bob: User, app: str
 ) -> None:
-    web = web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+    web = web_with(procs, app, RUNLEDGER_MAX_STREAMS_PER_USER="2")
     run, bobs = running_run(alice), running_run(bob)
     token, bob_token = auth_headers(token_for(alice)), auth_headers(token_for(bob))
     _browser, cookie = session_cookie(alice)
@@ -156,15 +164,17 @@ def test_the_cap_is_checked_after_authentication_visibility_and_cursor_and_refus
     assert statuses_at_once(web, stream_path(run), token, 3)[2] == 429
 
 
-def test_clients_that_leave_before_the_first_byte_give_their_slot_back(procs: Procs, alice: User) -> None:
-    web = web_with(procs, RUNLEDGER_MAX_STREAMS_PER_USER="2")
+@HANDLERS
+def test_clients_that_leave_before_the_first_byte_give_their_slot_back(procs: Procs, alice: User, app: str) -> None:
+    web = web_with(procs, app, RUNLEDGER_MAX_STREAMS_PER_USER="2")
     run = running_run(alice)
     token = auth_headers(token_for(alice))
 
     async def scenario() -> None:
         # Each client leaves at another moment of the server's work on its request: before it was
         # read, during the checks, between the view's answer and the first byte of the body (which
-        # then never runs, so only the end of the request can give the slot back), or later. A
+        # then never runs, so only the end of the request can give the slot back: under Django's
+        # own handler, which may not say so, RUNLEDGER_SSE_START_SECONDS after it was taken), or later. A
         # stream's head takes the server about 5-20 ms here: the moments spread over 0-30 ms.
         for i in range(180):
             stream = await Stream(web.url, stream_path(run), token).send()

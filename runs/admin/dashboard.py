@@ -12,14 +12,15 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
 
 from runs.access import sees_every_run
 from runs.admin.charts import Bar, horizontal_bars, vertical_bars
 from runs.admin.display import format_duration
+from runs.admin.run import ViewOnly
 from runs.conf import conf
-from runs.models import Run
+from runs.models import Dashboard, Run
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
 from runs.services.core import db_now
 
@@ -122,7 +123,22 @@ def figures(overview: Overview) -> dict[str, Any]:
     }
 
 
-def dashboard_view(request: HttpRequest) -> HttpResponse:
+@admin.register(Dashboard)
+class DashboardAdmin(ViewOnly, admin.ModelAdmin):
+    """The dashboard as the admin's page of `Dashboard`: one URL, for those who may see every run."""
+
+    def get_urls(self) -> list[URLPattern]:
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.dashboard), name=name)]
+
+    def dashboard(self, request: HttpRequest) -> HttpResponse:
+        return dashboard_view(request, self.admin_site)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return sees_every_run(request.user)
+
+
+def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     # The figures are of every run: for those who may see every run (DESIGN §6), staff or not
     # being the admin site's own gate (admin_view, before this).
     if not sees_every_run(request.user):
@@ -134,7 +150,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         request,
         "admin/runs/dashboard.html",
         {
-            **admin.site.each_context(request),
+            **site.each_context(request),
             **context,
             "title": "Runledger dashboard",
             "opts": Run._meta,

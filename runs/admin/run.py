@@ -120,8 +120,22 @@ class RunChangeList(HardenedChangeList):
         return queryset.defer("input", "output", "error", "end_reason", "open_tool_calls")
 
 
+class ViewOnly:
+    """Nothing can be added, edited or deleted: a change form renders read-only and refuses POSTs.
+    runs.change_run still lets its holder view (Django's has_view_permission accepts it)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(Run)
-class RunAdmin(CommandsMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -179,19 +193,6 @@ class RunAdmin(CommandsMixin, HardenedAdmin):
 
     class Media:
         css = {"all": ("runs/admin.css",)}
-
-    # --- nothing can be added, edited or deleted ---
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # View-only everywhere: the change form renders read-only and refuses POSTs. runs.change_run
-        # still lets its holder view (Django's has_view_permission accepts it).
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
@@ -343,7 +344,7 @@ class RunAdmin(CommandsMixin, HardenedAdmin):
             # The tail appends below the newest events, so it runs on the last page only.
             "tail": live and page == pages and not (events and events[-1].type in TERMINAL_EVENT_TYPES),
             "tail_after_seq": events[-1].seq if events else first - 1,
-            "tail_stream_url": reverse("run-stream", kwargs={"run_id": str(run.pk)}),
+            "tail_stream_url": reverse("runs:run-stream", kwargs={"run_id": str(run.pk)}),
             "tail_events_url": reverse(f"admin:{info[0]}_{info[1]}_events", args=[quote(run.pk)]),
             "event_vocabulary": browser_vocabulary(declared_types(run.agent)),
             "commands": [

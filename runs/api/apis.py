@@ -14,17 +14,17 @@ from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractUser
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from runs.agents import registered
+from runs.api.base import ApiView
 from runs.api.pagination import RunPagination, paginated_response
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
-from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, responses
+from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.selectors import run_events_page, run_with_current_attempt
 from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunListItemSerializer, RunOutputSerializer
 from runs.conf import conf
@@ -106,12 +106,12 @@ class AgentOutputSerializer(serializers.Serializer[Any]):
     )
 
 
-class AgentListApi(APIView):
+class AgentListApi(ApiView):
     @extend_schema_serializer(component_name="AgentListFilter")
     class FilterSerializer(PageFilterSerializer):
         pass
 
-    @extend_schema(
+    @documented(
         operation_id="agents_list",
         summary="List the registered agents",
         description="Every agent a run may name (`RUNLEDGER_AGENTS`), by name, with the event types of its "
@@ -132,7 +132,7 @@ class AgentListApi(APIView):
 
 
 # One URL, two operations: each method has its own input serializer and schema.
-class RunApi(APIView):
+class RunApi(ApiView):
     """Base of the operations that answer runs. A run's JSON is live state and may carry its
     resume ticket (DESIGN §6): no cache may keep any of these answers, errors (a 409's run) included."""
 
@@ -167,7 +167,7 @@ class RunCollectionApi(RunApi):
     class HeaderSerializer(serializers.Serializer[Any]):
         idempotency_key = serializers.RegexField(r"^[\x21-\x7e]{1,255}$", required=False)
 
-    @extend_schema(
+    @documented(
         operation_id="runs_list",
         summary="List the runs you can see",
         description="Newest first, 50 a page (`page_size` up to 500). Your own runs; all runs with "
@@ -197,7 +197,7 @@ class RunCollectionApi(RunApi):
             view=self,
         )
 
-    @extend_schema(
+    @documented(
         operation_id="runs_create",
         summary="Create a run",
         description="201 with the run. An unknown agent or a parent you cannot see is a 400; a terminal "
@@ -242,7 +242,7 @@ def _command_schema(
     errors: tuple[int, ...] = (400, 403, 404, 409, 413, 415),
 ) -> Callable[[F], F]:
     """The documentation of a command on one run: it answers the run, or the error shape."""
-    return extend_schema(
+    return documented(
         operation_id=operation_id,
         summary=summary,
         description=description,
@@ -288,7 +288,7 @@ class RunObjectApi(RunApi):
 
 
 class RunDetailApi(RunObjectApi):
-    @extend_schema(
+    @documented(
         operation_id="runs_retrieve",
         summary="Read a run",
         description="The run's facts and its current attempt (null before the first claim).",
@@ -313,7 +313,7 @@ class RunEventsApi(RunObjectApi):
         run_status = serializers.ChoiceField(choices=RUN_STATUSES)
         end_of_stream = serializers.BooleanField(help_text="the run is terminal and this page reaches its last event")
 
-    @extend_schema(
+    @documented(
         operation_id="runs_events",
         summary="Read a page of a run's events",
         description="Events with `seq > after_seq`, in order, at most `limit` (default 100, at most 1000) and at "

@@ -1,11 +1,20 @@
 """The documented responses every operation shares: the error shape under each status code."""
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.permissions import AllowAny, BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from runs.api.serializers import ConflictSerializer, ErrorSerializer
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _ERRORS: dict[int, OpenApiResponse] = {
     400: OpenApiResponse(ErrorSerializer, description="`validation_error`: a malformed body, query or header"),
@@ -61,3 +70,49 @@ IDEMPOTENT_REPLAYED = OpenApiParameter(
     response=[201],
     description="`true` when the response is the stored first answer to this Idempotency-Key",
 )
+
+
+# The schema's settings, the app's own (a host's SPECTACULAR_SETTINGS describes its own APIs).
+SCHEMA_SETTINGS: dict[str, Any] = {
+    "TITLE": "Runledger API",
+    "DESCRIPTION": "Durable agent runs: events, streams, cancel, stop, pause and resume.",
+    "VERSION": "1.0.0",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.api.serializers.RUN_STATUSES"},
+    # The app's operations, where the project mounted them: not the project's other APIs.
+    "PREPROCESSING_HOOKS": ["runs.api.schema.the_apps_endpoints"],
+    # The SSE stream is a plain async view that spectacular cannot see; the hook documents it.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "runs.sse_schema.document_run_stream",
+    ],
+}
+
+
+def the_apps_endpoints(endpoints: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Of the project's endpoints (path, regex, method, view), the app's."""
+    return [e for e in endpoints if getattr(e[3], "cls", e[3]).__module__.startswith("runs.")]
+
+
+def documented(**kwargs: Any) -> Callable[[F], F]:
+    """drf-spectacular's `extend_schema` for a view's method, on drf-spectacular's AutoSchema
+    whatever the project's DEFAULT_SCHEMA_CLASS (which `extend_schema` would otherwise build on)."""
+
+    def decorator(method: F) -> F:
+        method.kwargs = {"schema": AutoSchema}  # type: ignore[attr-defined]
+        return extend_schema(**kwargs)(method)
+
+    return decorator
+
+
+class SchemaApi(SpectacularAPIView):
+    """The schema, public like the health probes (credentials sent to it are ignored), not listing itself."""
+
+    custom_settings = SCHEMA_SETTINGS
+    authentication_classes: list[type[BaseAuthentication]] = []
+    permission_classes: list[type[BasePermission]] = [AllowAny]
+    schema = AutoSchema()
+
+    @documented(exclude=True)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)

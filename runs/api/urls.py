@@ -1,8 +1,8 @@
 from django.urls import URLPattern, URLResolver, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from runs.api import apis
 from runs.api.errors import api_not_found
+from runs.api.schema import SchemaApi
 
 # Mounted at /api/ by runs/urls.py, after the SSE stream route (a plain async view).
 urlpatterns: list[URLPattern | URLResolver] = [
@@ -14,9 +14,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/stop/", apis.RunStopApi.as_view(), name="run-stop"),
     path("runs/<str:run_id>/pause/", apis.RunPauseApi.as_view(), name="run-pause"),
     path("runs/<str:run_id>/resume/", apis.RunResumeApi.as_view(), name="run-resume"),
-    # Public, like the health probes.
-    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # A page to read it (Swagger UI) needs drf-spectacular's apps
+    # in INSTALLED_APPS: the standalone site serves one at api/docs/ (config/urls.py).
+    path("schema/", SchemaApi.as_view(), name="api-schema"),
     # Last: any other /api/ URL is a 404 in the API's error shape, not Django's HTML page.
     re_path(r"^(?P<path>.*)$", api_not_found),
 ]

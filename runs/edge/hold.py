@@ -44,7 +44,7 @@ from runs import streams
 from runs.api.errors import error_response, error_response_for
 from runs.conf import conf
 from runs.cursors import plain_int
-from runs.edge import grip
+from runs.edge import grip, publisher
 from runs.edge.link import Link, mint, read
 from runs.exceptions import NotFound
 from runs.models import RunEvent
@@ -65,6 +65,9 @@ FRAME_EXTRA = 160
 
 async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
     """The answer to a client's connect Pushpin signed; None for any other (served as a plain stream)."""
+    # Under runs.asgi the publisher started with the process; under Django's own handler, which
+    # has no lifespan, it starts here, with the first stream request (a no-op once running).
+    publisher.start()
     if not grip.signed_by_pushpin(request):
         return None
     # This loop's own streams of each user, read (not changed) from the opening thread.
@@ -89,6 +92,7 @@ async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         or not grip.signed_by_pushpin(request)
     ):
         return _not_pushpins(request)
+    publisher.start()
     found = read(run_id=run_id, token=token)
     if found is None:
         log.warning("run %s: a link fetch signed by Pushpin with a token not minted for this run", run_id)

@@ -1,7 +1,8 @@
 """The edge's publisher: every committed event, from the events table to each Pushpin (DESIGN §10).
 
-It runs in every web process started with `RUNLEDGER_GRIP_URL` (config/asgi.py starts it with the
-process), so there is no process of its own to start; one of them publishes at a time:
+It runs in every web process started with `RUNLEDGER_GRIP_URL` (runs.asgi starts it with the
+process; under Django's own ASGI handler the first stream request starts it), so there is no
+process of its own to start; one of them publishes at a time:
 
 - **One leader.** Each web process's publisher takes a PostgreSQL advisory lock, keyed by the set
   of Pushpin URLs, on a connection of its own; the one that holds it publishes, the others try
@@ -332,7 +333,7 @@ class Publisher:
             del self.ended[run_id]
 
 
-# This process's publisher, while it runs (config/asgi.py starts and stops it with the process).
+# This process's publisher, while it runs (runs.asgi starts and stops it with the process).
 _running: list[tuple[Publisher, "asyncio.Task[None]"]] = []
 
 

@@ -1,4 +1,4 @@
-"""HTTP requests by status, counted around the whole ASGI application (config/asgi.py): every
+"""HTTP requests by status, counted around the whole ASGI application (runs.asgi): every
 answer, the body guard's 413s and the static files included, at no database cost."""
 
 from typing import Any

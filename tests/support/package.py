@@ -15,7 +15,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, subprocess_env
 
 
 def checkout_files() -> list[str]:
@@ -98,3 +98,11 @@ def core_install(
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return report
+
+
+def in_a_bare_host(home: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """`python COMMAND` in a host project of its own (on SQLite in `home`), with no RUNLEDGER_*
+    setting in its settings module nor in its environment."""
+    env = {k: v for k, v in subprocess_env().items() if not k.startswith("RUNLEDGER_") and k != "DATABASE_URL"}
+    env.update(DJANGO_SETTINGS_MODULE="tests.support.bare_host_settings", RUNLEDGER_TEST_HOST_DIR=str(home))
+    return subprocess.run([sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)

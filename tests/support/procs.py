@@ -153,11 +153,11 @@ class Procs:
         self.log_dir = log_dir
         self.started: list[Proc] = []
 
-    def start(self, name: str, args: list[str], env: dict[str, str], port: int | None = None) -> Proc:
+    def start(self, name: str, args: list[str], env: dict[str, str], port: int | None = None, cwd: Path = ROOT) -> Proc:
         log_path = self.log_dir / f"{name}-{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             popen = subprocess.Popen(
-                args, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                args, cwd=cwd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
         proc = Proc(name=name, popen=popen, log_path=log_path, port=port)
         self.started.append(proc)
@@ -171,13 +171,15 @@ class Procs:
         workers: int = 1,
         timeout: float = 30,
         access_log: bool = False,
+        app: str = "config.asgi:application",
     ) -> Proc:
         """Start a uvicorn web process and wait until it answers /healthz/. With `workers` > 1 it
         is uvicorn's supervisor, which serves through that many child processes (in its process
         group, so `Proc.stop` signals them too). With `access_log`, its log has a line for every
-        request it answered (`127.0.0.1:40000 - "GET /healthz/ HTTP/1.1" 200`)."""
+        request it answered (`127.0.0.1:40000 - "GET /healthz/ HTTP/1.1" 200`). `app`: the site's
+        application, or another (tests.support.stock_asgi: Django's own handler, unwrapped)."""
         port = port or free_port()
-        args = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
+        args = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
         args += ["--port", str(port)]
         args += ["--log-level", "info"] if access_log else ["--no-access-log", "--log-level", "warning"]
         args += ["--workers", str(workers)] if workers > 1 else []

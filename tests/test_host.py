@@ -1,0 +1,187 @@
+"""Issue 31's proof that `runs` is an app any Django project can install: the built wheel, in a
+fresh virtualenv, added to a project made by `django-admin startproject` with the lines a host
+adds, serves the API, the streams, cancellation, the admin, the dashboard and /metrics/ under the
+host's stock ASGI handler, on SQLite and on PostgreSQL; a bad setting is refused with the
+registry's message; and the standalone site (config/) runs from the same wheel."""
+
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import host as hosts
+from tests.support.host import Host, Venv
+from tests.support.package import build
+from tests.support.procs import Proc, Procs, database_url
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    folder = tmp_path_factory.mktemp("venv")
+    built = build(folder)
+    venv = hosts.make_venv(folder / "venv", built.wheel)
+    venv.install("server,postgres")
+    return venv
+
+
+@dataclass
+class Served:
+    host: Host
+    web: Proc
+    worker: Proc
+    token: str
+    checked: str
+
+    def api(self) -> httpx.Client:
+        return hosts.api(self.web, self.token)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def served(request: pytest.FixtureRequest, venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A fresh host on the database `param`, migrated, with a superuser and their API token, its
+    uvicorn and worker running (each test makes its own runs)."""
+    folder = tmp_path_factory.mktemp(f"host-{request.param}")
+    with ExitStack() as stack:
+        database = None
+        if request.param == "postgresql":
+            request.getfixturevalue("django_db_setup")
+            with request.getfixturevalue("django_db_blocker").unblock():
+                url = database_url()
+            if not url.startswith("postgres"):
+                pytest.fail("the PostgreSQL host needs the suite on PostgreSQL (DATABASE_URL=postgres://…)")
+            database = stack.enter_context(hosts.own_database(url))
+        host = hosts.start_project(venv, folder)
+        hosts.add_the_app(host, database)
+        checked = host.must("check")
+        host.must("migrate")
+        token = host.create_admin_token()
+        # Stopped before the database is dropped (the stack unwinds last in, first out).
+        procs = Procs(folder)
+        stack.callback(procs.stop_all)
+        yield Served(host, hosts.start_web(procs, host), hosts.start_worker(procs, host), token, checked)
+
+
+@pytest.mark.timeout(600)
+def test_the_host_checks_clean_and_runs_the_wheels_app_from_its_own_folder(served: Served, venv: Venv) -> None:
+    assert served.checked.strip().splitlines()[-1] == hosts.NO_ISSUES
+    where = served.host.run("-c", "import runs, config; print(runs.__file__); print(config.__file__)")
+    runs_file, config_file = where.stdout.split()
+    assert Path(runs_file).is_relative_to(venv.root), runs_file
+    assert Path(config_file).is_relative_to(served.host.folder), config_file
+    assert (served.host.folder / "config" / "asgi.py").read_text().endswith("application = get_asgi_application()\n")
+    for proc in (served.web, served.worker):
+        assert hosts.working_directory(proc) == served.host.folder
+
+
+@pytest.mark.timeout(120)
+def test_a_demo_run_created_by_token_streams_to_its_end(served: Served) -> None:
+    run_id = hosts.create_demo_run(served.api(), served.host, deltas=5, delay_ms=20)
+    stream, events = hosts.stream_to_end(served.web, served.host, run_id, served.token)
+    assert stream.status == 200
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    assert events[-1].event == "run.completed"
+    assert [event.json()["data"]["text"] for event in events if event.event == "output.delta"] == [
+        f"chunk {i} " for i in range(5)
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_a_running_run_cancelled_ends_with_one_run_cancelled(served: Served) -> None:
+    client = served.api()
+    run_id = hosts.create_demo_run(client, served.host, deltas=500, delay_ms=50)
+    run = served.host.url(f"api/runs/{run_id}/")
+    wait_until(lambda: client.get(run).json()["status"] == "running", timeout=30, what="the worker's claim")
+
+    cancelled = client.post(run + "cancel/", json={"note": "from the host"})
+    assert cancelled.status_code == 200, cancelled.text
+    wait_until(lambda: client.get(run).json()["status"] == "cancelled", timeout=30, what="the cancel")
+    page = client.get(run + "events/", params={"limit": 1000}).json()
+    assert page["end_of_stream"], page
+    assert [event["type"] for event in page["results"]].count("run.cancelled") == 1
+    assert page["results"][-1]["type"] == "run.cancelled"
+
+
+@pytest.mark.timeout(120)
+def test_a_superuser_opens_the_run_list_and_a_run_in_the_admin(served: Served) -> None:
+    run_id = hosts.create_demo_run(served.api(), served.host, deltas=1, delay_ms=0)
+    admin = hosts.signed_in_admin(served.web)
+    listing = admin.get("/admin/runs/run/")
+    assert listing.status_code == 200
+    assert f"/admin/runs/run/{run_id}/change/" in listing.text
+    change = admin.get(f"/admin/runs/run/{run_id}/change/")
+    assert change.status_code == 200
+    assert run_id in change.text
+
+
+@pytest.mark.timeout(120)
+def test_the_admin_index_links_to_the_dashboard(served: Served) -> None:
+    admin = hosts.signed_in_admin(served.web)
+    index = admin.get("/admin/")
+    assert index.status_code == 200
+    # The admin lists it as it lists a model: by its name and by a "View" link, the same href.
+    assert "/admin/runs/dashboard/" in hosts.links(index.text)
+    dashboard = admin.get("/admin/runs/dashboard/")
+    assert dashboard.status_code == 200
+    assert 'id="rl-dashboard"' in dashboard.text
+
+
+@pytest.mark.timeout(120)
+def test_metrics_answer_the_hosts_bearer_and_refuse_a_caller_without_it(served: Served) -> None:
+    hosts.create_demo_run(served.api(), served.host, deltas=1, delay_ms=0)
+    metrics = served.host.url("metrics/")
+    with httpx.Client(base_url=served.web.url, timeout=20) as client:
+        scraped = client.get(metrics, headers={"Authorization": f"Bearer {hosts.METRICS_TOKEN}"})
+        refused = client.get(metrics)
+    assert scraped.status_code == 200, scraped.text
+    assert re.search(r'^runledger_runs\{status="\w+"\} [1-9]', scraped.text, re.MULTILINE), scraped.text
+    assert refused.status_code in (401, 403)
+
+
+@pytest.mark.timeout(300)
+def test_a_bad_setting_value_is_refused_by_check_and_runworker_with_the_registrys_message(
+    venv: Venv, tmp_path: Path
+) -> None:
+    host = hosts.start_project(venv, tmp_path)
+    hosts.add_the_app(host, RUNLEDGER_LEASE_SECONDS="soon")
+    checked = host.manage("check")
+    assert checked.returncode != 0
+    (line,) = [line for line in checked.stderr.splitlines() if "(runs.E002)" in line]
+    message = line.split("(runs.E002)", 1)[1].strip()
+    assert message.startswith("RUNLEDGER_LEASE_SECONDS") and "'soon'" in message, line
+
+    # As the system check refuses it, and on its own under --skip-checks (conf.require()).
+    for skip in ([], ["--skip-checks"]):
+        worker = host.manage("runworker", "--once", *skip)
+        assert worker.returncode != 0
+        assert message in worker.stderr, worker.stderr
+
+
+@pytest.mark.timeout(600)
+def test_the_standalone_site_runs_from_the_wheel(venv: Venv, tmp_path: Path, procs: Procs) -> None:
+    # Its own opinions need every extra (the edge's too): what bin/run and the production guide install.
+    venv.install("all")
+    site = hosts.copy_site(venv, tmp_path)
+    assert not (site.folder / "runs").exists()
+    assert site.must("check").strip().splitlines()[-1] == hosts.NO_ISSUES
+    site.must("migrate")
+    token = site.create_admin_token()
+    web, _ = hosts.start_web(procs, site), hosts.start_worker(procs, site)
+
+    with httpx.Client(base_url=web.url, timeout=20) as client:
+        assert client.get("/healthz/").status_code == 200
+        assert client.get("/accounts/login/").status_code == 200
+        admin = client.get("/admin/")
+        assert admin.status_code == 302 and admin.headers["location"].startswith("/admin/login/")
+    run_id = hosts.create_demo_run(hosts.api(web, token), site, deltas=3, delay_ms=10)
+    stream, events = hosts.stream_to_end(web, site, run_id, token)
+    assert stream.status == 200
+    assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    assert events[-1].event == "run.completed"
