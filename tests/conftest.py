@@ -10,7 +10,16 @@ pytest_plugins = ["tests.support.procs", "tests.support.browser", "tests.support
 ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 
 
+# The fixtures that start real processes (web processes, workers, a browser, a PostgreSQL of its
+# own): a test that asks for one is a `processes` test, which `bin/test --quick` leaves out.
+PROCESS_FIXTURES = {"procs", "live", "proxy", "chromium", "browser_page", "pg_cluster"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
     # On SQLite only the tests that claim to hold there may run; bin/test selects them with
     # -m sqlite, and this guards a hand-run that forgot to.
     if ON_SQLITE:

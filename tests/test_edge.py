@@ -201,6 +201,29 @@ def test_watchers_through_the_edge_receive_every_event_once_in_order(
 
 @pytest.mark.edge
 @pytest.mark.processes
+def test_under_djangos_own_asgi_handler_the_first_stream_request_starts_the_publisher(
+    procs: Procs, alice: User
+) -> None:
+    # No ASGI lifespan there (a host's stock asgi.py): bin/edge's probe stream is the first.
+    control = control_socket()
+    web = procs.uvicorn(env=edge_env(control), app="tests.support.stock_asgi:application")
+    edge = start_edge(procs, upstream=web, control=control)
+    wait_leading(web)
+    run = queued_run(alice, input={"deltas": 20, "delay_ms": 20})
+
+    async def scenario() -> list[list[Event]]:
+        _, tasks = await watch_all(edge.url, stream_path(run), [auth_headers(token_for(alice))] * 3)
+        await asyncio.to_thread(procs.worker, "edge-worker")
+        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+
+    got = asyncio.run(scenario())
+    run = wait_status(run, "completed")
+    for events in got:
+        assert_exact_log(events, run)
+
+
+@pytest.mark.edge
+@pytest.mark.processes
 def test_last_event_id_through_the_edge_resumes_exactly_and_a_finished_run_read_to_its_end_is_a_204(
     procs: Procs, alice: User
 ) -> None:

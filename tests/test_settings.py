@@ -213,7 +213,8 @@ def test_a_host_project_that_sets_no_runledger_setting_passes_its_checks_and_rea
 # --- one registry: the code's names, and the reference ------------------------------------------------
 
 # RUNLEDGER_* names in the code that are no setting: bin/test's folder for the suite's PostgreSQL.
-NOT_SETTINGS = {"RUNLEDGER_TEST_PGDIR"}
+# bin/test's own variables: its cluster's folder, how many test processes it runs at once.
+NOT_SETTINGS = {"RUNLEDGER_TEST_PGDIR", "RUNLEDGER_TEST_JOBS"}
 CODE = ("runs", "config", "bin", "deploy")
 
 

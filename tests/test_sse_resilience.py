@@ -174,7 +174,7 @@ def test_two_web_processes_see_every_event_and_a_killed_listen_connection_loses_
         before = listen_pids()
         query_one(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name LIKE 'runledger-listen:web:%%'",
+            "WHERE application_name LIKE 'runledger-listen:web:%%' AND datname = current_database()",
             [],
         )
         return before

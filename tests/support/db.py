@@ -62,7 +62,9 @@ def listen_connections(role: str) -> list[tuple[str, int]]:
     "worker") hold on the server. runs.listener names each `runledger-listen:<role>:<process id>`."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT application_name, pid FROM pg_stat_activity WHERE application_name LIKE %s",
+            # This database's: another test process (bin/test runs several) has its own.
+            "SELECT application_name, pid FROM pg_stat_activity WHERE application_name LIKE %s"
+            " AND datname = current_database()",
             [f"{APPLICATION_NAME_PREFIX}:{role}:%"],
         )
         return list(cursor.fetchall())
