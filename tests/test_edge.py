@@ -204,15 +204,16 @@ def test_watchers_through_the_edge_receive_every_event_once_in_order(
 def test_under_djangos_own_asgi_handler_the_first_stream_request_starts_the_publisher(
     procs: Procs, alice: User
 ) -> None:
-    # No ASGI lifespan there (a host's stock asgi.py): bin/edge's probe stream is the first.
+    # No ASGI lifespan there (a host's stock asgi.py): the watchers' connects are its first streams.
     control = control_socket()
     web = procs.uvicorn(env=edge_env(control), app="tests.support.stock_asgi:application")
     edge = start_edge(procs, upstream=web, control=control)
-    wait_leading(web)
     run = queued_run(alice, input={"deltas": 20, "delay_ms": 20})
+    headers = [auth_headers(token_for(alice))] * 3
 
     async def scenario() -> list[list[Event]]:
-        _, tasks = await watch_all(edge.url, stream_path(run), [auth_headers(token_for(alice))] * 3)
+        _, tasks = await watch_all(edge.url, stream_path(run), headers)
+        await asyncio.to_thread(wait_leading, web)
         await asyncio.to_thread(procs.worker, "edge-worker")
         return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
 

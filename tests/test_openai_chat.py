@@ -162,7 +162,7 @@ def test_a_stop_the_worker_finds_between_two_chunks_closes_the_model_stream_too(
     procs.worker("w1", env=model.env(RUNLEDGER_CANCEL_GRACE_SECONDS=str(GRACE_SECONDS)))
     run = wait_status(
         queued_run(
-            alice, agent="openai_chat", input={"model": "test+words-300000", "messages": MESSAGES}, max_events=10
+            alice, agent="openai_chat", input={"model": "test+words-3000000", "messages": MESSAGES}, max_events=10
         ),
         "stopped",
     )
