@@ -159,10 +159,12 @@ def test_a_stop_the_worker_finds_between_two_chunks_closes_the_model_stream_too(
     # as it can), not inside a read: the worker closes the agent's generator rather than cancel a
     # read, and only the agent's own `async with` closes the stream then. The answer is longer
     # than the sockets' buffers hold, so the server cannot have sent it all by then.
-    procs.worker("w1", env=model.env(RUNLEDGER_CANCEL_GRACE_SECONDS=str(GRACE_SECONDS)))
+    # The whole answer asked for: the default max_tokens (4,096 words here) fits in the sockets' buffers.
+    env = model.env(RUNLEDGER_CANCEL_GRACE_SECONDS=str(GRACE_SECONDS), RUNLEDGER_OPENAI_MAX_TOKENS="1000000")
+    procs.worker("w1", env=env)
     run = wait_status(
         queued_run(
-            alice, agent="openai_chat", input={"model": "test+words-3000000", "messages": MESSAGES}, max_events=10
+            alice, agent="openai_chat", input={"model": "test+words-300000", "messages": MESSAGES}, max_events=10
         ),
         "stopped",
     )
