@@ -6,8 +6,8 @@
     application = wrap(get_asgi_application())
 
 Nothing in it is needed for correctness: under the stock handler a stream still gives its slot
-back however early its client leaves (runs.stream_guard), and the edge's publisher starts with the
-process's first stream request (runs.edge.publisher). What it adds:
+back however early its client leaves (runs.streaming.guard), and the edge's publisher starts with
+the process's first stream request (runs.streaming.edge.publisher). What it adds:
 
 - **Requests dispatched by the kind of view.** Django's own ASGI handler starts a thread for every
   request (a thread-sensitive context of its own) and adapts each synchronous middleware to async:
@@ -20,8 +20,8 @@ process's first stream request (runs.edge.publisher). What it adds:
   the request there (`request_finished` gives the thread's database connection back to the pool on
   the thread that borrowed it). Asynchronous views (the SSE stream) run on the event loop with the
   async middleware chain and no thread-sensitive context: they do their database work on small
-  pools of their own (runs/streams.py), so the few synchronous middleware steps they pass through
-  share one thread and an open stream holds none.
+  pools of their own (runs/streaming/hub.py), so the few synchronous middleware steps they pass
+  through share one thread and an open stream holds none.
 - **The body limit** (`RUNLEDGER_MAX_BODY_BYTES`) applied before Django spools a body (`BodyLimit`).
 - **A stream's slot given back the moment its request ends** (`REQUEST_END`), not when the stock
   handler's fallback notices.
@@ -58,8 +58,8 @@ def wrap(inner: Any, *, serve_static: bool = False) -> Any:
     no web server in front."""
     # Imported once Django is set up: they reach the models.
     from runs.agents.loading import require_agents
-    from runs.edge import publisher
     from runs.metrics.http import CountResponses
+    from runs.streaming.edge import publisher
 
     # A web process without the agents it is configured for would refuse their runs, and one with
     # settings that cannot work would apply them wrongly: refuse to start (uvicorn runs no system checks).
@@ -146,8 +146,9 @@ class Application:
 
     async def lifespan(self, receive: Any, send: Any) -> None:
         """What lives as long as the process: the edge's publisher, when there is an edge
-        (runs/edge/publisher.py), which must publish whether or not this process serves streams."""
-        from runs.edge import publisher
+        (runs/streaming/edge/publisher.py), which must publish whether or not this process serves
+        streams."""
+        from runs.streaming.edge import publisher
 
         while True:
             message = await receive()

@@ -40,8 +40,8 @@ from django.db import DatabaseError, connection
 
 from runs import logs, notify, services
 from runs.conf import conf
-from runs.listener import Listener
 from runs.models import Run
+from runs.streaming.listener import Listener
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import Execution
 from runs.worker.db import Db

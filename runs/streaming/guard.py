@@ -42,12 +42,12 @@ from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from runs import streams
 from runs.asgi import REQUEST_END
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, Run
 from runs.selectors import users_active
+from runs.streaming import hub
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ class StreamGuard:
         try:
             # On the stream-opening pool: these are the opening checks again, and the live reads
             # must not wait behind them.
-            found = await streams.run_open_check(
+            found = await hub.run_open_check(
                 _recheck_sync,
                 {w.user_id for w in watches},
                 {w.token_key for w in watches if w.token_key is not None},
@@ -356,5 +356,5 @@ class EdgeStreams:
 
 
 # This process's guard, and the edge's streams it answered for.
-get_guard = streams.loop_local(StreamGuard)
+get_guard = hub.loop_local(StreamGuard)
 edge_streams = EdgeStreams()

@@ -41,9 +41,9 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.listener import Listener
 from runs.models import Run, RunEvent
 from runs.selectors import event_json, run_events_json_bounded
+from runs.streaming.listener import Listener
 
 log = logging.getLogger(__name__)
 
