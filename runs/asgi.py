@@ -23,8 +23,8 @@ the process's first stream request (runs.streaming.edge.publisher). What it adds
   pools of their own (runs/streaming/hub.py), so the few synchronous middleware steps they pass
   through share one thread and an open stream holds none.
 - **The body limit** (`RUNLEDGER_MAX_BODY_BYTES`) applied before Django spools a body (`BodyLimit`).
-- **A stream's slot given back the moment its request ends** (`REQUEST_END`), not when the stock
-  handler's fallback notices.
+- **A stream's slot given back the moment its request ends** (runs.http.request_end), not when
+  the stock handler's fallback notices.
 - **The edge's publisher started and stopped with the process** (the ASGI lifespan).
 - **Requests counted by status** for /metrics/, the body limit's 413s and static files included.
 - **The start-up checks** `runworker` also makes: the settings (runs.conf), the agents, the edge.
@@ -45,11 +45,10 @@ from django.http import HttpResponseBase
 from django.urls import Resolver404, resolve, set_script_prefix
 
 from runs.conf import conf
+from runs.http.errors import error_body
+from runs.http.request_end import request_ended
 
 Scope = dict[str, Any]
-
-# The ASGI scope key under which a request lists what to call once it has ended (AsyncViews).
-REQUEST_END = "runledger.request_end"
 
 
 def wrap(inner: Any, *, serve_static: bool = False) -> Any:
@@ -125,8 +124,7 @@ class AsyncViews(ASGIHandler):
         try:
             await self.handle(scope, receive, send)
         finally:
-            for release in scope.get(REQUEST_END, ()):
-                release()
+            request_ended(scope)
 
 
 class Application:
@@ -209,8 +207,6 @@ class BodyLimit:
             await self.refuse(send)
 
     async def refuse(self, send: Any) -> None:
-        from runs.api.errors import error_body
-
         message = "the request body is larger than the server accepts"
         body = json.dumps(error_body("payload_too_large", message, {"limit_bytes": self.limit})).encode()
         headers = [

@@ -23,5 +23,7 @@ the bytes on the wire. Follow one request of `GET /api/runs/{id}/stream/` (runs/
                   replay and hold instructions and Pushpin's fetches of the stream's link, the
                   publisher sends each committed event to Pushpin, which writes it to the clients
 
-A stream writes nothing but the count of a failed token attempt.
+A stream writes nothing but the count of a failed token attempt. The error shape, the token and
+session credentials and that count are the app's HTTP basics (runs/http/), shared with the API,
+the probes, /metrics/ and the sign-in pages.
 """

@@ -7,9 +7,9 @@ re-check of who holds each open stream — those it holds itself, and those the 
   between, so a burst of opens cannot all slip under the cap. It is given back exactly once
   (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
   body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
-  runs.asgi's handler calls what `release_at_request_end` registered, and Django's own closes the
-  response. Under Django's own handler a client can also leave between the view's answer and the
-  response being sent, where nothing says so: a slot whose body has not started
+  runs.asgi's handler calls what the view registered (runs.http.request_end), and Django's own
+  closes the response. Under Django's own handler a client can also leave between the view's
+  answer and the response being sent, where nothing says so: a slot whose body has not started
   `RUNLEDGER_SSE_START_SECONDS` after it was taken is given back then (`Watch.start`).
 - **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
   stream's (user, credential, run) at once: a handful of queries for the whole process, never
@@ -31,18 +31,16 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from runs.asgi import REQUEST_END
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, Run
@@ -61,11 +59,6 @@ EDGE_MARGIN = 10.0
 Holder = tuple[int, str | None, str | None, str]
 
 K = TypeVar("K")
-
-
-def release_at_request_end(request: HttpRequest, release: Callable[[], None]) -> None:
-    """Have `release` called when the request has ended, whatever happened to it."""
-    request.scope.setdefault(REQUEST_END, []).append(release)  # type: ignore[attr-defined]
 
 
 @dataclass(eq=False, slots=True)  # eq=False: each is itself, in the guard's set

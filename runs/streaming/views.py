@@ -28,12 +28,13 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from runs.api.errors import error_response_for
 from runs.conf import conf
+from runs.http.errors import error_response_for
+from runs.http.request_end import at_request_end
 from runs.metrics import series
 from runs.streaming.checks import Opened, checked
 from runs.streaming.edge import hold
-from runs.streaming.guard import Watch, get_guard, release_at_request_end, too_many_streams
+from runs.streaming.guard import Watch, get_guard, too_many_streams
 from runs.streaming.hub import Frame, get_hub
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return error_response_for(too_many_streams())
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request (guard.py says how, under each ASGI handler).
-    release_at_request_end(request, watch.release)
+    at_request_end(request, watch.release)
     stream = _Stream(watch, _stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once

@@ -40,10 +40,10 @@ from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from runs.api.errors import error_response, error_response_for
 from runs.conf import conf
 from runs.cursors import plain_int
 from runs.exceptions import NotFound
+from runs.http.errors import error_response, error_response_for
 from runs.models import RunEvent
 from runs.selectors import run_events_json_after, run_get
 from runs.streaming import hub
