@@ -31,12 +31,9 @@ import asyncio
 import logging
 import math
 import time
-from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.db.models import Func, IntegerField, TextField
-from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -44,8 +41,7 @@ from runs.conf import conf
 from runs.cursors import plain_int
 from runs.exceptions import NotFound
 from runs.http.errors import error_response, error_response_for
-from runs.models import RunEvent
-from runs.selectors import run_events_json_after, run_get
+from runs.selectors import run_event_sizes, run_events_json_after, run_get
 from runs.streaming import hub
 from runs.streaming.checks import Opened, check, open_bound
 from runs.streaming.edge import grip, publisher
@@ -225,27 +221,12 @@ def _hold(response: HttpResponse, held: Link, *, last: int, link: str, token: st
     return response
 
 
-class _Bytes(Func):
-    """The size in bytes of a text: what a row's data weighs before it is read."""
-
-    function = "OCTET_LENGTH"
-    output_field = IntegerField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra)
-
-
 def _replay(run_id: str, cursor: int) -> tuple[list[hub.Frame], bool]:
     """The frames after `cursor` up to the terminal one, at most REPLAY_MAX and about
     REPLAY_MAX_BYTES (at least one), and whether they reach the last event stored. The sizes are
     read first, so what is read is bounded whatever the rows hold."""
-    sizes = (
-        RunEvent.objects.filter(run_id=run_id, seq__gt=cursor)
-        .order_by("seq")
-        .values_list("seq", _Bytes("type") + _Bytes(Cast("data", TextField())))
-    )
     upto, total, complete = cursor, 0, True
-    for seq, size in sizes[: REPLAY_MAX + 1]:
+    for seq, size in run_event_sizes(run_id=run_id, after_seq=cursor, limit=REPLAY_MAX + 1):
         total += size + FRAME_EXTRA
         if seq - cursor > REPLAY_MAX or (upto > cursor and total > REPLAY_MAX_BYTES):
             complete = False

@@ -47,8 +47,9 @@ from django.db import DatabaseError, connection, connections
 
 from runs import notify
 from runs.conf import conf
-from runs.models import LIVE_VALUES, Run
+from runs.models import LIVE_VALUES
 from runs.selectors import run_events_json_after
+from runs.selectors.states import run_last_seqs_live, run_status_last_seq
 from runs.streaming import hub
 from runs.streaming.edge import grip
 from runs.streaming.listener import conninfo
@@ -119,8 +120,7 @@ async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
 
 def _live_heads_sync() -> dict[str, int]:
     try:
-        rows = Run.objects.filter(status__in=LIVE_VALUES).values_list("pk", "last_seq")
-        return {str(pk): last_seq for pk, last_seq in rows}
+        return run_last_seqs_live()
     finally:
         connection.close()
 
@@ -131,7 +131,7 @@ def _read_sync(wanted: dict[str, int | None]) -> list[_Read]:
         found = []
         for run_id, head in wanted.items():
             if head is None:
-                row = Run.objects.filter(pk=run_id).values_list("status", "last_seq").first()
+                row = run_status_last_seq(run_id=run_id)
                 if row is None:
                     continue  # deleted since
                 if row[0] not in LIVE_VALUES:
