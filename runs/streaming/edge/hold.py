@@ -4,11 +4,12 @@ stream's end.
 
 - **A client's connect** (`respond`, on the stream's path `…/stream/`, signed by Pushpin —
   `grip.signed_by_pushpin`) carries the client's credentials: it is checked exactly as a stream
-  the web process serves itself (`checks.py` above: 401, 404, 400, 204), then counted against
-  the user's cap of streams (`guard.py`'s `EdgeStreams`: 429). The position is the client's
-  `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The hold's link is
-  `…/stream/link/`, with a token minted for this run, this user and this credential, until the
-  stream's lifetime (link.py), which Pushpin returns with each fetch (`grip.LINK_CHANNEL`).
+  the web process serves itself (runs/streaming/checks.py: 401, 404, 400, 204), then counted
+  against the user's cap of streams (`EdgeStreams`, runs/streaming/guard.py: 429). The position
+  is the client's `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The
+  hold's link is `…/stream/link/`, with a token minted for this run, this user and this
+  credential, until the stream's lifetime (link.py), which Pushpin returns with each fetch
+  (`grip.LINK_CHANNEL`).
 - **Pushpin's fetch of that link** (`recover`: after a gap, a recover, or every link timeout,
   busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
   with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
