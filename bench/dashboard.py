@@ -160,8 +160,8 @@ def measure(repeats: int) -> dict[str, Any]:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
+    from runs.selectors.clock import db_now
     from runs.selectors.overview import system_overview
-    from runs.services.core import db_now
 
     staff = User.objects.create_user("dashboard-staff", is_staff=True, is_superuser=True)
     client = Client()

@@ -53,10 +53,10 @@ def _install() -> None:
                 stamp(run_id, "recheck")
         await recheck(self, held, via=via)
 
-    run_states = worker._run_states
+    run_worker_states = worker.run_worker_states
 
-    def _run_states(run_ids: list[Any]) -> Any:
-        states = run_states(run_ids)
+    def _run_worker_states(*, run_ids: list[Any]) -> Any:
+        states = run_worker_states(run_ids=run_ids)
         if len(run_ids) == 1:  # a notification's re-read, not the poll's of every run held
             stamp(run_ids[0], "read")
         return states
@@ -94,7 +94,7 @@ def _install() -> None:
     patches: Iterable[tuple[Any, str, Callable[..., Any]]] = (
         (worker.Worker, "_on_notify", _on_notify),
         (worker.Worker, "_recheck", _recheck),
-        (worker, "_run_states", _run_states),
+        (worker, "run_worker_states", _run_worker_states),
         (attempt.Execution, "stop", _stop),
         (steps.Steps, "close", _close),
         (steps.Steps, "_leader_exited", _leader_exited),

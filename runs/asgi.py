@@ -6,8 +6,8 @@
     application = wrap(get_asgi_application())
 
 Nothing in it is needed for correctness: under the stock handler a stream still gives its slot
-back however early its client leaves (runs.stream_guard), and the edge's publisher starts with the
-process's first stream request (runs.edge.publisher). What it adds:
+back however early its client leaves (runs.streaming.guard), and the edge's publisher starts with
+the process's first stream request (runs.streaming.edge.publisher). What it adds:
 
 - **Requests dispatched by the kind of view.** Django's own ASGI handler starts a thread for every
   request (a thread-sensitive context of its own) and adapts each synchronous middleware to async:
@@ -20,11 +20,11 @@ process's first stream request (runs.edge.publisher). What it adds:
   the request there (`request_finished` gives the thread's database connection back to the pool on
   the thread that borrowed it). Asynchronous views (the SSE stream) run on the event loop with the
   async middleware chain and no thread-sensitive context: they do their database work on small
-  pools of their own (runs/streams.py), so the few synchronous middleware steps they pass through
-  share one thread and an open stream holds none.
+  pools of their own (runs/streaming/hub.py), so the few synchronous middleware steps they pass
+  through share one thread and an open stream holds none.
 - **The body limit** (`RUNLEDGER_MAX_BODY_BYTES`) applied before Django spools a body (`BodyLimit`).
-- **A stream's slot given back the moment its request ends** (`REQUEST_END`), not when the stock
-  handler's fallback notices.
+- **A stream's slot given back the moment its request ends** (runs.http.request_end), not when
+  the stock handler's fallback notices.
 - **The edge's publisher started and stopped with the process** (the ASGI lifespan).
 - **Requests counted by status** for /metrics/, the body limit's 413s and static files included.
 - **The start-up checks** `runworker` also makes: the settings (runs.conf), the agents, the edge.
@@ -45,11 +45,10 @@ from django.http import HttpResponseBase
 from django.urls import Resolver404, resolve, set_script_prefix
 
 from runs.conf import conf
+from runs.http.errors import error_body
+from runs.http.request_end import request_ended
 
 Scope = dict[str, Any]
-
-# The ASGI scope key under which a request lists what to call once it has ended (AsyncViews).
-REQUEST_END = "runledger.request_end"
 
 
 def wrap(inner: Any, *, serve_static: bool = False) -> Any:
@@ -58,8 +57,8 @@ def wrap(inner: Any, *, serve_static: bool = False) -> Any:
     no web server in front."""
     # Imported once Django is set up: they reach the models.
     from runs.agents.loading import require_agents
-    from runs.edge import publisher
     from runs.metrics.http import CountResponses
+    from runs.streaming.edge import publisher
 
     # A web process without the agents it is configured for would refuse their runs, and one with
     # settings that cannot work would apply them wrongly: refuse to start (uvicorn runs no system checks).
@@ -125,8 +124,7 @@ class AsyncViews(ASGIHandler):
         try:
             await self.handle(scope, receive, send)
         finally:
-            for release in scope.get(REQUEST_END, ()):
-                release()
+            request_ended(scope)
 
 
 class Application:
@@ -146,8 +144,9 @@ class Application:
 
     async def lifespan(self, receive: Any, send: Any) -> None:
         """What lives as long as the process: the edge's publisher, when there is an edge
-        (runs/edge/publisher.py), which must publish whether or not this process serves streams."""
-        from runs.edge import publisher
+        (runs/streaming/edge/publisher.py), which must publish whether or not this process serves
+        streams."""
+        from runs.streaming.edge import publisher
 
         while True:
             message = await receive()
@@ -208,8 +207,6 @@ class BodyLimit:
             await self.refuse(send)
 
     async def refuse(self, send: Any) -> None:
-        from runs.api.errors import error_body
-
         message = "the request body is larger than the server accepts"
         body = json.dumps(error_body("payload_too_large", message, {"limit_bytes": self.limit})).encode()
         headers = [

@@ -209,9 +209,9 @@ class AppSettings(Registry):
     OPENAI_CONTINUE = Flag(
         False, "whether runs that do not say continue a requeued answer in place (vLLM only)", (WORKER,)
     )
-    # The SSE edge (DESIGN §10, runs.edge)
+    # The SSE edge (DESIGN §10, runs.streaming.edge)
     # Each a file in a folder only the web processes' user may enter, so nobody else can publish;
-    # Pushpin's HTTP control port has no authentication and stays off (runs.edge.control).
+    # Pushpin's HTTP control port has no authentication and stays off (runs.streaming.edge.control).
     GRIP_URL = Names(
         [],
         "each Pushpin's control socket, where web processes publish (bin/edge --control PATH); empty: no edge",

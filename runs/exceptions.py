@@ -1,5 +1,5 @@
 """One error hierarchy for the whole project, mapped to the error shape in one place
-(`runs.api.errors`).
+(`runs.http.errors`; for the API's DRF views, `runs.api.errors`).
 
 The bottom of the house: it imports nothing of the project. A conflict carries the run whose
 committed state refused the command as a plain object, so that the models (which import the state

@@ -7,7 +7,7 @@ from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_safe
 
-from runs.api.errors import error_body
+from runs.http.errors import error_body
 
 logger = logging.getLogger(__name__)
 

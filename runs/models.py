@@ -274,7 +274,7 @@ class IdempotencyRecord(models.Model):
 
 class AuthFailure(models.Model):
     """A failed sign-in or token authentication, once under each key it counts against (a client
-    address, a username), for RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS (DESIGN §6; runs.services.throttles).
+    address, a username), for RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS (DESIGN §6; runs.http.throttles).
 
     In the database, not in a process, so that every web process counts against one limit.
     """

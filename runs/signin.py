@@ -1,6 +1,6 @@
 """Signing in: the login page's form (/accounts/login/) and the console's (/admin/login/), with
 failed sign-ins throttled per username and per client address (DESIGN §6; the counting is
-`runs.services.throttles`).
+`runs.http.throttles`).
 
 The form, not Django's `user_login_failed` signal: the signal is sent after the password has been
 checked, which is too late to refuse a guess without checking it, and it cannot change the answer.
@@ -17,8 +17,8 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponseBase
 
-from runs import services
 from runs.exceptions import TooManyRequests
+from runs.http import throttles
 
 
 class LoginForm(AuthenticationForm):
@@ -30,9 +30,9 @@ class LoginForm(AuthenticationForm):
         password = self.cleaned_data.get("password")
         if not username or not password:
             return super().clean()  # a missing field: no password is checked, nothing is counted
-        address = services.client_address(self.request) if self.request is not None else ""
+        address = throttles.client_address(self.request) if self.request is not None else ""
         try:
-            attempt = services.auth_login_begin(username=username, address=address)
+            attempt = throttles.auth_login_begin(username=username, address=address)
         except TooManyRequests as exc:
             self.refusal = exc
             raise ValidationError(exc.message, code=exc.code) from exc
@@ -40,9 +40,9 @@ class LoginForm(AuthenticationForm):
             cleaned = super().clean()
         except ValidationError:
             # A right password refused for another reason (the console's "not staff") is no guess.
-            services.auth_login_end(attempt, failed=self.user_cache is None)
+            throttles.auth_login_end(attempt, failed=self.user_cache is None)
             raise
-        services.auth_login_end(attempt, failed=False)
+        throttles.auth_login_end(attempt, failed=False)
         return cleaned
 
 

@@ -13,10 +13,11 @@ see only one of them). The staff console and its dashboard come with the admin s
 from django.urls import URLPattern, URLResolver, include, path
 from django.views.generic import RedirectView
 
-from runs import health, sse
-from runs.edge import hold
+from runs import health
 from runs.metrics import views as metrics
 from runs.pages import run_list_page, run_watch_page
+from runs.streaming import views as streaming
+from runs.streaming.edge import hold
 
 app_name = "runs"
 
@@ -28,9 +29,9 @@ operations: Patterns = [
     path("metrics/", metrics.metrics, name="metrics"),
 ]
 api: Patterns = [
-    # A plain async view, not DRF: it streams for as long as the run lives (runs/sse.py).
-    path("api/runs/<str:run_id>/stream/", sse.run_stream, name="run-stream"),
-    # Only Pushpin's fetches for the streams the edge holds (runs/edge/hold.py).
+    # A plain async view, not DRF: it streams for as long as the run lives (runs/streaming/views.py).
+    path("api/runs/<str:run_id>/stream/", streaming.run_stream, name="run-stream"),
+    # Only Pushpin's fetches for the streams the edge holds (runs/streaming/edge/hold.py).
     path("api/runs/<str:run_id>/stream/link/", hold.recover, name="run-stream-link"),
     path("api/", include("runs.api.urls")),
 ]

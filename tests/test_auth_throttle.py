@@ -21,8 +21,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
+from runs.http.throttles import PURGE_BATCH
 from runs.models import AuthFailure, Run
-from runs.services.throttles import PURGE_BATCH
 from tests.factories import running_run
 from tests.support.api import assert_error
 from tests.support.browser import give_password

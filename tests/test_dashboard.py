@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from runs import services
 from runs.events import RequeueCause
 from runs.models import AttemptOutcome, Run, RunAttempt
+from runs.selectors.clock import db_now
 from runs.selectors.overview import system_overview
-from runs.services.core import db_now
 from runs.transitions import StopCode
 from tests.factories import queued_run, running_run, waiting_run
 from tests.support.metrics import Families, parse, value

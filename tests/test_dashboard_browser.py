@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 from runs import services
 from runs.exceptions import InvalidTransition
 from runs.models import Run, RunAttempt
-from runs.services.core import db_now
+from runs.selectors.clock import db_now
 from tests.factories import queued_run
 from tests.support.browser import DEFAULT_TIMEOUT_MS, admin_login, give_password, save_screenshot
 from tests.support.dashboard import READ_PAGE, assert_same, expected, shown

@@ -37,13 +37,20 @@ from django.test import Client, RequestFactory
 
 from runs import services
 from runs.conf import conf
-from runs.edge import grip
-from runs.edge.control import bodies, folder_problem, parse_tnetstring, private_folder, socket_path, tnetstring
-from runs.edge.link import Link, mint, read
-from runs.edge.publisher import _groups, lock_key
 from runs.events import EventType
 from runs.models import Run
-from runs.streams import make_frame
+from runs.streaming.edge import grip
+from runs.streaming.edge.control import (
+    bodies,
+    folder_problem,
+    parse_tnetstring,
+    private_folder,
+    socket_path,
+    tnetstring,
+)
+from runs.streaming.edge.link import Link, mint, read
+from runs.streaming.edge.publisher import _groups, lock_key
+from runs.streaming.hub import make_frame
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 from tests.support.edge import (

@@ -85,7 +85,7 @@ def test_the_metadata_has_the_licence_one_version_and_the_extras(built: Built) -
         "runs.admin.dashboard",
         "runs.management.commands.runworker",
         # An ASGI lifespan hook imports the publisher in every web process, with an edge or not.
-        "runs.edge.publisher",
+        "runs.streaming.edge.publisher",
     ],
 )
 def test_a_core_install_imports_none_of_the_extras(module: str, tmp_path: Path) -> None:
@@ -100,7 +100,9 @@ def test_a_core_install_imports_none_of_the_extras(module: str, tmp_path: Path) 
 @pytest.mark.timeout(120)
 def test_an_edge_configured_without_its_extra_is_refused_naming_the_extra(tmp_path: Path) -> None:
     report = core_install(
-        tmp_path, call="runs.edge.publisher:require_edge", settings={"RUNLEDGER_GRIP_URL": ["ipc:///run/edge/control"]}
+        tmp_path,
+        call="runs.streaming.edge.publisher:require_edge",
+        settings={"RUNLEDGER_GRIP_URL": ["ipc:///run/edge/control"]},
     )
     assert report["error"] is not None
     assert report["error"]["type"] == "ImproperlyConfigured"

@@ -249,7 +249,7 @@ def test_disconnecting_every_watcher_leaves_the_run_running_to_completion(procs:
                 if event.seq == 7:
                     break
         # The server holds every stream (a connection each) and no thread for any of them: what
-        # threads there are belong to the hub's two pools of at most 4 (runs/streams.py).
+        # threads there are belong to the hub's two pools of at most 4 (runs/streaming/hub.py).
         peak = threads_of(web.pid), connections_to(port)
         for stream in streams:
             stream.abort()

@@ -21,7 +21,7 @@ from rest_framework.authtoken.models import Token
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run
-from runs.stream_guard import _recheck_sync
+from runs.streaming.guard import _recheck_sync
 from tests.factories import queued_run, running_run
 from tests.support.browser import give_password, site_login
 from tests.support.db import token_for

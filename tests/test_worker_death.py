@@ -23,7 +23,7 @@ from django.contrib.auth.models import User
 from runs import services
 from runs.events import EventType, ToolStatus
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from runs.services.core import db_now
+from runs.selectors.clock import db_now
 from runs.worker.orphans import Reaper, machine, start_ticks
 from tests.factories import queued_run
 from tests.support.agents import AGENTS_ENV

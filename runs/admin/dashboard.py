@@ -21,8 +21,8 @@ from runs.admin.display import format_duration
 from runs.admin.run import ViewOnly
 from runs.conf import conf
 from runs.models import Dashboard, Run
+from runs.selectors.clock import db_now
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
-from runs.services.core import db_now
 
 # Upper edges of the latency histogram's buckets, in seconds (the last one is open): finer than
 # /metrics/'s at the low end, where a healthy cancel lands.

@@ -39,10 +39,10 @@ from runs.admin.display import (
 from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, OwnerFilter, RunningForFilter
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.agents import declared_types
-from runs.api.errors import error_response
 from runs.conf import conf
 from runs.cursors import plain_int
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
+from runs.http.errors import error_response
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import Status
 

@@ -1,9 +1,9 @@
-"""The one error shape of DESIGN §6, {"error": {"code", "message", "detail"}} (+ "run" on 409s),
-and the one mapping of every error to it.
+"""The API's errors in the one error shape of DESIGN §6 (runs.http.errors), + "run" on 409s: the
+one mapping of every error a DRF view raises to it.
 
-DRF views reach it through `exception_handler` (REST_FRAMEWORK["EXCEPTION_HANDLER"]); plain Django
-views (the SSE stream, the health probes) answer with `error_response`, so every endpoint speaks the
-same shape. The hierarchy itself is `runs.exceptions`.
+The API's views reach it through `exception_handler` (set on each by runs.api.base); the plain
+views (the stream, the probes, /metrics/) answer with runs.http.errors' `error_response`, so every
+endpoint speaks the same shape. The hierarchy itself is `runs.exceptions`.
 """
 
 from typing import Any
@@ -19,6 +19,7 @@ from rest_framework.views import set_rollback
 
 from runs.api.serializers import RunOutputSerializer
 from runs.exceptions import RunConflict, RunledgerError, TooManyRequests
+from runs.http.errors import error_body, error_response
 from runs.models import Run
 
 # DRF's exceptions that have a code in DESIGN §6; the others keep DRF's code
@@ -32,21 +33,6 @@ _DRF_CODES: list[tuple[type[drf.APIException], str]] = [
     (drf.NotFound, "not_found"),
     (drf.Throttled, "too_many_requests"),
 ]
-
-
-def error_body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "detail": detail}}
-
-
-def error_response(status: int, code: str, message: str, detail: Any = None) -> JsonResponse:
-    return JsonResponse(error_body(code, message, detail), status=status)
-
-
-def error_response_for(exc: RunledgerError) -> JsonResponse:
-    response = error_response(exc.status_code, exc.code, exc.message, exc.detail)
-    if isinstance(exc, TooManyRequests):
-        response["Retry-After"] = str(exc.retry_after)
-    return response
 
 
 def _validation_message(detail: Any) -> str:

@@ -84,7 +84,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     # The SSE stream is a plain async view that spectacular cannot see; the hook documents it.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "runs.sse_schema.document_run_stream",
+        "runs.streaming.schema.document_run_stream",
     ],
 }
 

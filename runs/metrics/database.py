@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from runs.models import LIVE_VALUES, AttemptOutcome, RunAttempt
-from runs.selectors.overview import queue_oldest_entered, status_counts
-from runs.services.core import db_now
+from runs.models import LIVE_VALUES
+from runs.selectors.clock import db_now
+from runs.selectors.overview import leases_stale, queue_oldest_entered, status_counts
 from runs.transitions import TERMINAL, Status
 
 # Ended runs only accumulate (until purge_runs), and counting them reads every one of them (about
@@ -44,7 +44,7 @@ class DatabaseCollector(Collector):
             "How long the queued run that has waited longest has been queued (since it was created, requeued or resumed)",
             value=age,
         )
-        # Held attempts whose lease lapsed and that no sweeper has requeued yet: through the
-        # open-lease partial index. Above 0 for longer than a few sweeps means nobody sweeps.
-        stale = RunAttempt.objects.filter(outcome=AttemptOutcome.RUNNING, lease_expires_at__lt=now).count()
-        yield GaugeMetricFamily("runledger_leases_stale", "Open attempts whose lease has lapsed", value=stale)
+        # Above 0 for longer than a few sweeps means nobody sweeps.
+        yield GaugeMetricFamily(
+            "runledger_leases_stale", "Open attempts whose lease has lapsed", value=leases_stale(now=now)
+        )

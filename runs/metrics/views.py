@@ -12,13 +12,13 @@ from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from rest_framework.exceptions import AuthenticationFailed
-from rest_framework.request import Request
 
-from runs import access, services
-from runs.api.authentication import TokenAuthentication
-from runs.api.errors import error_response, error_response_for
+from runs import access
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
+from runs.http import throttles
+from runs.http.authentication import token_credentials
+from runs.http.errors import error_response, error_response_for
 from runs.metrics import store
 from runs.metrics.database import DatabaseCollector
 
@@ -32,21 +32,21 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
         # A bearer credential is judged alone: a wrong one is not downgraded to the session. It is
         # a token attempt like the API's, counted and refused per client address with them, so the
         # metrics token cannot be guessed faster than an API token.
-        address = services.client_address(request)
+        address = throttles.client_address(request)
         try:
-            services.auth_token_check(address=address)
+            throttles.auth_token_check(address=address)
         except TooManyRequests as exc:
             return error_response_for(exc)
         expected = conf.METRICS_TOKEN
         if expected and hmac.compare_digest(credential.strip().encode(), expected.encode()):
             return None
-        services.auth_token_failed(address=address)
+        throttles.auth_token_failed(address=address)
         return _unauthenticated("the metrics token is not valid")
     try:
-        found = TokenAuthentication().authenticate(Request(request))
+        found = token_credentials(request)
     except AuthenticationFailed as exc:
         return _unauthenticated(str(exc.detail))
-    except TooManyRequests as exc:  # this address failed too often (runs.services.throttles)
+    except TooManyRequests as exc:  # this address failed too often (runs.http.throttles)
         return error_response_for(exc)
     user = found[0] if found is not None else request.user
     if not user.is_authenticated:

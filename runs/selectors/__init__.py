@@ -1,5 +1,8 @@
-"""Every non-trivial read of runs and events, with the visibility rule of DESIGN §6; the whole
-system's figures (the staff dashboard, the /metrics/ state gauges) are `overview`'s."""
+"""Every non-trivial read of runs and events, with the visibility rule of DESIGN §6. Beside it, a
+module per subject: `overview` the whole system's figures (the staff dashboard, the /metrics/
+state gauges), `states` the state of runs by id for the processes that follow them (worker,
+stream hub, edge publisher, the streams' re-check), `credentials` which tokens and sessions still
+hold, `clock` the database's clock."""
 
 import json
 from collections.abc import Collection, Iterable, Sequence
@@ -29,7 +32,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce, Left, Length
+from django.db.models.functions import Cast, Coalesce, Left, Length
 
 from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
 from runs.exceptions import NotFound
@@ -277,6 +280,14 @@ def run_events_json_bounded(*, run_id: UUID | str, after_seq: int, limit: int, m
             return EventsRead(rows=rows, cut=True)
         last = seq
     return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
+
+
+def run_event_sizes(*, run_id: UUID | str, after_seq: int, limit: int) -> list[tuple[int, int]]:
+    """(seq, bytes of its type and of its data's JSON text) of the events with seq > after_seq, in
+    order, at most `limit`: what a replay weighs, read before the events themselves."""
+    sizes = _OctetLength("type") + _OctetLength(Cast("data", TextField()))
+    events = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")
+    return list(events.values_list("seq", sizes)[:limit])
 
 
 def run_events_all(*, run_id: UUID | str) -> list[RunEvent]:

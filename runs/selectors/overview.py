@@ -124,6 +124,12 @@ def queue_oldest_entered() -> datetime | None:
     return Run.objects.filter(status=Status.QUEUED).order_by("queued_at").values_list("queued_at", flat=True).first()
 
 
+def leases_stale(*, now: datetime) -> int:
+    """Held attempts whose lease lapsed before `now` and that no sweeper has requeued yet, through
+    the open-lease partial index."""
+    return RunAttempt.objects.filter(outcome=AttemptOutcome.RUNNING, lease_expires_at__lt=now).count()
+
+
 def cancel_release_seconds(*, ended_at: datetime, released_at: datetime) -> float:
     """The latency of a release `CANCELLED_UNDER` counts. An attempt whose lease lapsed before the
     cancel (a sweeper released it as of the lapse) counts as released at the cancel; and the two

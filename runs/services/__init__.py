@@ -6,8 +6,8 @@
 - `execution`: the writes of a worker's attempt;
 - `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
 - `idempotency`: retry-safe creates;
-- `retention`: purging old terminal runs;
-- `throttles`: counting failed sign-ins and token attempts, and refusing them beyond the limit.
+- `retention`: purging old terminal runs, and what else outlived its use (idempotency records,
+  failed authentications: runs.http.throttles counts those).
 
 Each service on a run is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
 `runs.transitions`, write the run and its event(s) together, and notify at commit. Callers import
@@ -42,34 +42,18 @@ from runs.services.sweeper import (
     run_lease_expire,
     runs_sweep,
 )
-from runs.services.throttles import (
-    LoginAttempt,
-    auth_failures_purge,
-    auth_login_begin,
-    auth_login_end,
-    auth_token_check,
-    auth_token_failed,
-    client_address,
-)
 
 __all__ = [
     "SYSTEM",
     "Answer",
     "CommandResult",
     "Created",
-    "LoginAttempt",
     "MachineAttempts",
     "OrphanedGroups",
     "PurgeResult",
     "RunSpec",
     "SweepResult",
     "attempt_groups_orphaned",
-    "auth_failures_purge",
-    "auth_login_begin",
-    "auth_login_end",
-    "auth_token_check",
-    "auth_token_failed",
-    "client_address",
     "run_attempt_group_record",
     "run_attempt_groups_forget",
     "run_attempt_heartbeat",

@@ -13,9 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import connection
 from django.db.models import F
-from django.utils import timezone
 
 from runs import notify
 from runs.conf import conf
@@ -101,20 +99,6 @@ def append(
     notify.send(notify.events_committed(run.id, run.last_seq), *notes)
     series.events_appended(len(rows))
     return rows
-
-
-def db_now() -> datetime:
-    """The database's clock. Leases are renewed by workers and judged by sweepers on other
-    machines; reading both against this one clock means no machine's clock skew can expire a live
-    lease or a deadline early."""
-    if connection.vendor != "postgresql":
-        return timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        row = cursor.fetchone()
-    assert row is not None
-    now: datetime = row[0]
-    return now
 
 
 def close_attempt(run: Run, outcome: AttemptOutcome, *, now: datetime, released: bool) -> None:

@@ -22,13 +22,13 @@ from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
 from runs.exceptions import BudgetExhausted, StaleAttempt, ValidationFailed
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.selectors.clock import db_now
 from runs.services.core import (
     APPENDED,
     SYSTEM,
     append,
     check,
     close_attempt,
-    db_now,
     end,
     lock_current,
     park,

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from runs.conf import conf
 from runs.exceptions import ValidationFailed
+from runs.http.throttles import auth_failures_purge
 from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
-from runs.services.throttles import auth_failures_purge
 from runs.transitions import TERMINAL
 
 # Rows one transaction deletes at most: a run with a long history goes in several.

@@ -12,7 +12,8 @@ from django.db.models import F, Q
 from runs.events import RequeueCause
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt
-from runs.services.core import SYSTEM, db_now, end, lock_or_skip, requeue
+from runs.selectors.clock import db_now
+from runs.services.core import SYSTEM, end, lock_or_skip, requeue
 from runs.transitions import Status, StopCode
 
 

@@ -32,7 +32,6 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -40,8 +39,9 @@ from django.db import DatabaseError, connection
 
 from runs import logs, notify, services
 from runs.conf import conf
-from runs.listener import Listener
 from runs.models import Run
+from runs.selectors.states import run_worker_states
+from runs.streaming.listener import Listener
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import Execution
 from runs.worker.db import Db
@@ -53,11 +53,6 @@ log = logging.getLogger(__name__)
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _run_states(run_ids: list[UUID]) -> dict[UUID, tuple[str, int, datetime | None]]:
-    rows = Run.objects.filter(pk__in=run_ids).values_list("id", "status", "generation", "pause_requested_at")
-    return {run_id: (status, generation, pause) for run_id, status, generation, pause in rows}
 
 
 class Worker:
@@ -319,7 +314,7 @@ class Worker:
         the notification, says whether an attempt must stop."""
         assert self._db is not None
         try:
-            states = await self._db.control.call(_run_states, [run_id for run_id, _ in held])
+            states = await self._db.control.call(run_worker_states, run_ids=[run_id for run_id, _ in held])
         except DatabaseError as exc:
             log.warning("%s: could not re-read run states (%s)", self, exc)
             return

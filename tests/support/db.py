@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from runs.listener import APPLICATION_NAME_PREFIX
+from runs.streaming.listener import APPLICATION_NAME_PREFIX
 from tests.support.procs import Proc
 from tests.support.waiting import wait_until
 
@@ -59,7 +59,8 @@ def connections_named(application_name: str) -> int:
 
 def listen_connections(role: str) -> list[tuple[str, int]]:
     """(application name, backend pid) of every LISTEN connection that processes of `role` ("web",
-    "worker") hold on the server. runs.listener names each `runledger-listen:<role>:<process id>`."""
+    "worker") hold on the server. runs.streaming.listener names each
+    `runledger-listen:<role>:<process id>`."""
     with connection.cursor() as cursor:
         cursor.execute(
             # This database's: another test process (bin/test runs several) has its own.

@@ -25,7 +25,7 @@ from typing import Any
 
 import zmq
 
-from runs.edge.control import parse_tnetstring, tnetstring
+from runs.streaming.edge.control import parse_tnetstring, tnetstring
 from tests.support.procs import (
     ROOT,
     Proc,

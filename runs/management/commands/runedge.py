@@ -6,8 +6,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.conf import conf
-from runs.edge import pushpin
-from runs.edge.control import socket_path
+from runs.streaming.edge import pushpin
+from runs.streaming.edge.control import socket_path
 
 _ADDRESS = re.compile(r"(?:(?P<host>[^:\s]+|\[[0-9a-fA-F:]+\]):)?(?P<port>[0-9]{1,5})")
 

@@ -4,11 +4,12 @@ stream's end.
 
 - **A client's connect** (`respond`, on the stream's path `…/stream/`, signed by Pushpin —
   `grip.signed_by_pushpin`) carries the client's credentials: it is checked exactly as a stream
-  the web process serves itself (`runs.stream_checks`: 401, 404, 400, 204), then counted against
-  the user's cap of streams (`runs.stream_guard.EdgeStreams`: 429). The position is the client's
-  `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The hold's link is
-  `…/stream/link/`, with a token minted for this run, this user and this credential, until the
-  stream's lifetime (`runs.edge.link`), which Pushpin returns with each fetch (`grip.LINK_CHANNEL`).
+  the web process serves itself (runs/streaming/checks.py: 401, 404, 400, 204), then counted
+  against the user's cap of streams (`EdgeStreams`, runs/streaming/guard.py: 429). The position
+  is the client's `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The
+  hold's link is `…/stream/link/`, with a token minted for this run, this user and this
+  credential, until the stream's lifetime (link.py), which Pushpin returns with each fetch
+  (`grip.LINK_CHANNEL`).
 - **Pushpin's fetch of that link** (`recover`: after a gap, a recover, or every link timeout,
   busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
   with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
@@ -22,7 +23,7 @@ stream's end.
 The answer is an ordinary finite response — the events after the position, read from the table,
 at most REPLAY_MAX of them and about REPLAY_MAX_BYTES — plus, while the run is live and the replay
 reached its last event, hold instructions on the run's channel with the last id sent, so Pushpin
-keeps the client and follows with what the publisher (`runs.edge.publisher`) sends. A replay that
+keeps the client and follows with what the publisher (publisher.py) sends. A replay that
 reaches the terminal event, or stops short of the last one stored, ends there without a hold: the
 client reconnects with its Last-Event-ID for the rest, as from a web process's own stream.
 """
@@ -31,33 +32,29 @@ import asyncio
 import logging
 import math
 import time
-from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.db.models import Func, IntegerField, TextField
-from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from runs import streams
-from runs.api.errors import error_response, error_response_for
 from runs.conf import conf
 from runs.cursors import plain_int
-from runs.edge import grip, publisher
-from runs.edge.link import Link, mint, read
 from runs.exceptions import NotFound
-from runs.models import RunEvent
-from runs.selectors import run_events_json_after, run_get
-from runs.stream_checks import Opened, check, open_bound
-from runs.stream_guard import EDGE_MARGIN, edge_streams, get_guard, too_many_streams
+from runs.http.errors import error_response, error_response_for
+from runs.selectors import run_event_sizes, run_events_json_after, run_get
+from runs.streaming import hub
+from runs.streaming.checks import Opened, check, open_bound
+from runs.streaming.edge import grip, publisher
+from runs.streaming.edge.link import Link, mint, read
+from runs.streaming.guard import EDGE_MARGIN, edge_streams, get_guard, too_many_streams
 
 log = logging.getLogger(__name__)
 
 # Events one answer replays at most, and about as many bytes: a longer backlog is sent in answers
 # of this size that end the client's stream (no hold), and the client reconnects with its
 # Last-Event-ID for the next.
-REPLAY_MAX = 10 * streams.PAGE
+REPLAY_MAX = 10 * hub.PAGE
 REPLAY_MAX_BYTES = 5_000_000
 # What a frame adds to its event's data, beyond twice its type (`id:`, `event:`, the JSON around).
 FRAME_EXTRA = 160
@@ -74,7 +71,7 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
     plain = get_guard().counts
     try:
         async with asyncio.timeout(open_bound()):
-            return await streams.run_open_check(_connect_sync, request, run_id, plain)
+            return await hub.run_open_check(_connect_sync, request, run_id, plain)
     except (DatabaseError, TimeoutError):
         return _unavailable()
 
@@ -99,7 +96,7 @@ async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         return _end()
     try:
         async with asyncio.timeout(open_bound()):
-            return await streams.run_open_check(_recover_sync, found, token, position, request.path)
+            return await hub.run_open_check(_recover_sync, found, token, position, request.path)
     except (DatabaseError, TimeoutError):
         # Pushpin retries a failed fetch by itself (five times, backing off).
         return _unavailable()
@@ -212,7 +209,7 @@ def _end() -> HttpResponse:
     return HttpResponse(b"", content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-def _body(frames: list[streams.Frame], *, first: bool) -> HttpResponse:
+def _body(frames: list[hub.Frame], *, first: bool) -> HttpResponse:
     parts = [f"retry: {conf.SSE_RETRY_MS}\n\n".encode()] if first else []
     parts += [frame.data for frame in frames]
     return HttpResponse(b"".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -225,27 +222,12 @@ def _hold(response: HttpResponse, held: Link, *, last: int, link: str, token: st
     return response
 
 
-class _Bytes(Func):
-    """The size in bytes of a text: what a row's data weighs before it is read."""
-
-    function = "OCTET_LENGTH"
-    output_field = IntegerField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection, template="LENGTH(CAST(%(expressions)s AS BLOB))", **extra)
-
-
-def _replay(run_id: str, cursor: int) -> tuple[list[streams.Frame], bool]:
+def _replay(run_id: str, cursor: int) -> tuple[list[hub.Frame], bool]:
     """The frames after `cursor` up to the terminal one, at most REPLAY_MAX and about
     REPLAY_MAX_BYTES (at least one), and whether they reach the last event stored. The sizes are
     read first, so what is read is bounded whatever the rows hold."""
-    sizes = (
-        RunEvent.objects.filter(run_id=run_id, seq__gt=cursor)
-        .order_by("seq")
-        .values_list("seq", _Bytes("type") + _Bytes(Cast("data", TextField())))
-    )
     upto, total, complete = cursor, 0, True
-    for seq, size in sizes[: REPLAY_MAX + 1]:
+    for seq, size in run_event_sizes(run_id=run_id, after_seq=cursor, limit=REPLAY_MAX + 1):
         total += size + FRAME_EXTRA
         if seq - cursor > REPLAY_MAX or (upto > cursor and total > REPLAY_MAX_BYTES):
             complete = False
@@ -254,7 +236,7 @@ def _replay(run_id: str, cursor: int) -> tuple[list[streams.Frame], bool]:
     if upto == cursor:
         return [], complete
     frames = [
-        streams.make_frame(*row) for row in run_events_json_after(run_id=run_id, after_seq=cursor, limit=upto - cursor)
+        hub.make_frame(*row) for row in run_events_json_after(run_id=run_id, after_seq=cursor, limit=upto - cursor)
     ]
     for i, frame in enumerate(frames):
         if frame.terminal:

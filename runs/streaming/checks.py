@@ -1,28 +1,24 @@
 """The checks that open a stream of a run's events (DESIGN §5, §6), shared by the streams a web
-process serves itself (runs.sse) and those the edge holds (runs.edge.hold).
+process serves itself (views.py) and those the edge holds (edge/hold.py).
 
 In the order of DESIGN §6: authentication (401; 429 for an address with too many failed token
-attempts, runs.api.authentication), visibility (404), method (405), cursor (400), state (204 for a
+attempts, runs.http.authentication), visibility (404), method (405), cursor (400), state (204 for a
 finished run already read to its end, 400 for a cursor past a live run's end). The cap of streams
-per user comes after these (runs.stream_guard), for the streams the edge holds too.
+per user comes after these (guard.py), for the streams the edge holds too.
 """
 
 import asyncio
 from dataclasses import dataclass
-from typing import cast
 
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
-from rest_framework.exceptions import AuthenticationFailed
-from rest_framework.request import Request
 
-from runs import streams
-from runs.access import AnyUser, User
-from runs.api.authentication import TokenAuthentication
-from runs.api.errors import error_response, error_response_for
 from runs.cursors import plain_int
 from runs.exceptions import NotFound, TooManyRequests
+from runs.http.authentication import request_credentials
+from runs.http.errors import error_response, error_response_for
 from runs.selectors import run_get
+from runs.streaming import hub
 
 
 @dataclass(frozen=True)
@@ -31,7 +27,7 @@ class Opened:
     cursor: int
     last_seq: int
     terminal: bool
-    # Who opened it, and with what: the re-check looks at them again (runs.stream_guard).
+    # Who opened it, and with what: the re-check looks at them again (guard.py).
     user_id: int
     token_key: str | None
     session_key: str | None
@@ -46,19 +42,6 @@ def parse_cursor(name: str, value: str) -> int | HttpResponse:
     return cursor
 
 
-def authenticate(request: HttpRequest) -> tuple[User, str | None, str | None] | None:
-    """DRF's token header (programs), else the session (browsers: EventSource sends no headers):
-    (user, token key, session key), one of the keys set."""
-    try:
-        found = TokenAuthentication().authenticate(Request(request))
-    except AuthenticationFailed:
-        return None  # a bad token is not silently downgraded to the session
-    if found is not None:
-        return cast(User, found[0]), found[1].key, None
-    user = cast(AnyUser, request.user)
-    return (user, None, request.session.session_key) if isinstance(user, User) and user.is_authenticated else None
-
-
 def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
     """Every check before streaming, in one short synchronous call on the stream-opening pool."""
     try:
@@ -71,7 +54,7 @@ def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
 def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
     """`open_checks`, leaving the connection to the caller (who reads on with it, then closes it)."""
     try:
-        authenticated = authenticate(request)
+        authenticated = request_credentials(request)
     except TooManyRequests as exc:
         return error_response_for(exc)
     if authenticated is None:
@@ -135,6 +118,6 @@ async def checked(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
         # answer each check waits out the connect timeout, so a reconnect storm would otherwise
         # wait in line for minutes. A check still queued at the bound is dropped, never run.
         async with asyncio.timeout(open_bound()):
-            return await streams.run_open_check(open_checks, request, run_id)
+            return await hub.run_open_check(open_checks, request, run_id)
     except (DatabaseError, TimeoutError):
         return error_response(503, "database_unavailable", "the database is unavailable; retry later")

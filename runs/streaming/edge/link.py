@@ -9,7 +9,7 @@ its run, its user and their token or session, and when it ends (the connect's ti
 is, so every web process started with the same secret reads every other's tokens). The hold puts
 it where Pushpin returns it with every fetch (`grip.LINK_CHANNEL`'s previous id, in Grip-Last). A
 fetch is answered only with a token that is sound, unexpired and for the run of its path, and only
-while that user may still see that run with that credential (runs.edge.hold). Each connect's token
+while that user may still see that run with that credential (hold.py). Each connect's token
 is its own (a random nonce): the web processes count the streams by it.
 
 The credential itself is in the token, encrypted: a re-check must look the token or session up, and

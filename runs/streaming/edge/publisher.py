@@ -20,13 +20,13 @@ process of its own to start; one of them publishes at a time:
 - **Gaps are Pushpin's to repair.** Pushpin holds each stream at the id it has, so an event that
   never arrives (a publish lost, a leader that died between a commit and its publish) shows as
   a `prev-id` that does not follow, and Pushpin then fetches what is missing from the web
-  processes (`runs.edge.hold`); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
+  processes (hold.py); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
   A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
   order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
   up, and that Pushpin recovered (`recover`: every stream it holds fetches what it missed)
-  before anything more is sent to it (runs.edge.control). A new leader recovers every Pushpin
+  before anything more is sent to it (control.py). A new leader recovers every Pushpin
   before its first publish. Publish and recover go to each Pushpin's command socket, which only
-  this user can reach (runs.edge.control).
+  this user can reach (control.py).
 """
 
 import asyncio
@@ -45,12 +45,14 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, connections
 
-from runs import notify, streams
+from runs import notify
 from runs.conf import conf
-from runs.edge import grip
-from runs.listener import conninfo
-from runs.models import LIVE_VALUES, Run
+from runs.models import LIVE_VALUES
 from runs.selectors import run_events_json_after
+from runs.selectors.states import run_last_seqs_live, run_status_last_seq
+from runs.streaming import hub
+from runs.streaming.edge import grip
+from runs.streaming.listener import conninfo
 
 if TYPE_CHECKING:
     import psycopg
@@ -103,7 +105,7 @@ class _Read:
     """What the table holds of one run after the head the leader had."""
 
     run_id: str
-    frames: list[streams.Frame] = field(default_factory=list)
+    frames: list[hub.Frame] = field(default_factory=list)
     # A run new to the leader that had already ended: its last seq (only its streams' close is sent).
     ended_at: int | None = None
 
@@ -118,8 +120,7 @@ async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
 
 def _live_heads_sync() -> dict[str, int]:
     try:
-        rows = Run.objects.filter(status__in=LIVE_VALUES).values_list("pk", "last_seq")
-        return {str(pk): last_seq for pk, last_seq in rows}
+        return run_last_seqs_live()
     finally:
         connection.close()
 
@@ -130,31 +131,31 @@ def _read_sync(wanted: dict[str, int | None]) -> list[_Read]:
         found = []
         for run_id, head in wanted.items():
             if head is None:
-                row = Run.objects.filter(pk=run_id).values_list("status", "last_seq").first()
+                row = run_status_last_seq(run_id=run_id)
                 if row is None:
                     continue  # deleted since
                 if row[0] not in LIVE_VALUES:
                     found.append(_Read(run_id, ended_at=row[1]))
                     continue
                 head = 0
-            rows = run_events_json_after(run_id=run_id, after_seq=head, limit=streams.PAGE)
-            found.append(_Read(run_id, frames=[streams.make_frame(*row) for row in rows]))
+            rows = run_events_json_after(run_id=run_id, after_seq=head, limit=hub.PAGE)
+            found.append(_Read(run_id, frames=[hub.make_frame(*row) for row in rows]))
         return found
     finally:
         connection.close()
 
 
-def _up_to_terminal(frames: list[streams.Frame]) -> list[streams.Frame]:
+def _up_to_terminal(frames: list[hub.Frame]) -> list[hub.Frame]:
     for i, frame in enumerate(frames):
         if frame.terminal:
             return frames[: i + 1]
     return frames
 
 
-def _groups(frames: list[streams.Frame]) -> list[list[streams.Frame]]:
+def _groups(frames: list[hub.Frame]) -> list[list[hub.Frame]]:
     """Consecutive frames in groups of at most GROUP_MAX bytes (a larger frame alone), in order:
     what one read found of a run goes out as one item per group."""
-    groups: list[list[streams.Frame]] = []
+    groups: list[list[hub.Frame]] = []
     size = 0
     for frame in frames:
         if not groups or size + len(frame.data) > GROUP_MAX:
@@ -167,7 +168,7 @@ def _groups(frames: list[streams.Frame]) -> list[list[streams.Frame]]:
 
 class Publisher:
     def __init__(self, urls: list[str]) -> None:
-        from runs.edge import control
+        from runs.streaming.edge import control
 
         self.pushpins = control.Pushpins(urls, timeout=conf.GRIP_PUBLISH_TIMEOUT_SECONDS)
         self.key = lock_key(urls)
@@ -234,7 +235,7 @@ class Publisher:
             len(self.heads),
             ", ".join(self.pushpins.urls),
         )
-        pump = streams.detached(asyncio.get_running_loop(), self._pump())
+        pump = hub.detached(asyncio.get_running_loop(), self._pump())
         probe = max(self.poll_seconds, 0.5)
         try:
             while not self._stopping:
@@ -342,7 +343,7 @@ def start() -> Publisher | None:
     if not conf.GRIP_URL or _running:
         return None
     publisher = Publisher(list(conf.GRIP_URL))
-    task = streams.detached(asyncio.get_running_loop(), publisher.run())
+    task = hub.detached(asyncio.get_running_loop(), publisher.run())
     _running.append((publisher, task))
     return publisher
 

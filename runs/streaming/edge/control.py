@@ -1,5 +1,5 @@
 """The publisher's side of each Pushpin's control socket: publish in order, send again what was
-refused, and recover a Pushpin given up on (runs.edge.publisher says when).
+refused, and recover a Pushpin given up on (publisher.py says when).
 
 **Who may publish.** Pushpin 1.36's HTTP control port has no authentication: anyone who reaches it
 (any local user, on loopback) could publish into any stream. bin/edge turns it off and serves

@@ -1,7 +1,7 @@
 """The SSE stream in the OpenAPI schema.
 
-`runs.sse.run_stream` is a plain async Django view (not DRF), so drf-spectacular cannot see it; this
-postprocessing hook (listed in `SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds the operation.
+`run_stream` (views.py) is a plain async Django view (not DRF), so drf-spectacular cannot see it;
+this postprocessing hook (listed in `SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds the operation.
 A `text/event-stream` body has no JSON schema to fuzz, so contract tests leave this path out.
 """
 

@@ -41,9 +41,10 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.listener import Listener
-from runs.models import Run, RunEvent
+from runs.models import RunEvent
 from runs.selectors import event_json, run_events_json_bounded
+from runs.selectors.states import run_last_seqs
+from runs.streaming.listener import Listener
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,7 @@ def _last_seqs_sync(run_ids: list[str]) -> dict[str, int]:
     try:
         found: dict[str, int] = {}
         for i in range(0, len(run_ids), 1000):
-            rows = Run.objects.filter(pk__in=run_ids[i : i + 1000]).values_list("pk", "last_seq")
-            found.update((str(pk), last_seq) for pk, last_seq in rows)
+            found.update(run_last_seqs(run_ids=run_ids[i : i + 1000]))
         return found
     finally:
         connection.close()

@@ -4,17 +4,17 @@
 ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
 `EventSource` sends on reconnect), else `after_seq`, else 0, and each SSE `id:` is the bare seq,
 so a reconnect resumes exactly after the last event the client fully received. Where the frames
-come from, and how many watchers share one read, is `runs.streams`.
+come from, and how many watchers share one read, is hub.py.
 
-Checks run in the order of DESIGN §6 (`runs.stream_checks`): authentication (401), visibility
+Checks run in the order of DESIGN §6 (checks.py): authentication (401), visibility
 (404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
 a live run's end), then the user's cap of streams in this process, the edge's it answered for
-included (429; `runs.stream_guard`, which also ends open streams whose user, credential or sight
+included (429; guard.py, which also ends open streams whose user, credential or sight
 of the run is gone). A stream ends cleanly after `RUNLEDGER_SSE_MAX_SECONDS`, between whole
 frames: the client reconnects with its Last-Event-ID. Closing the stream only stops this generator: nothing here writes, but for the
 count of a failed token attempt. Behind the edge (`RUNLEDGER_GRIP_URL`), a client's connect that
 Pushpin signed is answered with the replay and hold instructions instead, and Pushpin holds the
-stream (`runs.edge.hold`, which also answers Pushpin's fetches of the stream's link).
+stream (edge/hold.py, which also answers Pushpin's fetches of the stream's link).
 """
 
 import asyncio
@@ -28,13 +28,14 @@ from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from runs import streams
-from runs.api.errors import error_response_for
 from runs.conf import conf
-from runs.edge import hold
+from runs.http.errors import error_response_for
+from runs.http.request_end import at_request_end
 from runs.metrics import series
-from runs.stream_checks import Opened, checked
-from runs.stream_guard import Watch, get_guard, release_at_request_end, too_many_streams
+from runs.streaming.checks import Opened, checked
+from runs.streaming.edge import hold
+from runs.streaming.guard import Watch, get_guard, too_many_streams
+from runs.streaming.hub import Frame, get_hub
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,8 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if watch is None:
         return error_response_for(too_many_streams())
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
-    # it to the end of the request (runs.stream_guard says how, under each ASGI handler).
-    release_at_request_end(request, watch.release)
+    # it to the end of the request (guard.py says how, under each ASGI handler).
+    at_request_end(request, watch.release)
     stream = _Stream(watch, _stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
@@ -101,7 +102,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
     keepalive = conf.SSE_KEEPALIVE_SECONDS
     lifetime = conf.SSE_MAX_SECONDS
     ends_at = loop.time() + lifetime if lifetime > 0 else math.inf
-    hub = streams.get_hub()
+    hub = get_hub()
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
     series.SSE_STREAMS_OPEN.inc()
@@ -152,7 +153,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
         watch.release()
 
 
-def _chunks(frames: list[streams.Frame], cursor: int) -> Iterator[tuple[bytes, int, bool]]:
+def _chunks(frames: list[Frame], cursor: int) -> Iterator[tuple[bytes, int, bool]]:
     """The frames after `cursor` up to and including a terminal one, as (bytes, cursor after
     them, ended): many small frames joined into one write, at most CHUNK_BYTES (or one frame) each,
     so that a watcher's copy of what it sends stays small whatever the events hold."""

@@ -7,9 +7,9 @@ re-check of who holds each open stream — those it holds itself, and those the 
   between, so a burst of opens cannot all slip under the cap. It is given back exactly once
   (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
   body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
-  runs.asgi's handler calls what `release_at_request_end` registered, and Django's own closes the
-  response. Under Django's own handler a client can also leave between the view's answer and the
-  response being sent, where nothing says so: a slot whose body has not started
+  runs.asgi's handler calls what the view registered (runs.http.request_end), and Django's own
+  closes the response. Under Django's own handler a client can also leave between the view's
+  answer and the response being sent, where nothing says so: a slot whose body has not started
   `RUNLEDGER_SSE_START_SECONDS` after it was taken is given back then (`Watch.start`).
 - **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
   stream's (user, credential, run) at once: a handful of queries for the whole process, never
@@ -31,23 +31,18 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from importlib import import_module
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from django.conf import settings
 from django.db import DatabaseError, connection
-from django.http import HttpRequest
-from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
-from runs import streams
-from runs.asgi import REQUEST_END
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.models import LIVE_VALUES, Run
 from runs.selectors import users_active
+from runs.selectors.credentials import sessions_kept, sessions_open, token_users
+from runs.selectors.states import run_ids_live, run_owners
+from runs.streaming import hub
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +56,6 @@ EDGE_MARGIN = 10.0
 Holder = tuple[int, str | None, str | None, str]
 
 K = TypeVar("K")
-
-
-def release_at_request_end(request: HttpRequest, release: Callable[[], None]) -> None:
-    """Have `release` called when the request has ended, whatever happened to it."""
-    request.scope.setdefault(REQUEST_END, []).append(release)  # type: ignore[attr-defined]
 
 
 @dataclass(eq=False, slots=True)  # eq=False: each is itself, in the guard's set
@@ -136,12 +126,6 @@ def _batches(keys: Collection[K]) -> Iterator[list[K]]:
         yield ordered[i : i + BATCH]
 
 
-def _session_model() -> Any:
-    """The sessions' table when the engine keeps one (db, cached_db), else None."""
-    store = import_module(settings.SESSION_ENGINE).SessionStore
-    return store.get_model_class() if hasattr(store, "get_model_class") else None
-
-
 def _recheck_sync(user_ids: set[int], token_keys: set[str], session_keys: set[str], run_ids: set[str]) -> _Found:
     """One query per kind of key (per BATCH keys), for every stream of the process."""
     try:
@@ -156,18 +140,15 @@ def _found(user_ids: set[int], token_keys: set[str], session_keys: set[str], run
         active.update(users_active(user_ids=users))
     tokens: dict[str, int] = {}
     for keys in _batches(token_keys):
-        tokens.update(Token.objects.filter(key__in=keys).values_list("key", "user_id"))
+        tokens.update(token_users(keys=keys))
     sessions: set[str] | None = None
-    model = _session_model()
-    if model is not None:
+    if sessions_kept():
         sessions = set()
-        now = timezone.now()
         for keys in _batches(session_keys):
-            rows = model.objects.filter(session_key__in=keys, expire_date__gt=now)
-            sessions.update(rows.values_list("session_key", flat=True))
+            sessions.update(sessions_open(keys=keys))
     owners: dict[str, int] = {}
     for runs in _batches(run_ids):
-        owners.update((str(pk), owner) for pk, owner in Run.objects.filter(pk__in=runs).values_list("pk", "owner_id"))
+        owners.update(run_owners(run_ids=runs))
     return _Found(active_users=active, token_users=tokens, sessions=sessions, run_owners=owners)
 
 
@@ -236,7 +217,7 @@ class StreamGuard:
         try:
             # On the stream-opening pool: these are the opening checks again, and the live reads
             # must not wait behind them.
-            found = await streams.run_open_check(
+            found = await hub.run_open_check(
                 _recheck_sync,
                 {w.user_id for w in watches},
                 {w.token_key for w in watches if w.token_key is not None},
@@ -297,9 +278,7 @@ class EdgeStreams:
         if plain + self.live(user_id) >= cap:
             with self._lock:
                 runs = {found.run_id for found in self._held.get(user_id, {}).values()}
-            live = set(
-                str(pk) for pk in Run.objects.filter(pk__in=runs, status__in=LIVE_VALUES).values_list("pk", flat=True)
-            )
+            live = run_ids_live(run_ids=runs)
             with self._lock:
                 held = self._held.get(user_id, {})
                 for gone in [link for link, found in held.items() if found.run_id not in live]:
@@ -356,5 +335,5 @@ class EdgeStreams:
 
 
 # This process's guard, and the edge's streams it answered for.
-get_guard = streams.loop_local(StreamGuard)
+get_guard = hub.loop_local(StreamGuard)
 edge_streams = EdgeStreams()

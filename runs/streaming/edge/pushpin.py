@@ -6,7 +6,7 @@ its runner from one private folder instead — its own zurl, ZeroMQ sockets as f
 only the client port on TCP — so any user can run any number of them side by side
 (shared/research/edge-metrics-proxy.md §A1). Its HTTP control port, which has no authentication,
 is off: publish and recover go to the handler's command socket, a file in the control folder only
-this user may enter (runs.edge.control). Its key is `RUNLEDGER_GRIP_KEY`, read from the settings
+this user may enter (control.py). Its key is `RUNLEDGER_GRIP_KEY`, read from the settings
 as the web processes read it.
 """
 
@@ -25,7 +25,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from runs.edge.control import call, private_folder
+from runs.streaming.edge.control import call, private_folder
 
 # The path of the readiness probe, routed to this process rather than to the web processes.
 PROBE_PATH = "/.runledger-edge-probe/"

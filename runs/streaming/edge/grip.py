@@ -1,5 +1,5 @@
 """GRIP, the little of it Runledger speaks with Pushpin: the request signature, the hold
-instructions of an answer, and the items of a publish (sent by runs.edge.control).
+instructions of an answer, and the items of a publish (sent by control.py).
 
 Written here rather than taken from gripcontrol/django-grip: what is needed is four headers, one
 JWT check and one publish call, and those libraries drop an id of 0, send ids as numbers (which Pushpin
@@ -14,12 +14,12 @@ from typing import Any
 from django.http import HttpRequest
 
 from runs.conf import conf
-from runs.streams import Frame
+from runs.streaming.hub import Frame
 
 # Pushpin's `sig_iss`, which bin/edge's configuration leaves at its default.
 ISSUER = "pushpin"
 # A second channel every held stream is on, never published to, whose previous id is the stream's
-# link token (runs.edge.link): Pushpin sends it back in Grip-Last with each fetch of the link. Not
+# link token (link.py): Pushpin sends it back in Grip-Last with each fetch of the link. Not
 # in the link's URL: Pushpin paces those fetches at ten batches a second, each batch the streams of
 # one URL, so a URL per stream would pace them at ten streams a second. And never published to:
 # Pushpin puts off a stream's link timeout while every channel it holds receives items
@@ -89,7 +89,7 @@ def hold_headers(*, name: str, prev_id: int, link: str, token: str, timeout: int
     Pushpin then sends it each item published with that previous id (and the next, and so on), and
     on any other — a publish lost, or made before this hold — GETs `link` itself with Grip-Last to
     fetch what is missing; it does the same every `timeout` seconds, busy or not (LINK_CHANNEL):
-    each such GET carries `token` and re-checks the stream's user (runs.edge.hold).
+    each such GET carries `token` and re-checks the stream's user (hold.py).
     """
     keepalive = max(1, round(conf.SSE_KEEPALIVE_SECONDS))
     return {

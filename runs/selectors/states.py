@@ -1,0 +1,45 @@
+"""The state of runs by id, many in one query, for the processes that follow runs rather than
+show them: a worker re-reading the runs it holds, the stream hub's poll backstop, the edge's
+publisher and the streams' re-check. No visibility rule: each caller has checked who may see the
+run already, or shows nothing of it.
+"""
+
+from collections.abc import Collection
+from datetime import datetime
+from uuid import UUID
+
+from runs.models import LIVE_VALUES, Run
+
+
+def run_worker_states(*, run_ids: Collection[UUID]) -> dict[UUID, tuple[str, int, datetime | None]]:
+    """(status, generation, pause requested at) of each run that still exists: what says whether
+    a worker's attempt of it must stop or pause."""
+    rows = Run.objects.filter(pk__in=run_ids).values_list("id", "status", "generation", "pause_requested_at")
+    return {run_id: (status, generation, pause) for run_id, status, generation, pause in rows}
+
+
+def run_last_seqs(*, run_ids: Collection[str]) -> dict[str, int]:
+    """The seq of each existing run's last event."""
+    rows = Run.objects.filter(pk__in=run_ids).values_list("pk", "last_seq")
+    return {str(pk): last_seq for pk, last_seq in rows}
+
+
+def run_last_seqs_live() -> dict[str, int]:
+    """The seq of every live run's last event, through the live-runs partial index."""
+    rows = Run.objects.filter(status__in=LIVE_VALUES).values_list("pk", "last_seq")
+    return {str(pk): last_seq for pk, last_seq in rows}
+
+
+def run_status_last_seq(*, run_id: str) -> tuple[str, int] | None:
+    """A run's status and the seq of its last event; None once it is deleted."""
+    return Run.objects.filter(pk=run_id).values_list("status", "last_seq").first()
+
+
+def run_ids_live(*, run_ids: Collection[str]) -> set[str]:
+    """Those of `run_ids` whose run is live (not ended, not deleted)."""
+    return {str(pk) for pk in Run.objects.filter(pk__in=run_ids, status__in=LIVE_VALUES).values_list("pk", flat=True)}
+
+
+def run_owners(*, run_ids: Collection[str]) -> dict[str, int]:
+    """The owner's user id of each existing run."""
+    return {str(pk): owner for pk, owner in Run.objects.filter(pk__in=run_ids).values_list("pk", "owner_id")}
