@@ -224,7 +224,7 @@ class StreamGuard:
                 {w.session_key for w in watches if w.session_key is not None},
                 {w.run_id for w in watches},
             )
-        except DatabaseError as exc:
+        except (DatabaseError, TimeoutError) as exc:
             log.warning("re-checking %d streams failed (%s); they stay open until the next try", len(watches), exc)
             return
         for watch in watches:

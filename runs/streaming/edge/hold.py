@@ -28,7 +28,6 @@ reaches the terminal event, or stops short of the last one stored, ends there wi
 client reconnects with its Last-Event-ID for the rest, as from a web process's own stream.
 """
 
-import asyncio
 import logging
 import math
 import time
@@ -44,7 +43,7 @@ from runs.exceptions import NotFound
 from runs.http.errors import error_response, error_response_for
 from runs.selectors import run_event_sizes, run_events_json_after, run_get
 from runs.streaming import hub
-from runs.streaming.checks import Opened, check, open_bound
+from runs.streaming.checks import Opened, check
 from runs.streaming.edge import grip, publisher
 from runs.streaming.edge.link import Link, mint, read
 from runs.streaming.guard import EDGE_MARGIN, edge_streams, get_guard, too_many_streams
@@ -70,8 +69,7 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
     # This loop's own streams of each user, read (not changed) from the opening thread.
     plain = get_guard().counts
     try:
-        async with asyncio.timeout(open_bound()):
-            return await hub.run_open_check(_connect_sync, request, run_id, plain)
+        return await hub.run_open_check(_connect_sync, request, run_id, plain)
     except (DatabaseError, TimeoutError):
         return _unavailable()
 
@@ -95,8 +93,7 @@ async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         log.warning("run %s: a link fetch signed by Pushpin with a token not minted for this run", run_id)
         return _end()
     try:
-        async with asyncio.timeout(open_bound()):
-            return await hub.run_open_check(_recover_sync, found, token, position, request.path)
+        return await hub.run_open_check(_recover_sync, found, token, position, request.path)
     except (DatabaseError, TimeoutError):
         # Pushpin retries a failed fetch by itself (five times, backing off).
         return _unavailable()
