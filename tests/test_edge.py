@@ -172,6 +172,27 @@ def signed(key: str, **claims: Any) -> str:
 # --- watchers through the edge ------------------------------------------------------------------
 
 
+def watched_to_the_end(
+    procs: Procs, edge: Edge, run: Run, headers: list[dict[str, str]], *, once_connected: Callable[[], object]
+) -> Run:
+    """Watchers of the queued `run` through the edge; once all are connected, `once_connected`,
+    then a worker takes the run: each watcher gets its exact log. The run, completed."""
+
+    async def scenario() -> list[list[Event]]:
+        _, tasks = await watch_all(edge.url, stream_path(run), headers)
+        await asyncio.to_thread(once_connected)
+        assert all(not task.done() for task in tasks)
+        # Only now does a worker take the run.
+        await asyncio.to_thread(procs.worker, "edge-worker")
+        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+
+    got = asyncio.run(scenario())
+    completed = wait_status(run, "completed")
+    for events in got:
+        assert_exact_log(events, completed)
+    return completed
+
+
 @pytest.mark.edge
 @pytest.mark.processes
 def test_watchers_through_the_edge_receive_every_event_once_in_order(
@@ -188,20 +209,12 @@ def test_watchers_through_the_edge_receive_every_event_once_in_order(
     headers = [auth_headers(token_for(alice))] * 10 + [session_headers(alice)] * 10
     headers += [auth_headers(token_for(staff))] * 10
 
-    async def scenario() -> list[list[Event]]:
-        _, tasks = await watch_all(edge.url, stream_path(run), headers)
+    def idle() -> None:
         # Pushpin holds every watcher: once the connections it opened for their connects have
         # idled out, the web process holds none of theirs.
-        await asyncio.to_thread(wait_until, lambda: connections_to(web.port) <= 2, 20, "the web process idle")
-        assert all(not task.done() for task in tasks)
-        # Only now does a worker take the run.
-        await asyncio.to_thread(procs.worker, "edge-worker")
-        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+        wait_until(lambda: connections_to(web.port) <= 2, 20, "the web process idle")
 
-    got = asyncio.run(scenario())
-    run = wait_status(run, "completed")
-    for events in got:
-        assert_exact_log(events, run)
+    run = watched_to_the_end(procs, edge, run, headers, once_connected=idle)
     # Each event was published once, not once per watcher.
     assert edge.log().count("POST /publish/") <= run.last_seq
 
@@ -218,16 +231,7 @@ def test_under_djangos_own_asgi_handler_the_first_stream_request_starts_the_publ
     run = queued_run(alice, input={"deltas": 20, "delay_ms": 20})
     headers = [auth_headers(token_for(alice))] * 3
 
-    async def scenario() -> list[list[Event]]:
-        _, tasks = await watch_all(edge.url, stream_path(run), headers)
-        await asyncio.to_thread(wait_leading, web)
-        await asyncio.to_thread(procs.worker, "edge-worker")
-        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
-
-    got = asyncio.run(scenario())
-    run = wait_status(run, "completed")
-    for events in got:
-        assert_exact_log(events, run)
+    watched_to_the_end(procs, edge, run, headers, once_connected=lambda: wait_leading(web))
 
 
 @pytest.mark.edge
