@@ -352,6 +352,10 @@ def test_killing_the_publishing_web_process_mid_run_leaves_no_gap(procs: Procs, 
 
 @pytest.mark.edge
 @pytest.mark.processes
+# With the machine to itself (bin/test's last pass): the clients reconnect the moment Pushpin's port
+# is bound again, and a Pushpin 1.36 whose handler is not yet connected (a few ms after its start;
+# longer on a machine busy with another test module) answers "500 Accept service unavailable".
+@pytest.mark.alone
 def test_a_pushpin_restart_mid_run_loses_nothing_for_clients_that_reconnect(procs: Procs, alice: User) -> None:
     print(f"seed {SEED}")
     web, edge = stack(procs)
