@@ -15,20 +15,11 @@ ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 PROCESS_FIXTURES = {"procs", "live", "proxy", "chromium", "browser_page", "pg_cluster"}
 
 
-def _shares_module_fixtures(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
-
-
-@pytest.hookimpl(tryfirst=True)  # before -m selects by marker, and xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.processes)
-        # bin/test hands tests to its workers one by one, but a module's tests that share
-        # module-wide fixtures (a live server, a built wheel) together, so those start once.
-        if _shares_module_fixtures(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     # On SQLite only the tests that claim to hold there may run; bin/test selects them with
     # -m sqlite, and this guards a hand-run that forgot to.
     if ON_SQLITE:
