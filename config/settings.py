@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from config.environment import BASE_DIR, Site, site
+from runs.api.schema_settings import SCHEMA_SETTINGS
 from runs.conf import AppSettings
 
 # The app's settings (runs/conf.py) as the environment gives them, parsed by their declarations.
@@ -286,9 +287,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = app.MAX_BODY_BYTES
 # the schema drf-spectacular's own deploy check generates: this site's API is the app's.
 REST_FRAMEWORK = {"TEST_REQUEST_DEFAULT_FORMAT": "json"}
 SPECTACULAR_SETTINGS = {
-    # As runs.api.schema.SCHEMA_SETTINGS says (the check reads only these settings).
-    "PREPROCESSING_HOOKS": ["runs.api.schema.the_apps_endpoints"],
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.api.serializers.RUN_STATUSES"},
+    **SCHEMA_SETTINGS,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -224,7 +224,7 @@ def test_the_stream_is_in_the_openapi_schema() -> None:
     from drf_spectacular.settings import patched_settings
     from drf_spectacular.validation import validate_schema
 
-    from runs.api.schema import SCHEMA_SETTINGS
+    from runs.api.schema_settings import SCHEMA_SETTINGS
 
     with patched_settings(SCHEMA_SETTINGS):
         schema = SchemaGenerator().get_schema(request=None, public=True)

@@ -12,6 +12,7 @@ from rest_framework.permissions import AllowAny, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from runs.api.schema_settings import SCHEMA_SETTINGS
 from runs.api.serializers import ConflictSerializer, ErrorSerializer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,23 +71,6 @@ IDEMPOTENT_REPLAYED = OpenApiParameter(
     response=[201],
     description="`true` when the response is the stored first answer to this Idempotency-Key",
 )
-
-
-# The schema's settings, the app's own (a host's SPECTACULAR_SETTINGS describes its own APIs).
-SCHEMA_SETTINGS: dict[str, Any] = {
-    "TITLE": "Runledger API",
-    "DESCRIPTION": "Durable agent runs: events, streams, cancel, stop, pause and resume.",
-    "VERSION": "1.0.0",
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.api.serializers.RUN_STATUSES"},
-    # The app's operations, where the project mounted them: not the project's other APIs.
-    "PREPROCESSING_HOOKS": ["runs.api.schema.the_apps_endpoints"],
-    # The SSE stream is a plain async view that spectacular cannot see; the hook documents it.
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "runs.streaming.schema.document_run_stream",
-    ],
-}
 
 
 def the_apps_endpoints(endpoints: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
