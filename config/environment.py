@@ -20,12 +20,18 @@ class Site(Registry):
         10, "PostgreSQL connections a web process pools (threads wait for one)", (WEB,), minimum=0, zero="no pool"
     )
     SQLITE_TIMEOUT = Seconds(20, "how long a write waits for SQLite's lock", SERVING, zero="no wait")
-    STATIC_ROOT = Text(str(BASE_DIR / "staticfiles"), "where collectstatic puts the files the proxy serves", (WEB,))
+    STATIC_ROOT = Text(
+        str(BASE_DIR / "staticfiles"),
+        "where collectstatic puts the files the proxy serves",
+        (WEB,),
+        shown="`staticfiles/` beside manage.py",
+    )
     SERVE_STATIC = Flag(True, "whether a web process serves /static/ itself (0 when the proxy does)", (WEB,))
     LOCAL_SECRET_FILE = Text(
         str(BASE_DIR / ".runledger-secret-key"),
         "the random local secret key, made on first use, while DJANGO_SECRET_KEY is unset",
         SERVING,
+        shown="`.runledger-secret-key` beside manage.py",
     )
     LOG_LEVEL = Text(
         "",

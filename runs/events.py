@@ -127,3 +127,74 @@ def browser_vocabulary(declared: Iterable[str] = ()) -> dict[str, Any]:
         "waitReasons": {member.name: member.value for member in WaitReason},
         "toolStatuses": {member.name: member.value for member in ToolStatus},
     }
+
+
+# What each event's `data` holds, for the reference (docs/reference/events.md is rendered from this;
+# tests/test_docs_reference.py drives runs through every platform type and compares the keys). For
+# the types an agent emits, the keys the platform requires or writes; the agent may add its own.
+EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
+    EventType.RUN_CREATED: (
+        "The run was accepted (always seq 1).",
+        {
+            "agent": "the agent's name",
+            "input_keys": "the input's top-level keys, sorted (never its values)",
+            "parent": "the parent run's id, or null",
+        },
+    ),
+    EventType.RUN_STARTED: (
+        "A worker's attempt claimed the run.",
+        {
+            "generation": "the attempt's number (1, 2, …); it fences the attempt's writes",
+            "worker": "the worker that holds it",
+        },
+    ),
+    EventType.OUTPUT_DELTA: ("A piece of the agent's text output.", {"text": "the piece (a string)"}),
+    EventType.TOOL_STARTED: (
+        "The agent began a tool call (or a subprocess, or a model request).",
+        {
+            "call_id": "required: a non-empty string naming the call; its tool.finished repeats it",
+            "name": "the tool's name",
+        },
+    ),
+    EventType.TOOL_FINISHED: (
+        "A tool call ended.",
+        {
+            "call_id": "required: the call_id of its tool.started",
+            "name": "the tool's name",
+            "status": "`ok` (the default), `error`, or `interrupted` (written by the platform when the run "
+            "ended while the call was open)",
+        },
+    ),
+    EventType.CHILD_SPAWNED: (
+        "The agent created a child run (exactly once per step, whatever the retries).",
+        {"run_id": "the child's id", "agent": "the child's agent"},
+    ),
+    EventType.RUN_WAITING: (
+        "The run paused or asks for input; it holds a resume ticket and no worker holds it.",
+        {"reason": "`paused` or `input_required`", "prompt": "what the agent asks (input_required), or null"},
+    ),
+    EventType.RUN_RESUMED: (
+        "A resume with the run's ticket was accepted; the run is queued again.",
+        {"ticket": "the ticket it was resumed with (now spent)", "input": "the input given to the agent, or null"},
+    ),
+    EventType.RUN_REQUEUED: (
+        "An attempt ended without finishing; the run is queued again.",
+        {
+            "generation": "the attempt that ended",
+            "cause": "`worker_shutdown` (a clean shutdown, not counted) or `lease_expired` (a lost attempt)",
+        },
+    ),
+    EventType.RUN_COMPLETED: ("Terminal: the agent finished.", {"output": "its result (also the run's `output`)"}),
+    EventType.RUN_FAILED: (
+        "Terminal: the run failed.",
+        {"code": "the end code", "reason": "a sentence for people", "error": "details as JSON, or null"},
+    ),
+    EventType.RUN_CANCELLED: (
+        "Terminal: an explicit, authorised cancel (never a dropped connection).",
+        {"code": "the end code", "note": "the canceller's note (may be empty)", "by": "who cancelled"},
+    ),
+    EventType.RUN_STOPPED: (
+        "Terminal: a policy end (staff, budgets, the deadline, a stopped parent).",
+        {"code": "the end code", "reason": "why", "by": "who or what stopped it"},
+    ),
+}

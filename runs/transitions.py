@@ -103,3 +103,21 @@ def descendant_end(parent_status: str) -> tuple[Status, str]:
     if parent_status in (Status.COMPLETED, Status.FAILED):
         return Status.CANCELLED, CancelCode.PARENT_ENDED
     raise ValueError(f"{parent_status} is not terminal")
+
+
+# What each end code says, for the reference (docs/reference/errors.md is rendered from this).
+END_CODE_MEANINGS: dict[str, str] = {
+    FailCode.AGENT_ERROR: "the agent failed or raised",
+    FailCode.INVALID_OUTPUT: "it produced what cannot be stored, or an event type it did not declare",
+    FailCode.STORAGE_ERROR: "a write of its attempt failed otherwise",
+    FailCode.WORKER_LOST: "`max_attempts` attempts lost their worker",
+    CancelCode.BY_USER: "the owner (or a caller allowed to) cancelled it",
+    CancelCode.BY_STAFF: "a holder of `runs.cancel_run` cancelled someone else's run",
+    CancelCode.PARENT_CANCELLED: "its parent was cancelled",
+    CancelCode.PARENT_ENDED: "its parent completed or failed while it was unfinished",
+    StopCode.STAFF: "staff stopped it",
+    StopCode.POLICY: "a policy of the host stopped it",
+    StopCode.BUDGET_EXHAUSTED: "it reached `max_steps` or `max_events`",
+    StopCode.DEADLINE_EXCEEDED: "its `deadline` passed",
+    StopCode.PARENT_STOPPED: "its parent was stopped",
+}

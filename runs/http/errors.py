@@ -24,3 +24,24 @@ def error_response_for(exc: RunledgerError) -> JsonResponse:
     if isinstance(exc, TooManyRequests):
         response["Retry-After"] = str(exc.retry_after)
     return response
+
+
+# Every `error.code` a response can carry, its HTTP status and what it means: the reference
+# (docs/reference/errors.md) is rendered from this, and tests/test_docs_reference.py checks that
+# every code the project's code spells is here.
+ERROR_CODES: dict[str, tuple[int, str]] = {
+    "validation_error": (400, "a malformed body, query, header or cursor; `detail` says which field"),
+    "not_authenticated": (401, "no credentials, or bad ones"),
+    "permission_denied": (403, "the run is visible to the caller but the action is not allowed"),
+    "not_found": (404, "no such run, or one the caller may not see (never a 403 for those)"),
+    "method_not_allowed": (405, "the URL does not take that method"),
+    "not_acceptable": (406, "the `Accept` header asks for a format the URL cannot give"),
+    "invalid_transition": (409, "the run's committed state does not allow the command; `run` is that state"),
+    "stale_ticket": (409, "the resume ticket is not the run's current one; `run` is the run"),
+    "budget_exhausted": (409, "the run has no budget left for what was asked; `run` is the run"),
+    "payload_too_large": (413, "the body is over the size limit (`detail.limit_bytes`)"),
+    "unsupported_media_type": (415, "the body is not `application/json`"),
+    "idempotency_mismatch": (422, "the `Idempotency-Key` was used with another body"),
+    "too_many_requests": (429, "a limit refuses it for now; `Retry-After` says when to retry, `detail` which limit"),
+    "database_unavailable": (503, "the database cannot be reached; retry later"),
+}
