@@ -23,7 +23,7 @@ RUNLEDGER_MAX_RUNNING_PER_USER=N as well (with 1, each hostile user holds one sl
    every event came once, in order, up to the terminal one.
 2. Ten hostile users, each in threads of its own: (a) create runs as fast as they can until refused
    (429), then try again every second (a refused create costs little; a request flood is not what
-   these limits address — there is no per-user request throttle, README "Fair use"). Half their
+   these limits address — there is no per-user request throttle, docs/design/fair-use.md). Half their
    runs are fast writers ({"deltas": 100000, "delay_ms": 0}: bounded by the default max_events
    budget), half slot holders ({"deltas": 100000, "delay_ms": 60000}); users 0, 2, … queue their
    writers first, users 1, 3, … their holders first — under the running cap only the oldest queued

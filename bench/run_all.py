@@ -19,7 +19,7 @@
 5. Fair use under attack (bench/fair_use.py): ten hostile users and one measured, with the limits
    on — in a child process with its own cluster and processes.
 6. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
-   and bench/results/summary.md (the README table).
+   and bench/results/summary.md (docs/benchmarks.md).
 
 Ratios are "times the floor": for a time, figure / floor; for a rate, floor / figure. 1.0 is the
 floor itself; absolute times drift on a shared machine, ratios from the same run hold better.

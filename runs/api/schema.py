@@ -36,7 +36,7 @@ _ERRORS: dict[int, OpenApiResponse] = {
     ),
     429: OpenApiResponse(
         ErrorSerializer,
-        description="`too_many_requests`: one of your limits (README, Fair use) refuses it for now; "
+        description="`too_many_requests`: one of your limits (the manual's Fair use page) refuses it for now; "
         "`Retry-After` says when to try again, `detail` which limit and where you are",
     ),
     503: OpenApiResponse(ErrorSerializer, description="`database_unavailable`: retry later"),

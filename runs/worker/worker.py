@@ -79,7 +79,7 @@ class Worker:
         self.poll_seconds = conf.SQLITE_POLL_SECONDS if self.sqlite else conf.POLL_SECONDS
         conf.require()  # also under --skip-checks, and for settings made in code
         # Slots filled only with a run of an owner who has none running, so one owner's long runs
-        # cannot keep another's queued (README "Fair claiming"). At least two slots stay open to
+        # cannot keep another's queued (docs/design/fair-use.md). At least two slots stay open to
         # everyone: below three slots, keeping one would take half of them or more from a lone user.
         self.newcomer_slots = max(0, min(conf.WORKER_NEWCOMER_SLOTS, self.concurrency - 2))
         self.attempt_config = conf.attempt_config()
