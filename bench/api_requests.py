@@ -108,7 +108,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--no-floor", action="store_true", help="skip pg_floor.py (about 2 minutes)")
+    parser.add_argument("--no-floor", action="store_true", help="skip bench/floor.py (about 2 minutes)")
     args = parser.parse_args()
     with durable_cluster() as cluster:
         floor = {} if args.no_floor else run_floor(cluster.create_database("floor"))

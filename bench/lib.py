@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
-FLOOR_SCRIPT = ROOT.parent / "shared" / "tools" / "pg_floor.py"
+FLOOR_SCRIPT = ROOT / "bench" / "floor.py"
 # The benchmarks measure the platform, not its fair-use limits (issue 20), and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
 # a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
@@ -159,7 +159,7 @@ def floor_command(url: str) -> list[str]:
 
 
 def run_floor(url: str) -> dict[str, Any]:
-    """`pg_floor.py` against `url` (a scratch database: it makes tables of its own there)."""
+    """`bench/floor.py` against `url` (a scratch database: it makes tables of its own there)."""
     log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
     out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))

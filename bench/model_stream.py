@@ -13,7 +13,7 @@ deltas it is cancelled through the service layer, and measured:
 - released: the cancel's commit → the attempt's `released_at`;
 - the chunks the server sent after the commit: generated, never stored (one every 20 ms here).
 The floor of "closed" is the least a cross-process cancel of a stream costs: a transaction's
-NOTIFY reaching another process (pg_floor.py) plus a loopback TCP close seen by select.
+NOTIFY reaching another process (bench/floor.py) plus a loopback TCP close seen by select.
 """
 
 import argparse

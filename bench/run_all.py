@@ -3,7 +3,7 @@
     .venv/bin/python bench/run_all.py [--quick] [--no-growth]
 
 1. Starts a durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`: fsync on).
-2. Runs the floor (`../shared/tools/pg_floor.py`: raw psycopg doing the same work) against a
+2. Runs the floor (`bench/floor.py`: raw psycopg doing the same work) against a
    scratch database `floor` in that cluster — never the application's database.
 3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
    processes (default settings: production intervals), and measures:
@@ -512,7 +512,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"(CPU {m['cpu_busy_pct_before_start']}% busy before the run: other users of the machine). "
         "One uvicorn web process, two worker processes, default settings. "
         "“x floor”: how many times slower than raw psycopg doing the same work in the same run "
-        "(`shared/tools/pg_floor.py`).",
+        "(`bench/floor.py`).",
         "",
         "Machine CPU busy (all processes, other users' included) during the cancels: "
         + ", ".join(

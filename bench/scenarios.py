@@ -100,7 +100,7 @@ def streaming_runs(ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | Non
     """`runs` demo runs streaming a delta every `delay_ms` in the workers (they stream on until
     cancelled); returns their ids once every one is running and has streamed, past the claim burst.
 
-    `floor` (the pg_floor.py command line) runs the floor once more then: the same raw work under
+    `floor` (bench/floor.py's command line) runs the floor once more then: the same raw work under
     the same background load; its figures are returned beside the ids (None without it)."""
     created = [
         services.run_create(

@@ -188,7 +188,7 @@ def step_kinds(
     """Per kind of step, cancel committed → released: one at a time with nothing else running,
     then the same on top of `background` demo runs streaming a delta every `delay_ms`.
 
-    `floor` (the pg_floor.py command line): the floor measured once more while the background
+    `floor` (bench/floor.py's command line): the floor measured once more while the background
     runs stream, just before the cancels under load."""
     result: dict[str, Any] = {
         "samples_per_kind": samples,

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/step_kinds.py [--quick] [--samples N] [--background 200] [--tool-ms 60000]
 
-Starts a durable throwaway PostgreSQL cluster, measures the floor (`shared/tools/pg_floor.py`)
+Starts a durable throwaway PostgreSQL cluster, measures the floor (`bench/floor.py`)
 in a scratch database there, then starts one uvicorn web process and two worker processes that
 load the tests' agents too (bench/lib.py `app_running`, default settings: production intervals,
 RUNLEDGER_CANCEL_GRACE_SECONDS as the environment says, 0.5 s by default). For each kind of step

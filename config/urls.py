@@ -7,9 +7,9 @@ from runs.admin.hardening import view_on_site
 from runs.signin import AdminLoginForm, LoginForm, throttled_login
 
 # This site's own opinions; the app itself is included as any host includes it (last line).
-# The console signs in through the throttled form too (DESIGN §6). The first two URLs below, ahead of the
-# admin's own, add the 429 status to its login page's refusal, and answer a malformed id in "view
-# on site" with 404 (runs.admin.hardening).
+# The console signs in through the throttled form too (docs/design/fair-use.md#sign-in-throttle).
+# The first two URLs below, ahead of the admin's own, add the 429 status to its login page's
+# refusal, and answer a malformed id in "view on site" with 404 (runs.admin.hardening).
 admin.site.login_form = AdminLoginForm
 
 urlpatterns = [
@@ -17,7 +17,7 @@ urlpatterns = [
     path("admin/r/<path:content_type_id>/<path:object_id>/", admin.site.admin_view(view_on_site)),
     path("admin/", admin.site.urls),
     # Only log in and out: password resets by e-mail are not part of this deployment, and every
-    # page but the login page needs an authenticated user (DESIGN §6).
+    # page but the login page needs an authenticated user (docs/design/api.md#public).
     path("accounts/login/", throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # A page to read the app's API schema (Swagger UI, its scripts served here: no CDN), public

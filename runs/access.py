@@ -1,4 +1,4 @@
-"""Who may do what to a run they can see (DESIGN §6).
+"""Who may do what to a run they can see (docs/design/api.md#access).
 
 Visibility itself is `selectors.run_visible`: a run the caller cannot see is a 404 before any of
 these is asked, so they only ever turn a visible run into a 403.

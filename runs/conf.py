@@ -1,4 +1,5 @@
-"""The settings registry: every `RUNLEDGER_*` setting of the app, declared once (DESIGN §7).
+"""The settings registry: every `RUNLEDGER_*` setting of the app, declared once
+(docs/design/deployment.md#settings).
 
 A declaration says what the setting must be, its default, which processes read it and what it
 does (runs/setting_kinds.py has the kinds). The app reads each through `conf`
@@ -80,7 +81,7 @@ def _metrics_dir() -> str:
 
 
 class AppSettings(Registry):
-    # Agents (DESIGN §4)
+    # Agents (docs/design/execution.md#agents)
     AGENTS = Names(
         ["runs.agents.demo"],
         "the modules that register agents, imported by every web process and worker at start",
@@ -88,7 +89,8 @@ class AppSettings(Registry):
         must="a list of module paths",
         item=pattern(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"),
     )
-    # Leases and intervals (DESIGN §4); the lease must outlast a heartbeat and the unwinding (runs.intervals).
+    # Leases and intervals (docs/design/execution.md#leases); the lease must outlast a heartbeat and
+    # the unwinding (runs.intervals).
     LEASE_SECONDS = Seconds(
         30, "how long a worker's hold on a run lasts unless renewed; then another may take it", SERVING
     )
@@ -122,7 +124,7 @@ class AppSettings(Registry):
         zero="none",
     )
     DEFAULT_MAX_ATTEMPTS = Whole(3, "attempts a run created without max_attempts may lose to lapsed leases", SERVING)
-    # Streams (DESIGN §5)
+    # Streams (docs/design/streaming.md)
     SSE_KEEPALIVE_SECONDS = Seconds(15, "how often an idle stream sends a keep-alive comment", (WEB,))
     SSE_RETRY_MS = Whole(
         2000, "the stream's `retry:`, how long EventSource waits to reconnect", (WEB,), minimum=0, unit="milliseconds"
@@ -137,7 +139,8 @@ class AppSettings(Registry):
         "(a client gone before the first byte, under an ASGI handler that does not say so)",
         (WEB,),
     )
-    # Limits, so one user cannot take the service from everyone else (DESIGN §6)
+    # Limits, so one user cannot take the service from everyone else
+    # (docs/design/fair-use.md#limits)
     MAX_ACTIVE_RUNS_PER_USER = Limit(
         1000, "queued + running + waiting runs one user owns; a create beyond is a 429", (WEB,)
     )
@@ -209,7 +212,7 @@ class AppSettings(Registry):
     OPENAI_CONTINUE = Flag(
         False, "whether runs that do not say continue a requeued answer in place (vLLM only)", (WORKER,)
     )
-    # The SSE edge (DESIGN §10, runs.streaming.edge)
+    # The SSE edge (docs/design/edge.md, runs.streaming.edge)
     # Each a file in a folder only the web processes' user may enter, so nobody else can publish;
     # Pushpin's HTTP control port has no authentication and stays off (runs.streaming.edge.control).
     GRIP_URL = Names(
@@ -236,7 +239,7 @@ class AppSettings(Registry):
         120, "how often Pushpin fetches each edge stream's link again (1 to 1.5 times that)", (WEB,), unit="seconds"
     )
     GRIP_PUBLISH_TIMEOUT_SECONDS = Seconds(5, "how long one publish to Pushpin may take", (WEB,))
-    # Operations (DESIGN §9)
+    # Operations (docs/design/operations.md)
     METRICS_TOKEN = Text(
         "", "the bearer token for /metrics/; empty: only users with runs.view_run", (WEB,), secret=True
     )
@@ -249,7 +252,7 @@ class AppSettings(Registry):
         must="a path",
         shown="a folder in the temporary directory named for the user and the database",
     )
-    # The host project (DESIGN §7)
+    # The host project (docs/design/deployment.md#settings)
     HARDEN_ADMIN = Flag(
         False,
         "also guard every other admin of the site (users, groups, tokens) against hostile list URLs; "
@@ -282,9 +285,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return [checks.Error(problem, id="runs.E002") for problem in conf.problems()]
 
 
-# What the app needs of a SQLite database (DESIGN §7): every write transaction takes the write
-# lock at BEGIN, so read-check-write commands queue instead of failing with "database is locked"
-# when they upgrade, and a busy database is waited for, not refused at once.
+# What the app needs of a SQLite database (docs/design/deployment.md#sqlite): every write
+# transaction takes the write lock at BEGIN, so read-check-write commands queue instead of failing
+# with "database is locked" when they upgrade, and a busy database is waited for, not refused at
+# once.
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return sqlite_problems(settings.DATABASES)
 

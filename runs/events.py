@@ -1,5 +1,5 @@
-"""The event vocabulary of DESIGN §2: every event type the platform knows, the terminal event of
-each terminal status, wait reasons and requeue causes.
+"""The event vocabulary (docs/design/events.md#types): every event type the platform knows, the
+terminal event of each terminal status, wait reasons and requeue causes.
 
 This is the one module that spells them. Python code names them through these enums; the browser
 clients receive `browser_vocabulary()` from the page (a JSON script tag), so no JavaScript or
@@ -56,7 +56,8 @@ LIFECYCLE_TYPES: frozenset[str] = frozenset(
 # Platform types an agent emits itself (the rest of `EventType` only the platform writes).
 AGENT_TYPES: frozenset[str] = frozenset({EventType.OUTPUT_DELTA, EventType.TOOL_STARTED, EventType.TOOL_FINISHED})
 
-# The shape of a type an agent declares for itself (DESIGN §2): dotted, lower case, e.g. `plan.updated`.
+# The shape of a type an agent declares for itself (docs/design/events.md#agent-types): dotted,
+# lower case, e.g. `plan.updated`.
 CUSTOM_TYPE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+")
 
 
@@ -84,7 +85,7 @@ class ToolStatus(StrEnum):
 
 def agent_event_problem(type_: object, data: dict[str, Any], declared: frozenset[str]) -> str | None:
     """Why an agent may not emit this event, or None. It may emit the platform's `AGENT_TYPES`
-    and the types of its own it declared when it registered (DESIGN §2)."""
+    and the types of its own it declared when it registered (docs/design/events.md#agent-types)."""
     if type_ in AGENT_TYPES:
         call_id = data.get("call_id")
         if type_ != EventType.OUTPUT_DELTA and (not isinstance(call_id, str) or not call_id):

@@ -74,8 +74,8 @@ class IdempotencyMismatch(RunledgerError):
 
 
 class TooManyRequests(RunledgerError):
-    """A limit of DESIGN §6 refuses the request for now, for `retry_after` seconds (whole, and at
-    least 1: the header's unit, and 0 would say "at once")."""
+    """A limit (docs/design/fair-use.md#refusals) refuses the request for now, for `retry_after`
+    seconds (whole, and at least 1: the header's unit, and 0 would say "at once")."""
 
     code = "too_many_requests"
     status_code = 429

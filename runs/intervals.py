@@ -1,6 +1,6 @@
 """The lease timing an attempt derives from the interval settings, and the rule they must obey
-together (DESIGN §4, §7). Pure arithmetic: `runs.conf` gives the settings (`conf.attempt_config()`)
-and checks this rule with the others (`runs.E002`).
+together (docs/design/execution.md#leases). Pure arithmetic: `runs.conf` gives the settings
+(`conf.attempt_config()`) and checks this rule with the others (`runs.E002`).
 """
 
 from dataclasses import dataclass

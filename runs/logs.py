@@ -1,5 +1,6 @@
-"""Logs (DESIGN §9): the run, attempt and worker each line concerns, and one JSON object per line
-with `RUNLEDGER_LOG_FORMAT=json` (config/settings.py installs both on the console handler).
+"""Logs (docs/design/operations.md#logs): the run, attempt and worker each line concerns, and one
+JSON object per line with `RUNLEDGER_LOG_FORMAT=json` (config/settings.py installs both on the
+console handler).
 
 The fields come from the record (`extra={"event": "claimed", "run_id": …}`) or, where the code
 runs on behalf of one attempt or one worker, from what `bind_attempt` and `bind_worker` set: an

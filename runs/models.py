@@ -52,7 +52,8 @@ class Run(models.Model):
     steps_used = models.PositiveIntegerField(default=0)
     events_used = models.PositiveIntegerField(default=0)
     # Bytes of JSON (compact UTF-8, `runs.storable.json_bytes`) of its input, output and error: a list
-    # leaves out a big one without reading it (DESIGN §6, runs.selectors.run_list_values).
+    # leaves out a big one without reading it (docs/design/fair-use.md#bounded-answers,
+    # runs.selectors.run_list_values).
     input_bytes = models.PositiveIntegerField(default=0)
     output_bytes = models.PositiveIntegerField(default=0)
     error_bytes = models.PositiveIntegerField(default=0)
@@ -66,7 +67,7 @@ class Run(models.Model):
     # their live runs from the table (runs.services.quotas).
     ended_bytes = models.PositiveBigIntegerField(default=0)
     # The tool calls started and not finished, as [call_id, name] pairs in the order they started:
-    # the run's end seals them (DESIGN §2) without reading its events back.
+    # the run's end seals them (docs/design/events.md#tool-seal) without reading its events back.
     open_tool_calls = models.JSONField(default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -94,7 +95,7 @@ class Run(models.Model):
             # The dashboard's runs ended per minute and by status over the last day (selectors.overview).
             models.Index(fields=["ended_at"], name="run_ended", condition=Q(ended_at__isnull=False)),
             # Per-owner counts of live runs: the active-runs cap at create, the running cap and fair
-            # share at claim (DESIGN §6).
+            # share at claim (docs/design/fair-use.md#fair-claiming).
             models.Index(fields=["owner", "status"], name="run_owner_live", condition=Q(status__in=LIVE_VALUES)),
             # The runs an owner keeps and the bytes their ended ones store: the caps at create.
             models.Index(
@@ -177,7 +178,8 @@ class RunEvent(models.Model):
         return f"{self.run_id}#{self.seq} {self.type}"
 
     def as_dict(self) -> dict[str, object]:
-        """The event object of DESIGN §2: the same in JSON pages and in SSE `data:`."""
+        """The event object (docs/design/events.md#event-object): the same in JSON pages and in SSE
+        `data:`."""
         return {
             "seq": self.seq,
             "type": self.type,
@@ -274,7 +276,8 @@ class IdempotencyRecord(models.Model):
 
 class AuthFailure(models.Model):
     """A failed sign-in or token authentication, once under each key it counts against (a client
-    address, a username), for RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS (DESIGN §6; runs.http.throttles).
+    address, a username), for RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS
+    (docs/design/fair-use.md#sign-in-throttle; runs.http.throttles).
 
     In the database, not in a process, so that every web process counts against one limit.
     """

@@ -1,6 +1,6 @@
 """Signing in: the login page's form (/accounts/login/) and the console's (/admin/login/), with
-failed sign-ins throttled per username and per client address (DESIGN §6; the counting is
-`runs.http.throttles`).
+failed sign-ins throttled per username and per client address
+(docs/design/fair-use.md#sign-in-throttle; the counting is `runs.http.throttles`).
 
 The form, not Django's `user_login_failed` signal: the signal is sent after the password has been
 checked, which is too late to refuse a guess without checking it, and it cannot change the answer.

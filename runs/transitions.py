@@ -1,4 +1,4 @@
-"""The run state machine of DESIGN §1: one table, pure Python, no ORM.
+"""The run state machine (docs/design/states.md): one table, pure Python, no ORM.
 
 Every status change in the project is checked here; nothing else decides what may follow what.
 """
@@ -19,7 +19,7 @@ class Status(StrEnum):
 
 
 TERMINAL: frozenset[Status] = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.STOPPED})
-# Queued, running or waiting: what the active-runs cap counts (DESIGN §6).
+# Queued, running or waiting: what the active-runs cap counts (docs/design/fair-use.md#caps).
 LIVE: frozenset[Status] = frozenset(Status) - TERMINAL
 
 ALLOWED: dict[Status, frozenset[Status]] = {
@@ -95,7 +95,8 @@ def check_transition(current: str, target: str) -> None:
 
 
 def descendant_end(parent_status: str) -> tuple[Status, str]:
-    """How an unfinished descendant ends when its ancestor reaches `parent_status` (DESIGN §3)."""
+    """How an unfinished descendant ends when its ancestor reaches `parent_status`
+    (docs/design/commands.md#children)."""
     if parent_status == Status.CANCELLED:
         return Status.CANCELLED, CancelCode.PARENT_CANCELLED
     if parent_status == Status.STOPPED:

@@ -1,5 +1,5 @@
-"""Access over every URL the project routes: only the public ones of DESIGN §6 answer the
-anonymous; another user's run is a 404 everywhere; actions need their permission.
+"""Access over every URL the project routes: only the public ones of docs/design/api.md#public
+answer the anonymous; another user's run is a 404 everywhere; actions need their permission.
 
 The URL list is read from the resolver, so a new endpoint is covered (or fails this test) the day
 it is added.

@@ -1,5 +1,6 @@
-"""Bring your own agent (DESIGN §2, §4): agent modules named in RUNLEDGER_AGENTS, declared event
-types, GET /api/agents/, and the sealing of tool calls left open when a run ends.
+"""Bring your own agent (docs/design/execution.md#agents, docs/design/events.md#agent-types): agent
+modules named in RUNLEDGER_AGENTS, declared event types, GET /api/agents/, and the sealing of tool
+calls left open when a run ends.
 
 The README's example agent is run here from the README's own text, in real web and worker
 processes started with RUNLEDGER_AGENTS naming a module outside the project.

@@ -1,5 +1,6 @@
-"""The REST API of DESIGN §3 and §6, through real HTTP handling (DRF's test client), token auth and
-the database. Races use real threads (tests.conftest.race) with transaction=True."""
+"""The REST API (docs/design/commands.md, docs/design/api.md), through real HTTP handling (DRF's
+test client), token auth and the database. Races use real threads (tests.conftest.race) with
+transaction=True."""
 
 import json
 from collections.abc import Callable
@@ -372,7 +373,8 @@ def test_another_users_run_is_404_never_403(
 ) -> None:
     run = waiting_run(alice)
     # Even a holder of the acting permissions cannot act on a run they cannot see. (runs.change_run
-    # is not one of them here: with it comes seeing every run, as in the console, DESIGN §6.)
+    # is not one of them here: with it comes seeing every run, as in the console,
+    # docs/design/api.md#access.)
     mallory = make_user("mallory", perms=("runs.cancel_run", "runs.stop_run"))
     body = {"reason": "x", "ticket": run.resume_ticket}
     response = getattr(client_for(mallory), method)(path.format(id=run.pk), body, format="json")

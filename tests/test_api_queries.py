@@ -58,7 +58,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
 ) -> None:
     running, queued = running_run(alice), queued_run(alice)
     assert statements(lambda: api.post(url(queued, "cancel"), {}), 200) == [
-        "SELECT runs_authfailure",  # is the address blocked (DESIGN §6)? one index range, before the key
+        "SELECT runs_authfailure",  # address blocked? one index range, first (docs/design/fair-use.md)
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
@@ -105,7 +105,8 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
 
 def test_a_refused_body_is_checked_against_the_run_first(api: APIClient, alice: User, bob: User) -> None:
     """The command reads the run only under its lock — but a refused body still answers in the
-    order of DESIGN §6: an invisible run is a 404 whatever the body, a visible one a 400."""
+    order of docs/design/api.md#check-order: an invisible run is a 404 whatever the body, a visible
+    one a 400."""
     mine, theirs = queued_run(alice), queued_run(bob)
     assert api.post(url(theirs, "cancel"), {"note": ["not a string"]}).status_code == 404
     assert api.post(url(theirs, "cancel"), "{not json", content_type="application/json").status_code == 404

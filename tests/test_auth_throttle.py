@@ -1,7 +1,8 @@
-"""Throttled sign-ins and token attempts (DESIGN §6, issue 20): failed ones are counted per client
-address (and per username for sign-ins) in the database; beyond RUNLEDGER_AUTH_FAILURES_MAX within
-the window, the next attempt is refused with 429 and Retry-After before its credential is checked —
-for a blocked username, only from the addresses that failed for it (issue 30: no lockout by strangers).
+"""Throttled sign-ins and token attempts (docs/design/fair-use.md#sign-in-throttle): failed ones are
+counted per client address (and per username for sign-ins) in the database; beyond
+RUNLEDGER_AUTH_FAILURES_MAX within the window, the next attempt is refused with 429 and Retry-After
+before its credential is checked — for a blocked username, only from the addresses that failed for
+it (issue 30: no lockout by strangers).
 
 In-process through Django's test client (REMOTE_ADDR chosen per request), and over real HTTP to
 real web processes, where the address is the socket's and two processes share one count.

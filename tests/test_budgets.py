@@ -1,5 +1,5 @@
 """Budgets (`max_events`, `max_steps`) enforced by the services, and retried writes that must not
-count or store anything twice (DESIGN §4)."""
+count or store anything twice (docs/design/execution.md#budgets)."""
 
 import pytest
 from django.contrib.auth.models import User

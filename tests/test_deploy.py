@@ -1,6 +1,6 @@
-"""Production (DESIGN §9, deploy/): settings that refuse an unsafe start, a real nginx started from
-deploy/nginx.conf.template in front of uvicorn and a worker, the app's own body limit without it,
-and the systemd units.
+"""Production (docs/design/operations.md#deploy, deploy/): settings that refuse an unsafe start, a
+real nginx started from deploy/nginx.conf.template in front of uvicorn and a worker, the app's own
+body limit without it, and the systemd units.
 
 The settings proofs start processes with nothing of the suite's environment: only PATH and the
 variables an operator sets, on the embedded default database (no DATABASE_URL).

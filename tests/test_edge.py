@@ -1,6 +1,6 @@
-"""The SSE edge (DESIGN §10): Debian's Pushpin, started by bin/edge, holds the streams in front of
-real uvicorn web processes, which answer with the replay and hold instructions and publish every
-committed event themselves; a real worker process runs the runs. Every process is started and
+"""The SSE edge (docs/design/edge.md): Debian's Pushpin, started by bin/edge, holds the streams in
+front of real uvicorn web processes, which answer with the replay and hold instructions and publish
+every committed event themselves; a real worker process runs the runs. Every process is started and
 stopped by its PID (tests/support/procs.py, tests/support/edge.py).
 
 What is proven: watchers through the edge get every event once, in order; Last-Event-ID resumes

@@ -1,6 +1,7 @@
-"""`GET /metrics/` (DESIGN §9): who may read it, the series it always has, and counts that add up
-across web and worker processes started plainly — the suite's own environment and nothing about
-metrics — and that no restart lowers; a real Prometheus server scraping it; JSON logs.
+"""`GET /metrics/` (docs/design/operations.md#metrics): who may read it, the series it always has,
+and counts that add up across web and worker processes started plainly — the suite's own environment
+and nothing about metrics — and that no restart lowers; a real Prometheus server scraping it; JSON
+logs.
 
 Counts accumulate over the session in the directory the test database's processes share, so the
 process tests compare scrapes before and after, never absolute values."""

@@ -296,8 +296,8 @@ class _TooManyRequests(http.server.BaseHTTPRequestHandler):
 
 
 def test_too_many_requests_carries_retry_after() -> None:
-    # The server does not send 429 yet (DESIGN §6's per-user limits are not built), so a stand-in
-    # HTTP server answers it, in the API's error shape.
+    # A 429 on demand (docs/design/fair-use.md#refusals): a stand-in HTTP server answers it, in the
+    # API's error shape, rather than driving a real server to one of its limits.
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TooManyRequests)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

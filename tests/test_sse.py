@@ -1,4 +1,4 @@
-"""The SSE contract of DESIGN §5 against a real uvicorn process, over real sockets.
+"""The SSE contract of docs/design/streaming.md against a real uvicorn process, over real sockets.
 
 One uvicorn serves the whole module (it reads the test database afresh on every request); each
 test makes its own users and runs. The resilience proofs (random drops, many watchers, several

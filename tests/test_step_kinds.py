@@ -1,6 +1,6 @@
-"""Every kind of step stops when its run is cancelled (DESIGN §4): a child process and its whole
-process group, blocking code in a thread, an HTTP stream — whether the agent honours the
-cancellation or ignores it and is abandoned.
+"""Every kind of step stops when its run is cancelled (docs/design/execution.md#step-kinds): a child
+process and its whole process group, blocking code in a thread, an HTTP stream — whether the agent
+honours the cancellation or ignores it and is abandoned.
 
 Each test runs a real worker process on the test database and cancels through the service, as
 the API does; what the attempt stopped is watched from outside the worker: /proc, the stored

@@ -1,7 +1,7 @@
-"""The shared browser stream client (runs/static/runs/stream.js, DESIGN §8) in a real browser:
-Debian's Chromium through Playwright and a real uvicorn. No worker runs: the test claims each run
-itself and writes its events through the services, as the worker would, so it knows exactly what
-the stream carries.
+"""The shared browser stream client (runs/static/runs/stream.js, docs/design/clients.md#browser) in
+a real browser: Debian's Chromium through Playwright and a real uvicorn. No worker runs: the test
+claims each run itself and writes its events through the services, as the worker would, so it knows
+exactly what the stream carries.
 
 EventSource only hands a named event to a listener for that name. The page listens for every
 platform type and for the types the run's agent declared; an event of any other type (which a

@@ -1,6 +1,6 @@
-"""Fair use of the streams a web process serves itself (DESIGN §5, §6; issue 20): a user holds at
-most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429), a stream ends cleanly after
-RUNLEDGER_SSE_MAX_SECONDS (the client resumes with Last-Event-ID and loses nothing), and every
+"""Fair use of the streams a web process serves itself (docs/design/streaming.md#limits): a user
+holds at most RUNLEDGER_MAX_STREAMS_PER_USER streams at once (beyond: 429), a stream ends cleanly
+after RUNLEDGER_SSE_MAX_SECONDS (the client resumes with Last-Event-ID and loses nothing), and every
 RUNLEDGER_SSE_RECHECK_SECONDS the open streams are checked again: a stream whose user, credential
 or sight of the run is gone ends. Real uvicorn processes over real sockets; the watch page in
 Debian's Chromium.
@@ -143,7 +143,7 @@ def test_the_cap_is_checked_after_authentication_visibility_and_cursor_and_refus
     async def scenario() -> None:
         held = [await Stream(web.url, stream_path(run), token).open() for _ in range(2)]
         assert [s.status for s in held] == [200, 200]
-        # At the cap, every earlier check still answers first (DESIGN §6's order) ...
+        # At the cap, every earlier check still answers first (docs/design/api.md#check-order) ...
         refusals = {
             401: (stream_path(run), {}),
             404: (stream_path(bobs), token),

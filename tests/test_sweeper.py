@@ -1,4 +1,5 @@
-"""The sweeper's services: lapsed leases and deadlines, alone and racing (DESIGN §1, §4).
+"""The sweeper's services: lapsed leases and deadlines, alone and racing
+(docs/design/execution.md#sweeper).
 
 Time cannot be moved forward, so the sweeper is told what time it is (`as_of`) where a test needs
 a lease or a deadline in the past; everything else is the real clock and real transactions.

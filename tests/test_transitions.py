@@ -16,7 +16,8 @@ from runs.transitions import (
 
 pytestmark = pytest.mark.sqlite
 
-# DESIGN §1, written out pair by pair so the table in transitions.py is checked, not restated.
+# docs/design/states.md#transitions, written out pair by pair so the table in transitions.py is
+# checked, not restated.
 EXPECTED = {
     ("queued", "running"),
     ("queued", "waiting"),

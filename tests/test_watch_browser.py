@@ -1,5 +1,6 @@
 """The watch page in a real browser: Debian's Chromium through Playwright, a real uvicorn and a
-real worker, with a cuttable loopback proxy between the browser and uvicorn (DESIGN §3, §5).
+real worker, with a cuttable loopback proxy between the browser and uvicorn
+(docs/design/clients.md#watch-page).
 
 Chromium keeps an open EventSource streaming through `set_offline` and route aborts, so every
 network drop here is made on the server side by the proxy, which also records the request heads

@@ -1,7 +1,7 @@
 """A worker that dies without unwinding (SIGKILL, the OOM killer) leaves nothing of its attempt
-running (DESIGN §4, runs.worker.orphans): the kernel ends its tool processes' leaders with it, a
-worker on the same machine kills what the leaders left in their process groups before it requeues
-the run, and the run's next attempt runs its tool once.
+running (docs/design/execution.md#orphans, runs.worker.orphans): the kernel ends its tool processes'
+leaders with it, a worker on the same machine kills what the leaders left in their process groups
+before it requeues the run, and the run's next attempt runs its tool once.
 
 Real worker processes on the test database, killed with SIGKILL; what is left is read from /proc.
 The in-process tests drive the reaper itself against process groups the test makes, to prove it

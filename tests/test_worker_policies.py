@@ -1,5 +1,6 @@
 """Policy ends of runs executing in real worker processes: deadlines, budgets, and parents whose
-end reaches their children in other workers (DESIGN §3, §4).
+end reaches their children in other workers (docs/design/commands.md#children,
+docs/design/execution.md#budgets).
 
 Every wait is for a database condition with a deadline; nothing sleeps to synchronise.
 """

@@ -1,8 +1,8 @@
-"""The dashboard's charts, drawn on the server as inline SVG (DESIGN §9): no chart library, no
-script, nothing fetched. Colours come from CSS classes (runs/static/runs/admin.css) on the admin's
-own variables, so the charts follow its light and dark themes; a `viewBox` lets them shrink to a
-phone's width. Each bar carries `data-label`/`data-value` and a `<title>`: what a test reads, what
-a pointer shows.
+"""The dashboard's charts, drawn on the server as inline SVG (docs/design/operations.md#dashboard):
+no chart library, no script, nothing fetched. Colours come from CSS classes
+(runs/static/runs/admin.css) on the admin's own variables, so the charts follow its light and dark
+themes; a `viewBox` lets them shrink to a phone's width. Each bar carries `data-label`/`data-value`
+and a `<title>`: what a test reads, what a pointer shows.
 """
 
 from collections.abc import Sequence

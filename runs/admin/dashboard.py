@@ -1,4 +1,5 @@
-"""The staff dashboard, `/admin/runs/dashboard/` (DESIGN §9): the whole system at a glance.
+"""The staff dashboard, `/admin/runs/dashboard/` (docs/design/operations.md#dashboard): the whole
+system at a glance.
 
 The figures are `selectors.overview`'s, drawn by `charts` into the page's own HTML. The page asks
 again for `?figures=1` every few seconds (runs/static/runs/dashboard.js) and swaps that fragment in
@@ -139,8 +140,8 @@ class DashboardAdmin(ViewOnly, admin.ModelAdmin):
 
 
 def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
-    # The figures are of every run: for those who may see every run (DESIGN §6), staff or not
-    # being the admin site's own gate (admin_view, before this).
+    # The figures are of every run: for those who may see every run (docs/design/api.md#access),
+    # staff or not being the admin site's own gate (admin_view, before this).
     if not sees_every_run(request.user):
         raise PermissionDenied
     context = figures(system_overview(now=db_now()))

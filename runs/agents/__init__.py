@@ -1,6 +1,7 @@
-"""The public agent API (DESIGN §4): register an agent by name, with the event types of its own it
-emits, and write it as an async generator of directives. The modules named in `RUNLEDGER_AGENTS`
-(default: the built-in `demo`) are imported by every process at start, which fills the registry.
+"""The public agent API (docs/design/execution.md#agents): register an agent by name, with the event
+types of its own it emits, and write it as an async generator of directives. The modules named in
+`RUNLEDGER_AGENTS` (default: the built-in `demo`) are imported by every process at start, which
+fills the registry.
 """
 
 from runs.agents.base import (

@@ -1,4 +1,4 @@
-"""The pluggable agent interface (DESIGN §4).
+"""The pluggable agent interface (docs/design/execution.md#agents).
 
 An agent is an async generator function taking an `AgentContext` and yielding directives:
 `Emit` (an event to append), `Step` (one unit of the `max_steps` budget: a model turn or a tool
@@ -179,7 +179,8 @@ InputCheck = Callable[[dict[str, Any]], dict[str, str]]
 class Registered:
     name: str
     agent: Agent
-    # The agent's own event types (DESIGN §2); the platform's agent types need no declaring.
+    # The agent's own event types (docs/design/events.md#agent-types); the platform's agent types
+    # need no declaring.
     event_types: frozenset[str]
     check_input: InputCheck | None = None
 

@@ -97,8 +97,9 @@ def _int(input: dict[str, Any], key: str, default: int) -> int:
     return int(value)
 
 
-# The largest value of each number in the input a create accepts (DESIGN §4, issue 20): what one
-# run may ask of the workers. Unknown keys are accepted and ignored.
+# The largest value of each number in the input a create accepts
+# (docs/design/fair-use.md#input-checks): what one run may ask of the workers. Unknown keys are
+# accepted and ignored.
 INPUT_BOUNDS = {"deltas": 100_000, "delay_ms": 60_000, "tool_ms": 600_000, "children": 10}
 
 

@@ -1,4 +1,4 @@
-"""Loading the agents a deployment names in `RUNLEDGER_AGENTS` (DESIGN §4).
+"""Loading the agents a deployment names in `RUNLEDGER_AGENTS` (docs/design/execution.md#agents).
 
 Every process imports them when Django starts (`RunsConfig.ready`). A module that cannot be
 imported is remembered rather than raised there, so `manage.py check` can report it as a system

@@ -1,10 +1,12 @@
-"""The REST API of DESIGN §3 and §6: one class per operation (per URL where one URL carries two
-methods), each validating its input, calling one service or selector, and serialising the result.
+"""The REST API (docs/design/commands.md, docs/design/api.md): one class per operation (per URL
+where one URL carries two methods), each validating its input, calling one service or selector, and
+serialising the result.
 
-Checks run in the order of DESIGN §6: authentication (401, `IsAuthenticated`), visibility (404,
-`run_get` with the caller), permission (403, the object permission of the class), input (400),
-then state (200/202/409, from the service). A command checks visibility and permission on the row
-it locks (`RunObjectApi.admit`), so it reads the run once; only a refused body reads it first.
+Checks run in the order of docs/design/api.md#check-order: authentication (401, `IsAuthenticated`),
+visibility (404, `run_get` with the caller), permission (403, the object permission of the class),
+input (400), then state (200/202/409, from the service). A command checks visibility and permission
+on the row it locks (`RunObjectApi.admit`), so it reads the run once; only a refused body reads it
+first.
 """
 
 import json
@@ -46,7 +48,8 @@ class StrictIntegerField(serializers.IntegerField):
 
     def get_value(self, dictionary: Any) -> Any:
         # DRF reads `?after_seq=` (empty) from a query string as "not given"; a cursor that is
-        # given must be well formed (DESIGN §5), so an empty one is validated, and refused.
+        # given must be well formed (docs/design/streaming.md#cursors), so an empty one is
+        # validated, and refused.
         if self.field_name in dictionary and dictionary.get(self.field_name) == "":
             return ""
         return super().get_value(dictionary)
@@ -115,7 +118,7 @@ class AgentListApi(ApiView):
         operation_id="agents_list",
         summary="List the registered agents",
         description="Every agent a run may name (`RUNLEDGER_AGENTS`), by name, with the event types of its "
-        "own each declared (DESIGN §2), so a client knows every type a stream can carry.",
+        "own each declared, so a client knows every type a stream can carry.",
         parameters=[FilterSerializer],
         responses=responses({200: _page_of(AgentOutputSerializer, "AgentPage", "agents")}, 400, 404),
     )
@@ -134,7 +137,8 @@ class AgentListApi(ApiView):
 # One URL, two operations: each method has its own input serializer and schema.
 class RunApi(ApiView):
     """Base of the operations that answer runs. A run's JSON is live state and may carry its
-    resume ticket (DESIGN §6): no cache may keep any of these answers, errors (a 409's run) included."""
+    resume ticket (docs/design/api.md#run-json): no cache may keep any of these answers, errors (a
+    409's run) included."""
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().finalize_response(request, response, *args, **kwargs)

@@ -1,7 +1,8 @@
-"""What every view of the API is, whatever the host project's `REST_FRAMEWORK` says (DESIGN §6):
-token and session authentication, authenticated callers only, JSON in (the storable-checking
-parser) and out, errors in the API's shape, no throttles of DRF's (the app's limits are its own),
-and drf-spectacular's schema. A host's REST_FRAMEWORK governs its own APIs, never these.
+"""What every view of the API is, whatever the host project's `REST_FRAMEWORK` says
+(docs/design/api.md#authentication): token and session authentication, authenticated callers only,
+JSON in (the storable-checking parser) and out, errors in the API's shape, no throttles of DRF's
+(the app's limits are its own), and drf-spectacular's schema. A host's REST_FRAMEWORK governs its
+own APIs, never these.
 """
 
 from collections.abc import Callable

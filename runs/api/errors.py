@@ -1,5 +1,5 @@
-"""The API's errors in the one error shape of DESIGN §6 (runs.http.errors), + "run" on 409s: the
-one mapping of every error a DRF view raises to it.
+"""The API's errors in the one error shape (docs/design/api.md#errors, runs.http.errors), + "run" on
+409s: the one mapping of every error a DRF view raises to it.
 
 The API's views reach it through `exception_handler` (set on each by runs.api.base); the plain
 views (the stream, the probes, /metrics/) answer with runs.http.errors' `error_response`, so every
@@ -22,7 +22,7 @@ from runs.exceptions import RunConflict, RunledgerError, TooManyRequests
 from runs.http.errors import error_body, error_response
 from runs.models import Run
 
-# DRF's exceptions that have a code in DESIGN §6; the others keep DRF's code
+# DRF's exceptions that have a code of docs/design/api.md#errors; the others keep DRF's code
 # (method_not_allowed, not_acceptable, unsupported_media_type).
 _DRF_CODES: list[tuple[type[drf.APIException], str]] = [
     (drf.ValidationError, "validation_error"),
@@ -56,7 +56,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, RunledgerError):
         body = error_body(exc.code, exc.message, exc.detail)
         if isinstance(exc, RunConflict) and isinstance(exc.run, Run):
-            # The committed state, so the client converges to the truth (DESIGN §3).
+            # The committed state, so the client converges to the truth
+            # (docs/design/commands.md#idempotency).
             body["run"] = RunOutputSerializer(exc.run, context={"request": context.get("request")}).data
         set_rollback()
         retry = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequests) else None

@@ -1,4 +1,5 @@
-"""Page-numbered lists (DESIGN §6): count, next, previous, results; 50 a page, page_size up to 500."""
+"""Page-numbered lists (docs/design/api.md#urls): count, next, previous, results; 50 a page,
+page_size up to 500."""
 
 from collections.abc import Sequence
 from typing import Any

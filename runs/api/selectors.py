@@ -32,8 +32,8 @@ class EventsPage:
 
 
 def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
-    """Events with seq > after_seq (DESIGN §5 JSON pages) of a run the caller may see: at most
-    `limit`, and at most RUNLEDGER_MAX_PAGE_BYTES of them (one at least)."""
+    """Events with seq > after_seq (docs/design/streaming.md#json-pages) of a run the caller may
+    see: at most `limit`, and at most RUNLEDGER_MAX_PAGE_BYTES of them (one at least)."""
     if after_seq > run.last_seq:
         raise ValidationFailed(
             f"after_seq {after_seq} is past the run's last event ({run.last_seq})",

@@ -1,5 +1,6 @@
-"""Output shapes shared by several API operations: the run (DESIGN §6), its attempt, an event
-(DESIGN §2) and the error shape. Operation-specific inputs live with their API class."""
+"""Output shapes shared by several API operations: the run (docs/design/api.md#run-json), its
+attempt, an event (docs/design/events.md#event-object) and the error shape. Operation-specific
+inputs live with their API class."""
 
 from typing import Any
 
@@ -120,7 +121,8 @@ class RunListItemSerializer(RunOutputSerializer):
 
 
 class EventOutputSerializer(serializers.Serializer[Any]):
-    """The event object of DESIGN §2, the same as `RunEvent.as_dict()` and SSE `data:`."""
+    """The event object (docs/design/events.md#event-object), the same as `RunEvent.as_dict()` and
+    SSE `data:`."""
 
     seq = serializers.IntegerField()
     type = serializers.CharField()

@@ -1,8 +1,8 @@
 """What every web entry of the app shares, owned by none of them: the API (runs/api/), the stream
 and its edge (runs/streaming/), the probes, /metrics/, the sign-in pages and the ASGI wrapper.
 
-    errors.py          the one error shape of DESIGN §6 (`error_body`, `error_response`,
-                       `error_response_for`)
+    errors.py          the one error shape, docs/design/api.md#errors (`error_body`,
+                       `error_response`, `error_response_for`)
     authentication.py  the token header (DRF's authtoken) and the session, read as the API reads
                        them, outside DRF's views too
     throttles.py       the failed sign-ins and token attempts, counted per client address (and per

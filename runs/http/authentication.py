@@ -1,6 +1,6 @@
-"""Who a request is (DESIGN §6), read the same way on every endpoint: DRF's token header
-(`Authorization: Token <key>`, programs) for the API, the stream and /metrics/ alike, and the
-session (browsers: EventSource sends no headers).
+"""Who a request is (docs/design/api.md#authentication), read the same way on every endpoint: DRF's
+token header (`Authorization: Token <key>`, programs) for the API, the stream and /metrics/ alike,
+and the session (browsers: EventSource sends no headers).
 
 Every token attempt is throttled per client address (runs.http.throttles): a request that carries
 a token header from an address with too many recent failures is refused with `TooManyRequests`

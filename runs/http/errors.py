@@ -1,7 +1,7 @@
-"""The one error shape of DESIGN §6, {"error": {"code", "message", "detail"}} (+ "run" on the
-API's 409s), for every endpoint: the API, the stream and the edge, the probes, /metrics/, the
-body limit. The hierarchy itself is `runs.exceptions`; the API's DRF views reach this shape
-through `runs.api.errors.exception_handler`, plain views answer with `error_response`.
+"""The one error shape (docs/design/api.md#errors), {"error": {"code", "message", "detail"}} (+
+"run" on the API's 409s), for every endpoint: the API, the stream and the edge, the probes,
+/metrics/, the body limit. The hierarchy itself is `runs.exceptions`; the API's DRF views reach this
+shape through `runs.api.errors.exception_handler`, plain views answer with `error_response`.
 """
 
 from typing import Any

@@ -1,6 +1,7 @@
-"""Throttled sign-ins and token attempts (DESIGN §6): the one count of failed authentications that
-every web entry shares (the API, the stream, /metrics/, the sign-in pages), so it lives with them,
-below any one of them; its rows are its own bookkeeping, never a run's.
+"""Throttled sign-ins and token attempts (docs/design/fair-use.md#sign-in-throttle): the one count
+of failed authentications that every web entry shares (the API, the stream, /metrics/, the sign-in
+pages), so it lives with them, below any one of them; its rows are its own bookkeeping, never a
+run's.
 
 Failed attempts are counted in the database (`AuthFailure`), so that every web process counts
 against one limit: per client address for token attempts (the API's and the metrics bearer); per

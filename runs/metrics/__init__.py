@@ -1,3 +1,3 @@
-"""Prometheus metrics (DESIGN §9): `store` (where each process's counts live), `series` (what the
-working processes count), `database` (state read at scrape time), `http` (requests by status),
-`views` (`GET /metrics/`)."""
+"""Prometheus metrics (docs/design/operations.md#metrics): `store` (where each process's counts
+live), `series` (what the working processes count), `database` (state read at scrape time), `http`
+(requests by status), `views` (`GET /metrics/`)."""

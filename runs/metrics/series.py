@@ -1,4 +1,5 @@
-"""What the working processes count, each where the work happens (DESIGN §9).
+"""What the working processes count, each where the work happens
+(docs/design/operations.md#metrics).
 
 Counts are taken after commit (`transaction.on_commit`): an append or a requeue that rolled back
 (and is retried) did not happen. Each costs an mmap write of a few microseconds and no database

@@ -1,5 +1,5 @@
 """Where a process's counters live: prometheus-client's multiprocess files, one directory per
-machine and database (DESIGN §9).
+machine and database (docs/design/operations.md#metrics).
 
 Every web and worker process on a machine writes its counters and histograms to mmap files of its
 own in `RUNLEDGER_METRICS_DIR`; a scrape of any web process adds up every file there.

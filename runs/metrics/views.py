@@ -1,5 +1,5 @@
-"""`GET /metrics/` (DESIGN §9): Prometheus's text format, for the metrics bearer token or a user
-who sees every run (`runs.view_run`), by session or API token.
+"""`GET /metrics/` (docs/design/operations.md#metrics): Prometheus's text format, for the metrics
+bearer token or a user who sees every run (`runs.view_run`), by session or API token.
 
 Each scrape builds a registry of its own: every process's counters from the shared directory
 (`MultiProcessCollector`) and the state gauges from the database.

@@ -1,8 +1,8 @@
-"""Every non-trivial read of runs and events, with the visibility rule of DESIGN §6. Beside it, a
-module per subject: `overview` the whole system's figures (the staff dashboard, the /metrics/
-state gauges), `states` the state of runs by id for the processes that follow them (worker,
-stream hub, edge publisher, the streams' re-check), `credentials` which tokens and sessions still
-hold, `clock` the database's clock."""
+"""Every non-trivial read of runs and events, with the visibility rule (docs/design/api.md#access).
+Beside it, a module per subject: `overview` the whole system's figures (the staff dashboard, the
+/metrics/ state gauges), `states` the state of runs by id for the processes that follow them
+(worker, stream hub, edge publisher, the streams' re-check), `credentials` which tokens and sessions
+still hold, `clock` the database's clock."""
 
 import json
 from collections.abc import Collection, Iterable, Sequence
@@ -139,11 +139,11 @@ class _OctetLength(Func):
 
 def run_list_values(*, runs: QuerySet[Run], max_bytes: int | None) -> QuerySet[Run]:
     """`runs` (deferred by `run_list`) with what a list item carries of each run's documents
-    (DESIGN §6): `listed_<name>` for input, output and error — the value when its JSON is at most
-    `max_bytes`, else None — and `listed_end_reason`, whole up to `max_bytes` bytes, else its first
-    `max_bytes // 4` characters (at most `max_bytes` in UTF-8); `<name>_cut` says which were left
-    out or cut. The stored sizes decide (`Run.input_bytes`, …): a big value is never read from the
-    database at all. `max_bytes` None: every value whole."""
+    (docs/design/fair-use.md#bounded-answers): `listed_<name>` for input, output and error — the
+    value when its JSON is at most `max_bytes`, else None — and `listed_end_reason`, whole up to
+    `max_bytes` bytes, else its first `max_bytes // 4` characters (at most `max_bytes` in UTF-8);
+    `<name>_cut` says which were left out or cut. The stored sizes decide (`Run.input_bytes`, …): a
+    big value is never read from the database at all. `max_bytes` None: every value whole."""
     if max_bytes is None:
         whole: dict[str, Any] = {f"listed_{name}": F(name) for name in _VALUES}
         cut = {f"{name}_cut": Value(False) for name in (*_VALUES, "end_reason")}
@@ -178,7 +178,8 @@ def run_events_after(*, run_id: UUID | str, after_seq: int, limit: int) -> list[
     return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit])
 
 
-# The event object of DESIGN §2 as compact JSON: the bytes of SSE `data:` and of a JSON page's items.
+# The event object (docs/design/events.md#event-object) as compact JSON: the bytes of SSE `data:`
+# and of a JSON page's items.
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 

@@ -1,4 +1,5 @@
-"""Reads about the whole system rather than one run: the staff dashboard's figures (DESIGN §9).
+"""Reads about the whole system rather than one run: the staff dashboard's figures
+(docs/design/operations.md#dashboard).
 
 A fixed number of queries whatever the size of the tables, each through an index that holds only
 what it counts: live runs through the live-runs partial index, the queue's age through

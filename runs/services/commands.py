@@ -1,4 +1,5 @@
-"""The commands people and programs send a run: cancel, stop, pause, resume (DESIGN §3).
+"""The commands people and programs send a run: cancel, stop, pause, resume
+(docs/design/commands.md).
 
 Each is one transaction under the run's row lock. Cancel and stop commit the terminal state
 themselves; the worker holding the run hears of it through the control notification (or its
@@ -102,8 +103,9 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Adm
         raise ValidationFailed("a resume needs the run's ticket", detail={"ticket": ["this field is required"]})
     with transaction.atomic(durable=True):
         run = _admit(lock_run(run_id), admit)
-        # Bounded like a create's input, and before the run's state is looked at (DESIGN §6: 400
-        # before 409); the agent's check needs the run, hence under the lock.
+        # Bounded like a create's input, and before the run's state is looked at
+        # (docs/design/api.md#check-order: 400 before 409); the agent's check needs the run, hence
+        # under the lock.
         check_input(run.agent, input)
         if run.status != Status.WAITING or not secrets.compare_digest(run.resume_ticket.encode(), ticket.encode()):
             if _already_resumed(run, ticket=ticket, input=input):

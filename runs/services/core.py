@@ -24,7 +24,7 @@ from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.storable import json_bytes
 from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
-# `ended_by` and `by` of what the platform itself does (DESIGN §2).
+# `ended_by` and `by` of what the platform itself does (docs/design/events.md#types).
 SYSTEM = "system"
 
 # The fields of the run that `append` changes, which its caller saves.
@@ -231,7 +231,8 @@ def end(
 
 
 def _end_descendants(run: Run, *, now: datetime) -> None:
-    """End every unfinished descendant with the code this run's outcome gives (DESIGN §3)."""
+    """End every unfinished descendant with the code this run's outcome gives
+    (docs/design/commands.md#children)."""
     # Locks go ancestor → descendant everywhere (child creation locks the parent first), so this
     # cannot deadlock with another command. A terminal child needs no visit: when it ended, its
     # own descendants ended with it.

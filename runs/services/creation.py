@@ -22,7 +22,7 @@ from runs.storable import json_bytes, value_problem
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything a caller chooses about a new run (DESIGN §6, create)."""
+    """Everything a caller chooses about a new run (docs/design/api.md#create)."""
 
     agent: str
     input: dict[str, Any]

@@ -1,5 +1,5 @@
 """The writes of a worker's attempt: claim, append, count steps, spawn children, heartbeat, park,
-complete, fail, requeue, release (DESIGN §4).
+complete, fail, requeue, release (docs/design/execution.md#attempts).
 
 Every write but the claim and the heartbeat is fenced: it locks the run and checks that the
 attempt is still the run's current one (`lock_current`), so a stale attempt's late results are

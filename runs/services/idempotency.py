@@ -1,5 +1,5 @@
 """Retry-safe creates: at most one run per (owner, Idempotency-Key), and the first answer again
-for every retry within RUNLEDGER_IDEMPOTENCY_TTL_SECONDS (DESIGN §6).
+for every retry within RUNLEDGER_IDEMPOTENCY_TTL_SECONDS (docs/design/api.md#idempotency-keys).
 
 What a create answers is the caller's business (the API's 201 and the run's JSON): the caller
 hands `answer`, and this module keeps whatever it returns. It must be made inside the transaction
@@ -50,8 +50,9 @@ def run_create_idempotent(
     until the first commits (PostgreSQL), or at BEGIN IMMEDIATE (SQLite), then replays it.
     """
     spec.check()
-    # Only the owner, or a holder of runs.change_run, may hang runs under a run (DESIGN §6): seeing
-    # it is not enough. Anyone else's parent is refused as bad input, never revealed as a 404 or 409.
+    # Only the owner, or a holder of runs.change_run, may hang runs under a run
+    # (docs/design/api.md#access): seeing it is not enough. Anyone else's parent is refused as bad
+    # input, never revealed as a 404 or 409.
     if spec.parent_id is not None and not run_parentable(user=owner).filter(pk=spec.parent_id).exists():
         raise ValidationFailed("parent run not found", detail={"parent": [f"no run {spec.parent_id} visible to you"]})
     if key is None:

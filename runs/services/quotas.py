@@ -1,6 +1,6 @@
-"""Per-owner limits of DESIGN §6, enforced where runs are made and claimed: the active-runs cap and
-the caps on runs and bytes kept at create (and resume), and the running cap with a fair share of
-the workers at claim.
+"""Per-owner limits (docs/design/fair-use.md#caps), enforced where runs are made and claimed: the
+active-runs cap and the caps on runs and bytes kept at create (and resume), and the running cap with
+a fair share of the workers at claim.
 
 A count and the write it allows must not race another of the same owner's (two creates at 999 of
 1,000 would both pass), so each check first takes a transaction-scoped advisory lock — a create

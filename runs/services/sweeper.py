@@ -1,5 +1,6 @@
-"""The sweeper every worker runs: lapsed leases and passed deadlines (DESIGN §4), and the tool
-processes lost attempts left on the sweeper's machine (`runs.worker.orphans`)."""
+"""The sweeper every worker runs: lapsed leases and passed deadlines
+(docs/design/execution.md#sweeper), and the tool processes lost attempts left on the sweeper's
+machine (`runs.worker.orphans`)."""
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass

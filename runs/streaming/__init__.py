@@ -1,10 +1,10 @@
-"""A run's events as Server-Sent Events (DESIGN §5, §10): everything of a stream, from its URL to
+"""A run's events as SSE (docs/design/streaming.md, docs/design/edge.md): everything of a stream, from its URL to
 the bytes on the wire. Follow one request of `GET /api/runs/{id}/stream/` (runs/urls.py):
 
     views.py      `run_stream`, the plain async view. Behind the edge (`RUNLEDGER_GRIP_URL`) it
                   first hands a connect Pushpin signed to edge/hold.py; any other request is
                   served here:
-    checks.py     the checks that open a stream, in the order of DESIGN §6, on the hub's opening
+    checks.py     the checks that open a stream, in the order of docs/design/api.md#check-order, on the hub's opening
                   threads: authentication, visibility, method, cursor, state (401, 404, 405, 400,
                   204); what opened it (`Opened`) is what the guard re-checks later
     guard.py      the user's cap of open streams in this process (429) and the periodic re-check

@@ -1,7 +1,7 @@
-"""The checks that open a stream of a run's events (DESIGN §5, §6), shared by the streams a web
+"""The checks that open a stream of a run's events (docs/design/streaming.md#auth), shared by the streams a web
 process serves itself (views.py) and those the edge holds (edge/hold.py).
 
-In the order of DESIGN §6: authentication (401; 429 for an address with too many failed token
+In the order of docs/design/api.md#check-order: authentication (401; 429 for an address with too many failed token
 attempts, runs.http.authentication), visibility (404), method (405), cursor (400), state (204 for a
 finished run already read to its end, 400 for a cursor past a live run's end). The cap of streams
 per user comes after these (guard.py), for the streams the edge holds too.
@@ -66,7 +66,7 @@ def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
     except NotFound as exc:
         return error_response_for(exc)
     if request.method != "GET":
-        # After authentication and visibility, like the rest of the API (DESIGN §6's order).
+        # After authentication and visibility, like the rest of the API (docs/design/api.md#check-order).
         not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
         not_allowed["Allow"] = "GET"
         return not_allowed

@@ -1,4 +1,4 @@
-"""Fair use of the streams a web process serves (DESIGN §5, §6): the per-user cap and the periodic
+"""Fair use of the streams a web process serves (docs/design/streaming.md#limits): the per-user cap and the periodic
 re-check of who holds each open stream — those it holds itself, and those the edge holds for it.
 
 - **The cap.** A stream that passed its checks is admitted by `StreamGuard.admit`, which counts it

@@ -1,4 +1,4 @@
-"""The per-process hub that feeds SSE streams (DESIGN §5): one feed per watched run, shared reads.
+"""The per-process hub that feeds SSE streams (docs/design/streaming.md#hub): one feed per watched run, shared reads.
 
 What a stream sends comes only from the events table. Everything here is about *when* to read it
 and how to read it once for many watchers:

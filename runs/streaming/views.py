@@ -1,4 +1,4 @@
-"""The SSE stream of a run's events (DESIGN §5): a plain async view, read-only.
+"""The SSE stream of a run's events (docs/design/streaming.md#stream): a plain async view, read-only.
 
 `GET /api/runs/{id}/stream/?after_seq=N` replays the stored events with seq > N, then follows new
 ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
@@ -6,7 +6,7 @@ ones live until the terminal event. The cursor is the `Last-Event-ID` header whe
 so a reconnect resumes exactly after the last event the client fully received. Where the frames
 come from, and how many watchers share one read, is hub.py.
 
-Checks run in the order of DESIGN §6 (checks.py): authentication (401), visibility
+Checks run in the order of docs/design/api.md#check-order (checks.py): authentication (401), visibility
 (404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
 a live run's end), then the user's cap of streams in this process, the edge's it answered for
 included (429; guard.py, which also ends open streams whose user, credential or sight
@@ -49,7 +49,7 @@ CHUNK_BYTES = 256_000
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if conf.GRIP_URL:
-        # Behind the edge (DESIGN §10): a request Pushpin signed is answered with hold
+        # Behind the edge (docs/design/edge.md#grip): a request Pushpin signed is answered with hold
         # instructions instead of a stream; any other falls through to the stream below.
         held = await hold.respond(request, run_id)
         if held is not None:
@@ -57,7 +57,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     opened = await checked(request, run_id)
     if isinstance(opened, HttpResponse):
         return opened
-    # Caps and state come last (DESIGN §6): here, on the event loop, the count is checked and
+    # Caps and state come last (docs/design/api.md#check-order): here, on the event loop, the count is checked and
     # taken in one step; a 204 above never counted.
     watch = get_guard().admit(
         user_id=opened.user_id, token_key=opened.token_key, session_key=opened.session_key, run_id=opened.run_id

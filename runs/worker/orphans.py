@@ -1,4 +1,4 @@
-"""Tool processes whose worker died: the operating system's side (DESIGN §4).
+"""Tool processes whose worker died: the operating system's side (docs/design/execution.md#orphans).
 
 An agent's child process (`runs.worker.steps`) runs in a process group of its own, which the
 attempt stops as a whole. A worker that dies without unwinding — SIGKILL, the OOM killer, a crash

@@ -1,5 +1,5 @@
 """The steps an agent takes through its context that cancelling its task cannot stop by itself
-(DESIGN §4): child processes, blocking code in threads, HTTP streams.
+(docs/design/execution.md#step-kinds): child processes, blocking code in threads, HTTP streams.
 
 An attempt tracks each one from start to end, so that whatever the agent does when the attempt
 stops — honour the cancellation, or ignore it and be abandoned — nothing it started is still

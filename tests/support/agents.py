@@ -2,7 +2,8 @@
 processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by importing it.
 
 Beside the planner, agents that each take one kind of step the attempt must stop when the run is
-cancelled (DESIGN §4), in a way a test can watch from outside the worker."""
+cancelled (docs/design/execution.md#step-kinds), in a way a test can watch from outside the
+worker."""
 
 import asyncio
 import json

@@ -1,4 +1,5 @@
-"""The API's error shape (DESIGN §6), asserted of a test client's response; a test client signed in."""
+"""The API's error shape (docs/design/api.md#errors), asserted of a test client's response; a test
+client signed in."""
 
 from typing import Any
 

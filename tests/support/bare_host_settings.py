@@ -38,7 +38,8 @@ TEMPLATES = [
     }
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": HOME / "db.sqlite3"}}
-# The two options a host on SQLite gives its database for the app (DESIGN §7).
+# The two options a host on SQLite gives its database for the app
+# (docs/design/deployment.md#sqlite).
 DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True

@@ -98,7 +98,8 @@ def remaining(deadline: float | None, default: float) -> float:
 
 
 class CreateOptions(TypedDict, total=False):
-    """`create()`'s options (DESIGN §6): a parent run, budgets, an absolute deadline."""
+    """`create()`'s options (docs/design/api.md#create): a parent run, budgets, an absolute
+    deadline."""
 
     parent: str
     max_steps: int

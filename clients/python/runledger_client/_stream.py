@@ -1,11 +1,11 @@
 """Streams that resume by themselves, free of I/O and shared by both clients: an incremental
 `text/event-stream` decoder, and the reconnect state machine of one `stream()` call.
 
-The server (DESIGN §5) sends `retry:`, then each event as `id: <seq>`, `event: <type>`,
-`data: <event JSON>`, and ends the stream after the run's terminal event. The client resumes from
-the last event it *dispatched* — an event is complete only at the blank line that ends it, so a
-frame cut off by a dropped connection is read again, never half-used — by sending that seq as
-`Last-Event-ID`.
+The server (docs/design/streaming.md#stream) sends `retry:`, then each event as `id: <seq>`, `event:
+<type>`, `data: <event JSON>`, and ends the stream after the run's terminal event. The client
+resumes from the last event it *dispatched* — an event is complete only at the blank line that ends
+it, so a frame cut off by a dropped connection is read again, never half-used — by sending that seq
+as `Last-Event-ID`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""One exception class per error code of the API (DESIGN §6), and the one function that turns an
-error answer into its exception.
+"""One exception class per error code of the API (docs/design/api.md#errors), and the one function
+that turns an error answer into its exception.
 
 Every error the server sends has the shape `{"error": {"code", "message", "detail"}}`, plus
 `"run"` (the committed state) on a 409. The class is chosen by `code`; an answer without one (a
@@ -26,7 +26,8 @@ class TransportError(RunledgerError):
 
 
 class APIError(RunledgerError):
-    """The server answered with an error. `code` is the API's error code (DESIGN §6)."""
+    """The server answered with an error. `code` is the API's error code
+    (docs/design/api.md#errors)."""
 
     code: str = ""
 

@@ -16,7 +16,8 @@ TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"
 
 @dataclass(frozen=True)
 class Run:
-    """A run as the API returned it (DESIGN §6); `data` is the whole JSON object."""
+    """A run as the API returned it (docs/design/api.md#run-json); `data` is the whole JSON
+    object."""
 
     data: dict[str, Any]
 
@@ -97,8 +98,8 @@ def _count_or_none(value: Any) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One event of a run (DESIGN §2). `object` is the event object as the API sent it, and
-    `text` its JSON text (verbatim from a stream's `data:` line)."""
+    """One event of a run (docs/design/events.md#event-object). `object` is the event object as the
+    API sent it, and `text` its JSON text (verbatim from a stream's `data:` line)."""
 
     seq: int
     type: str

@@ -1,4 +1,5 @@
-"""Every error code of DESIGN §6 has its exception; a 409 carries the committed run."""
+"""Every error code of docs/design/api.md#errors has its exception; a 409 carries the committed
+run."""
 
 import httpx
 import pytest

@@ -21,7 +21,7 @@ def _address(value: str, *, host_required: bool = False) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Run Pushpin in the foreground in front of the web processes (DESIGN §10), signing with "
+        "Run Pushpin in the foreground in front of the web processes (docs/design/edge.md), signing with "
         "RUNLEDGER_GRIP_KEY, until SIGTERM or SIGINT. bin/edge installs Pushpin first if it is missing."
     )
 

@@ -1,5 +1,6 @@
-// The one browser stream client of DESIGN §8, shared by the watch page and the staff console's
-// live tail: a run's events from its SSE stream (DESIGN §5), each delivered once, in seq order.
+// The one browser stream client (docs/design/clients.md#browser), shared by the watch page and the
+// staff console's live tail: a run's events from its SSE stream
+// (docs/design/streaming.md#guarantees), each delivered once, in seq order.
 //
 //   const client = RunledgerStream.open({
 //     streamUrl: "/api/runs/<id>/stream/",  // opened with ?after_seq=<cursor>
@@ -23,8 +24,8 @@
 // - EventSource hands a named event only to a listener for that name, with no wildcard: the
 //   client listens for every type of the server's vocabulary (runs.events.browser_vocabulary,
 //   rendered by the page as a JSON script tag) and for unnamed messages. A type an agent declared
-//   still arrives unheard; seq is gap-free (DESIGN §2), so the next event shows the gap and the
-//   missing events are read from the events JSON before it is delivered.
+//   still arrives unheard; seq is gap-free (docs/design/events.md#seq), so the next event shows the
+//   gap and the missing events are read from the events JSON before it is delivered.
 // - seq <= the last delivered one is a replay after a reconnect: dropped.
 // - Events are handled one at a time in arrival order, so none overtakes a gap being filled.
 // - Nothing follows the terminal event; the client closes the stream after it, or EventSource

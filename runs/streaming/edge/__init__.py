@@ -1,4 +1,4 @@
-"""The SSE edge (DESIGN §10): Pushpin holds the clients' streams in front of the web processes.
+"""The SSE edge (docs/design/edge.md#how): Pushpin holds the clients' streams in front of the web processes.
 
     grip.py       the GRIP protocol Runledger speaks: Grip-Sig, hold headers, publish items
     hold.py       a client's connect through Pushpin, and Pushpin's fetches of its link: replay + hold

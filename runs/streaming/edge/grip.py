@@ -4,7 +4,7 @@ instructions of an answer, and the items of a publish (sent by control.py).
 Written here rather than taken from gripcontrol/django-grip: what is needed is four headers, one
 JWT check and one publish call, and those libraries drop an id of 0, send ids as numbers (which Pushpin
 refuses), publish without a timeout, and accept a bare Grip-Sig header as proof of proxying when a
-proxy has no key (shared/research/edge-metrics-proxy.md §A6).
+proxy has no key (read in pubcontrol 3.5, gripcontrol 4.4 and django-grip 3.5).
 """
 
 import math

@@ -1,4 +1,4 @@
-"""The streams the edge holds (DESIGN §10): a client's connect, answered with the replay and hold
+"""The streams the edge holds (docs/design/edge.md#grip): a client's connect, answered with the replay and hold
 instructions, and Pushpin's fetches of the stream's link, each answered the same way or with the
 stream's end.
 

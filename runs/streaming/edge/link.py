@@ -1,6 +1,6 @@
 """The link token of a stream the edge holds: what Pushpin sends back with each fetch of the
 stream's link, signed for one run, one user and the credential they connected with, until an
-expiry (DESIGN §10).
+expiry (docs/design/edge.md#recovery).
 
 Pushpin's fetches carry no credential of any user, and its `Grip-Sig` is valid for an hour on any
 path: on its own it cannot say whose stream a request is for. So each connect mints a token naming

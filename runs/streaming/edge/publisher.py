@@ -1,4 +1,4 @@
-"""The edge's publisher: every committed event, from the events table to each Pushpin (DESIGN §10).
+"""The edge's publisher: every committed event, from the events table to each Pushpin (docs/design/edge.md#publishing).
 
 It runs in every web process started with `RUNLEDGER_GRIP_URL` (runs.asgi starts it with the
 process; under Django's own ASGI handler the first stream request starts it), so there is no

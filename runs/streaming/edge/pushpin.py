@@ -4,7 +4,7 @@ Debian's Pushpin 1.36 expects system services (zurl's sockets under /var/run/zur
 ports 5560-5563, logs in /var/log): the configuration written here starts every part of it under
 its runner from one private folder instead — its own zurl, ZeroMQ sockets as files in that folder,
 only the client port on TCP — so any user can run any number of them side by side
-(shared/research/edge-metrics-proxy.md §A1). Its HTTP control port, which has no authentication,
+(its main file's keys override Debian's internal.conf). Its HTTP control port, which has no authentication,
 is off: publish and recover go to the handler's command socket, a file in the control folder only
 this user may enter (control.py). Its key is `RUNLEDGER_GRIP_KEY`, read from the settings
 as the web processes read it.

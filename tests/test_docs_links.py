@@ -1,0 +1,108 @@
+"""Every `docs/<page>.md#anchor` the code cites exists: the page, and a heading with that id.
+
+Comments and docstrings point at the manual (`docs/design/execution.md#leases`) rather than at any
+document outside the repository. A heading's id is what MkDocs' toc extension gives it: an explicit
+`{#id}` (attr_list), else its text slugified — inline markup dropped, lower case, punctuation
+removed, spaces to "-", a repeated id suffixed `_1`, `_2`. Plain Python: no MkDocs run."""
+
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sqlite
+
+ROOT = Path(__file__).resolve().parent.parent
+CITING = ["runs", "tests", "bench", "config", "clients", "deploy", "bin"]
+SUFFIXES = {"", ".py", ".js", ".html", ".css", ".sh", ".service", ".template", ".conf", ".toml", ".md", ".txt"}
+CITATION = re.compile(r"\bdocs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+EXPLICIT_ID = re.compile(r"\{[^}]*#([\w-]+)[^}]*\}\s*$")
+
+
+def slugify(text: str) -> str:
+    """Python-Markdown's toc slug of a heading's text (after its inline markup is rendered away)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # links keep their text
+    text = re.sub(r"[`*]", "", text)  # code spans and emphasis keep their text
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def heading_ids(page: Path) -> set[str]:
+    ids: set[str] = set()
+    fenced = False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        match = None if fenced else HEADING.match(line)
+        if match is None:
+            continue
+        text = match.group(1)
+        explicit = EXPLICIT_ID.search(text)
+        if explicit:
+            ids.add(explicit.group(1))
+            continue
+        slug, n = slugify(text), 0
+        while (slug if n == 0 else f"{slug}_{n}") in ids:
+            n += 1
+        ids.add(slug if n == 0 else f"{slug}_{n}")
+    return ids
+
+
+def citing_files() -> list[Path]:
+    files = []
+    for top in CITING:
+        for path in sorted((ROOT / top).rglob("*")):
+            parts = set(path.relative_to(ROOT).parts)
+            if path.is_file() and path.suffix in SUFFIXES and not parts & {"__pycache__", "results", "node_modules"}:
+                files.append(path)
+    return files
+
+
+def citations() -> list[tuple[str, str, str | None]]:
+    found = []
+    for path in citing_files():
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for match in CITATION.finditer(line):
+                found.append((f"{path.relative_to(ROOT)}:{number}", match.group(1), match.group(2)))
+    return found
+
+
+def test_the_slug_rule_is_the_toc_extensions() -> None:
+    assert slugify("Leases, heartbeats and fencing") == "leases-heartbeats-and-fencing"
+    assert slugify("Requeue and `max_attempts`") == "requeue-and-max_attempts"
+    assert slugify("Cancel, stop — disconnect") == "cancel-stop-disconnect"
+
+
+def test_every_cited_page_and_anchor_exists() -> None:
+    found = citations()
+    assert len(found) > 100  # the code cites the manual everywhere; a broken search finds nothing
+    ids: dict[str, set[str]] = {}
+    broken = []
+    for where, page, anchor in found:
+        path = ROOT / "docs" / page
+        if not path.is_file():
+            broken.append(f"{where}: docs/{page} does not exist")
+            continue
+        if anchor is not None and anchor not in ids.setdefault(page, heading_ids(path)):
+            broken.append(f"{where}: docs/{page} has no heading #{anchor}")
+    assert broken == []
+
+
+def test_the_code_cites_no_document_outside_the_repository() -> None:
+    # Spelt apart, so that this file does not cite them itself.
+    design, shared = "DESIGN " + "§", "shared" + "/"
+    cited = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in citing_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if design in line or shared in line
+    ]
+    assert cited == []
