@@ -2,8 +2,8 @@
 modules named in RUNLEDGER_AGENTS, declared event types, GET /api/agents/, and the sealing of tool
 calls left open when a run ends.
 
-The README's example agent is run here from the README's own text, in real web and worker
-processes started with RUNLEDGER_AGENTS naming a module outside the project.
+The example agent of docs/how-to/agents.md is run here from the page's own text, in real web and
+worker processes started with RUNLEDGER_AGENTS naming a module outside the project.
 """
 
 import json
@@ -30,12 +30,10 @@ from runs.transitions import FailCode, Status
 from runs.worker import Worker
 from tests.factories import assert_log_is_sound, queued_run, running_run
 from tests.support.db import token_for
+from tests.support.docs import block
 from tests.support.procs import ROOT, Procs, subprocess_env
 from tests.support.runs import event_types, fresh, released, stored_text
 from tests.support.waiting import wait_until
-
-README = ROOT / "README.md"
-
 
 # --- registering --------------------------------------------------------------------------------------
 
@@ -249,9 +247,8 @@ def test_a_cascade_seals_the_open_tool_calls_of_each_child(alice: User) -> None:
 # --- agent modules named in RUNLEDGER_AGENTS, in real processes --------------------------------------
 
 
-def _readme_agent() -> str:
-    section = README.read_text().split("## Write your own agent", 1)[1]
-    return section.split("```python", 1)[1].split("```", 1)[0]
+def _guide_agent() -> str:
+    return block("how-to/agents.md", "python", "my_agents.py")
 
 
 def _agents_env(folder: Path, modules: str) -> dict[str, str]:
@@ -278,10 +275,10 @@ def test_a_bad_agent_module_stops_every_process_with_a_message_naming_it(procs: 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_readme_agent_runs_in_real_processes_continues_after_its_worker_dies_and_stops_on_cancel(
+def test_the_guides_agent_runs_in_real_processes_continues_after_its_worker_dies_and_stops_on_cancel(
     procs: Procs, tmp_path: Path, alice: User
 ) -> None:
-    (tmp_path / "my_agents.py").write_text(_readme_agent())
+    (tmp_path / "my_agents.py").write_text(_guide_agent())
     env = _agents_env(tmp_path, "runs.agents.demo,my_agents")
     web = procs.uvicorn(env=env)
     first = procs.worker("first", env=env)
@@ -298,6 +295,13 @@ def test_the_readme_agent_runs_in_real_processes_continues_after_its_worker_dies
     def finished(run: Run) -> Run:
         wait_until(lambda: fresh(run).status == Status.COMPLETED, what="the run's completion", timeout=30)
         return fresh(run)
+
+    # Its input check: a bad create is a 400 naming each key, and stores nothing.
+    refused = api.post("/api/runs/", json={"agent": "explainer", "input": {"topic": 7, "delay_ms": "fast"}})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "validation_error"
+    assert set(refused.json()["error"]["detail"]["input"]) == {"topic", "delay_ms"}
+    assert not Run.objects.filter(agent="explainer").exists()
 
     answer = "the sky is blue because air scatters blue sunlight more than red "
     # To completion: its own declared type, a tool call, the deltas, the output.

@@ -1,6 +1,6 @@
-"""Issue 31's proof that `runs` is an app any Django project can install: the built wheel, in a
-fresh virtualenv, added to a project made by `django-admin startproject` with the lines a host
-adds, serves the API, the streams, cancellation, the admin, the dashboard and /metrics/ under the
+"""The proof that `runs` is an app any Django project can install: the built wheel, in a fresh
+virtualenv, added to a project made by `django-admin startproject` with the lines
+docs/how-to/embed.md says a host adds (read from the page), serves the API, the streams, cancellation, the admin, the dashboard and /metrics/ under the
 host's stock ASGI handler, on SQLite and on PostgreSQL; a bad setting is refused with the
 registry's message; and the standalone site (config/) runs from the same wheel."""
 
@@ -122,6 +122,15 @@ def test_a_superuser_opens_the_run_list_and_a_run_in_the_admin(served: Served) -
 
 
 @pytest.mark.timeout(120)
+def test_the_watch_page_reaches_the_api_under_the_hosts_prefix(served: Served) -> None:
+    run_id = hosts.create_demo_run(served.api(), served.host, deltas=1, delay_ms=0)
+    page = hosts.signed_in_admin(served.web).get(served.host.url(f"runs/{run_id}/"))
+    assert page.status_code == 200, page.text
+    for name, path in (("stream", "stream/"), ("events", "events/"), ("run", "")):
+        assert f'data-{name}-url="{served.host.url(f"api/runs/{run_id}/{path}")}"' in page.text, name
+
+
+@pytest.mark.timeout(120)
 def test_the_admin_index_links_to_the_dashboard(served: Served) -> None:
     admin = hosts.signed_in_admin(served.web)
     index = admin.get("/admin/")
@@ -143,6 +152,30 @@ def test_metrics_answer_the_hosts_bearer_and_refuse_a_caller_without_it(served: 
     assert scraped.status_code == 200, scraped.text
     assert re.search(r'^runledger_runs\{status="\w+"\} [1-9]', scraped.text, re.MULTILINE), scraped.text
     assert refused.status_code in (401, 403)
+
+
+@pytest.mark.timeout(300)
+def test_the_guides_asgi_wrapper_serves_the_host_and_counts_its_requests(
+    venv: Venv, tmp_path: Path, procs: Procs
+) -> None:
+    host = hosts.start_project(venv, tmp_path)
+    hosts.add_the_app(host)
+    hosts.wrap_the_application(host)
+    assert host.must("check").strip().splitlines()[-1] == hosts.NO_ISSUES
+    host.must("migrate")
+    token = host.create_admin_token()
+    web, _ = hosts.start_web(procs, host), hosts.start_worker(procs, host)
+
+    run_id = hosts.create_demo_run(hosts.api(web, token), host, deltas=3, delay_ms=10)
+    stream, events = hosts.stream_to_end(web, host, run_id, token)
+    assert stream.status == 200 and events[-1].event == "run.completed"
+    assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    # Requests counted by status: the wrapper's, which the stock handler does not count.
+    with httpx.Client(base_url=web.url, timeout=20) as client:
+        scraped = client.get(host.url("metrics/"), headers={"Authorization": f"Bearer {hosts.METRICS_TOKEN}"})
+    assert scraped.status_code == 200, scraped.text
+    created = re.search(r'^runledger_http_requests_total\{status="201"\} (\S+)$', scraped.text, re.MULTILINE)
+    assert created is not None and float(created.group(1)) >= 1, scraped.text
 
 
 @pytest.mark.timeout(300)

@@ -1,7 +1,8 @@
 """A host project of its own, as a Django team that already has a site would add the app to it: a
 fresh virtualenv with the built wheel (never the checkout), `django-admin startproject config
-host`, the few lines issue 31 says a host adds, and its processes — the host's stock uvicorn and
-`manage.py runworker` — started from the host's folder. tests/test_host.py drives them over HTTP."""
+host`, the few lines docs/how-to/embed.md says a host adds (read from the page), and its
+processes — the host's stock uvicorn and `manage.py runworker` — started from the host's folder.
+tests/test_host.py drives them over HTTP."""
 
 import asyncio
 import contextlib
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 
+from tests.support.docs import block
 from tests.support.package import checkout_files
 from tests.support.procs import FAST_INTERVALS, ROOT, Proc, Procs, free_port, wait_http_ok, wait_log_line
 from tests.support.sse import Event, Stream, auth_headers
@@ -150,26 +152,34 @@ def start_project(venv: Venv, parent: Path) -> Host:
     return Host(folder=folder, venv=venv)
 
 
+# The guide whose settings, URLs and ASGI lines a host adds: the tests take them from the page.
+GUIDE = "how-to/embed.md"
+
+
 def add_the_app(host: Host, database: dict[str, Any] | None = None, **settings: Any) -> None:
-    """Exactly what issue 31 says a host adds, in its own generated files: three apps, the two
-    SQLite options (or, given `database`, its PostgreSQL database), one include() — plus the
-    settings it chooses (the metrics bearer, short intervals for tests, and `settings`). asgi.py
-    stays as startproject wrote it."""
+    """What docs/how-to/embed.md says a host adds, read from the page, in its own generated files:
+    the apps, the SQLite options (or, given `database`, its PostgreSQL database), the include() —
+    plus the settings it chooses (the metrics bearer, short intervals for tests, and `settings`).
+    asgi.py stays as startproject wrote it."""
     with host.settings.open("a") as file:
-        file.write('\nINSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "runs"]\n')
+        file.write("\n" + block(GUIDE, "python", "settings.py"))
         if database is None:
-            file.write('DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}\n')
+            file.write(block(GUIDE, "python", "settings.py, on SQLite"))
         else:
             file.write(f'DATABASES["default"] = {database!r}\n')
     # FAST_INTERVALS are environment strings; a host writes numbers.
     chosen = {"RUNLEDGER_METRICS_TOKEN": METRICS_TOKEN}
     host.append_settings(chosen | {name: json.loads(value) for name, value in FAST_INTERVALS.items()} | settings)
-    urls = host.folder / "config" / "urls.py"
-    _replace_once(urls, "from django.urls import path\n", "from django.urls import include, path\n")
+    urls = block(GUIDE, "python", "urls.py")
+    assert f'path("{host.prefix}", include("runs.urls"))' in urls, urls
+    with (host.folder / "config" / "urls.py").open("a") as file:
+        file.write("\n" + urls)
+
+
+def wrap_the_application(host: Host) -> None:
+    """The guide's optional ASGI wrapper, in place of startproject's last line of asgi.py."""
     _replace_once(
-        urls,
-        "    path('admin/', admin.site.urls),\n",
-        '    path(\'admin/\', admin.site.urls),\n    path("runledger/", include("runs.urls")),\n',
+        host.folder / "config" / "asgi.py", "application = get_asgi_application()\n", block(GUIDE, "python", "asgi.py")
     )
 
 
