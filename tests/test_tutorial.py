@@ -7,6 +7,7 @@ the test starts what it starts — one uvicorn web process and one worker — an
 `admin` account the way it does (`manage.py ensure_admin`).
 """
 
+import contextlib
 import json
 import re
 import subprocess
@@ -61,14 +62,14 @@ class Terminal:
         """A shell variable the page's blocks set."""
         return self.session.run(f'echo "${name}"').strip()
 
+    def close(self) -> None:
+        self.session.close()
+
 
 @pytest.fixture
 def terminal(server: Proc) -> Iterator[Terminal]:
-    made = Terminal(server)
-    try:
+    with contextlib.closing(Terminal(server)) as made:
         yield made
-    finally:
-        made.session.close()
 
 
 def test_the_tutorials_curl_steps_create_stream_pause_resume_and_cancel_a_run(terminal: Terminal) -> None:
