@@ -32,6 +32,10 @@ class Run(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     agent = models.CharField(max_length=64)
     input = models.JSONField(default=dict)
+    # The caller's labels, string to string (runs.metadata), copied to the run's children. Never
+    # changed after the insert, so its GIN index on PostgreSQL (migration 0010, `metadata @> …`
+    # lookups) costs the run's frequent updates nothing: they stay HOT.
+    metadata = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=[(s.value, s.value) for s in Status], default=Status.QUEUED.value)
     end_code = models.CharField(max_length=32, blank=True, default="")
     end_reason = models.TextField(blank=True, default="")

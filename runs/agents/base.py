@@ -144,8 +144,9 @@ class AgentContext(Protocol):
     token: CancellationToken
     is_child: bool
 
-    def spawn_child(self, input: dict[str, Any]) -> Awaitable[UUID]:
-        """Create a child run of the same agent, owned by this run's owner. The parent's
+    def spawn_child(self, input: dict[str, Any], *, metadata: dict[str, str] | None = None) -> Awaitable[UUID]:
+        """Create a child run of the same agent, owned by this run's owner, with this run's metadata
+        unless `metadata` is given. The parent's
         `EventType.CHILD_SPAWNED` event records it in the same transaction, so a later attempt sees it in
         `events` and never spawns it twice."""
         ...

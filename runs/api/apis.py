@@ -10,7 +10,6 @@ first.
 """
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,7 +23,14 @@ from rest_framework.response import Response
 
 from runs.agents import registered
 from runs.api.base import ApiView
-from runs.api.pagination import RunPagination, paginated_response
+from runs.api.filters import (
+    METADATA_PARAMETER,
+    PageFilterSerializer,
+    RunListFilterSerializer,
+    StrictIntegerField,
+    metadata_filter,
+)
+from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.selectors import run_events_page, run_with_current_attempt
@@ -32,7 +38,7 @@ from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunListIte
 from runs.conf import conf
 from runs.exceptions import NotFound
 from runs.models import Run
-from runs.selectors import run_get, run_is_visible, run_list, run_list_values
+from runs.selectors import RUN_LIST_ORDER, run_get, run_is_visible, run_list, run_list_values
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.services.commands import Admit
 from runs.transitions import CALLER_STOP_CODES, StopCode
@@ -41,23 +47,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # PositiveIntegerField's range on every backend.
 MAX_INT = 2_147_483_647
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """An integer given as plain decimal digits (a cursor, a page): no sign, no "1.0", no spaces."""
-
-    def get_value(self, dictionary: Any) -> Any:
-        # DRF reads `?after_seq=` (empty) from a query string as "not given"; a cursor that is
-        # given must be well formed (docs/design/streaming.md#cursors), so an empty one is
-        # validated, and refused.
-        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
-            return ""
-        return super().get_value(dictionary)
-
-    def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, str) and not re.fullmatch(r"[0-9]{1,30}", data):
-            self.fail("invalid")
-        return int(super().to_internal_value(data))
 
 
 def _caller(request: Request) -> AbstractUser:
@@ -83,19 +72,13 @@ def _page_of(
 ) -> type[serializers.Serializer[Any]]:
     @extend_schema_serializer(component_name=component_name)
     class PageSerializer(serializers.Serializer[Any]):
-        __doc__ = f"A page of {noun} (what `paginated_response` answers)."
+        __doc__ = f"A page of {noun} (`runs.api.pagination`): follow `next` until it is null."
 
-        count = serializers.IntegerField()
-        next = serializers.URLField(allow_null=True)
-        previous = serializers.URLField(allow_null=True)
+        next = serializers.URLField(allow_null=True, help_text="the next page (an opaque `cursor`), or null")
+        previous = serializers.URLField(allow_null=True, help_text="the page before, or null on the first")
         results = item(many=True)
 
     return PageSerializer
-
-
-class PageFilterSerializer(serializers.Serializer[Any]):
-    page = StrictIntegerField(min_value=1, required=False, help_text="1-based; past the last page is a 404")
-    page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
 
 
 RunPageSerializer = _page_of(RunListItemSerializer, "RunPage", "runs")
@@ -120,18 +103,17 @@ class AgentListApi(ApiView):
         description="Every agent a run may name (`RUNLEDGER_AGENTS`), by name, with the event types of its "
         "own each declared, so a client knows every type a stream can carry.",
         parameters=[FilterSerializer],
-        responses=responses({200: _page_of(AgentOutputSerializer, "AgentPage", "agents")}, 400, 404),
+        responses=responses({200: _page_of(AgentOutputSerializer, "AgentPage", "agents")}, 400),
     )
     def get(self, request: Request) -> Response:
-        _valid(self.FilterSerializer, request.query_params)
-        agents = [{"name": a.name, "event_types": sorted(a.event_types)} for a in registered()]
-        return paginated_response(
-            pagination_class=RunPagination,
-            serializer_class=AgentOutputSerializer,
-            queryset=agents,
-            request=request,
-            view=self,
-        )
+        data = _valid(self.FilterSerializer, request.query_params)
+        agents = sorted(({"name": a.name, "event_types": sorted(a.event_types)} for a in registered()), key=_name)
+        page = sequence_page(agents, key=_name, cursor=data.get("cursor"), size=page_size(data.get("page_size")))
+        return paged_response(page, serializer_class=AgentOutputSerializer, request=request)
+
+
+def _name(agent: dict[str, Any]) -> tuple[str]:
+    return (agent["name"],)
 
 
 # One URL, two operations: each method has its own input serializer and schema.
@@ -147,13 +129,7 @@ class RunApi(ApiView):
 
 
 class RunCollectionApi(RunApi):
-    @extend_schema_serializer(component_name="RunListFilter")
-    class FilterSerializer(PageFilterSerializer):
-        status = serializers.ChoiceField(choices=RUN_STATUSES, required=False)
-        agent = serializers.CharField(max_length=64, required=False)
-        parent = serializers.UUIDField(required=False)  # type: ignore[assignment]  # DRF pops declared fields
-        created_after = serializers.DateTimeField(required=False, help_text="created at or after (ISO 8601)")
-        created_before = serializers.DateTimeField(required=False, help_text="created before (ISO 8601)")
+    FilterSerializer = RunListFilterSerializer
 
     @extend_schema_serializer(component_name="RunCreateInput")
     class InputSerializer(serializers.Serializer[Any]):
@@ -166,6 +142,11 @@ class RunCollectionApi(RunApi):
         max_events = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
         max_attempts = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
         deadline = serializers.DateTimeField(required=False, allow_null=True, help_text="absolute time (ISO 8601)")
+        metadata = serializers.DictField(
+            required=False,
+            help_text="your labels: at most 50 keys of at most 40 characters, each value a string of at most "
+            "500; copied to the run's children",
+        )
 
     @extend_schema_serializer(component_name="RunCreateHeaders")
     class HeaderSerializer(serializers.Serializer[Any]):
@@ -174,32 +155,32 @@ class RunCollectionApi(RunApi):
     @documented(
         operation_id="runs_list",
         summary="List the runs you can see",
-        description="Newest first, 50 a page (`page_size` up to 500). Your own runs; all runs with "
-        "`runs.view_run`. A malformed filter is a 400. Each item carries the run's `input`, `output` and "
-        "`error` only when each is at most RUNLEDGER_MAX_LIST_VALUE_BYTES (default 1,000) bytes of JSON, "
-        "and its `end_reason` cut to as much; `truncated` names what was left out (null) or cut. The run's "
-        "own page (`GET /api/runs/{id}/`) has them whole.",
-        parameters=[FilterSerializer],
-        responses=responses({200: RunPageSerializer}, 400, 404),
+        description="Newest first, 50 a page (`page_size` up to 500), paged by cursor: follow `next` (null on "
+        "the last page); each run that was in the list when you started, and still matches, comes once. Your own "
+        "runs; all runs with `runs.view_run`. Filters combine (all must hold); `status` and `end_code` take a "
+        "comma list; `metadata.<key>=<value>` is repeatable. A malformed filter or cursor is a 400. Each item "
+        "carries the run's `input`, `output` and `error` only when each is at most RUNLEDGER_MAX_LIST_VALUE_BYTES "
+        "(default 1,000) bytes of JSON, and its `end_reason` cut to as much; `truncated` names what was left out "
+        "(null) or cut. The run's own page (`GET /api/runs/{id}/`) has them whole.",
+        parameters=[FilterSerializer, METADATA_PARAMETER],
+        responses=responses({200: RunPageSerializer}, 400),
     )
     def get(self, request: Request) -> Response:
         data = _valid(self.FilterSerializer, request.query_params)
         runs = run_list(
             user=_caller(request),
-            status=data.get("status"),
+            status=data.get("status", ()),
+            end_code=data.get("end_code", ()),
             agent=data.get("agent"),
             parent=data.get("parent"),
+            metadata=metadata_filter(request.query_params),
             created_after=data.get("created_after"),
             created_before=data.get("created_before"),
         )
-        listed = run_list_values(runs=runs, max_bytes=conf.MAX_LIST_VALUE_BYTES)
-        return paginated_response(
-            pagination_class=RunPagination,
-            serializer_class=RunListItemSerializer,
-            queryset=run_with_current_attempt(runs=listed),
-            request=request,
-            view=self,
-        )
+        listed = run_with_current_attempt(runs=run_list_values(runs=runs, max_bytes=conf.MAX_LIST_VALUE_BYTES))
+        size = page_size(data.get("page_size"))
+        page = queryset_page(listed, ordering=RUN_LIST_ORDER, cursor=data.get("cursor"), size=size)
+        return paged_response(page, serializer_class=RunListItemSerializer, request=request)
 
     @documented(
         operation_id="runs_create",
@@ -224,6 +205,7 @@ class RunCollectionApi(RunApi):
             max_events=data.get("max_events"),
             max_attempts=data.get("max_attempts"),
             deadline=data.get("deadline"),
+            metadata=data.get("metadata", {}),
         )
         created = run_create_idempotent(
             owner=_caller(request),

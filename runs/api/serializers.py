@@ -42,6 +42,7 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     id = serializers.UUIDField()
     agent = serializers.CharField()
     input = serializers.DictField()
+    metadata = serializers.DictField(child=serializers.CharField(allow_blank=True), help_text="your labels, as created")
     owner = serializers.CharField(source="owner.username")
     status = serializers.ChoiceField(choices=RUN_STATUSES)
     created_at = serializers.DateTimeField()

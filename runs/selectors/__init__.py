@@ -5,7 +5,7 @@ Beside it, a module per subject: `overview` the whole system's figures (the staf
 still hold, `clock` the database's clock."""
 
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -99,16 +99,23 @@ def run_get(*, run_id: UUID | str, user: AnyUser | None = None) -> Run:
 def run_list(
     *,
     user: AnyUser,
-    status: str | None = None,
+    status: Collection[str] = (),
+    end_code: Collection[str] = (),
     agent: str | None = None,
     parent: UUID | None = None,
+    metadata: Mapping[str, str] | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
 ) -> QuerySet[Run]:
+    """The runs `user` sees that match every filter given (a collection: any of its values), in
+    the list's order, newest first: (-created_at, -id), unique, so that a cursor's position in it
+    is exact (docs/design/api.md#paging)."""
     qs = run_visible(user=user).select_related("owner")
     filters: dict[str, Any] = {}
     if status:
-        filters["status"] = status
+        filters["status__in"] = sorted(set(status))
+    if end_code:
+        filters["end_code__in"] = sorted(set(end_code))
     if agent:
         filters["agent"] = agent
     if parent:
@@ -117,9 +124,40 @@ def run_list(
         filters["created_at__gte"] = created_after
     if created_before:
         filters["created_at__lt"] = created_before
+    qs = run_with_metadata(runs=qs.filter(**filters), metadata=metadata or {})
     # A list never needs a run's documents whole (each up to the body limit, a page of them tens of
     # MB): `run_list_values` reads back the small ones.
-    return qs.filter(**filters).order_by("-created_at", "id").defer(*_DOCUMENTS)
+    return qs.order_by(*RUN_LIST_ORDER).defer(*_DOCUMENTS)
+
+
+# The list's order; the last field unique, so that no two runs tie.
+RUN_LIST_ORDER = ("-created_at", "-id")
+
+
+def run_with_metadata(*, runs: QuerySet[Run], metadata: Mapping[str, str]) -> QuerySet[Run]:
+    """`runs` whose metadata holds every key of `metadata` with its value. On PostgreSQL one
+    containment, `metadata @> '{…}'`, which the GIN index `run_metadata` answers (migration
+    0010); SQLite has no containment on JSON, so there each key is compared on its own."""
+    if not metadata:
+        return runs
+    if connection.vendor == "postgresql":
+        return runs.filter(metadata__contains=dict(metadata))
+    return runs.filter(*(_HasLabel(F("metadata"), Value(key), Value(value)) for key, value in metadata.items()))
+
+
+class _HasLabel(Func):
+    """SQLite: the JSON object (the first expression) holds the key (the second) with the string
+    value (the third). Its pairs are read with json_each, so a key is compared whole: no JSON path
+    is written from it, whose quoting SQLite and Django spell differently."""
+
+    output_field = BooleanField()
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (document, document_params), (key, key_params), (value, value_params) = (
+            compiler.compile(expression) for expression in self.get_source_expressions()
+        )
+        sql = f"EXISTS (SELECT 1 FROM json_each({document}) WHERE key = {key} AND type = 'text' AND value = {value})"
+        return sql, (*document_params, *key_params, *value_params)
 
 
 # What a run holds that can be big: its JSON values, the reason it ended (up to 10,000 characters)

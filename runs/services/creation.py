@@ -1,6 +1,6 @@
 """Creating runs: what a new run is made of (`RunSpec`), its checks, and its insert."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -14,6 +14,7 @@ from runs.agents import input_problems, is_registered, registered_names
 from runs.conf import conf
 from runs.events import EventType
 from runs.exceptions import InvalidTransition, ValidationFailed
+from runs.metadata import check_metadata
 from runs.models import Run
 from runs.services.core import append, lock_run
 from runs.services.quotas import check_create
@@ -31,6 +32,7 @@ class RunSpec:
     max_events: int | None = None
     max_attempts: int | None = None
     deadline: datetime | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
 
     def check(self) -> None:
         """Refuse what no run may be made of, before any transaction starts."""
@@ -41,6 +43,7 @@ class RunSpec:
         if not isinstance(self.input, dict):
             raise ValidationFailed("input must be a JSON object", detail={"input": ["must be a JSON object"]})
         check_input(self.agent, self.input)
+        check_metadata(self.metadata)
         for name in ("max_steps", "max_events", "max_attempts"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -71,6 +74,7 @@ def run_create(
     max_events: int | None = None,
     max_attempts: int | None = None,
     deadline: datetime | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> Run:
     spec = RunSpec(
         agent=agent,
@@ -80,6 +84,7 @@ def run_create(
         max_events=max_events,
         max_attempts=max_attempts,
         deadline=deadline,
+        metadata={} if metadata is None else metadata,
     )
     spec.check()
     with transaction.atomic(durable=True):
@@ -95,8 +100,10 @@ def insert_run(
     refusing it would fail its parent mid-run; `children` is bounded by the agent's input instead,
     and the child's bytes count all the same)."""
     input_bytes = json_bytes(spec.input)
+    # The labels are stored too, and count as the input does (at most ~27 kB: runs.metadata).
+    metadata_bytes = json_bytes(spec.metadata) if spec.metadata else 0
     if capped:
-        check_create(owner.pk, input_bytes=input_bytes)
+        check_create(owner.pk, input_bytes=input_bytes + metadata_bytes)
     if spec.parent_id is not None and not parent_locked:
         # Locking the parent serialises this insert against the parent ending, so a child
         # is never created under a terminal parent.
@@ -109,8 +116,9 @@ def insert_run(
         agent=spec.agent,
         input=spec.input,
         input_bytes=input_bytes,
+        metadata=spec.metadata,
         # `append` adds the bytes of `run.created` below.
-        stored_bytes=input_bytes,
+        stored_bytes=input_bytes + metadata_bytes,
         parent_id=spec.parent_id,
         max_steps=spec.max_steps if spec.max_steps is not None else conf.DEFAULT_MAX_STEPS,
         max_events=spec.max_events if spec.max_events is not None else conf.DEFAULT_MAX_EVENTS,

@@ -192,10 +192,11 @@ def run_child_spawn(
     generation: int,
     input: dict[str, Any],
     agent: str | None = None,
+    metadata: dict[str, str] | None = None,
     after_seq: int | None = None,
 ) -> Run:
-    """The current attempt of a run creates a child run (of its own agent unless told), owned by
-    the parent's owner. The parent's `EventType.CHILD_SPAWNED` event is written in the same transaction, so
+    """The current attempt of a run creates a child run (of its own agent unless told, with the
+    parent's metadata unless given), owned by the parent's owner. The parent's `EventType.CHILD_SPAWNED` event is written in the same transaction, so
     a later attempt finds the child in its stored events and never spawns it twice.
 
     The event counts against the parent's `max_events`: past it the parent is stopped
@@ -210,7 +211,12 @@ def run_child_spawn(
         parent = lock_current(run_id, generation)
         if after_seq is not None and parent.last_seq != after_seq:
             return _spawn_replayed(parent, generation=generation, after_seq=after_seq)
-        spec = RunSpec(agent=agent or parent.agent, input=input, parent_id=parent.pk)
+        spec = RunSpec(
+            agent=agent or parent.agent,
+            input=input,
+            parent_id=parent.pk,
+            metadata=parent.metadata if metadata is None else metadata,
+        )
         spec.check()
         now = timezone.now()
         if parent.max_events is not None and parent.events_used >= parent.max_events:

@@ -82,7 +82,7 @@ class _AttemptContext:
         self.token: CancellationToken = execution.token
         self.is_child: bool = execution.is_child
 
-    async def spawn_child(self, input: dict[str, Any]) -> UUID:
+    async def spawn_child(self, input: dict[str, Any], *, metadata: dict[str, str] | None = None) -> UUID:
         ex = self._execution
         problem = checks.child_input_problem(input)
         if problem is not None:
@@ -90,7 +90,7 @@ class _AttemptContext:
             ex.writer.fail(FailCode.INVALID_OUTPUT, problem)
             raise Cancelled(problem)
         try:
-            child = await ex.writer.spawn_child(input)
+            child = await ex.writer.spawn_child(input, metadata=metadata)
         except StaleAttempt as exc:
             ex.stop(exc.message, via="spawn")
             raise Cancelled(ex.token.reason) from exc

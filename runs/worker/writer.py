@@ -106,7 +106,7 @@ class EventWriter:
         if self._step_budget:
             await self.drain()
 
-    async def spawn_child(self, input: dict[str, Any]) -> Run:
+    async def spawn_child(self, input: dict[str, Any], *, metadata: dict[str, str] | None = None) -> Run:
         """Raises `StaleAttempt` when the run left the attempt; a failed spawn is the attempt's
         failure (`fail`), raised as `StaleAttempt` too: either way the attempt is over."""
         # The parent's events stay in the order the agent produced them.
@@ -120,6 +120,7 @@ class EventWriter:
                     run_id=self.lease.run_id,
                     generation=self.lease.generation,
                     input=input,
+                    metadata=metadata,
                     after_seq=self.last_seq,
                 )
             except (StaleAttempt, *TRANSIENT_DB_ERRORS):
