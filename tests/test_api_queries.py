@@ -114,3 +114,38 @@ def test_a_refused_body_is_checked_against_the_run_first(api: APIClient, alice: 
     assert api.post(url(mine, "stop"), {"code": "nope"}).status_code == 403  # no runs.stop_run: before the body
     mine.refresh_from_db()
     assert mine.status == "queued"
+
+
+def test_a_list_page_reads_its_rows_and_their_attempts_and_counts_nothing(api: APIClient, alice: User) -> None:
+    """A page is one keyset read (a row more than the page, to know whether more follow) and the
+    page's current attempts: no COUNT of the table, on the first page or any after it."""
+    for _ in range(3):
+        running_run(alice)
+    for _ in range(3):
+        queued_run(alice, metadata={"customer": "42"})
+    first: list[Any] = []
+
+    def page(query: dict[str, Any]) -> Any:
+        response = api.get("/api/runs/", query)
+        first.append(response)
+        return response
+
+    expected = [
+        "SELECT runs_authfailure",
+        "SELECT authtoken_token",
+        "SELECT auth_user",  # does the caller see every run? its own permissions ...
+        "SELECT auth_user",  # ... and its groups' (docs/design/api.md#access)
+        "SELECT runs_run",  # the page and one row more, the owner joined
+        "SELECT runs_runattempt",  # the page's current attempts, one query for all
+    ]
+    assert statements(lambda: page({"page_size": 2, "status": "queued,running"}), 200) == expected
+    assert statements(lambda: api.get(first[0].json()["next"]), 200) == expected
+    assert statements(lambda: page({"metadata.customer": "42", "page_size": 2}), 200) == expected
+    queries = [q["sql"] for q in _captured(lambda: api.get(first[1].json()["next"]))]
+    assert not any("COUNT(" in sql.upper() for sql in queries)
+
+
+def _captured(call: Callable[[], Any]) -> list[dict[str, Any]]:
+    with CaptureQueriesContext(connection) as captured:
+        assert call().status_code == 200
+    return list(captured.captured_queries)

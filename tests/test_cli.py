@@ -121,6 +121,20 @@ def test_show_list_resume_pause_and_refusals(proxy: CuttableProxy, alice: User) 
     assert stranger.returncode == 1 and "not_authenticated" in stranger.stderr
 
 
+def test_create_with_metadata_and_list_where_it_matches(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    labelled = runledger(proxy, token, "create", "demo", '{"deltas": 1000}', "--meta", "customer=42", "--meta", "q=a=b")
+    assert labelled.returncode == 0, labelled.stderr
+    run_id = labelled.stdout.strip()
+    assert Run.objects.get(pk=run_id).metadata == {"customer": "42", "q": "a=b"}
+    created(proxy, token, {"deltas": 1000})
+    where = runledger(proxy, token, "list", "--where", "customer=42", "--where", "q=a=b", "--status", "queued,running")
+    assert [line.split()[0] for line in where.stdout.splitlines()] == [run_id], where.stderr
+    assert runledger(proxy, token, "list", "--where", "customer=7").stdout == ""
+    refused = runledger(proxy, token, "list", "--status", "queued,bogus")
+    assert refused.returncode == 1 and "validation_error" in refused.stderr
+
+
 def test_usage_errors_exit_2(proxy: CuttableProxy, alice: User) -> None:
     token = token_for(alice)
     for args, where in [
@@ -132,6 +146,8 @@ def test_usage_errors_exit_2(proxy: CuttableProxy, alice: User) -> None:
         (("watch", "x", "--after-seq", "-1"), "integer"),
         (("stop", "x"), "--reason"),
         (("resume", "x"), "--ticket"),
+        (("create", "demo", "--meta", "no-equals"), "KEY=VALUE"),
+        (("list", "--where", "=v"), "KEY=VALUE"),
     ]:
         done = runledger(proxy, token, *args)
         assert done.returncode == 2, (args, done.stderr)

@@ -193,12 +193,16 @@ def test_list_iterates_every_page_newest_first_with_filters(client: rl.Client, b
     made = [client.create("demo", {"deltas": 1, "delay_ms": 0}) for _ in range(5)]
     for run in made:
         client.wait(run.id)
-    cancelled = client.create("demo", {"deltas": 100, "delay_ms": 50})
+    cancelled = client.create("demo", {"deltas": 100, "delay_ms": 50}, metadata={"customer": "42"})
+    assert cancelled.metadata == {"customer": "42"}
     client.cancel(cancelled.id)
     services.run_cancel(run_id=queued_run(bob).pk, actor=bob)  # not alice's: never listed
     listed = list(client.list(page_size=2))
     assert [r.id for r in listed] == [cancelled.id, *(r.id for r in reversed(made))]
     assert [r.id for r in client.list(status="cancelled")] == [cancelled.id]
+    assert [r.id for r in client.list(status=["cancelled", "completed"], page_size=2)] == [r.id for r in listed]
+    assert [r.id for r in client.list(metadata={"customer": "42"}, end_code="cancelled_by_user")] == [cancelled.id]
+    assert list(client.list(metadata={"customer": "7"})) == []
     assert list(client.list(agent="nobody")) == []
 
 

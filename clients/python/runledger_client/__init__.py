@@ -23,7 +23,7 @@ from runledger_client.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
-from runledger_client.models import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES, Event, EventPage, Run
+from runledger_client.models import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES, Event, EventPage, Run, RunPage
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",
@@ -48,6 +48,7 @@ __all__ = [
     "Retry",
     "Run",
     "RunFilters",
+    "RunPage",
     "RunledgerError",
     "StaleTicket",
     "TooManyRequests",

@@ -9,16 +9,16 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import httpx
 
 from runledger_client.errors import TransportError, error_from, retry_after
-from runledger_client.models import EventPage, Run
+from runledger_client.models import EventPage, Run, RunPage
 
 __version__ = "0.1.0"
 
@@ -98,9 +98,10 @@ def remaining(deadline: float | None, default: float) -> float:
 
 
 class CreateOptions(TypedDict, total=False):
-    """`create()`'s options (docs/design/api.md#create): a parent run, budgets, an absolute
-    deadline."""
+    """`create()`'s options (docs/design/api.md#create): your labels (`metadata`, string to
+    string), a parent run, budgets, an absolute deadline."""
 
+    metadata: Mapping[str, str]
     parent: str
     max_steps: int
     max_events: int
@@ -109,9 +110,13 @@ class CreateOptions(TypedDict, total=False):
 
 
 class RunFilters(TypedDict, total=False):
-    """`list()`'s filters; `created_after` is inclusive, `created_before` exclusive."""
+    """`list()`'s filters, all of which must hold: `status` and `end_code` one value or several
+    (any of them), `metadata` every key with its value; `created_after` is inclusive,
+    `created_before` exclusive."""
 
-    status: str
+    status: str | Sequence[str]
+    end_code: str | Sequence[str]
+    metadata: Mapping[str, str]
     agent: str
     parent: str
     created_after: datetime | str
@@ -180,7 +185,25 @@ def run_path(run_id: object, action: str = "") -> str:
 def _json_value(value: object) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(key): _json_value(item) for key, item in value.items()}
     return value if isinstance(value, int | float | str | bool) else str(value)
+
+
+def list_params(filters: Mapping[str, Any]) -> dict[str, str]:
+    """`list()`'s filters as the query string the server reads: several values a comma list,
+    each metadata key a `metadata.<key>` parameter of its own."""
+    params: dict[str, str] = {}
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if name == "metadata":
+            params.update({f"metadata.{key}": str(item) for key, item in value.items()})
+        elif isinstance(value, list | tuple | set | frozenset):
+            params[name] = ",".join(str(item) for item in value)
+        else:
+            params[name] = str(_json_value(value))
+    return params
 
 
 def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], key: str | None) -> Call[Run]:
@@ -246,30 +269,24 @@ def request(method: str, path: str, options: RequestOptions) -> Call[Any]:
 
 
 class RunPages:
-    """`list()`: the pages of `GET /api/runs/` in turn, each run once (a run created meanwhile
-    shifts the newest-first pages, so the next page may repeat the last run of this one)."""
+    """`list()`: the pages of `GET /api/runs/` in turn, following each page's `next` (its cursor;
+    docs/design/api.md#paging), so each run that matched when the first page was read comes once,
+    whatever is created or ends meanwhile."""
 
     def __init__(self, filters: dict[str, Any]) -> None:
-        self.params = {name: str(_json_value(value)) for name, value in filters.items() if value is not None}
-        self.page = 0
-        self.done = False
-        self._seen: set[str] = set()
+        self.params: dict[str, str] | None = list_params(filters)
 
-    def next_call(self) -> Call[Any] | None:
-        if self.done:
+    def next_call(self) -> Call[RunPage] | None:
+        if self.params is None:
             return None
-        self.page += 1
-        # Past the last page is a 404; after the first page that only means the list shrank.
-        ok = (200,) if self.page == 1 else (200, 404)
-        return Call("GET", "/api/runs/", raw, params=self.params | {"page": str(self.page)}, ok=ok)
+        return Call("GET", "/api/runs/", RunPage.from_body, params=self.params)
 
-    def take(self, body: Any) -> list[Run]:
-        results = body.get("results") if isinstance(body, dict) else None
-        if not isinstance(results, list) or body.get("next") is None:
-            self.done = True
-        runs = [Run(item) for item in results or [] if str(item.get("id")) not in self._seen]
-        self._seen.update(run.id for run in runs)
-        return runs
+    def take(self, page: RunPage) -> list[Run]:
+        # The next page's query is `next`'s, sent to this client's server: the cursor and the
+        # filters are in it; its scheme and host are the server's view of itself, which a proxy
+        # between us may not share.
+        self.params = None if page.next is None else dict(parse_qsl(urlsplit(page.next).query, keep_blank_values=True))
+        return page.runs
 
 
 class ReleasePoll:

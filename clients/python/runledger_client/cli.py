@@ -46,6 +46,14 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def _pair(text: str) -> tuple[str, str]:
+    """`key=value`: a metadata label (the value may hold "=" too)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError("must be KEY=VALUE")
+    return key, value
+
+
 def _seq(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError("must be an integer >= 0")
@@ -86,6 +94,7 @@ def cmd_create(client: Client, args: argparse.Namespace) -> int:
         "max_events": args.max_events,
         "max_attempts": args.max_attempts,
         "deadline": args.deadline,
+        "metadata": dict(args.meta) if args.meta else None,
     }
     run = client.create(
         args.agent,
@@ -98,7 +107,13 @@ def cmd_create(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_list(client: Client, args: argparse.Namespace) -> int:
-    filters = {"status": args.status, "agent": args.agent, "parent": args.parent}
+    filters = {
+        "status": args.status,
+        "end_code": args.end_code,
+        "agent": args.agent,
+        "parent": args.parent,
+        "metadata": dict(args.where) if args.where else None,
+    }
     runs = client.list(**{k: v for k, v in filters.items() if v is not None})
     for n, run in enumerate(runs):
         if args.limit and n >= args.limit:
@@ -208,6 +223,7 @@ def parser() -> argparse.ArgumentParser:
     create = command("create", cmd_create, "create a run; prints its id")
     create.add_argument("agent")
     create.add_argument("input", nargs="?", type=_json_object, default={}, metavar="INPUT_JSON")
+    create.add_argument("--meta", type=_pair, action="append", metavar="KEY=VALUE", help="a metadata label; repeatable")
     create.add_argument("--parent")
     create.add_argument("--max-steps", type=int)
     create.add_argument("--max-events", type=int)
@@ -216,7 +232,11 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--idempotency-key", help="default: a new one (retries of this command reuse it)")
 
     listing = command("list", cmd_list, "list the runs you can see, newest first")
-    listing.add_argument("--status")
+    listing.add_argument("--status", help="a status, or several as a comma list: queued,running")
+    listing.add_argument("--end-code", help="an end code, or several as a comma list")
+    listing.add_argument(
+        "--where", type=_pair, action="append", metavar="KEY=VALUE", help="runs with this metadata label; repeatable"
+    )
     listing.add_argument("--agent")
     listing.add_argument("--parent")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (0: all); default 50")

@@ -66,7 +66,9 @@ class Client:
         self,
         **filters: Unpack[_core.RunFilters],
     ) -> Iterator[Run]:
-        """The runs you can see, newest first, fetched page by page as you iterate."""
+        """The runs you can see that match `filters`, newest first, fetched page by page as you
+        iterate (each page's `next`): every run that matched when the first page was read comes
+        once, whatever is created or ends meanwhile."""
         pages = _core.RunPages(dict(filters))
         while (call := pages.next_call()) is not None:
             yield from pages.take(self._send(call))

@@ -33,6 +33,12 @@ class Run:
         return str(self.data["status"])
 
     @property
+    def metadata(self) -> dict[str, str]:
+        """Your labels, as given at create (or the parent's, for a child run)."""
+        metadata = self.data.get("metadata")
+        return dict(metadata) if isinstance(metadata, dict) else {}
+
+    @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
@@ -148,4 +154,22 @@ class EventPage:
             last_seq=int(body["last_seq"]),
             run_status=str(body["run_status"]),
             end_of_stream=bool(body["end_of_stream"]),
+        )
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of `GET /api/runs/`: its runs, and the full URLs of the pages after and before it
+    (None at either end), each with an opaque `cursor`."""
+
+    runs: list[Run]
+    next: str | None
+    previous: str | None
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> RunPage:
+        return cls(
+            runs=[Run(item) for item in body["results"]],
+            next=None if body.get("next") is None else str(body["next"]),
+            previous=None if body.get("previous") is None else str(body["previous"]),
         )

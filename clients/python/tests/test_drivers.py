@@ -135,16 +135,26 @@ def test_a_request_not_safe_to_repeat_is_sent_once() -> None:
     assert len(seen) == 1
 
 
-def test_list_walks_the_pages_and_yields_each_run_once() -> None:
+def test_list_follows_each_pages_next_with_the_filters_as_the_server_reads_them() -> None:
     pages = {
-        "1": {"next": "p2", "results": [{"id": "a"}, {"id": "b"}]},
-        # A run created meanwhile pushed "b" onto page 2 as well.
-        "2": {"next": None, "results": [{"id": "b"}, {"id": "c"}]},
+        None: {
+            "next": "http://elsewhere:9/api/runs/?cursor=c2&status=queued%2Crunning",
+            "previous": None,
+            "results": [{"id": "a"}, {"id": "b"}],
+        },
+        "c2": {"next": None, "previous": "http://elsewhere:9/api/runs/?cursor=p", "results": [{"id": "c"}]},
     }
+    seen: list[httpx.URL] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
-        assert request.url.params["status"] == "queued"
-        return httpx.Response(200, json=pages[request.url.params["page"]])
+        seen.append(request.url)
+        assert request.url.params["status"] == "queued,running"
+        return httpx.Response(200, json=pages[request.url.params.get("cursor")])
 
     with rl.Client("http://test", "t", transport=httpx.MockTransport(handle)) as client:
-        assert [r.id for r in client.list(status="queued")] == ["a", "b", "c"]
+        runs = list(client.list(status=["queued", "running"], metadata={"customer": "42"}, end_code="x"))
+    assert [r.id for r in runs] == ["a", "b", "c"]
+    first, second = seen
+    assert (first.host, first.params["metadata.customer"], first.params["end_code"]) == ("test", "42", "x")
+    # The cursor's page is asked of this client's server, whatever host `next` names.
+    assert (second.host, second.path, second.params["cursor"]) == ("test", "/api/runs/", "c2")
