@@ -234,6 +234,29 @@ def test_search_finds_a_run_by_its_whole_id_its_first_characters_or_its_owner(
     assert found("no-such-thing") == set()
 
 
+def test_the_list_finds_runs_by_a_metadata_label_and_the_run_page_shows_their_metadata(
+    staff: User, alice: User
+) -> None:
+    labelled = queued_run(alice, metadata={"customer": "42", "team": "a=b"})
+    queued_run(alice, metadata={"customer": "7"})
+    queued_run(alice)
+    client = logged_in(staff)
+
+    def found(term: str) -> set[str]:
+        response = client.get(LIST_URL, {"q": term})
+        assert response.status_code == 200
+        return set(re.findall(r'name="_selected_action" value="([0-9a-f-]+)"', response.content.decode()))
+
+    assert found("customer=42") == {str(labelled.pk)}
+    assert found(" customer = 42 ") == {str(labelled.pk)}
+    assert found("team=a=b") == {str(labelled.pk)}
+    assert found("customer=4") == set()
+    assert found("x[y]=1") == set()  # no run could carry such a key
+    assert found("=42") == set()
+    page = client.get(change_url(labelled)).content.decode()
+    assert "metadata" in page and "&quot;customer&quot;: &quot;42&quot;" in page
+
+
 # --- nothing can be added, edited or deleted ----------------------------------------------------------
 
 

@@ -12,7 +12,9 @@ from runs.admin.display import format_duration
 from runs.agents import registered_names
 from runs.conf import conf
 from runs.cursors import largest_of, plain_int
+from runs.metadata import key_problem, value_problem
 from runs.models import Run, RunAttempt
+from runs.selectors import run_with_metadata
 from runs.transitions import Status
 
 # The owner filter lists this many owners at most; past that, search by username.
@@ -111,3 +113,13 @@ class RunningForFilter(admin.SimpleListFilter):
         if choice is None:
             return queryset
         return queryset.filter(status=Status.RUNNING, started_at__lte=timezone.now() - choice[1])
+
+
+def metadata_search(queryset: QuerySet[Run], term: str) -> QuerySet[Run]:
+    """The runs labelled `key=value` (the list's search box; a username holds no "="): the
+    metadata filter of the API. A label no run could carry matches none."""
+    key, _, value = term.partition("=")
+    key = key.strip()
+    if key_problem(key) or value_problem(value.strip()):
+        return queryset.none()
+    return run_with_metadata(runs=queryset, metadata={key: value.strip()})

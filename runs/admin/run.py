@@ -36,7 +36,14 @@ from runs.admin.display import (
     short_id,
     status_badge,
 )
-from runs.admin.filters import AgentFilter, HasParentFilter, HeartbeatFilter, OwnerFilter, RunningForFilter
+from runs.admin.filters import (
+    AgentFilter,
+    HasParentFilter,
+    HeartbeatFilter,
+    OwnerFilter,
+    RunningForFilter,
+    metadata_search,
+)
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.agents import declared_types
 from runs.conf import conf
@@ -161,7 +168,7 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
     # The run page's "all child runs" link (?parent=<id>); a malformed id is an invalid filter.
     extra_lookups = ("parent",)
     search_fields = ("owner__username",)  # and ids, in get_search_results
-    search_help_text = "A run id (whole, or its first characters) or an owner's username."
+    search_help_text = "A run id (whole, or its first characters), an owner's username, or a metadata label key=value."
     ordering = ("-created_at",)
     list_per_page = 50
     # Counting every run on each page load is the one cost that grows with the table.
@@ -170,7 +177,7 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
     change_form_template = "admin/runs/run/change_form.html"
     inlines = (RunAttemptInline,)
     fieldsets = (
-        (None, {"fields": ("id", "agent", "owner", "status_label", "parent_link")}),
+        (None, {"fields": ("id", "agent", "owner", "status_label", "parent_link", "metadata_json")}),
         ("Timing (UTC)", {"fields": ("created", "started", "ended", "duration", "deadline_at")}),
         ("End", {"fields": ("end_code", "end_reason", "ended_by")}),
         (
@@ -216,6 +223,8 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
+        if "=" in term:
+            return metadata_search(queryset, term), False
         match = Q(owner__username__icontains=term)
         try:
             match |= Q(pk=UUID(term))
@@ -295,6 +304,7 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
         # The ticket itself is for the owner and runs.change_run holders, through the API.
         return bool(run.resume_ticket)
 
+    metadata_json = json_field("metadata", "metadata")
     input_json = json_field("input", "input")
     output_json = json_field("output", "output")
     error_json = json_field("error", "error")
