@@ -28,3 +28,10 @@ class CanPauseResume(BasePermission):
 
     def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
         return access.can_pause_resume(request.user, obj)
+
+
+class CanRerun(BasePermission):
+    message = "rerunning a run needs to own it or the runs.change_run permission"
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        return access.can_rerun(request.user, obj)
