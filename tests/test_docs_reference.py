@@ -95,6 +95,9 @@ def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User
     services.run_requeue(run_id=run.pk, generation=again[0].generation, cause=RequeueCause.WORKER_SHUTDOWN)
     services.run_cancel(run_id=run.pk, actor=alice, note="enough")
     record(run.pk)
+    # A fork of it: its run.created names the original, its copies their seq there.
+    ended = RunEvent.objects.filter(run_id=run.pk).count()
+    record(services.run_rerun(run_id=run.pk, owner=alice, from_seq=ended).pk)
 
     done = running_run(alice)
     services.run_complete(run_id=done.pk, generation=done.generation, output={"answer": 42})
@@ -110,5 +113,5 @@ def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User
     assert set(seen) >= platform | {EventType.TOOL_FINISHED}
     for type_ in platform:
         assert seen[type_] == set(EVENT_DATA[EventType(type_)][1]), type_
-    # The platform's own tool.finished, closing the call the cancel interrupted.
+    # The platform's own tool.finished, closing the call the cancel interrupted, and its fork's copy.
     assert seen[EventType.TOOL_FINISHED] == set(EVENT_DATA[EventType.TOOL_FINISHED][1])

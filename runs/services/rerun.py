@@ -58,10 +58,10 @@ def run_rerun(
         if admit is not None:
             admit(original)
         spec = _spec(original, overrides)
-        spec.check()
         if from_seq is not None and spec.agent != original.agent:
             message = "a fork continues the original's agent; leave agent out, or rerun without from_seq"
             raise ValidationFailed(message, detail={"agent": [message]})
+        spec.check()
         if not original.is_terminal:
             raise InvalidTransition(original.status, "rerun", run=original)
         copies = [] if from_seq is None else _copies(original, from_seq)
