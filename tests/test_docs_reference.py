@@ -95,9 +95,6 @@ def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User
     services.run_requeue(run_id=run.pk, generation=again[0].generation, cause=RequeueCause.WORKER_SHUTDOWN)
     services.run_cancel(run_id=run.pk, actor=alice, note="enough")
     record(run.pk)
-    # A fork of it: its run.created names the original, its copies their seq there.
-    ended = RunEvent.objects.filter(run_id=run.pk).count()
-    record(services.run_rerun(run_id=run.pk, owner=alice, from_seq=ended).pk)
 
     done = running_run(alice)
     services.run_complete(run_id=done.pk, generation=done.generation, output={"answer": 42})
@@ -108,6 +105,10 @@ def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User
     stopped = running_run(alice)
     services.run_stop(run_id=stopped.pk, actor=alice, reason="policy", code=StopCode.POLICY)
     record(stopped.pk)
+    # A fork of the first (last: it stays queued): its run.created names the original, its copies
+    # their seq there.
+    ended = RunEvent.objects.filter(run_id=run.pk).count()
+    record(services.run_rerun(run_id=run.pk, owner=alice, from_seq=ended).pk)
 
     platform = {t for t in EventType if t in LIFECYCLE_TYPES or t == EventType.CHILD_SPAWNED}
     assert set(seen) >= platform | {EventType.TOOL_FINISHED}
