@@ -10,9 +10,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from runs import services
-from runs.conf import conf
 from runs.agents.base import AgentContext, Directive
 from runs.agents.demo import TOOL_CALL_ID, demo_text
+from runs.conf import conf
 from runs.events import EventType, WaitReason
 from runs.models import Run, RunEvent
 from tests.factories import assert_log_is_sound, running_run
@@ -214,9 +214,7 @@ def test_purging_the_original_leaves_its_reruns(alice: User) -> None:
 
 @pytest.mark.sqlite
 @pytest.mark.timeout(90)
-def test_a_demo_run_forked_at_its_50th_delta_writes_the_text_of_an_uninterrupted_run(
-    procs: Procs, alice: User
-) -> None:
+def test_a_demo_run_forked_at_its_50th_delta_writes_the_text_of_an_uninterrupted_run(procs: Procs, alice: User) -> None:
     # The original is cancelled somewhere past its 50th delta, by a real worker process.
     demo = {"deltas": 100, "delay_ms": 10}
     procs.worker("w1")

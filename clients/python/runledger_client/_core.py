@@ -108,6 +108,18 @@ class CreateOptions(TypedDict, total=False):
     deadline: datetime | str
 
 
+class RerunOptions(TypedDict, total=False):
+    """`rerun()`'s overrides of the original's agent, input and budgets, and a deadline (an
+    absolute time, never copied from the original)."""
+
+    agent: str
+    input: dict[str, Any]
+    max_steps: int
+    max_events: int
+    max_attempts: int
+    deadline: datetime | str
+
+
 class RunFilters(TypedDict, total=False):
     """`list()`'s filters; `created_after` is inclusive, `created_before` exclusive."""
 
@@ -189,6 +201,14 @@ def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], ke
     # Made once per create, so every retry of it is the same request to the server.
     headers = {"Idempotency-Key": key or uuid.uuid4().hex}
     return Call("POST", "/api/runs/", Run, json=body, headers=headers, ok=(200, 201))
+
+
+def rerun(run_id: object, from_seq: int | None, options: dict[str, Any]) -> Call[Run]:
+    body = {name: value if name == "input" else _json_value(value) for name, value in options.items()}
+    if from_seq is not None:
+        body["from_seq"] = from_seq
+    # Not repeated after a lost answer: a second try would make a second run.
+    return Call("POST", run_path(run_id, "rerun"), Run, json=body, ok=(201,), idempotent=False)
 
 
 def get(run_id: object) -> Call[Run]:
