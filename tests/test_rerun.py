@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from runs import services
@@ -239,3 +240,49 @@ def test_a_demo_run_forked_at_its_50th_delta_writes_the_text_of_an_uninterrupted
     ]
     assert [e.attempt for e in deltas] == [None] * 50 + [1] * 50
     assert fork.events_used == uninterrupted.events_used == 100
+
+
+@pytest.mark.sqlite
+def test_the_admin_reruns_an_ended_run_from_its_page_and_links_both_ways(
+    make_user: Callable[..., User], alice: User
+) -> None:
+    staff = make_user("oncall", perms=("runs.view_run", "runs.change_run"), is_staff=True)
+    looker = make_user("looker", perms=("runs.view_run",), is_staff=True)
+    original = eventful_run(alice)
+    live = running_run(alice)
+    page, button = f"/admin/runs/run/{original.pk}/change/", f"/admin/runs/run/{original.pk}/rerun/"
+    client = Client()
+    client.force_login(staff)
+
+    assert f'href="{button}"' in client.get(page).content.decode()
+    assert "/rerun/" not in client.get(f"/admin/runs/run/{live.pk}/change/").content.decode()
+    assert "Fork at seq" in client.get(button).content.decode() and Run.objects.count() == 3
+    refused = client.post(button, {"post": "yes", "from_seq": "11"})
+    assert "cuts tool call" in refused.content.decode() and Run.objects.count() == 3
+    done = client.post(button, {"post": "yes", "from_seq": "10"})
+
+    fork = Run.objects.get(rerun_of=original)
+    assert done.status_code == 302 and done["Location"] == f"/admin/runs/run/{fork.pk}/change/"
+    assert (fork.rerun_of_id, fork.owner, fork.last_seq) == (original.pk, staff, 5)
+    assert (
+        f'<a href="/admin/runs/run/{original.pk}/change/">{original.pk}</a>'
+        in client.get(done["Location"]).content.decode()
+    )
+    assert f'<a href="/admin/runs/run/{fork.pk}/change/">{str(fork.pk)[:8]}</a>' in client.get(page).content.decode()
+    assert client.get(f"/admin/runs/run/?rerun_of={original.pk}").status_code == 200
+    client.force_login(looker)
+    assert "/rerun/" not in client.get(page).content.decode()
+    assert client.post(button, {"post": "yes"}).status_code == 403 and Run.objects.count() == 4
+
+
+@pytest.mark.sqlite
+def test_the_watch_page_says_what_a_rerun_reruns(alice: User) -> None:
+    original = completed_run(alice)
+    again = rerun(alice, original).json()["id"]
+    client = Client()
+    client.force_login(alice)
+
+    body = client.get(f"/runs/{again}/").content.decode()
+
+    assert f'<dt>Rerun of</dt><dd id="rerun-of"><a href="/runs/{original.pk}/">{str(original.pk)[:8]}</a>' in body
+    assert "Rerun of" not in client.get(f"/runs/{original.pk}/").content.decode()
