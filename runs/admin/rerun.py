@@ -16,6 +16,7 @@ from django.utils.safestring import SafeString
 
 from runs import services
 from runs.access import User, can_rerun
+from runs.admin.display import run_link
 from runs.exceptions import RunConflict, ValidationFailed
 from runs.models import Run
 
@@ -36,10 +37,7 @@ class RerunForm(forms.Form):
 class RerunMixin(admin.ModelAdmin):
     @admin.display(description="rerun of")
     def rerun_of_link(self, run: Run) -> SafeString | str:
-        if run.rerun_of_id is None:
-            return "—"
-        url = reverse("admin:runs_run_change", args=[quote(run.rerun_of_id)])
-        return format_html('<a href="{}">{}</a>', url, run.rerun_of_id)
+        return run_link(run.rerun_of_id)
 
     @admin.display(description="reruns")
     def reruns_links(self, run: Run) -> SafeString | str:

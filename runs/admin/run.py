@@ -33,6 +33,7 @@ from runs.admin.display import (
     json_field,
     moment,
     moment_field,
+    run_link,
     short_id,
     status_badge,
 )
@@ -275,10 +276,7 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
 
     @admin.display(description="parent")
     def parent_link(self, run: Run) -> SafeString | str:
-        if run.parent_id is None:
-            return "—"
-        url = reverse("admin:runs_run_change", args=[quote(run.parent_id)])
-        return format_html('<a href="{}">{}</a>', url, run.parent_id)
+        return run_link(run.parent_id)
 
     @admin.display(description="attempts lost / max")
     def attempts_budget(self, run: Run) -> str:

@@ -1,21 +1,13 @@
-# Issue 34: a run's rerun_of, the run it runs again (docs/design/commands.md#rerun).
+# Issue 34: a run's rerun_of, the run it runs again (docs/design/commands.md#rerun). SET_NULL, so
+# purging an original leaves its reruns.
 
-import django.db.models.deletion
 from django.db import migrations, models
+
+rerun_of = models.ForeignKey(
+    "runs.run", models.SET_NULL, blank=True, null=True, related_name="reruns"
+)
 
 
 class Migration(migrations.Migration):
     dependencies = [("runs", "0009_dashboard")]
-    operations = [
-        migrations.AddField(
-            model_name="run",
-            name="rerun_of",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="reruns",
-                to="runs.run",
-            ),
-        )
-    ]
+    operations = [migrations.AddField("run", "rerun_of", rerun_of)]
