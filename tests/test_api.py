@@ -48,6 +48,7 @@ RUN_KEYS = {
     "max_attempts",
     "lost_attempts",
     "parent",
+    "rerun_of",
     "attempt",
 }
 
