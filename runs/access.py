@@ -46,3 +46,10 @@ def can_pause_resume(user: AnyUser, run: Run) -> bool:
 def can_see_ticket(user: AnyUser, run: Run) -> bool:
     """The resume ticket is shown to exactly those who may resume with it."""
     return can_pause_resume(user, run)
+
+
+def can_rerun(user: AnyUser, run: Run) -> bool:
+    """Owners rerun their runs; `runs.change_run` may rerun any visible run. Either way the caller
+    owns the new run (docs/design/commands.md#rerun): seeing a run (`runs.view_run`) is not enough
+    to spend someone's input on a run of one's own."""
+    return _owns(user, run) or user.has_perm("runs.change_run")

@@ -130,6 +130,19 @@ def browser_vocabulary(declared: Iterable[str] = ()) -> dict[str, Any]:
     }
 
 
+# The key a fork's copy of an original's event adds to its data: the seq it had in the original
+# (docs/design/commands.md#fork).
+FORKED_FROM_SEQ = "forked_from_seq"
+FORKED_FROM_SEQ_MEANING = "a fork's copy only: the event's seq in the run it was copied from"
+
+
+def forkable_types(declared: Iterable[str]) -> frozenset[str]:
+    """The types a fork copies from its original (docs/design/commands.md#fork): what the agent
+    emitted — the platform's agent types and the agent's own `declared` ones — never the
+    platform's record of the run's life nor its children."""
+    return AGENT_TYPES | frozenset(declared)
+
+
 # What each event's `data` holds, for the reference (docs/reference/events.md is rendered from this;
 # tests/test_docs_reference.py drives runs through every platform type and compares the keys). For
 # the types an agent emits, the keys the platform requires or writes; the agent may add its own.
@@ -140,6 +153,8 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
             "agent": "the agent's name",
             "input_keys": "the input's top-level keys, sorted (never its values)",
             "parent": "the parent run's id, or null",
+            "rerun_of": "a rerun's only: the id of the run it runs again",
+            "from_seq": "a rerun's only: the seq its fork copied the original's events up to, or null (no fork)",
         },
     ),
     EventType.RUN_STARTED: (
@@ -149,12 +164,16 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
             "worker": "the worker that holds it",
         },
     ),
-    EventType.OUTPUT_DELTA: ("A piece of the agent's text output.", {"text": "the piece (a string)"}),
+    EventType.OUTPUT_DELTA: (
+        "A piece of the agent's text output.",
+        {"text": "the piece (a string)", FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING},
+    ),
     EventType.TOOL_STARTED: (
         "The agent began a tool call (or a subprocess, or a model request).",
         {
             "call_id": "required: a non-empty string naming the call; its tool.finished repeats it",
             "name": "the tool's name",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
         },
     ),
     EventType.TOOL_FINISHED: (
@@ -164,6 +183,7 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
             "name": "the tool's name",
             "status": "`ok` (the default), `error`, or `interrupted` (written by the platform when the run "
             "ended while the call was open)",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
         },
     ),
     EventType.CHILD_SPAWNED: (

@@ -43,6 +43,9 @@ class Run(models.Model):
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    # The run this one runs again (docs/design/commands.md#rerun). SET_NULL: purging the original
+    # leaves its reruns, which have lives (and owners) of their own.
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
     last_seq = models.BigIntegerField(default=0)
     # Generation of the current (or last) attempt; appends must name it.
     generation = models.PositiveIntegerField(default=0)

@@ -49,6 +49,7 @@ RUN_KEYS = {
     "max_attempts",
     "lost_attempts",
     "parent",
+    "rerun_of",
     "attempt",
 }
 

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs.agents.demo import demo_text
-from runs.models import Run
+from runs.models import Run, RunEvent
 from tests.support.cli import drain, run_cli
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log, cut_budgets
@@ -133,6 +133,22 @@ def test_create_with_metadata_and_list_where_it_matches(proxy: CuttableProxy, al
     assert runledger(proxy, token, "list", "--where", "customer=7").stdout == ""
     refused = runledger(proxy, token, "list", "--status", "queued,bogus")
     assert refused.returncode == 1 and "validation_error" in refused.stderr
+
+
+def test_rerun_prints_the_new_runs_id_and_a_fork_continues_the_text(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    original = created(proxy, token, {"deltas": 4, "delay_ms": 0})
+    assert runledger(proxy, token, "watch", original).stdout == "chunk 0 chunk 1 chunk 2 chunk 3 \n"
+    second = RunEvent.objects.filter(run_id=original, type="output.delta").order_by("seq")[1].seq
+
+    forked = runledger(proxy, token, "rerun", original, "--from-seq", str(second))
+
+    assert forked.returncode == 0, forked.stderr
+    fork = forked.stdout.strip()
+    assert Run.objects.get(pk=fork).rerun_of_id == uuid.UUID(original)
+    assert runledger(proxy, token, "watch", fork).stdout == "chunk 0 chunk 1 chunk 2 chunk 3 \n"
+    refused = runledger(proxy, token, "rerun", original, "--from-seq", "999")
+    assert refused.returncode == 1 and "validation_error" in refused.stderr and "from_seq" in refused.stderr
 
 
 def test_usage_errors_exit_2(proxy: CuttableProxy, alice: User) -> None:

@@ -105,10 +105,14 @@ def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User
     stopped = running_run(alice)
     services.run_stop(run_id=stopped.pk, actor=alice, reason="policy", code=StopCode.POLICY)
     record(stopped.pk)
+    # A fork of the first (last: it stays queued): its run.created names the original, its copies
+    # their seq there.
+    ended = RunEvent.objects.filter(run_id=run.pk).count()
+    record(services.run_rerun(run_id=run.pk, owner=alice, from_seq=ended).pk)
 
     platform = {t for t in EventType if t in LIFECYCLE_TYPES or t == EventType.CHILD_SPAWNED}
     assert set(seen) >= platform | {EventType.TOOL_FINISHED}
     for type_ in platform:
         assert seen[type_] == set(EVENT_DATA[EventType(type_)][1]), type_
-    # The platform's own tool.finished, closing the call the cancel interrupted.
+    # The platform's own tool.finished, closing the call the cancel interrupted, and its fork's copy.
     assert seen[EventType.TOOL_FINISHED] == set(EVENT_DATA[EventType.TOOL_FINISHED][1])

@@ -313,3 +313,20 @@ def test_too_many_requests_carries_retry_after() -> None:
         server.shutdown()
         server.server_close()
     assert (caught.value.status, caught.value.retry_after, caught.value.message) == (429, 7.0, "slow down")
+
+
+def test_rerun_and_fork_through_the_client(client: rl.Client) -> None:
+    original = client.wait(client.create("demo", {"deltas": 6, "delay_ms": 0}).id)
+    fourth = [e for e in client.events(original.id).events if e.type == "output.delta"][3]
+
+    again = client.rerun(original.id, input={"deltas": 2, "delay_ms": 0}, max_steps=9)
+    fork = client.rerun(original.id, from_seq=fourth.seq)
+
+    assert (again["rerun_of"], again["input"], again.max_steps) == (original.id, {"deltas": 2, "delay_ms": 0}, 9)
+    assert client.wait(fork.id).output == original.output == {"text": demo_text(6), "deltas": 6}
+    with pytest.raises(rl.ValidationError, match="passes the end"):
+        client.rerun(original.id, from_seq=original.last_seq + 1)
+    live = client.create("demo", {"deltas": 1000, "delay_ms": 50})
+    with pytest.raises(rl.InvalidTransition):
+        client.rerun(live.id)
+    client.cancel(live.id)

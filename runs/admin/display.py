@@ -10,12 +10,22 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 
 def short_id(run_id: UUID | str) -> str:
     return str(run_id)[:8]
+
+
+def run_link(run_id: UUID | None) -> SafeString | str:
+    """A link to the run's page in the console, or a dash for none."""
+    if run_id is None:
+        return "—"
+    url = reverse("admin:runs_run_change", args=[quote(run_id)])
+    return format_html('<a href="{}">{}</a>', url, run_id)
 
 
 def format_duration(delta: timedelta) -> str:

@@ -33,6 +33,7 @@ from runs.admin.display import (
     json_field,
     moment,
     moment_field,
+    run_link,
     short_id,
     status_badge,
 )
@@ -45,6 +46,7 @@ from runs.admin.filters import (
     metadata_search,
 )
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
+from runs.admin.rerun import RerunMixin
 from runs.agents import declared_types
 from runs.conf import conf
 from runs.cursors import plain_int
@@ -142,7 +144,7 @@ class ViewOnly:
 
 
 @admin.register(Run)
-class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -166,7 +168,8 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
         RunningForFilter,
     )
     # The run page's "all child runs" link (?parent=<id>); a malformed id is an invalid filter.
-    extra_lookups = ("parent",)
+    # And its reruns' "all" link (?rerun_of=<id>).
+    extra_lookups = ("parent", "rerun_of")
     search_fields = ("owner__username",)  # and ids, in get_search_results
     search_help_text = "A run id (whole, or its first characters), an owner's username, or a metadata label key=value."
     ordering = ("-created_at",)
@@ -177,7 +180,21 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
     change_form_template = "admin/runs/run/change_form.html"
     inlines = (RunAttemptInline,)
     fieldsets = (
-        (None, {"fields": ("id", "agent", "owner", "status_label", "parent_link", "metadata_json")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "agent",
+                    "owner",
+                    "status_label",
+                    "parent_link",
+                    "rerun_of_link",
+                    "reruns_links",
+                    "metadata_json",
+                )
+            },
+        ),
         ("Timing (UTC)", {"fields": ("created", "started", "ended", "duration", "deadline_at")}),
         ("End", {"fields": ("end_code", "end_reason", "ended_by")}),
         (
@@ -282,10 +299,7 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
 
     @admin.display(description="parent")
     def parent_link(self, run: Run) -> SafeString | str:
-        if run.parent_id is None:
-            return "—"
-        url = reverse("admin:runs_run_change", args=[quote(run.parent_id)])
-        return format_html('<a href="{}">{}</a>', url, run.parent_id)
+        return run_link(run.parent_id)
 
     @admin.display(description="attempts lost / max")
     def attempts_budget(self, run: Run) -> str:
@@ -366,6 +380,7 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
                 for command in COMMANDS
                 if live and command.allowed(request.user)
             ],
+            "rerun": self.rerun_button(request, run),
         }
 
     @staticmethod
@@ -392,6 +407,7 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
                 for command in COMMANDS
             ),
             path("<path:object_id>/events/", wrap(self.events_view), name=f"{info[0]}_{info[1]}_events"),
+            path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{info[0]}_{info[1]}_rerun"),
             *super().get_urls(),
         ]
 
@@ -417,6 +433,9 @@ class RunAdmin(ViewOnly, CommandsMixin, HardenedAdmin):
                 "end_of_stream": run.is_terminal and (events[-1].seq if events else after_seq) >= run.last_seq,
             }
         )
+
+    def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self.rerun_page(request, self._visible_run(request, object_id))
 
     def command_view(self, request: HttpRequest, object_id: str, command: str) -> HttpResponse:
         run = self._visible_run(request, object_id)

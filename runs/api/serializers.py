@@ -65,6 +65,9 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     max_attempts = serializers.IntegerField()
     lost_attempts = serializers.IntegerField()
     parent = serializers.UUIDField(source="parent_id", allow_null=True)  # type: ignore[assignment]  # DRF pops declared fields
+    rerun_of = serializers.UUIDField(
+        source="rerun_of_id", allow_null=True, help_text="the run this one runs again (`POST …/rerun/`), or null"
+    )
     resume_ticket = serializers.CharField(
         required=False,
         allow_null=True,

@@ -3,6 +3,7 @@
 - `core`: the locked write core every service is made of (lock, check, append, end, park, requeue);
 - `creation`: what a run is made of (`RunSpec`) and its insert;
 - `commands`: cancel, stop, pause, resume;
+- `rerun`: an ended run run again, or forked from the middle of its log;
 - `execution`: the writes of a worker's attempt;
 - `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
 - `idempotency`: retry-safe creates;
@@ -31,6 +32,7 @@ from runs.services.execution import (
     run_wait,
 )
 from runs.services.idempotency import Answer, Created, run_create_idempotent
+from runs.services.rerun import Overrides, run_rerun
 from runs.services.retention import PurgeResult, runs_purge
 from runs.services.sweeper import (
     MachineAttempts,
@@ -50,6 +52,7 @@ __all__ = [
     "Created",
     "MachineAttempts",
     "OrphanedGroups",
+    "Overrides",
     "PurgeResult",
     "RunSpec",
     "SweepResult",
@@ -70,6 +73,7 @@ __all__ = [
     "run_lease_expire",
     "run_pause",
     "run_requeue",
+    "run_rerun",
     "run_resume",
     "run_steps_record",
     "run_stop",

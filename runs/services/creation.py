@@ -1,5 +1,6 @@
 """Creating runs: what a new run is made of (`RunSpec`), its checks, and its insert."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -91,19 +92,38 @@ def run_create(
         return insert_run(spec, owner=owner)
 
 
+@dataclass(frozen=True)
+class Rerun:
+    """What makes a new run a rerun (docs/design/commands.md#rerun): the run it runs again and, for
+    a fork, the seq it forks at and the copies of the original's events up to it, in order."""
+
+    of: UUID
+    from_seq: int | None = None
+    copies: Sequence[tuple[str, dict[str, Any]]] = ()
+
+
 def insert_run(
-    spec: RunSpec, *, owner: User, now: datetime | None = None, parent_locked: bool = False, capped: bool = True
+    spec: RunSpec,
+    *,
+    owner: User,
+    now: datetime | None = None,
+    parent_locked: bool = False,
+    capped: bool = True,
+    rerun: Rerun | None = None,
 ) -> Run:
     """Insert the checked run of `spec`, queued, with its `run.created` event, inside the caller's
     transaction. Its parent is locked here unless the caller holds that lock already. The owner's
     caps (active runs, runs and bytes kept) apply unless `capped` is False (a child an agent spawns:
     refusing it would fail its parent mid-run; `children` is bounded by the agent's input instead,
-    and the child's bytes count all the same)."""
+    and the child's bytes count all the same). A fork's copies follow `run.created`, counted in the
+    bytes the caps see and in `events_used`."""
     input_bytes = json_bytes(spec.input)
     # The labels are stored too, and count as the input does (at most ~27 kB: runs.metadata).
     metadata_bytes = json_bytes(spec.metadata) if spec.metadata else 0
+    copies = list(rerun.copies) if rerun is not None else []
     if capped:
-        check_create(owner.pk, input_bytes=input_bytes + metadata_bytes)
+        copied_bytes = sum(json_bytes(data) for _, data in copies)
+        check_create(owner.pk, input_bytes=input_bytes + metadata_bytes + copied_bytes)
     if spec.parent_id is not None and not parent_locked:
         # Locking the parent serialises this insert against the parent ending, so a child
         # is never created under a terminal parent.
@@ -120,6 +140,7 @@ def insert_run(
         # `append` adds the bytes of `run.created` below.
         stored_bytes=input_bytes + metadata_bytes,
         parent_id=spec.parent_id,
+        rerun_of_id=rerun.of if rerun is not None else None,
         max_steps=spec.max_steps if spec.max_steps is not None else conf.DEFAULT_MAX_STEPS,
         max_events=spec.max_events if spec.max_events is not None else conf.DEFAULT_MAX_EVENTS,
         deadline=spec.deadline or _default_deadline(now),
@@ -129,14 +150,20 @@ def insert_run(
     )
     if spec.max_attempts is not None:
         run.max_attempts = spec.max_attempts
-    created = {
+    created: dict[str, Any] = {
         "agent": spec.agent,
         "input_keys": sorted(spec.input),
         "parent": str(spec.parent_id) if spec.parent_id else None,
     }
+    if rerun is not None:
+        created |= {"rerun_of": str(rerun.of), "from_seq": rerun.from_seq}
+        # The copies are the run's events like any other: a fork uses its budget as the original did
+        # up to the fork (docs/design/commands.md#fork).
+        run.events_used = len(copies)
     # The event first, so the run is inserted with its last_seq at once (no second write of the
     # row): foreign keys are checked at commit (Django declares them DEFERRABLE INITIALLY DEFERRED).
-    append(run, [(EventType.RUN_CREATED, created)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
+    events = [(EventType.RUN_CREATED, created), *copies]
+    append(run, events, attempt=None, now=now, notes=[notify.run_queued(run.id)])
     run.save(force_insert=True)
     return run
 

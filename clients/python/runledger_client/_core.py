@@ -109,6 +109,19 @@ class CreateOptions(TypedDict, total=False):
     deadline: datetime | str
 
 
+class RerunOptions(TypedDict, total=False):
+    """`rerun()`'s overrides of the original's agent, input, budgets and labels (`metadata`), and a
+    deadline (an absolute time, never copied from the original)."""
+
+    agent: str
+    input: dict[str, Any]
+    max_steps: int
+    max_events: int
+    max_attempts: int
+    deadline: datetime | str
+    metadata: Mapping[str, str]
+
+
 class RunFilters(TypedDict, total=False):
     """`list()`'s filters, all of which must hold: `status` and `end_code` one value or several
     (any of them), `metadata` every key with its value; `created_after` is inclusive,
@@ -212,6 +225,14 @@ def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], ke
     # Made once per create, so every retry of it is the same request to the server.
     headers = {"Idempotency-Key": key or uuid.uuid4().hex}
     return Call("POST", "/api/runs/", Run, json=body, headers=headers, ok=(200, 201))
+
+
+def rerun(run_id: object, from_seq: int | None, options: dict[str, Any]) -> Call[Run]:
+    body = {name: value if name == "input" else _json_value(value) for name, value in options.items()}
+    if from_seq is not None:
+        body["from_seq"] = from_seq
+    # Not repeated after a lost answer: a second try would make a second run.
+    return Call("POST", run_path(run_id, "rerun"), Run, json=body, ok=(201,), idempotent=False)
 
 
 def get(run_id: object) -> Call[Run]:

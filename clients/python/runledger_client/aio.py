@@ -97,6 +97,9 @@ class AsyncClient:
     async def resume(self, run_id: str, ticket: str, input: Any = None) -> Run:
         return await self._send(_core.resume(run_id, ticket, input))
 
+    async def rerun(self, run_id: str, from_seq: int | None = None, **overrides: Unpack[_core.RerunOptions]) -> Run:
+        return await self._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
+
     async def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         return await self._send(_core.request(method, path, options))
 

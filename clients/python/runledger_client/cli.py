@@ -171,6 +171,19 @@ def cmd_resume(client: Client, args: argparse.Namespace) -> int:
     return _status(client.resume(args.id, ticket=args.ticket, input=args.input))
 
 
+def cmd_rerun(client: Client, args: argparse.Namespace) -> int:
+    overrides = {
+        "input": args.input,
+        "max_steps": args.max_steps,
+        "max_events": args.max_events,
+        "max_attempts": args.max_attempts,
+        "deadline": args.deadline,
+    }
+    run = client.rerun(args.id, from_seq=args.from_seq, **{k: v for k, v in overrides.items() if v is not None})
+    print(run.id)
+    return 0
+
+
 def _status(run: Run) -> int:
     print(run.status)
     return 0
@@ -266,6 +279,17 @@ def parser() -> argparse.ArgumentParser:
     resume.add_argument("id")
     resume.add_argument("--ticket", required=True)
     resume.add_argument("--input", type=_json_value, metavar="JSON")
+
+    rerun = command("rerun", cmd_rerun, "run an ended run again, or fork it from an event; prints the new run's id")
+    rerun.add_argument("id")
+    rerun.add_argument(
+        "--from-seq", type=_seq, metavar="N", help="fork: continue from the original's agent events up to seq N"
+    )
+    rerun.add_argument("--input", type=_json_object, metavar="JSON", help="default: the original's")
+    rerun.add_argument("--max-steps", type=int)
+    rerun.add_argument("--max-events", type=int)
+    rerun.add_argument("--max-attempts", type=int)
+    rerun.add_argument("--deadline", help="absolute ISO 8601 time (default: the server's, not the original's)")
     return top
 
 

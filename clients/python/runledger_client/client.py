@@ -121,6 +121,14 @@ class Client:
         """Resume a waiting run with its `resume_ticket` (safe to retry with the same input)."""
         return self._send(_core.resume(run_id, ticket, input))
 
+    def rerun(self, run_id: str, from_seq: int | None = None, **overrides: Unpack[_core.RerunOptions]) -> Run:
+        """A new run of the ended run's agent, input and budgets (each as `overrides` says), its
+        `rerun_of` the original. With `from_seq` a fork: it continues from a copy of the original's
+        agent events up to that seq. A live run raises InvalidTransition; a `from_seq` past the log
+        or inside a tool call, ValidationError. Not retried after a lost answer (it would make a
+        second run)."""
+        return self._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
+
     def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         """Any API request: the decoded JSON of a 2xx answer, else the typed error. Retried like
         the rest when it is safe to repeat (`idempotent`; by default GET, HEAD and OPTIONS)."""
