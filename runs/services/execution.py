@@ -77,7 +77,8 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
         )
         started = {"generation": run.generation, "worker": worker}
         append(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
-        run.save(update_fields=["status", "generation", "started_at", "updated_at", *APPENDED])
+        # turn_at: the turn it took (quotas._take_turn), kept should it come back to the queue.
+        run.save(update_fields=["status", "generation", "started_at", "updated_at", "turn_at", *APPENDED])
     return run, attempt
 
 
@@ -210,7 +211,8 @@ def run_child_spawn(
         parent = lock_current(run_id, generation)
         if after_seq is not None and parent.last_seq != after_seq:
             return _spawn_replayed(parent, generation=generation, after_seq=after_seq)
-        spec = RunSpec(agent=agent or parent.agent, input=input, parent_id=parent.pk)
+        # A child shares its parent's urgency: the parent waits for it.
+        spec = RunSpec(agent=agent or parent.agent, input=input, parent_id=parent.pk, priority=parent.priority)
         spec.check()
         now = timezone.now()
         if parent.max_events is not None and parent.events_used >= parent.max_events:
