@@ -12,6 +12,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -309,3 +310,14 @@ def test_too_many_requests_carries_retry_after() -> None:
         server.shutdown()
         server.server_close()
     assert (caught.value.status, caught.value.retry_after, caught.value.message) == (429, 7.0, "slow down")
+
+
+def test_create_takes_a_priority_and_a_start_time(client: rl.Client, alice: User) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    run = client.create("demo", {"deltas": 2}, priority=7, start_after=later)
+    assert (run["priority"], datetime.fromisoformat(run["start_after"])) == (7, later)
+    stored = Run.objects.get(pk=run.id)
+    assert (stored.priority, stored.start_after, stored.status) == (7, later, "queued")
+    with pytest.raises(rl.ValidationError) as refused:
+        client.create("demo", {}, priority=101)
+    assert "priority" in str(refused.value.detail)

@@ -99,13 +99,16 @@ def remaining(deadline: float | None, default: float) -> float:
 
 class CreateOptions(TypedDict, total=False):
     """`create()`'s options (docs/design/api.md#create): a parent run, budgets, an absolute
-    deadline."""
+    deadline, a priority among your own queued runs and a time before which it does not start
+    (docs/design/fair-use.md#priority)."""
 
     parent: str
     max_steps: int
     max_events: int
     max_attempts: int
     deadline: datetime | str
+    priority: int
+    start_after: datetime | str
 
 
 class RunFilters(TypedDict, total=False):
