@@ -6,12 +6,15 @@ The claim order is proven on both databases through `run_claim`, and with real w
 where the worker's own claim loop and wake-up are the point."""
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
-from django.test import override_settings
+from django.contrib.messages import get_messages
+from django.test import Client, override_settings
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from runs import services
@@ -149,7 +152,7 @@ def test_a_deadline_before_the_start_time_is_a_400_and_the_default_one_counts_fr
     start = db_now() + timedelta(days=2)
     body = {"agent": "demo", "input": {}, "start_after": start.isoformat(), "deadline": start.isoformat()}
     refused = api_for(alice).post("/api/runs/", body, format="json")
-    assert refused.status_code == 400 and "deadline" in refused.json()["error"]["detail"]
+    assert refused.status_code == 400 and "start_after" in refused.json()["error"]["detail"]
     assert not Run.objects.exists()
     run = queued_run(alice, start_after=start)
     assert run.deadline == start + timedelta(days=1)  # RUNLEDGER_DEFAULT_DEADLINE_SECONDS after it
@@ -234,3 +237,63 @@ def test_a_scheduled_run_cancelled_before_its_time_never_starts(procs: Procs, al
     marker = queued_run(alice, input=QUICK, start_after=start + timedelta(milliseconds=500))
     wait_status(marker, "completed", timeout=20)
     assert event_types(cancelled) == ["run.created", "run.cancelled"]
+
+
+# --- the staff console -----------------------------------------------------------------------------
+
+
+def schedule_url(run: Run) -> str:
+    return reverse("admin:runs_run_schedule", args=[run.pk])
+
+
+@pytest.mark.sqlite
+def test_the_admin_shows_a_runs_priority_and_start_time(make_user: Callable[..., User], alice: User) -> None:
+    viewer = make_user("looker", perms=("runs.view_run",), is_staff=True)
+    run = queued_run(alice, priority=42, start_after=datetime(2031, 1, 2, 3, 4, 5, tzinfo=UTC))
+    client = Client()
+    client.force_login(viewer)
+    page = client.get(reverse("admin:runs_run_change", args=[run.pk])).content.decode()
+    assert "2031-01-02 03:04:05" in page and ">42<" in page
+    assert schedule_url(run) not in page  # without runs.prioritize_run: no button
+    assert ">42<" in client.get("/admin/runs/run/").content.decode()
+    assert client.post(schedule_url(run), {"priority": "7"}).status_code == 403
+    assert fresh(run).priority == 42
+
+
+@pytest.mark.sqlite
+def test_staff_schedule_a_queued_run_from_its_page(make_user: Callable[..., User], alice: User, bob: User) -> None:
+    scheduler = make_user("queue", perms=("runs.view_run", "runs.prioritize_run"), is_staff=True)
+    client = Client()
+    client.force_login(scheduler)
+    alices = queued_run(alice, start_after=db_now() + timedelta(hours=1))
+    bobs = queued_run(bob)
+    assert schedule_url(alices) in client.get(reverse("admin:runs_run_change", args=[alices.pk])).content.decode()
+    form = client.get(schedule_url(alices))
+    assert form.status_code == 200 and 'name="priority"' in form.content.decode()
+
+    done = client.post(schedule_url(alices), {"priority": "500", "start_after": ""})
+    assert done.status_code == 302
+    assert (fresh(alices).priority, fresh(alices).start_after) == (500, None)
+    assert LogEntry.objects.filter(object_id=str(alices.pk), change_message__startswith="Scheduled").exists()
+    assert claimed_id() == alices.pk  # due now, and above fair share: before Bob's older run
+
+    refused = client.post(schedule_url(bobs), {"priority": "1001"})
+    assert refused.status_code == 200 and fresh(bobs).priority == 0
+    too_late = client.post(schedule_url(bobs), {"priority": "1", "start_after": "2200-01-01 00:00:00"})
+    assert "must be before the deadline" in too_late.content.decode() and fresh(bobs).start_after is None
+    claimed_id()
+    ran = client.post(schedule_url(bobs), {"priority": "3"})
+    assert ran.status_code == 302 and fresh(bobs).priority == 0  # running now: not scheduled, said so
+    assert any("not scheduled" in str(m) for m in get_messages(ran.wsgi_request))
+
+
+@pytest.mark.sqlite
+def test_rescheduling_a_run_later_takes_it_out_of_the_line_until_then(alice: User, bob: User, staff: User) -> None:
+    alices = queued_run(alice)
+    bobs = queued_run(bob)
+    later = db_now() + timedelta(hours=1)
+    assert services.run_schedule(run_id=alices.pk, actor=staff, priority=0, start_after=later).changed
+    assert not services.run_schedule(run_id=alices.pk, actor=staff, priority=0, start_after=later).changed
+    assert (claimed_id(), claimed_id()) == (bobs.pk, None)
+    services.run_schedule(run_id=alices.pk, actor=staff, priority=0, start_after=None)
+    assert claimed_id() == alices.pk

@@ -3,6 +3,7 @@
 - `core`: the locked write core every service is made of (lock, check, append, end, park, requeue);
 - `creation`: what a run is made of (`RunSpec`) and its insert;
 - `commands`: cancel, stop, pause, resume;
+- `scheduling`: a queued run's priority and start time, changed;
 - `execution`: the writes of a worker's attempt;
 - `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
 - `idempotency`: retry-safe creates;
@@ -32,6 +33,7 @@ from runs.services.execution import (
 )
 from runs.services.idempotency import Answer, Created, run_create_idempotent
 from runs.services.retention import PurgeResult, runs_purge
+from runs.services.scheduling import run_schedule
 from runs.services.sweeper import (
     MachineAttempts,
     OrphanedGroups,
@@ -71,6 +73,7 @@ __all__ = [
     "run_pause",
     "run_requeue",
     "run_resume",
+    "run_schedule",
     "run_steps_record",
     "run_stop",
     "run_wait",

@@ -47,12 +47,16 @@ class RunSpec:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValidationFailed(f"{name} must be at least 1", detail={name: ["must be at least 1"]})
+        self.check_schedule(deadline=self.deadline)
+
+    def check_schedule(self, *, deadline: datetime | None) -> None:
+        """Refuse a priority out of every bound, and a start time at or past the run's deadline."""
         if not PRIORITY_MIN <= self.priority <= URGENT_MAX:
             problem = f"must be between {PRIORITY_MIN} and {PRIORITY_MAX} (up to {URGENT_MAX} with runs.prioritize_run)"
             raise ValidationFailed(f"priority {problem}", detail={"priority": [problem]})
-        if self.start_after is not None and self.deadline is not None and self.deadline <= self.start_after:
-            problem = "must be after start_after: the run would pass it before it may start"
-            raise ValidationFailed(f"deadline {problem}", detail={"deadline": [problem]})
+        if self.start_after is not None and deadline is not None and deadline <= self.start_after:
+            problem = "must be before the deadline: the run would pass it before it may start"
+            raise ValidationFailed(f"start_after {problem}", detail={"start_after": [problem]})
 
     def check_owner(self, owner: User) -> None:
         """Refuse a priority that jumps fair share (docs/design/fair-use.md#priority) to an owner
