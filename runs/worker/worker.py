@@ -2,7 +2,8 @@
 
 One asyncio loop per process. It waits on *a notification OR a poll timeout OR stop*, so it never
 depends on NOTIFY alone:
-- `runledger_queue` wakes the claim loop, which also tries every poll interval;
+- `runledger_queue` wakes the claim loop, which also tries every poll interval, or sooner when a
+  queued run's `start_after` comes first (docs/design/fair-use.md#start-after);
 - `runledger_control` makes the worker re-read that run's durable state and trip the attempt's
   token when the run is no longer this attempt's (terminal, or moved on), or note a pause
   request; every poll interval it re-reads the state of all runs it holds — the backstop that
