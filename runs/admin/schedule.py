@@ -55,6 +55,10 @@ class ScheduleMixin(admin.ModelAdmin):
         if not request.user.has_perm(PERMISSION) or not isinstance(request.user, User):
             raise PermissionDenied
         back_url = reverse("admin:runs_run_change", args=[quote(run.pk)])
+        if run.status != Status.QUEUED:
+            said = f"Run {short_id(run.pk)} is {run.status}: only a queued run can be scheduled."
+            self.message_user(request, said, messages.WARNING)
+            return HttpResponseRedirect(back_url)
         initial = {"priority": run.priority, "start_after": run.start_after}
         form = ScheduleForm(request.POST) if request.method == "POST" else ScheduleForm(initial=initial)
         if form.is_bound and form.is_valid():
