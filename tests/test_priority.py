@@ -13,7 +13,9 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
+from django.db import connection, transaction
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -291,3 +293,36 @@ def test_rescheduling_a_run_later_takes_it_out_of_the_line_until_then(alice: Use
     assert (claimed_id(), claimed_id()) == (bobs.pk, None)
     services.run_schedule(run_id=alices.pk, actor=staff, priority=0, start_after=None)
     assert claimed_id() == alices.pk
+
+
+# --- the claim's indexes ---------------------------------------------------------------------------
+
+
+def test_the_claim_reads_each_of_its_rows_through_a_partial_index_of_the_queue(
+    alice: User, bob: User, staff: User
+) -> None:
+    """PostgreSQL: with sequential scans off, every statement of a claim and of the worker's
+    next-start read has a plan on the queue's partial indexes; the picks keep SKIP LOCKED."""
+    queued_run(alice), queued_run(alice, priority=5), queued_run(bob, start_after=db_now() + timedelta(hours=1))
+    queued_run(staff, priority=200)
+    with CaptureQueriesContext(connection) as urgent_claim:
+        claimed_id()
+    with CaptureQueriesContext(connection) as fair_claim:
+        claimed_id()  # Alice's priority-5 run, taking her older run's turn
+    with CaptureQueriesContext(connection) as next_start:
+        queue_next_start_in()
+    plans = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for query in [*urgent_claim.captured_queries, *fair_claim.captured_queries, *next_start.captured_queries]:
+            if query["sql"].lstrip().upper().startswith(("SELECT", "WITH")):
+                cursor.execute("EXPLAIN " + query["sql"])
+                plans.append("\n".join(row[0] for row in cursor.fetchall()))
+        transaction.set_rollback(True)
+    used = "\n".join(plans)
+    for index in ("run_queued_urgent", "run_queued_turn", "run_queued_pick", "run_queued_start"):
+        assert index in used, index
+    picks = [
+        q["sql"] for q in [*urgent_claim.captured_queries, *fair_claim.captured_queries] if "FOR NO KEY" in q["sql"]
+    ]
+    assert picks and all("SKIP LOCKED" in sql for sql in picks)
