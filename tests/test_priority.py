@@ -23,6 +23,7 @@ from runs import services
 from runs.events import EventType
 from runs.models import Run, RunEvent
 from runs.selectors.clock import db_now
+from runs.selectors.overview import queue_oldest_entered
 from runs.selectors.states import queue_next_start_in
 from tests.factories import queued_run, running_run
 from tests.support.procs import Procs, subprocess_env
@@ -167,6 +168,7 @@ def test_a_deadline_before_the_start_time_is_a_400_and_the_default_one_counts_fr
 def test_a_run_is_not_claimed_before_its_start_after(alice: User, bob: User) -> None:
     later = queued_run(alice, start_after=db_now() + timedelta(hours=1))
     assert claimed_id() is None
+    assert queue_oldest_entered() is None  # the queue's age (dashboard, metrics) counts from its time
     bobs = queued_run(bob)
     assert [claimed_id(), claimed_id()] == [bobs.pk, None]
     assert 3590 < (queue_next_start_in() or 0) <= 3600
