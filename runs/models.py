@@ -26,6 +26,11 @@ LIVE_VALUES = sorted(s.value for s in LIVE)
 # Likewise the ended runs' index `run_owner_ended` (runs.services.quotas).
 TERMINAL_VALUES = _TERMINAL
 
+# A run's `priority` (docs/design/fair-use.md#priority): anyone may order their own runs within
+# -100..100; above it, up to URGENT_MAX, only holders of `runs.prioritize_run`, and such a run is
+# claimed before any fair-share pick.
+PRIORITY_MIN, PRIORITY_MAX, URGENT_MAX = -100, 100, 1000
+
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -77,6 +82,15 @@ class Run(models.Model):
     # the run's end seals them (docs/design/events.md#tool-seal) without reading its events back.
     open_tool_calls = models.JSONField(default=list, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
+    # Orders the owner's own queued runs, higher first; above PRIORITY_MAX it jumps fair share.
+    priority = models.SmallIntegerField(default=0)
+    # Not claimed before this time (docs/design/fair-use.md#start-after).
+    start_after = models.DateTimeField(null=True, blank=True)
+    # The owner's place in the line between owners: when the run became due (created, or its
+    # start_after). A claim that takes a higher-priority run swaps it with the owner's earliest
+    # one, so a priority reorders an owner's runs and never moves them ahead of another owner
+    # (runs.services.quotas). Null for runs that ended before it existed.
+    turn_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     # When the run last entered the queue (create, requeue, resume): what the queue's age counts from.
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -89,14 +103,29 @@ class Run(models.Model):
         permissions = [
             ("cancel_run", "Can cancel any visible run"),
             ("stop_run", "Can stop runs"),
+            ("prioritize_run", "Can give runs a priority above 100, claimed before fair share"),
         ]
         indexes = [
             models.Index(fields=["status", "created_at"], name="run_status_created"),
             models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
-            # The claim: each owner's oldest queued run, over the queued rows only (runs.services.quotas).
-            models.Index(fields=["owner", "created_at", "id"], name="run_queued_owner", condition=Q(status="queued")),
+            # The claim (runs.services.quotas), over the queued rows only: each owner's earliest turn ...
+            models.Index(fields=["owner", "turn_at"], name="run_queued_turn", condition=Q(status="queued")),
+            # ... the run the owner puts forward: highest priority, then oldest ...
+            models.Index(
+                fields=["owner", "-priority", "created_at", "id"], name="run_queued_pick", condition=Q(status="queued")
+            ),
+            # ... the runs that jump fair share (few, or none) ...
+            models.Index(
+                fields=["-priority", "created_at", "id"],
+                name="run_queued_urgent",
+                condition=Q(status="queued", priority__gt=PRIORITY_MAX),
+            ),
+            # ... and a worker's next wake-up: the soonest start_after still ahead.
+            models.Index(
+                fields=["start_after"], name="run_queued_start", condition=Q(status="queued", start_after__isnull=False)
+            ),
             # The queue's age: the queued run that entered it first (selectors.overview).
             models.Index(fields=["queued_at"], name="run_queued_at", condition=Q(status="queued")),
             # The dashboard's runs ended per minute and by status over the last day (selectors.overview).
@@ -137,6 +166,9 @@ class Run(models.Model):
                 condition=Q(status=Status.WAITING.value) | Q(resume_ticket=""),
             ),
             models.CheckConstraint(name="run_last_seq_nonnegative", condition=Q(last_seq__gte=0)),
+            models.CheckConstraint(
+                name="run_priority_bounded", condition=Q(priority__gte=PRIORITY_MIN, priority__lte=URGENT_MAX)
+            ),
         ]
 
     def __str__(self) -> str:

@@ -46,6 +46,8 @@ RUN_KEYS = {
     "max_events",
     "events_used",
     "deadline",
+    "priority",
+    "start_after",
     "max_attempts",
     "lost_attempts",
     "parent",

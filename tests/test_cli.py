@@ -193,3 +193,13 @@ def test_the_client_installs_in_a_fresh_virtualenv_without_django(tmp_path: Path
     assert imported.stdout.split() == ["True", "0.1.0", "True"]  # no Django; typed
     helped = subprocess.run([str(env_dir / "bin" / "runledger"), "--help"], timeout=30, capture_output=True, text=True)
     assert helped.returncode == 0 and "watch" in helped.stdout
+
+
+def test_create_with_a_priority_and_a_start_time(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    done = runledger(proxy, token, "create", "demo", "--priority", "-5", "--start-after", "2031-01-02T03:04:05Z")
+    assert done.returncode == 0, done.stderr
+    run = Run.objects.get(pk=done.stdout.strip())
+    assert (run.priority, run.start_after.isoformat(), run.status) == (-5, "2031-01-02T03:04:05+00:00", "queued")
+    refused = runledger(proxy, token, "create", "demo", "--priority", "500")
+    assert refused.returncode == 1 and "priority" in refused.stderr

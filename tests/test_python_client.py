@@ -12,6 +12,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -330,3 +331,14 @@ def test_rerun_and_fork_through_the_client(client: rl.Client) -> None:
     with pytest.raises(rl.InvalidTransition):
         client.rerun(live.id)
     client.cancel(live.id)
+
+
+def test_create_takes_a_priority_and_a_start_time(client: rl.Client, alice: User) -> None:
+    later = datetime.now(UTC) + timedelta(hours=1)
+    run = client.create("demo", {"deltas": 2}, priority=7, start_after=later)
+    assert (run["priority"], datetime.fromisoformat(run["start_after"])) == (7, later)
+    stored = Run.objects.get(pk=run.id)
+    assert (stored.priority, stored.start_after, stored.status) == (7, later, "queued")
+    with pytest.raises(rl.ValidationError) as refused:
+        client.create("demo", {}, priority=101)
+    assert "priority" in str(refused.value.detail)

@@ -11,9 +11,35 @@ from uuid import UUID
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+
+
+def run_form_page(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    template: str,
+    *,
+    title: str,
+    run: Any,
+    form: Any,
+    back_url: str,
+) -> TemplateResponse:
+    """A console page asking about one run through a form (rerun it, schedule it), in the admin's frame."""
+    context: dict[str, Any] = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": title,
+        "run": run,
+        "form": form,
+        "back_url": back_url,
+        "media": model_admin.media,
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, template, context)
 
 
 def short_id(run_id: UUID | str) -> str:

@@ -2,21 +2,18 @@
 (docs/design/commands.md#rerun): the same service as the API's `POST …/rerun/`, behind the same
 rule (the run's owner, or `runs.change_run`), a confirmation page and a CSRF-protected POST."""
 
-from typing import Any
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from runs import services
 from runs.access import User, can_rerun
-from runs.admin.display import run_link
+from runs.admin.display import run_form_page, run_link
 from runs.exceptions import RunConflict, ValidationFailed
 from runs.models import Run
 
@@ -80,14 +77,12 @@ class RerunMixin(admin.ModelAdmin):
                 self.log_addition(request, new, f"Rerun of {run.pk}")
                 self.message_user(request, f"Run {str(new.pk)[:8]} reruns run {str(run.pk)[:8]}.", messages.SUCCESS)
                 return HttpResponseRedirect(reverse("admin:runs_run_change", args=[quote(new.pk)]))
-        context: dict[str, Any] = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Rerun this run",
-            "run": run,
-            "form": form,
-            "back_url": back_url,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/runs/run/rerun_confirmation.html", context)
+        return run_form_page(
+            self,
+            request,
+            "admin/runs/run/rerun_confirmation.html",
+            title="Rerun this run",
+            run=run,
+            form=form,
+            back_url=back_url,
+        )

@@ -47,6 +47,7 @@ from runs.admin.filters import (
 )
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.admin.rerun import RerunMixin
+from runs.admin.schedule import ScheduleMixin, schedule_buttons
 from runs.agents import declared_types
 from runs.conf import conf
 from runs.cursors import plain_int
@@ -144,12 +145,13 @@ class ViewOnly:
 
 
 @admin.register(Run)
-class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, ScheduleMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
         "owner",
         "status_badge",
+        "priority",
         "created",
         "duration",
         "last_seq",
@@ -195,12 +197,13 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
                 )
             },
         ),
-        ("Timing (UTC)", {"fields": ("created", "started", "ended", "duration", "deadline_at")}),
+        ("Timing (UTC)", {"fields": ("created", "start_after_at", "started", "ended", "duration", "deadline_at")}),
         ("End", {"fields": ("end_code", "end_reason", "ended_by")}),
         (
             "Execution",
             {
                 "fields": (
+                    "priority",
                     "generation",
                     "last_seq",
                     "attempts_budget",
@@ -263,6 +266,7 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
     started = moment_field("started_at", "started")
     ended = moment_field("ended_at", "ended")
     deadline_at = moment_field("deadline", "deadline")
+    start_after_at = moment_field("start_after", "start after")
     pause_requested = moment_field("pause_requested_at", "pause requested")
 
     @admin.display(description="duration")
@@ -379,7 +383,8 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
                 }
                 for command in COMMANDS
                 if live and command.allowed(request.user)
-            ],
+            ]
+            + schedule_buttons(request.user, run),
             "rerun": self.rerun_button(request, run),
         }
 
@@ -408,10 +413,11 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
             ),
             path("<path:object_id>/events/", wrap(self.events_view), name=f"{info[0]}_{info[1]}_events"),
             path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{info[0]}_{info[1]}_rerun"),
+            path("<path:object_id>/schedule/", wrap(self.schedule_view), name=f"{info[0]}_{info[1]}_schedule"),
             *super().get_urls(),
         ]
 
-    def _visible_run(self, request: HttpRequest, object_id: str) -> Run:
+    def visible_run(self, request: HttpRequest, object_id: str) -> Run:
         run = self.get_object(request, unquote(object_id))
         if run is None or not self.has_view_permission(request, run):
             raise Http404("run not found")
@@ -419,7 +425,7 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
 
     def events_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """Events after `after_seq` as JSON, for the live tail to fill a gap in what it received."""
-        run = self._visible_run(request, object_id)
+        run = self.visible_run(request, object_id)
         after_seq = plain_int(request.GET.get("after_seq", "0"))
         if after_seq is None:
             return error_response(400, "validation_error", "after_seq must be an integer >= 0")
@@ -435,8 +441,8 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, HardenedAdmin):
         )
 
     def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self.rerun_page(request, self._visible_run(request, object_id))
+        return self.rerun_page(request, self.visible_run(request, object_id))
 
     def command_view(self, request: HttpRequest, object_id: str, command: str) -> HttpResponse:
-        run = self._visible_run(request, object_id)
+        run = self.visible_run(request, object_id)
         return self.single_command(request, run, next(c for c in COMMANDS if c.name == command))

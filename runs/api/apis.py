@@ -34,7 +34,13 @@ from runs.api.pagination import page_size, paged_response, queryset_page, sequen
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.selectors import run_events_page, run_with_current_attempt
-from runs.api.serializers import RUN_STATUSES, EventOutputSerializer, RunListItemSerializer, RunOutputSerializer
+from runs.api.serializers import (
+    RUN_STATUSES,
+    EventOutputSerializer,
+    RunListItemSerializer,
+    RunOutputSerializer,
+    ScheduleInputSerializer,
+)
 from runs.conf import conf
 from runs.exceptions import NotFound
 from runs.models import Run
@@ -132,7 +138,7 @@ class RunCollectionApi(RunApi):
     FilterSerializer = RunListFilterSerializer
 
     @extend_schema_serializer(component_name="RunCreateInput")
-    class InputSerializer(serializers.Serializer[Any]):
+    class InputSerializer(ScheduleInputSerializer):
         agent = serializers.CharField(max_length=64, help_text="a registered agent name, e.g. `demo`")
         input = serializers.DictField(help_text="the agent's input, a JSON object")
         parent = serializers.UUIDField(  # type: ignore[assignment]  # DRF pops declared fields
@@ -206,6 +212,8 @@ class RunCollectionApi(RunApi):
             max_attempts=data.get("max_attempts"),
             deadline=data.get("deadline"),
             metadata=data.get("metadata", {}),
+            priority=data.get("priority", 0),
+            start_after=data.get("start_after"),
         )
         created = run_create_idempotent(
             owner=_caller(request),

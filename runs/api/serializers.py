@@ -8,12 +8,25 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs.access import can_see_ticket
-from runs.models import Run, RunAttempt
+from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run, RunAttempt
 from runs.selectors import run_current_attempt
 from runs.transitions import Status
 
 # One choice set, one schema enum (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
 RUN_STATUSES = [s.value for s in Status]
+
+PRIORITY_HELP = (
+    f"default 0; {PRIORITY_MIN}..{PRIORITY_MAX} orders your own queued runs, higher first; up to {URGENT_MAX} "
+    "with runs.prioritize_run, claimed before fair share (docs/design/fair-use.md#priority)"
+)
+START_AFTER_HELP = "not started before this time (ISO 8601); cancel it meanwhile as any queued run"
+
+
+class ScheduleInputSerializer(serializers.Serializer[Any]):
+    """When a new run may start and how it ranks in the queue (docs/design/fair-use.md#priority)."""
+
+    priority = serializers.IntegerField(required=False, help_text=PRIORITY_HELP)
+    start_after = serializers.DateTimeField(required=False, allow_null=True, help_text=START_AFTER_HELP)
 
 
 class AttemptOutputSerializer(serializers.Serializer[RunAttempt]):
@@ -62,6 +75,8 @@ class RunOutputSerializer(serializers.Serializer[Run]):
         "cancel or stop writes (a cancel or stop may pass the budget)"
     )
     deadline = serializers.DateTimeField(allow_null=True)
+    priority = serializers.IntegerField(help_text=PRIORITY_HELP)
+    start_after = serializers.DateTimeField(allow_null=True, help_text=START_AFTER_HELP)
     max_attempts = serializers.IntegerField()
     lost_attempts = serializers.IntegerField()
     parent = serializers.UUIDField(source="parent_id", allow_null=True)  # type: ignore[assignment]  # DRF pops declared fields

@@ -21,7 +21,7 @@ from uuid import UUID
 
 from django.db import connection
 from django.db.models import Count, F, Q
-from django.db.models.functions import TruncMinute
+from django.db.models.functions import Now, TruncMinute
 
 from runs.models import LIVE_VALUES, AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.transitions import TERMINAL, Status
@@ -122,7 +122,9 @@ def status_counts(statuses: list[str]) -> dict[str, int]:
 def queue_oldest_entered() -> datetime | None:
     """When the queued run that has waited longest entered the queue — created, requeued or
     resumed: a run that went back to the queue has waited since then — through `run_queued_at`."""
-    return Run.objects.filter(status=Status.QUEUED).order_by("queued_at").values_list("queued_at", flat=True).first()
+    # A run scheduled ahead enters the queue at its start_after (`queued_at`): not waiting before.
+    due = Run.objects.filter(status=Status.QUEUED, queued_at__lte=Now())
+    return due.order_by("queued_at").values_list("queued_at", flat=True).first()
 
 
 def leases_stale(*, now: datetime) -> int:

@@ -8,7 +8,11 @@ from collections.abc import Collection
 from datetime import datetime
 from uuid import UUID
 
+from django.db.models import DurationField, ExpressionWrapper, F
+from django.db.models.functions import Now
+
 from runs.models import LIVE_VALUES, Run
+from runs.transitions import Status
 
 
 def run_worker_states(*, run_ids: Collection[UUID]) -> dict[UUID, tuple[str, int, datetime | None]]:
@@ -43,3 +47,17 @@ def run_ids_live(*, run_ids: Collection[str]) -> set[str]:
 def run_owners(*, run_ids: Collection[str]) -> dict[str, int]:
     """The owner's user id of each existing run."""
     return {str(pk): owner for pk, owner in Run.objects.filter(pk__in=run_ids).values_list("pk", "owner_id")}
+
+
+def queue_next_start_in() -> float | None:
+    """Seconds until the soonest `start_after` of a queued run still ahead, by the database's clock
+    (through `run_queued_start`); None when no queued run waits for its time. A worker with nothing
+    to claim sleeps no longer than this (docs/design/fair-use.md#start-after)."""
+    ahead = ExpressionWrapper(F("start_after") - Now(), output_field=DurationField())
+    soonest = (
+        Run.objects.filter(status=Status.QUEUED, start_after__gt=Now())
+        .order_by("start_after")
+        .values_list(ahead, flat=True)
+        .first()
+    )
+    return None if soonest is None else soonest.total_seconds()

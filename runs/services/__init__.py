@@ -4,6 +4,7 @@
 - `creation`: what a run is made of (`RunSpec`) and its insert;
 - `commands`: cancel, stop, pause, resume;
 - `rerun`: an ended run run again, or forked from the middle of its log;
+- `scheduling`: a queued run's priority and start time, changed;
 - `execution`: the writes of a worker's attempt;
 - `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
 - `idempotency`: retry-safe creates;
@@ -34,6 +35,7 @@ from runs.services.execution import (
 from runs.services.idempotency import Answer, Created, run_create_idempotent
 from runs.services.rerun import Overrides, run_rerun
 from runs.services.retention import PurgeResult, runs_purge
+from runs.services.scheduling import run_schedule
 from runs.services.sweeper import (
     MachineAttempts,
     OrphanedGroups,
@@ -75,6 +77,7 @@ __all__ = [
     "run_requeue",
     "run_rerun",
     "run_resume",
+    "run_schedule",
     "run_steps_record",
     "run_stop",
     "run_wait",

@@ -16,7 +16,7 @@ from runs.conf import conf
 from runs.events import EventType
 from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.metadata import check_metadata
-from runs.models import Run
+from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run
 from runs.services.core import append, lock_run
 from runs.services.quotas import check_create
 from runs.storable import json_bytes, value_problem
@@ -34,6 +34,8 @@ class RunSpec:
     max_attempts: int | None = None
     deadline: datetime | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    start_after: datetime | None = None
 
     def check(self) -> None:
         """Refuse what no run may be made of, before any transaction starts."""
@@ -49,6 +51,23 @@ class RunSpec:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValidationFailed(f"{name} must be at least 1", detail={name: ["must be at least 1"]})
+        self.check_schedule(deadline=self.deadline)
+
+    def check_schedule(self, *, deadline: datetime | None) -> None:
+        """Refuse a priority out of every bound, and a start time at or past the run's deadline."""
+        if not PRIORITY_MIN <= self.priority <= URGENT_MAX:
+            problem = f"must be between {PRIORITY_MIN} and {PRIORITY_MAX} (up to {URGENT_MAX} with runs.prioritize_run)"
+            raise ValidationFailed(f"priority {problem}", detail={"priority": [problem]})
+        if self.start_after is not None and deadline is not None and deadline <= self.start_after:
+            problem = "must be before the deadline: the run would pass it before it may start"
+            raise ValidationFailed(f"start_after {problem}", detail={"start_after": [problem]})
+
+    def check_owner(self, owner: User) -> None:
+        """Refuse a priority that jumps fair share (docs/design/fair-use.md#priority) to an owner
+        without `runs.prioritize_run`. Asked only then, so a create reads no permissions."""
+        if self.priority > PRIORITY_MAX and not owner.has_perm("runs.prioritize_run"):
+            problem = f"above {PRIORITY_MAX} needs the runs.prioritize_run permission"
+            raise ValidationFailed(f"priority {problem}", detail={"priority": [problem]})
 
 
 def check_input(agent: str, input: Any) -> None:
@@ -76,6 +95,8 @@ def run_create(
     max_attempts: int | None = None,
     deadline: datetime | None = None,
     metadata: dict[str, str] | None = None,
+    priority: int = 0,
+    start_after: datetime | None = None,
 ) -> Run:
     spec = RunSpec(
         agent=agent,
@@ -86,8 +107,11 @@ def run_create(
         max_attempts=max_attempts,
         deadline=deadline,
         metadata={} if metadata is None else metadata,
+        priority=priority,
+        start_after=start_after,
     )
     spec.check()
+    spec.check_owner(owner)
     with transaction.atomic(durable=True):
         return insert_run(spec, owner=owner)
 
@@ -131,6 +155,8 @@ def insert_run(
         if parent.is_terminal:
             raise InvalidTransition(parent.status, "a parent of a new run", run=parent)
     now = now or timezone.now()
+    # A run scheduled ahead enters the line between owners, and the queue, when it falls due.
+    due = max(now, spec.start_after) if spec.start_after is not None else now
     run = Run(
         owner=owner,  # type: ignore[misc]  # AUTH_USER_MODEL; the object, so its JSON needs no read of it
         agent=spec.agent,
@@ -143,9 +169,12 @@ def insert_run(
         rerun_of_id=rerun.of if rerun is not None else None,
         max_steps=spec.max_steps if spec.max_steps is not None else conf.DEFAULT_MAX_STEPS,
         max_events=spec.max_events if spec.max_events is not None else conf.DEFAULT_MAX_EVENTS,
-        deadline=spec.deadline or _default_deadline(now),
+        deadline=spec.deadline or _default_deadline(due),
+        priority=spec.priority,
+        start_after=spec.start_after,
+        turn_at=due,
         created_at=now,
-        queued_at=now,
+        queued_at=due,
         updated_at=now,
     )
     if spec.max_attempts is not None:

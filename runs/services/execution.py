@@ -77,7 +77,8 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
         )
         started = {"generation": run.generation, "worker": worker}
         append(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
-        run.save(update_fields=["status", "generation", "started_at", "updated_at", *APPENDED])
+        # turn_at: the turn it took (quotas._take_turn), kept should it come back to the queue.
+        run.save(update_fields=["status", "generation", "started_at", "updated_at", "turn_at", *APPENDED])
     return run, attempt
 
 
@@ -211,11 +212,13 @@ def run_child_spawn(
         parent = lock_current(run_id, generation)
         if after_seq is not None and parent.last_seq != after_seq:
             return _spawn_replayed(parent, generation=generation, after_seq=after_seq)
+        # A child shares its parent's urgency (the parent waits for it) and, unless given, its labels.
         spec = RunSpec(
             agent=agent or parent.agent,
             input=input,
             parent_id=parent.pk,
             metadata=parent.metadata if metadata is None else metadata,
+            priority=parent.priority,
         )
         spec.check()
         now = timezone.now()

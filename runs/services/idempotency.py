@@ -50,6 +50,7 @@ def run_create_idempotent(
     until the first commits (PostgreSQL), or at BEGIN IMMEDIATE (SQLite), then replays it.
     """
     spec.check()
+    spec.check_owner(owner)
     # Only the owner, or a holder of runs.change_run, may hang runs under a run
     # (docs/design/api.md#access): seeing it is not enough. Anyone else's parent is refused as bad
     # input, never revealed as a 404 or 409.

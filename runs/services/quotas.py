@@ -10,15 +10,18 @@ On SQLite, whose IMMEDIATE transactions already serialise writers, there is noth
 """
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import IntEnum
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.models import LIVE_VALUES, TERMINAL_VALUES, Run
+from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run
 from runs.transitions import Status
 
 
@@ -133,10 +136,11 @@ def _refused(message: str, **detail: int) -> TooManyRequests:
     return TooManyRequests(message, retry_after=conf.LIMIT_RETRY_AFTER_SECONDS, detail=detail)
 
 
-# Owners with queued runs, in the order claims serve them: the fewest running runs first, then the
-# one whose oldest queued run is oldest. The recursive part walks `run_queued_owner` one owner at a
-# time, and each count and minimum is an index lookup, so the cost follows the number of owners
-# waiting, not the number of runs queued. Owners at the running cap are left out.
+# Owners with runs queued and due, in the order claims serve them: the fewest running runs first,
+# then the earliest turn (`Run.turn_at`: when their earliest such run fell due, created or reached
+# its start_after). The recursive part walks the queued rows one owner at a time, and each count and
+# minimum is an index lookup (`run_queued_turn`), so the cost follows the number of owners waiting,
+# not the number of runs queued. Owners at the running cap are left out.
 _OWNERS = """
 WITH RECURSIVE owners(owner_id) AS (
     SELECT MIN(owner_id) FROM runs_run WHERE status = %(queued)s
@@ -146,37 +150,76 @@ WITH RECURSIVE owners(owner_id) AS (
 ), ranked AS (
     SELECT owner_id,
            (SELECT COUNT(*) FROM runs_run r WHERE r.owner_id = owners.owner_id AND r.status = %(running)s) AS running,
-           (SELECT MIN(q.created_at) FROM runs_run q WHERE q.owner_id = owners.owner_id AND q.status = %(queued)s)
-               AS oldest
+           (SELECT MIN(q.turn_at) FROM runs_run q WHERE q.owner_id = owners.owner_id AND q.status = %(queued)s
+                AND (q.start_after IS NULL OR q.start_after <= {now})) AS turn
     FROM owners WHERE owner_id IS NOT NULL
 )
-SELECT owner_id FROM ranked WHERE %(cap)s = 0 OR running < %(cap)s ORDER BY running, oldest, owner_id
+SELECT owner_id, turn FROM ranked
+WHERE turn IS NOT NULL AND (%(cap)s = 0 OR running < %(cap)s) ORDER BY running, turn, owner_id
 """
+# The database's clock, as Django's Now() reads it on each backend (SQLite's to the millisecond).
+_NOW = {"postgresql": "STATEMENT_TIMESTAMP()", "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"}
+
+# Due: not scheduled, or its start_after has come (docs/design/fair-use.md#start-after).
+DUE = Q(start_after__isnull=True) | Q(start_after__lte=Now())
 
 
 def pick_queued(*, newcomer: bool = False) -> Run | None:
-    """Lock the queued run the next claim should take, skipping runs another claim holds and runs
-    past their deadline (the sweeper stops those); None if there is none.
+    """Lock the queued run the next claim should take, skipping runs another claim holds, runs not
+    due yet, and runs past their deadline (the sweeper stops those); None if there is none.
 
-    Fair share: owners in `_OWNERS` order, each owner's oldest run. `newcomer`: only an owner with
-    no run running may have it — the slot a worker keeps for them (`Worker.newcomer_slots`), which is
-    a running cap of 1 for this claim. Under a cap the claims' lock is taken before the ranking, so
-    the counts it reads include every claim before it: an owner ranked below the cap stays below it
-    until this claim commits (two workers' kept slots never go to one owner's two runs)."""
+    First a run whose priority jumps fair share (above PRIORITY_MAX), highest then oldest. Then fair
+    share: owners in `_OWNERS` order, each owner's highest-priority run, oldest among equals, which
+    takes the owner's earliest turn (`_take_turn`). `newcomer`: only an owner with no run running may
+    have it — the slot a worker keeps for them (`Worker.newcomer_slots`), which is a running cap of 1
+    for this claim. Under a cap the claims' lock is taken before the ranking, so the counts it reads
+    include every claim before it: an owner ranked below the cap stays below it until this claim
+    commits (two workers' kept slots never go to one owner's two runs)."""
     cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
     if cap:
         lock_owner(EVERY_OWNER, OwnerLock.CLAIM)
+    queued = Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)
+    within = queued.filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
+    claimable = within.order_by("-priority", "created_at", "id")
+    urgent = claimable.filter(priority__gt=PRIORITY_MAX)
+    if cap:
+        # The caps still hold for it: it jumps the line, not the limits.
+        busy = Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
+        urgent = urgent.exclude(owner_id__in=busy.values("owner_id"))
+    run = urgent.first()
+    if run is not None:
+        return run
+    sql = _OWNERS.format(now=_NOW[connection.vendor])
     with connection.cursor() as cursor:
-        cursor.execute(_OWNERS, {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap})
-        owners = [row[0] for row in cursor.fetchall()]
-    queued = (
-        Run.objects.select_for_update(no_key=True, skip_locked=True)
-        .filter(status=Status.QUEUED)
-        .filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
-        .order_by("created_at", "id")
-    )
-    for owner_id in owners:
-        run = queued.filter(owner_id=owner_id).first()
+        cursor.execute(sql, {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap})
+        owners = [(owner_id, _datetime(turn)) for owner_id, turn in cursor.fetchall()]
+    for owner_id, turn in owners:
+        run = claimable.filter(owner_id=owner_id).first()
         if run is not None:
+            _take_turn(run, turn, queued=queued)
             return run
     return None
+
+
+def _take_turn(run: Run, turn: datetime, *, queued: QuerySet[Run]) -> None:
+    """The locked `run`, picked for its priority, takes its owner's earliest turn, and the run that
+    held that turn takes the later one `run` had: an owner's turns stay those their runs' times
+    give, whatever the priorities, so a priority never moves an owner ahead of another. The caller
+    saves `run`. A holder that another transaction has locked keeps its turn (it is being claimed or
+    ended, and leaves the queue)."""
+    if run.turn_at is None or run.turn_at <= turn:
+        return
+    holder = queued.filter(owner_id=run.owner_id, turn_at=turn).exclude(pk=run.pk).values_list("pk", flat=True)
+    holder_id = holder.order_by("id").first()
+    if holder_id is not None:
+        Run.objects.filter(pk=holder_id).update(turn_at=run.turn_at)
+    run.turn_at = turn
+
+
+def _datetime(value: datetime | str) -> datetime:
+    """A time read by raw SQL: a string on SQLite (UTC, as Django stores it there)."""
+    if isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(value)
+    assert parsed is not None, value
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed, UTC)

@@ -89,6 +89,8 @@ def _spec(original: Run, overrides: Overrides) -> RunSpec:
         max_attempts=given("max_attempts"),
         deadline=overrides.deadline,
         metadata=given("metadata"),
+        # Its rank among the owner's runs; a start time, like a deadline, is not copied.
+        priority=original.priority,
     )
 
 

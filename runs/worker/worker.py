@@ -2,7 +2,8 @@
 
 One asyncio loop per process. It waits on *a notification OR a poll timeout OR stop*, so it never
 depends on NOTIFY alone:
-- `runledger_queue` wakes the claim loop, which also tries every poll interval;
+- `runledger_queue` wakes the claim loop, which also tries every poll interval, or sooner when a
+  queued run's `start_after` comes first (docs/design/fair-use.md#start-after);
 - `runledger_control` makes the worker re-read that run's durable state and trip the attempt's
   token when the run is no longer this attempt's (terminal, or moved on), or note a pause
   request; every poll interval it re-reads the state of all runs it holds — the backstop that
@@ -40,7 +41,7 @@ from django.db import DatabaseError, connection
 from runs import logs, notify, services
 from runs.conf import conf
 from runs.models import Run
-from runs.selectors.states import run_worker_states
+from runs.selectors.states import queue_next_start_in, run_worker_states
 from runs.streaming.listener import Listener
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import Execution
@@ -49,6 +50,8 @@ from runs.worker.orphans import Reaper, machine
 from runs.worker.registry import AttemptRegistry
 
 log = logging.getLogger(__name__)
+
+START_MARGIN_SECONDS = 0.01
 
 
 def default_worker_id() -> str:
@@ -222,8 +225,22 @@ class Worker:
                 (self.once and queue_empty) or (self.max_runs is not None and self.claimed >= self.max_runs)
             ):
                 return
+            timeout = await self._next_start(self.poll_seconds) if queue_empty else self.poll_seconds
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+
+    async def _next_start(self, poll_seconds: float) -> float:
+        """How long a worker with free slots and nothing to claim waits: the poll interval, or less
+        when a queued run's start_after comes sooner — no NOTIFY says that a time has come, and the
+        poll alone would start it up to a whole interval late."""
+        assert self._db is not None
+        try:
+            ahead = await self._db.work.call(queue_next_start_in)
+        except DatabaseError as exc:
+            log.warning("%s: could not read the next start time (%s)", self, exc)
+            return poll_seconds
+        # A little past it: the claim compares start_after with the database's clock.
+        return poll_seconds if ahead is None else max(0.0, min(poll_seconds, ahead + START_MARGIN_SECONDS))
 
     async def _claim_free_slots(self) -> bool:
         """Claim until the slots are full; True when the queue had nothing left for us. The last

@@ -99,7 +99,8 @@ def remaining(deadline: float | None, default: float) -> float:
 
 class CreateOptions(TypedDict, total=False):
     """`create()`'s options (docs/design/api.md#create): your labels (`metadata`, string to
-    string), a parent run, budgets, an absolute deadline."""
+    string), a parent run, budgets, an absolute deadline, a priority among your own queued runs and
+    a time before which it does not start (docs/design/fair-use.md#priority)."""
 
     metadata: Mapping[str, str]
     parent: str
@@ -107,6 +108,8 @@ class CreateOptions(TypedDict, total=False):
     max_events: int
     max_attempts: int
     deadline: datetime | str
+    priority: int
+    start_after: datetime | str
 
 
 class RerunOptions(TypedDict, total=False):

@@ -95,6 +95,8 @@ def cmd_create(client: Client, args: argparse.Namespace) -> int:
         "max_attempts": args.max_attempts,
         "deadline": args.deadline,
         "metadata": dict(args.meta) if args.meta else None,
+        "priority": args.priority,
+        "start_after": args.start_after,
     }
     run = client.create(
         args.agent,
@@ -242,6 +244,8 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--max-events", type=int)
     create.add_argument("--max-attempts", type=int)
     create.add_argument("--deadline", help="absolute ISO 8601 time")
+    create.add_argument("--priority", type=int, help="among your own queued runs, higher first (-100..100; default 0)")
+    create.add_argument("--start-after", metavar="ISO", help="not started before this ISO 8601 time")
     create.add_argument("--idempotency-key", help="default: a new one (retries of this command reuse it)")
 
     listing = command("list", cmd_list, "list the runs you can see, newest first")
