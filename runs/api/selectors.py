@@ -40,9 +40,10 @@ def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
             detail={"after_seq": [f"must be at most {run.last_seq}"]},
         )
     page = run_events_items(run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=conf.MAX_PAGE_BYTES)
-    # The run's state is read after its events: last_seq then covers every event returned, and a
-    # terminal status means the terminal event is stored, so end_of_stream is never early.
-    status, last_seq = Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()
+    # The run's state is read with its events (one snapshot), else after them: either way last_seq
+    # covers every event returned, and a terminal status means the terminal event is stored, so
+    # end_of_stream is never early.
+    status, last_seq = page.run_state or Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()
     next_after_seq = after_seq if page.last_seq is None else page.last_seq
     return EventsPage(
         items=page.text,

@@ -253,12 +253,17 @@ class EventsRead:
     rows: list[tuple[int, str, str]]
     # The byte bound stopped the read before the row bound or the stored events did: more follow.
     cut: bool
+    # The run's (status, last_seq) in the same snapshot as the events, when read with them
+    # (PostgreSQL, a page of at least one event).
+    run_state: tuple[str, int] | None = None
 
 
 # Sizes summed in the database over the range (N, N + limit] — the stored ones, so no event's data
 # is read for it (only an event stored before sizes were kept is measured) — and only the events up
 # to the cut read and sent: a page of big events never brings those past its bound into this
 # process. The first event is always in, however big. `cut` is a CTE read twice, so computed once.
+# Each row also carries the run's status and last_seq, read in the statement's snapshot, so with
+# its events: an events page needs no statement of its own for them.
 _EVENTS_JSON_BOUNDED_SQL = f"""
 WITH cut AS MATERIALIZED (
     SELECT COALESCE(MAX(seq) FILTER (WHERE upto <= %(bytes)s), MIN(seq)) AS last, MAX(seq) AS reached
@@ -267,7 +272,10 @@ WITH cut AS MATERIALIZED (
         FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upper)s
     ) sized
 )
-SELECT {_EVENT_COLUMNS}, (SELECT reached FROM cut)
+SELECT {_EVENT_COLUMNS},
+    (SELECT status FROM {Run._meta.db_table} WHERE id = %(run)s),
+    (SELECT last_seq FROM {Run._meta.db_table} WHERE id = %(run)s),
+    (SELECT reached FROM cut)
 FROM (
     SELECT seq, type, data::text AS data, data::text !~ %(not_plain)s AS plain, created_at, attempt
     FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= (SELECT last FROM cut)
@@ -288,7 +296,10 @@ def run_events_json_bounded(*, run_id: UUID | str, after_seq: int, limit: int, m
         with connection.cursor() as cursor:
             cursor.execute(_EVENTS_JSON_BOUNDED_SQL, params)
             fetched = cursor.fetchall()
-        return EventsRead(rows=_json_rows(fetched), cut=bool(fetched) and fetched[-1][0] < fetched[-1][-1])
+        if not fetched:
+            return EventsRead(rows=[], cut=False)
+        status, last_seq, reached = fetched[-1][-3:]
+        return EventsRead(rows=_json_rows(fetched), cut=fetched[-1][0] < reached, run_state=(status, last_seq))
     in_range = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=after_seq + limit)
     sizes = in_range.order_by("seq").values_list("seq", Coalesce("data_bytes", Length("data")))
     last, total = None, 0

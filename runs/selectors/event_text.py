@@ -32,6 +32,8 @@ class EventsText:
     terminal: bool
     # The byte bound stopped the read before the row bound or the stored events did: more follow.
     cut: bool
+    # The run's (status, last_seq) read with the events, when they were (`EventsRead.run_state`).
+    run_state: tuple[str, int] | None = None
 
 
 def _page(run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None, *, frames: bool) -> EventsText:
@@ -44,6 +46,7 @@ def _page(run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None,
         last_seq=last[0] if last else None,
         terminal=last is not None and last[1] in TERMINAL_EVENT_TYPES,
         cut=read.cut,
+        run_state=read.run_state,
     )
 
 
