@@ -242,13 +242,19 @@ class RunFeed:
         self._reads: dict[tuple[int, int], asyncio.Task[Read]] = {}
         self._wake = asyncio.Event()
         self._wake.set()  # read at once: events may have committed since the caller read head
-        self._changed = asyncio.Event()
+        # Resolved at the next advance of head (a dict: a watcher woken otherwise takes its own out).
+        self._waiters: dict[asyncio.Future[None], None] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
-    @property
-    def changed(self) -> asyncio.Event:
-        """Set at the next advance of head; take it *before* looking at frames, then wait on it."""
-        return self._changed
+    def waiter(self) -> "asyncio.Future[None]":
+        """A future resolved at the next advance of head. Take it with no await since looking at
+        frames (so no advance can fall between), and `drop` it if woken otherwise."""
+        waiter = self.hub.loop.create_future()
+        self._waiters[waiter] = None
+        return waiter
+
+    def drop(self, waiter: "asyncio.Future[None]") -> None:
+        self._waiters.pop(waiter, None)
 
     def wake(self) -> None:
         self._wake.set()
@@ -305,8 +311,10 @@ class RunFeed:
         self.head = frames[-1].seq
         self.version += 1
         self.ended = self.ended or frames[-1].terminal
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _trim(self) -> None:
         """Drop the oldest frames down to the last BUFFER and BUFFER_BYTES, keeping the newest."""
