@@ -43,8 +43,7 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.models import RunEvent
-from runs.selectors import event_json, run_events_json_bounded
+from runs.selectors import run_events_json_bounded
 from runs.selectors.event_text import run_events_frames, sse_frame
 from runs.selectors.states import run_last_seqs
 from runs.streaming.listener import Listener
@@ -84,10 +83,6 @@ class Frame:
 def make_frame(seq: int, type_: str, body: str) -> Frame:
     """The frame of the event `seq` of type `type_` whose JSON (`event_json`) is `body`."""
     return Frame(seq=seq, data=sse_frame(seq, type_, body).encode(), terminal=type_ in TERMINAL_EVENT_TYPES)
-
-
-def encode_frame(event: RunEvent) -> Frame:
-    return make_frame(event.seq, event.type, event_json(event))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +136,8 @@ async def read_frames(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
 
 
 async def read_page(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
-    """`read_frames` as one frame of the whole page, written by the database (runs.selectors.
-    event_text): for a watcher behind the buffer, which only sends the page on."""
+    """`read_frames` as one frame of the whole page (runs.selectors.event_text), for a watcher
+    behind the buffer, which only sends it on: one object a page instead of one an event."""
     return await _run_sync(_page_sync, run_id, after_seq, rows)
 
 
