@@ -330,7 +330,7 @@ class RunEventsApi(RunObjectApi):
             "run_status": page.run_status,
             "end_of_stream": page.end_of_stream,
         }
-        body = '{"results":[' + ",".join(page.events) + "]," + json.dumps(rest, separators=(",", ":"))[1:]
+        body = '{"results":[' + page.items + "]," + json.dumps(rest, separators=(",", ":"))[1:]
         return HttpResponse(body, content_type="application/json")
 
 

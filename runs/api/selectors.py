@@ -10,7 +10,7 @@ from django.db.models import F, Prefetch, QuerySet
 from runs.conf import conf
 from runs.exceptions import ValidationFailed
 from runs.models import Run, RunAttempt
-from runs.selectors import run_events_json_bounded
+from runs.selectors.event_text import run_events_items
 from runs.transitions import is_terminal
 
 
@@ -23,8 +23,8 @@ def run_with_current_attempt(*, runs: QuerySet[Run]) -> QuerySet[Run]:
 
 @dataclass(frozen=True)
 class EventsPage:
-    # Each event as its JSON text (`runs.selectors.event_json`, the bytes SSE sends too).
-    events: list[str]
+    # The events' JSON texts joined by "," (`runs.selectors.event_json`, the bytes SSE sends too).
+    items: str
     next_after_seq: int
     last_seq: int
     run_status: str
@@ -39,13 +39,14 @@ def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
             f"after_seq {after_seq} is past the run's last event ({run.last_seq})",
             detail={"after_seq": [f"must be at most {run.last_seq}"]},
         )
-    rows = run_events_json_bounded(run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=conf.MAX_PAGE_BYTES).rows
-    # The run's state is read after its events: last_seq then covers every event returned, and a
-    # terminal status means the terminal event is stored, so end_of_stream is never early.
-    status, last_seq = Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()
-    next_after_seq = rows[-1][0] if rows else after_seq
+    page = run_events_items(run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=conf.MAX_PAGE_BYTES)
+    # The run's state is read with its events (one snapshot), else after them: either way last_seq
+    # covers every event returned, and a terminal status means the terminal event is stored, so
+    # end_of_stream is never early.
+    status, last_seq = page.run_state or Run.objects.filter(pk=run.pk).values_list("status", "last_seq").get()
+    next_after_seq = after_seq if page.last_seq is None else page.last_seq
     return EventsPage(
-        events=[body for _, _, body in rows],
+        items=page.text,
         next_after_seq=next_after_seq,
         last_seq=last_seq,
         run_status=status,

@@ -232,9 +232,24 @@ def event_json(event: RunEvent) -> str:
 # whatever plan PostgreSQL picks. Unbounded, a planner expecting a run to hold a few events (stale
 # statistics, or the average run) picked a bitmap scan and sort of every later event of the run, for
 # each page: a catch-up of 100k events went quadratic (33 ms for the first page instead of 0.3 ms).
+#
+# `data` compact when PostgreSQL can make it so exactly, with a flag saying it did. Decoding each
+# event's data and encoding it again took most of a replay's time in the web process (about 4 µs
+# an event here, against under 1 µs for this in PostgreSQL, on its own core). jsonb prints a space
+# after each `,` and `:` between values; dropping them is exact unless a string holds ", " or ": "
+# itself, or a number has a fraction — PostgreSQL prints the stored digits in plain notation
+# (0.00001) where Python's encoder writes what `json.loads` makes of them (1e-05). The regular
+# expression finds either, reading strings as whole tokens; such an event's data goes through
+# Python as before (tests/test_event_text.py compares the two on any JSON).
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_NOT_PLAIN = rf'^(?:[^".]|{_STRING})*(?:\.|"(?:[^"\\]|\\.)*(?:, |: ))'
+_EVENT_COLUMNS = """seq, type, CASE WHEN plain THEN replace(replace(data, ', ', ','), ': ', ':') ELSE data END, plain,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), attempt"""
+# OFFSET 0 keeps the inner query whole, so each row's data is printed once, not once per use.
 _EVENTS_JSON_SQL = (
-    "SELECT seq, type, data::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), attempt"
-    f" FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s"
+    f"SELECT {_EVENT_COLUMNS} FROM (SELECT seq, type, data::text AS data, data::text !~ %s AS plain, created_at,"
+    f" attempt FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s"
+    " OFFSET 0) page ORDER BY seq"
 )
 
 
@@ -246,21 +261,21 @@ def run_events_json_after(*, run_id: UUID | str, after_seq: int, limit: int) -> 
             (e.seq, e.type, event_json(e)) for e in run_events_after(run_id=run_id, after_seq=after_seq, limit=limit)
         ]
     with connection.cursor() as cursor:
-        cursor.execute(_EVENTS_JSON_SQL, [run_id, after_seq, after_seq + limit, limit])
+        cursor.execute(_EVENTS_JSON_SQL, [_NOT_PLAIN, run_id, after_seq, after_seq + limit, limit])
         return _json_rows(cursor.fetchall())
 
 
 def _json_rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, str, str]]:
     # The object of `event_json` written out field by field (its bytes exactly: the same keys in
-    # the same order, compact): only `data` goes through the JSON codec, re-encoded compactly.
+    # the same order, compact): only data PostgreSQL could not make compact goes through the codec.
     return [
         (
             seq,
             type_,
-            f'{{"seq":{seq},"type":{_encode(type_)},"data":{_encode(json.loads(data))},'
+            f'{{"seq":{seq},"type":{_encode(type_)},"data":{data if plain else _encode(json.loads(data))},'
             f'"created_at":"{created_at.removesuffix(".000000")}Z","attempt":{"null" if attempt is None else attempt}}}',
         )
-        for seq, type_, data, created_at, attempt, *_ in rows
+        for seq, type_, data, plain, created_at, attempt, *_ in rows
     ]
 
 
@@ -277,12 +292,17 @@ class EventsRead:
     rows: list[tuple[int, str, str]]
     # The byte bound stopped the read before the row bound or the stored events did: more follow.
     cut: bool
+    # The run's (status, last_seq) in the same snapshot as the events, when read with them
+    # (PostgreSQL, a page of at least one event).
+    run_state: tuple[str, int] | None = None
 
 
 # Sizes summed in the database over the range (N, N + limit] — the stored ones, so no event's data
 # is read for it (only an event stored before sizes were kept is measured) — and only the events up
 # to the cut read and sent: a page of big events never brings those past its bound into this
 # process. The first event is always in, however big. `cut` is a CTE read twice, so computed once.
+# Each row also carries the run's status and last_seq, read in the statement's snapshot, so with
+# its events: an events page needs no statement of its own for them.
 _EVENTS_JSON_BOUNDED_SQL = f"""
 WITH cut AS MATERIALIZED (
     SELECT COALESCE(MAX(seq) FILTER (WHERE upto <= %(bytes)s), MIN(seq)) AS last, MAX(seq) AS reached
@@ -291,9 +311,15 @@ WITH cut AS MATERIALIZED (
         FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upper)s
     ) sized
 )
-SELECT seq, type, data::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), attempt,
-       (SELECT reached FROM cut)
-FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= (SELECT last FROM cut)
+SELECT {_EVENT_COLUMNS},
+    (SELECT status FROM {Run._meta.db_table} WHERE id = %(run)s),
+    (SELECT last_seq FROM {Run._meta.db_table} WHERE id = %(run)s),
+    (SELECT reached FROM cut)
+FROM (
+    SELECT seq, type, data::text AS data, data::text !~ %(not_plain)s AS plain, created_at, attempt
+    FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= (SELECT last FROM cut)
+    OFFSET 0
+) page
 ORDER BY seq
 """
 
@@ -305,10 +331,14 @@ def run_events_json_bounded(*, run_id: UUID | str, after_seq: int, limit: int, m
         return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
     if connection.vendor == "postgresql":
         params = {"run": run_id, "after": after_seq, "upper": after_seq + limit, "bytes": max_bytes}
+        params["not_plain"] = _NOT_PLAIN
         with connection.cursor() as cursor:
             cursor.execute(_EVENTS_JSON_BOUNDED_SQL, params)
             fetched = cursor.fetchall()
-        return EventsRead(rows=_json_rows(fetched), cut=bool(fetched) and fetched[-1][0] < fetched[-1][-1])
+        if not fetched:
+            return EventsRead(rows=[], cut=False)
+        status, last_seq, reached = fetched[-1][-3:]
+        return EventsRead(rows=_json_rows(fetched), cut=fetched[-1][0] < reached, run_state=(status, last_seq))
     in_range = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=after_seq + limit)
     sizes = in_range.order_by("seq").values_list("seq", Coalesce("data_bytes", Length("data")))
     last, total = None, 0

@@ -69,8 +69,10 @@ class Watch:
     run_id: str
     # Set by the re-check; the stream ends at its next look.
     ended: bool = False
-    # The bound of the wait the stream is in, if it is waiting: moved to now to wake it.
-    waiting: asyncio.Timeout | None = None
+    # What the stream waits on while it waits (`wait`): resolved to wake it.
+    wakeup: "asyncio.Future[None] | None" = None
+    # Wakes the stream at its wait's bound; kept from wait to wait while it is early enough.
+    alarm: asyncio.TimerHandle | None = None
     released: bool = False
     # Gives the slot back unless the body starts first.
     unstarted: asyncio.TimerHandle | None = None
@@ -81,9 +83,33 @@ class Watch:
 
     def end(self) -> None:
         self.ended = True
-        # An expired bound is already waking the stream (and can no longer be moved).
-        if self.waiting is not None and not self.waiting.expired():
-            self.waiting.reschedule(self.guard.loop.time())
+        self._wake()
+
+    async def wait(self, wakeup: "asyncio.Future[None]", until: float) -> None:
+        """Wait for `wakeup` (the feed resolves it when its run advances), the loop time `until`
+        or `end`, whichever comes first; it may also return a little early (look again).
+
+        One timer per stream, moved only when it would ring too late: with a thousand watchers of
+        a run, a timeout armed and cancelled around every wait (asyncio.timeout_at) was a good
+        share of each event's fan-out. So it rings at most once per keep-alive period, sometimes
+        before the bound, when the bound moved on since it was set; the stream then looks again."""
+        if self.alarm is None or self.alarm.when() > until:
+            if self.alarm is not None:
+                self.alarm.cancel()
+            self.alarm = self.guard.loop.call_at(until, self._ring)
+        self.wakeup = wakeup
+        try:
+            await wakeup
+        finally:
+            self.wakeup = None
+
+    def _ring(self) -> None:
+        self.alarm = None
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.wakeup is not None and not self.wakeup.done():
+            self.wakeup.set_result(None)
 
     def start(self) -> bool:
         """The body has started: it gives the slot back itself from now on. False if its slot was
@@ -95,6 +121,9 @@ class Watch:
 
     def release(self) -> None:
         """Give the user's slot back; once, however many of the ways to end a stream call it."""
+        if self.alarm is not None:
+            self.alarm.cancel()
+            self.alarm = None
         self.guard.release(self)
 
 

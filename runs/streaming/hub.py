@@ -43,8 +43,8 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.models import RunEvent
-from runs.selectors import event_json, run_events_json_bounded
+from runs.selectors import run_events_json_bounded
+from runs.selectors.event_text import run_events_frames, sse_frame
 from runs.selectors.states import run_last_seqs
 from runs.streaming.listener import Listener
 
@@ -71,7 +71,9 @@ P = ParamSpec("P")
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One event, encoded once as its SSE frame and shared by every watcher."""
+    """One event encoded once as its SSE frame and shared by every watcher — or a page of events
+    read from the table for watchers behind the buffer, their frames in one string: `seq` is then
+    the page's last event, and `terminal` says whether that one ends the run."""
 
     seq: int
     data: bytes
@@ -80,15 +82,7 @@ class Frame:
 
 def make_frame(seq: int, type_: str, body: str) -> Frame:
     """The frame of the event `seq` of type `type_` whose JSON (`event_json`) is `body`."""
-    # A line break in the type would end the field early; JSON never contains one unescaped.
-    field = type_.replace("\r", " ").replace("\n", " ")
-    return Frame(
-        seq=seq, data=f"id: {seq}\nevent: {field}\ndata: {body}\n\n".encode(), terminal=type_ in TERMINAL_EVENT_TYPES
-    )
-
-
-def encode_frame(event: RunEvent) -> Frame:
-    return make_frame(event.seq, event.type, event_json(event))
+    return Frame(seq=seq, data=sse_frame(seq, type_, body).encode(), terminal=type_ in TERMINAL_EVENT_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +104,17 @@ def _read_sync(run_id: str, after_seq: int, rows: int) -> Read:
         connection.close()
 
 
+def _page_sync(run_id: str, after_seq: int, rows: int) -> Read:
+    try:
+        page = run_events_frames(run_id=run_id, after_seq=after_seq, limit=rows, max_bytes=conf.MAX_PAGE_BYTES)
+    finally:
+        connection.close()
+    if page.last_seq is None:
+        return Read(frames=[], full=False)
+    frame = Frame(seq=page.last_seq, data=page.text.encode(), terminal=page.terminal)
+    return Read(frames=[frame], full=page.cut or page.count >= rows)
+
+
 def _last_seqs_sync(run_ids: list[str]) -> dict[str, int]:
     try:
         found: dict[str, int] = {}
@@ -128,6 +133,12 @@ async def read_frames(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
     """Stored events with seq > after_seq as frames, at most `rows` and RUNLEDGER_MAX_PAGE_BYTES of
     them (one at least), read on the pool (not the request's thread)."""
     return await _run_sync(_read_sync, run_id, after_seq, rows)
+
+
+async def read_page(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
+    """`read_frames` as one frame of the whole page (runs.selectors.event_text), for a watcher
+    behind the buffer, which only sends it on: one object a page instead of one an event."""
+    return await _run_sync(_page_sync, run_id, after_seq, rows)
 
 
 def open_bound() -> float:
@@ -226,13 +237,19 @@ class RunFeed:
         self._reads: dict[tuple[int, int], asyncio.Task[Read]] = {}
         self._wake = asyncio.Event()
         self._wake.set()  # read at once: events may have committed since the caller read head
-        self._changed = asyncio.Event()
+        # Resolved at the next advance of head (a dict: a watcher woken otherwise takes its own out).
+        self._waiters: dict[asyncio.Future[None], None] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
-    @property
-    def changed(self) -> asyncio.Event:
-        """Set at the next advance of head; take it *before* looking at frames, then wait on it."""
-        return self._changed
+    def waiter(self) -> "asyncio.Future[None]":
+        """A future resolved at the next advance of head. Take it with no await since looking at
+        frames (so no advance can fall between), and `drop` it if woken otherwise."""
+        waiter = self.hub.loop.create_future()
+        self._waiters[waiter] = None
+        return waiter
+
+    def drop(self, waiter: "asyncio.Future[None]") -> None:
+        self._waiters.pop(waiter, None)
 
     def wake(self) -> None:
         self._wake.set()
@@ -254,7 +271,7 @@ class RunFeed:
         key = (after_seq, self.version)
         task = self._reads.get(key)
         if task is None:
-            task = self._reads[key] = detached(self.hub.loop, read_frames(self.run_id, after_seq))
+            task = self._reads[key] = detached(self.hub.loop, read_page(self.run_id, after_seq))
 
             def forget(done: "asyncio.Task[Read]") -> None:
                 if self._reads.get(key) is done:
@@ -289,8 +306,10 @@ class RunFeed:
         self.head = frames[-1].seq
         self.version += 1
         self.ended = self.ended or frames[-1].terminal
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _trim(self) -> None:
         """Drop the oldest frames down to the last BUFFER and BUFFER_BYTES, keeping the newest."""

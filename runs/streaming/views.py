@@ -18,7 +18,6 @@ stream (edge/hold.py, which also answers Pushpin's fetches of the stream's link)
 """
 
 import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Iterator
@@ -110,7 +109,6 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
         yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
         next_keepalive = loop.time() + keepalive
         while not watch.ended:
-            changed = feed.changed
             frames = feed.frames_after(cursor)
             if frames is None:
                 try:
@@ -137,16 +135,14 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
                 yield KEEPALIVE
                 next_keepalive = now + keepalive
                 continue
-            # asyncio.timeout, not wait_for: wait_for wraps the wait in a new task each time, and
-            # with a thousand watchers of one run that was a good share of each event's fan-out.
-            # The re-check wakes a stream it ends by moving this bound to now (Watch.end).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(min(next_keepalive, ends_at)) as bound:
-                    watch.waiting = bound
-                    try:
-                        await changed.wait()
-                    finally:
-                        watch.waiting = None
+            # No await since frames_after: an advance cannot have fallen between. The re-check
+            # wakes a stream it ends (Watch.end); neither wait_for (a task per wait) nor a timeout
+            # per wait: with a thousand watchers of one run each was a good share of the fan-out.
+            waiter = feed.waiter()
+            try:
+                await watch.wait(waiter, min(next_keepalive, ends_at))
+            finally:
+                feed.drop(waiter)
     finally:
         hub.unsubscribe(feed)
         series.SSE_STREAMS_OPEN.dec()

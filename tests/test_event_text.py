@@ -1,0 +1,106 @@
+"""The events as the hot path sends them — their JSON made compact by PostgreSQL where it can
+(runs.selectors.run_events_json_bounded), pages of them joined (runs/selectors/event_text.py) — are
+byte for byte what Python writes of each event (`event_json` of the model, the SSE frame), whatever
+the events hold: strings with the separators jsonb prints, escapes, any character, numbers with
+fractions; and pages stop where `run_events_json_bounded` stops."""
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runs import services
+from runs.events import TERMINAL_EVENT_TYPES
+from runs.models import Run, RunEvent
+from runs.selectors import event_json, run_events_json_bounded
+from runs.selectors.event_text import run_events_frames, run_events_items, sse_frame
+from tests.factories import running_run
+
+pytestmark = [pytest.mark.sqlite, pytest.mark.timeout(120)]
+
+AWKWARD: list[Any] = [
+    {},
+    {"empty": [], "also": {}},
+    {"text": "plain"},
+    {"text": "a, b: c"},
+    {"a, b": "x", "c: d": [", ", ": ", ",", ":"]},
+    {"text": 'quote " and \\ backslash, then: \\", "'},
+    {"text": "\n\r\t\b\f\x01\x1f\x7f é ü 𝄞 \u2028 中文"},
+    {"nested": {"deeper": [{"k": None}, True, False, 0, -1, 12345678901234567890]}},
+    {"float": 1.5, "small": 1e-05, "tiny": 5e-324, "big": 1e16, "neg": -0.0, "third": 1 / 3},
+    {"in_text_only": "1.5 and 0.00001"},
+    {"a, b": "a string, with: separators", "n": 3.25, "none": None},
+    {"long": "x, " * 5000},
+]
+
+
+def written_by_python(run: Run, after: int) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq"))
+
+
+def assert_pages_match(run: Run, after: int = 0, *, limit: int = 1000, max_bytes: int | None = None) -> None:
+    run.refresh_from_db()
+    events = written_by_python(run, after)
+    frames = run_events_frames(run_id=run.pk, after_seq=after, limit=limit, max_bytes=max_bytes)
+    items = run_events_items(run_id=run.pk, after_seq=after, limit=limit, max_bytes=max_bytes)
+    rows = run_events_json_bounded(run_id=run.pk, after_seq=after, limit=limit, max_bytes=max_bytes)
+    taken = events[: len(rows.rows)]
+    assert frames.text == "".join(sse_frame(e.seq, e.type, event_json(e)) for e in taken)
+    assert items.text == ",".join(event_json(e) for e in taken)
+    for page in (frames, items):
+        assert (page.count, page.cut) == (len(rows.rows), rows.cut)
+        assert page.last_seq == (taken[-1].seq if taken else None)
+        assert page.terminal == (bool(taken) and taken[-1].type in TERMINAL_EVENT_TYPES)
+        # Read with the events where the backend can (PostgreSQL, a page not empty).
+        assert page.run_state in (None, (run.status, run.last_seq))
+
+
+@pytest.mark.django_db
+def test_awkward_data_is_written_as_python_writes_it(alice: User) -> None:
+    run = running_run(alice)
+    services.run_events_append(run_id=run.pk, generation=1, events=[("output.delta", value) for value in AWKWARD])
+    services.run_complete(run_id=run.pk, generation=1, output={"done": "yes, really: 1.5"})
+    run.refresh_from_db()
+    for after in range(run.last_seq + 1):
+        assert_pages_match(run, after)
+    ended = run_events_frames(run_id=run.pk, after_seq=run.last_seq - 1, limit=10, max_bytes=None)
+    assert ended.terminal and ended.count == 1
+
+
+@pytest.mark.django_db
+def test_pages_stop_where_the_row_and_byte_bounds_stop_them(alice: User) -> None:
+    run = running_run(alice)
+    services.run_events_append(
+        run_id=run.pk, generation=1, events=[("output.delta", {"text": "y, " * (100 * i)}) for i in range(30)]
+    )
+    run.refresh_from_db()
+    for limit in (1, 2, 7, 1000):
+        for max_bytes in (None, 1, 600, 5000, 50_000):
+            assert_pages_match(run, 0, limit=limit, max_bytes=max_bytes)
+            assert_pages_match(run, 5, limit=limit, max_bytes=max_bytes)
+
+
+# Any character PostgreSQL text can hold: no NUL, no lone surrogate.
+storable_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | storable_text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(storable_text, children, max_size=4),
+    max_leaves=12,
+)
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(json_values, min_size=1, max_size=5))
+def test_any_stored_data_is_written_as_python_writes_it(alice: User, values: list[Any]) -> None:
+    run = Run.objects.filter(owner=alice, status="running").first() or running_run(alice)
+    run.refresh_from_db()
+    after = run.last_seq
+    services.run_events_append(run_id=run.pk, generation=1, events=[("output.delta", {"v": v}) for v in values])
+    assert_pages_match(run, after)
