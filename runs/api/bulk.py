@@ -13,7 +13,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.api.apis import RunApi, _caller, _valid
+from runs.api.apis import RunApi, RunCollectionApi, _caller, _valid
 from runs.api.filters import RunFilterSerializer, run_filters
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, documented, responses
 from runs.metadata import MAX_KEYS, key_problem, value_problem
@@ -132,7 +132,7 @@ class _BulkApi(RunApi):
             raise serializers.ValidationError(_flat(serializer.errors))
         data = dict(serializer.validated_data)
         key = request.headers.get("Idempotency-Key")
-        headers = _valid(_KeySerializer, {} if key is None else {"idempotency_key": key})
+        headers = _valid(RunCollectionApi.HeaderSerializer, {} if key is None else {"idempotency_key": key})
         user = _caller(request)
         wanted = dict(data.pop("filter"))
         metadata = wanted.pop("metadata", {})
@@ -149,10 +149,6 @@ class _BulkApi(RunApi):
         )
         replayed = {"Idempotent-Replayed": "true"} if done.replayed else None
         return Response(done.answer.body, status=done.answer.status, headers=replayed)
-
-
-class _KeySerializer(serializers.Serializer[Any]):
-    idempotency_key = serializers.RegexField(r"^[\x21-\x7e]{1,255}$", required=False)
 
 
 def _bulk_schema(*, verb: str, done: str, request: Any, extra: str) -> Callable[[Any], Any]:
@@ -172,36 +168,43 @@ def _bulk_schema(*, verb: str, done: str, request: Any, extra: str) -> Callable[
     )
 
 
-class RunCancelMatchingApi(_BulkApi):
-    scope = "runs.cancel"
-
-    @extend_schema_serializer(component_name="RunCancelMatchingInput")
-    class InputSerializer(_BulkInput):
-        note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
-
-    @_bulk_schema(
-        verb="cancel",
-        done=Status.CANCELLED.value,
-        request=InputSerializer,
-        extra="Your own runs; anyone's you see with `runs.cancel_run`.",
-    )
-    def post(self, request: Request) -> Response:
-        return self.answer(request, runs_cancel_matching)
+@extend_schema_serializer(component_name="RunCancelMatchingInput")
+class CancelMatchingInput(_BulkInput):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
 
 
-class RunStopMatchingApi(_BulkApi):
-    scope = "runs.stop"
+@extend_schema_serializer(component_name="RunStopMatchingInput")
+class StopMatchingInput(_BulkInput):
+    code = serializers.ChoiceField(choices=sorted(CALLER_STOP_CODES), required=False, default=StopCode.STAFF.value)
+    reason = serializers.CharField(max_length=10_000)
 
-    @extend_schema_serializer(component_name="RunStopMatchingInput")
-    class InputSerializer(_BulkInput):
-        code = serializers.ChoiceField(choices=sorted(CALLER_STOP_CODES), required=False, default=StopCode.STAFF.value)
-        reason = serializers.CharField(max_length=10_000)
 
-    @_bulk_schema(
-        verb="stop",
-        done=Status.STOPPED.value,
-        request=InputSerializer,
-        extra="Needs `runs.stop_run` (without it every run is `forbidden`).",
-    )
-    def post(self, request: Request) -> Response:
-        return self.answer(request, runs_stop_matching)
+def _bulk_api(verb: str, done: Status, given: type[_BulkInput], command: Callable[..., BulkResult], who: str) -> Any:
+    """The API class of one command by filter: its input, its service, its documentation."""
+
+    class Api(_BulkApi):
+        InputSerializer = given
+        scope = f"runs.{verb}"
+
+        @_bulk_schema(verb=verb, done=done.value, request=given, extra=who)
+        def post(self, request: Request) -> Response:
+            return self.answer(request, command)
+
+    Api.__name__ = Api.__qualname__ = f"Run{verb.capitalize()}MatchingApi"
+    return Api
+
+
+RunCancelMatchingApi = _bulk_api(
+    "cancel",
+    Status.CANCELLED,
+    CancelMatchingInput,
+    runs_cancel_matching,
+    "Your own runs; anyone's you see with `runs.cancel_run`.",
+)
+RunStopMatchingApi = _bulk_api(
+    "stop",
+    Status.STOPPED,
+    StopMatchingInput,
+    runs_stop_matching,
+    "Needs `runs.stop_run` (without it every run is `forbidden`).",
+)

@@ -61,21 +61,29 @@ class BulkResult:
         return {self.done if o is Outcome.DONE else o.value: self.ids.get(o, []) for o in Outcome}
 
 
+@dataclass(frozen=True)
+class _Command:
+    # Its past tense, `Outcome.DONE`'s name in answers.
+    done: str
+    # Who may send it to a run (the single command's rule).
+    allowed: Callable[[User, Run], bool]
+
+
+_CANCEL = _Command(Status.CANCELLED.value, access.can_cancel)
+_STOP = _Command(Status.STOPPED.value, access.can_stop)
+
+
 def runs_cancel_matching(
     *, runs: QuerySet[Run], actor: User, max_runs: int, statuses: Collection[str] = (), note: str = ""
 ) -> BulkResult:
     """Cancel each of `runs` (the caller's matches, visibility applied) that `actor` may cancel,
     as `run_cancel` does; nothing if more than `max_runs` match (TooManyMatches). `statuses` is
     the filter's, re-checked under each run's lock."""
-    return _each(
-        runs=runs,
-        actor=actor,
-        max_runs=max_runs,
-        statuses=statuses,
-        done=Status.CANCELLED.value,
-        allowed=access.can_cancel,
-        execute=lambda run_id, admit: run_cancel(run_id=run_id, actor=actor, note=note, admit=admit),
-    )
+
+    def cancel(run_id: UUID, admit: Admit) -> CommandResult:
+        return run_cancel(run_id=run_id, actor=actor, note=note, admit=admit)
+
+    return _each(runs, actor, max_runs, statuses, _CANCEL, cancel)
 
 
 def runs_stop_matching(
@@ -88,25 +96,19 @@ def runs_stop_matching(
     statuses: Collection[str] = (),
 ) -> BulkResult:
     """`runs_cancel_matching`, stopping with `code` and `reason` as `run_stop` does."""
-    return _each(
-        runs=runs,
-        actor=actor,
-        max_runs=max_runs,
-        statuses=statuses,
-        done=Status.STOPPED.value,
-        allowed=access.can_stop,
-        execute=lambda run_id, admit: run_stop(run_id=run_id, actor=actor, code=code, reason=reason, admit=admit),
-    )
+
+    def stop(run_id: UUID, admit: Admit) -> CommandResult:
+        return run_stop(run_id=run_id, actor=actor, code=code, reason=reason, admit=admit)
+
+    return _each(runs, actor, max_runs, statuses, _STOP, stop)
 
 
 def _each(
-    *,
     runs: QuerySet[Run],
     actor: User,
     max_runs: int,
     statuses: Collection[str],
-    done: str,
-    allowed: Callable[[User, Run], bool],
+    command: _Command,
     execute: Callable[[UUID, Admit], CommandResult],
 ) -> BulkResult:
     # One more than allowed is enough to refuse; the count is only made for the refusal.
@@ -124,12 +126,12 @@ def _each(
         # Whether the caller may command the run is the single command's rule, asked of the row it
         # locks. A run that ended meanwhile goes on to the command, which reports it and writes
         # nothing (or refuses it: a conflict).
-        if not allowed(actor, run):
+        if not command.allowed(actor, run):
             raise PermissionDenied("not allowed")
         if wanted and run.status not in wanted and run.status not in terminal:
             raise _NoLongerMatching
 
-    result = BulkResult(done=done, matched=len(ids))
+    result = BulkResult(done=command.done, matched=len(ids))
     for run_id in ids:
         result.ids.setdefault(_one(run_id, execute, admit), []).append(run_id)
     return result
