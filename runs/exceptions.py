@@ -83,3 +83,11 @@ class TooManyRequests(RunledgerError):
     def __init__(self, message: str, *, retry_after: float, detail: Any = None) -> None:
         self.retry_after = max(1, int(retry_after))
         super().__init__(message, detail=detail)
+
+
+class TooManyMatches(RunledgerError):
+    """More runs match a bulk command's filter than its `max`: nothing is done. Not a
+    `RunConflict`: no one run is the cause, so the answer carries no `run`."""
+
+    status_code = 409
+    code = "too_many_matches"

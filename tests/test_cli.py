@@ -203,3 +203,29 @@ def test_create_with_a_priority_and_a_start_time(proxy: CuttableProxy, alice: Us
     assert (run.priority, run.start_after.isoformat(), run.status) == (-5, "2031-01-02T03:04:05+00:00", "queued")
     refused = runledger(proxy, token, "create", "demo", "--priority", "500")
     assert refused.returncode == 1 and "priority" in refused.stderr
+
+
+def test_cancel_where_asks_unless_yes_and_never_does_more_than_confirmed(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+    ours = [created(proxy, token, {"deltas": 1000, "delay_ms": 50}) for _ in range(2)]
+    for run_id in ours:
+        runledger(proxy, token, "cancel", run_id)  # ended: matched, reported, not touched
+    labelled = runledger(proxy, token, "create", "demo", '{"deltas": 1000, "delay_ms": 50}', "--meta", "customer=42")
+    run_id = labelled.stdout.strip()
+    live = ("queued", "running")
+    unasked = runledger(proxy, token, "cancel", "--where", "customer=42")  # stdin is no terminal: no "y"
+    assert unasked.returncode == 1 and "1 runs match" in unasked.stderr and "nothing done" in unasked.stderr
+    assert status_of(Run.objects.get(pk=run_id)) in live
+    over = runledger(proxy, token, "cancel", "--status", "queued,running,cancelled", "--max", "2", "--yes")
+    assert over.returncode == 1 and "too_many_matches" in over.stderr
+    assert status_of(Run.objects.get(pk=run_id)) in live
+    done = runledger(proxy, token, "cancel", "--where", "customer=42", "--yes", "--note", "left")
+    assert done.returncode == 0, done.stderr
+    assert "cancelled 1" in done.stdout.splitlines() and "already_ended 0" in done.stdout.splitlines()
+    assert Run.objects.get(pk=run_id).end_reason == "left"
+    stop = runledger(proxy, token, "stop", "--where", "customer=42", "--reason", "r", "--yes")
+    assert stop.returncode == 0 and "forbidden 1" in stop.stdout.splitlines(), stop.stdout
+    both = runledger(proxy, token, "cancel", run_id, "--where", "customer=42")
+    assert both.returncode == 2 and "not both" in both.stderr
+    neither = runledger(proxy, token, "cancel")
+    assert neither.returncode == 2 and "--where" in neither.stderr

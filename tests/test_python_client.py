@@ -342,3 +342,27 @@ def test_create_takes_a_priority_and_a_start_time(client: rl.Client, alice: User
     with pytest.raises(rl.ValidationError) as refused:
         client.create("demo", {}, priority=101)
     assert "priority" in str(refused.value.detail)
+
+
+def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
+    proxy: CuttableProxy, alice: User, client: rl.Client, make_user: Any
+) -> None:
+    slow = {"deltas": 1000, "delay_ms": 50}
+    mine = [queued_run(alice, input=slow, metadata={"customer": "42"}) for _ in range(3)]
+    queued_run(alice, input=slow, metadata={"customer": "7"})
+    assert client.count_where(metadata={"customer": "42"}) == 3
+    assert client.count_where(metadata={"customer": "none"}) == 0
+    with pytest.raises(rl.TooManyMatches) as too_many:
+        client.cancel_where(max=2, metadata={"customer": "42"})
+    assert too_many.value.count == 3 and too_many.value.run is None
+    proxy.drop_next_answer("/api/runs/cancel/")
+    done = client.cancel_where(max=3, note="gone", metadata={"customer": "42"}, status=["queued", "running"])
+    posts = [r for r in proxy.requests if r.method == "POST" and r.path == "/api/runs/cancel/"]
+    assert proxy.dropped_answers == 1 and posts[-1].headers["idempotency-key"] == posts[-2].headers["idempotency-key"]
+    # The retry was answered the first answer: the runs the lost answer cancelled, as cancelled.
+    assert done.counts["cancelled"] == 3 and set(done.ids["cancelled"]) == {str(r.pk) for r in mine}
+    assert {event_types(run).count("run.cancelled") for run in mine} == {1}
+    stopper = make_user("stopper", perms=("runs.view_run", "runs.stop_run"))
+    with rl.Client(proxy.url, token_for(stopper), retry=FAST) as staff:
+        stopped = staff.stop_where(max=10, reason="maintenance", code="policy", status="queued,running")
+    assert stopped.matched == 1 and stopped.counts["stopped"] == 1

@@ -28,10 +28,9 @@ from runs.access import AnyUser, User
 from runs.admin.display import moment, short_id, status_badge
 from runs.exceptions import NotFound, RunConflict
 from runs.models import Run
+from runs.services import MAX_BULK_RUNS
 from runs.transitions import CALLER_STOP_CODES, TERMINAL, Status, StopCode
 
-# A bulk command runs one transaction per run inside the request; beyond this, narrow the filter.
-MAX_BULK_RUNS = 1000
 CONFIRMATION_SAMPLE = 20
 
 
@@ -175,7 +174,18 @@ class CommandsMixin(admin.ModelAdmin):
             return HttpResponseRedirect(back_url)
         return self._confirmation(request, command, Run.objects.filter(pk=run.pk), form, back_url=back_url)
 
-    def bulk_command(self, request: HttpRequest, queryset: QuerySet[Run], command: StaffCommand) -> HttpResponse | None:
+    def bulk_command(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Run],
+        command: StaffCommand,
+        *,
+        matching: bool = False,
+        back_url: str | None = None,
+    ) -> HttpResponse | None:
+        """The confirmation page, then (its POST) the command on each of `queryset`. `matching`:
+        the list's "all that match" button (runs.admin.matching), whose page posts back the count
+        it showed as `max`; more matches by then refuse it all."""
         if not command.allowed(request.user):
             raise PermissionDenied
         total = queryset.count()
@@ -188,11 +198,21 @@ class CommandsMixin(admin.ModelAdmin):
             return None
         form = _command_form(request, command)
         if form.is_bound and form.is_valid():
+            confirmed = request.POST.get("max")
+            if confirmed is not None and (not confirmed.isdigit() or total > int(confirmed)):
+                self.message_user(
+                    request,
+                    f"{total} runs match now, more than the {confirmed} you confirmed: nothing was done.",
+                    messages.ERROR,
+                )
+                return None
             ids = list(queryset.order_by("created_at", "id").values_list("pk", flat=True))
             outcomes = Counter(self.run_command(request, run_id, command, form.cleaned_data) for run_id in ids)
             self._report(request, command, outcomes)
             return None  # back to the list
-        return self._confirmation(request, command, queryset, form, back_url=request.get_full_path())
+        return self._confirmation(
+            request, command, queryset, form, back_url=back_url or request.get_full_path(), matching=matching
+        )
 
     def _report(self, request: HttpRequest, command: StaffCommand, outcomes: Counter[Outcome]) -> None:
         rest = sorted((o for o in outcomes if o not in _REPORT_ORDER), key=lambda o: (o.result.value, o.status))
@@ -201,7 +221,14 @@ class CommandsMixin(admin.ModelAdmin):
         self.message_user(request, ", ".join(parts) + ".", messages.WARNING if trouble else messages.SUCCESS)
 
     def _confirmation(
-        self, request: HttpRequest, command: StaffCommand, runs: QuerySet[Run], form: forms.Form, *, back_url: str
+        self,
+        request: HttpRequest,
+        command: StaffCommand,
+        runs: QuerySet[Run],
+        form: forms.Form,
+        *,
+        back_url: str,
+        matching: bool = False,
     ) -> TemplateResponse:
         total = runs.count()
         sample = list(runs.select_related("owner").order_by("created_at", "id")[:CONFIRMATION_SAMPLE])
@@ -214,7 +241,10 @@ class CommandsMixin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": f"{command.name.capitalize()} {'this run' if action is None else 'runs'}",
+            "title": f"{command.name.capitalize()} "
+            + ("every run that matches" if matching else "this run" if action is None else "runs"),
+            # The "all that match" page: the count shown, posted back as the most to command.
+            "max": total if matching else None,
             "verb": command.name,
             "done": command.target.value,
             "form": form,

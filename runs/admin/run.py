@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 
 from runs import selectors
 from runs.access import sees_every_run
-from runs.admin.commands import COMMANDS, CommandsMixin, bulk_action
+from runs.admin.commands import COMMANDS, bulk_action
 from runs.admin.display import (
     event_summary,
     event_time,
@@ -46,6 +46,7 @@ from runs.admin.filters import (
     metadata_search,
 )
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
+from runs.admin.matching import MatchingMixin
 from runs.admin.rerun import RerunMixin
 from runs.admin.schedule import ScheduleMixin, schedule_buttons
 from runs.agents import declared_types
@@ -145,7 +146,7 @@ class ViewOnly:
 
 
 @admin.register(Run)
-class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, ScheduleMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -411,6 +412,7 @@ class RunAdmin(ViewOnly, CommandsMixin, RerunMixin, ScheduleMixin, HardenedAdmin
                 )
                 for command in COMMANDS
             ),
+            *self.matching_urls(),
             path("<path:object_id>/events/", wrap(self.events_view), name=f"{info[0]}_{info[1]}_events"),
             path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{info[0]}_{info[1]}_rerun"),
             path("<path:object_id>/schedule/", wrap(self.schedule_view), name=f"{info[0]}_{info[1]}_schedule"),

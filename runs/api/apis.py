@@ -29,6 +29,7 @@ from runs.api.filters import (
     RunListFilterSerializer,
     StrictIntegerField,
     metadata_filter,
+    run_filters,
 )
 from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
@@ -173,16 +174,7 @@ class RunCollectionApi(RunApi):
     )
     def get(self, request: Request) -> Response:
         data = _valid(self.FilterSerializer, request.query_params)
-        runs = run_list(
-            user=_caller(request),
-            status=data.get("status", ()),
-            end_code=data.get("end_code", ()),
-            agent=data.get("agent"),
-            parent=data.get("parent"),
-            metadata=metadata_filter(request.query_params),
-            created_after=data.get("created_after"),
-            created_before=data.get("created_before"),
-        )
+        runs = run_list(user=_caller(request), metadata=metadata_filter(request.query_params), **run_filters(data))
         listed = run_with_current_attempt(runs=run_list_values(runs=runs, max_bytes=conf.MAX_LIST_VALUE_BYTES))
         size = page_size(data.get("page_size"))
         page = queryset_page(listed, ordering=RUN_LIST_ORDER, cursor=data.get("cursor"), size=size)

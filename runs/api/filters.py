@@ -47,7 +47,10 @@ class CommaListField(serializers.Field):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> list[str]:
+        # A query string carries a comma list; a JSON body (a bulk command's filter) may send a list.
         values = data.split(",") if isinstance(data, str) else None
+        if isinstance(data, list) and all(isinstance(value, str) for value in data):
+            values = data
         if not values or any(value not in self.choices for value in values):
             raise serializers.ValidationError(f"a comma list of: {', '.join(self.choices)}")
         return values
@@ -63,8 +66,11 @@ class PageFilterSerializer(serializers.Serializer[Any]):
     page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
 
 
-@extend_schema_serializer(component_name="RunListFilter")
-class RunListFilterSerializer(PageFilterSerializer):
+class RunFilterSerializer(serializers.Serializer[Any]):
+    """The run list's filters but metadata (whose names are the caller's): the list's query and a
+    bulk command's body (runs.api.bulk) validate them with these fields, and `run_filters` hands them
+    to `runs.selectors.run_list`, the one rule of what matches."""
+
     status = CommaListField(
         choices=RUN_STATUSES, required=False, help_text="one status or a comma list: `queued,running`"
     )
@@ -73,6 +79,23 @@ class RunListFilterSerializer(PageFilterSerializer):
     parent = serializers.UUIDField(required=False)  # type: ignore[assignment]  # DRF pops declared fields
     created_after = serializers.DateTimeField(required=False, help_text="created at or after (ISO 8601)")
     created_before = serializers.DateTimeField(required=False, help_text="created before (ISO 8601)")
+
+
+@extend_schema_serializer(component_name="RunListFilter")
+class RunListFilterSerializer(RunFilterSerializer, PageFilterSerializer):
+    pass
+
+
+def run_filters(data: dict[str, Any]) -> dict[str, Any]:
+    """`RunFilterSerializer`'s validated data as `run_list`'s keywords."""
+    return {
+        "status": data.get("status", ()),
+        "end_code": data.get("end_code", ()),
+        "agent": data.get("agent"),
+        "parent": data.get("parent"),
+        "created_after": data.get("created_after"),
+        "created_before": data.get("created_before"),
+    }
 
 
 METADATA_PARAMETER = OpenApiParameter(

@@ -1,6 +1,6 @@
 from django.urls import URLPattern, URLResolver, path, re_path
 
-from runs.api import apis, rerun
+from runs.api import apis, bulk, rerun
 from runs.api.errors import api_not_found
 from runs.api.schema import SchemaApi
 
@@ -8,6 +8,9 @@ from runs.api.schema import SchemaApi
 urlpatterns: list[URLPattern | URLResolver] = [
     path("agents/", apis.AgentListApi.as_view(), name="agent-list"),
     path("runs/", apis.RunCollectionApi.as_view(), name="run-collection"),
+    # Before runs/<run_id>/: "cancel" and "stop" are not run ids.
+    path("runs/cancel/", bulk.RunCancelMatchingApi.as_view(), name="run-cancel-matching"),
+    path("runs/stop/", bulk.RunStopMatchingApi.as_view(), name="run-stop-matching"),
     path("runs/<str:run_id>/", apis.RunDetailApi.as_view(), name="run-detail"),
     path("runs/<str:run_id>/events/", apis.RunEventsApi.as_view(), name="run-events"),
     path("runs/<str:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run-cancel"),

@@ -39,6 +39,10 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "invalid_transition": (409, "the run's committed state does not allow the command; `run` is that state"),
     "stale_ticket": (409, "the resume ticket is not the run's current one; `run` is the run"),
     "budget_exhausted": (409, "the run has no budget left for what was asked; `run` is the run"),
+    "too_many_matches": (
+        409,
+        "more runs match a bulk command's filter than its `max`; nothing was done; `detail.count` says how many",
+    ),
     "payload_too_large": (413, "the body is over the size limit (`detail.limit_bytes`)"),
     "unsupported_media_type": (415, "the body is not `application/json`"),
     "idempotency_mismatch": (422, "the `Idempotency-Key` was used with another body"),

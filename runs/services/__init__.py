@@ -3,11 +3,12 @@
 - `core`: the locked write core every service is made of (lock, check, append, end, park, requeue);
 - `creation`: what a run is made of (`RunSpec`) and its insert;
 - `commands`: cancel, stop, pause, resume;
+- `bulk`: cancel or stop every run that matches a filter, one run's command at a time;
 - `rerun`: an ended run run again, or forked from the middle of its log;
 - `scheduling`: a queued run's priority and start time, changed;
 - `execution`: the writes of a worker's attempt;
 - `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
-- `idempotency`: retry-safe creates;
+- `idempotency`: retry-safe creates and bulk commands;
 - `retention`: purging old terminal runs, and what else outlived its use (idempotency records,
   failed authentications: runs.http.throttles counts those).
 
@@ -16,6 +17,7 @@ Each service on a run is one transaction: lock the run row (`FOR NO KEY UPDATE`)
 the services from here.
 """
 
+from runs.services.bulk import MAX_BULK_RUNS, BulkResult, Outcome, runs_cancel_matching, runs_stop_matching
 from runs.services.commands import CommandResult, run_cancel, run_pause, run_resume, run_stop
 from runs.services.core import SYSTEM
 from runs.services.creation import RunSpec, run_create
@@ -32,7 +34,7 @@ from runs.services.execution import (
     run_steps_record,
     run_wait,
 )
-from runs.services.idempotency import Answer, Created, run_create_idempotent
+from runs.services.idempotency import Answer, Created, answer_once, run_create_idempotent
 from runs.services.rerun import Overrides, run_rerun
 from runs.services.retention import PurgeResult, runs_purge
 from runs.services.scheduling import run_schedule
@@ -48,16 +50,20 @@ from runs.services.sweeper import (
 )
 
 __all__ = [
+    "MAX_BULK_RUNS",
     "SYSTEM",
     "Answer",
+    "BulkResult",
     "CommandResult",
     "Created",
     "MachineAttempts",
     "OrphanedGroups",
+    "Outcome",
     "Overrides",
     "PurgeResult",
     "RunSpec",
     "SweepResult",
+    "answer_once",
     "attempt_groups_orphaned",
     "run_attempt_group_record",
     "run_attempt_groups_forget",
@@ -81,6 +87,8 @@ __all__ = [
     "run_steps_record",
     "run_stop",
     "run_wait",
+    "runs_cancel_matching",
     "runs_purge",
+    "runs_stop_matching",
     "runs_sweep",
 ]

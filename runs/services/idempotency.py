@@ -1,5 +1,6 @@
 """Retry-safe creates: at most one run per (owner, Idempotency-Key), and the first answer again
 for every retry within RUNLEDGER_IDEMPOTENCY_TTL_SECONDS (docs/design/api.md#idempotency-keys).
+And retry-safe bulk commands (`answer_once`), whose keys are scoped to their endpoint.
 
 What a create answers is the caller's business (the API's 201 and the run's JSON): the caller
 hands `answer`, and this module keeps whatever it returns. It must be made inside the transaction
@@ -7,6 +8,7 @@ that inserts the run, so that a concurrent retry, which waits for that transacti
 the answer stored with the key.
 """
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +24,9 @@ from runs.models import IdempotencyRecord, Run
 from runs.selectors import run_parentable
 from runs.services.creation import RunSpec, insert_run
 from runs.storable import same_json
+
+# IdempotencyRecord.key's length.
+KEY_CHARS = 255
 
 
 @dataclass(frozen=True)
@@ -98,3 +103,47 @@ def _replay(*, owner: User, key: str, request_body: Any) -> Answer | None:
         )
     assert record.response_status is not None  # stored in the transaction that inserted the record
     return Answer(status=record.response_status, body=record.response_body)
+
+
+def answer_once(*, owner: User, scope: str, key: str | None, request_body: Any, work: Callable[[], Answer]) -> Created:
+    """`work()`'s answer, or with a key the first answer stored for (owner, `scope`, key) again.
+
+    For commands over many runs (runs.services.bulk), which are many transactions, not one: the
+    answer is stored after the work, when it succeeded. A failure stores nothing, so a retry does
+    the work again — each run's command finds the runs already done ended and leaves them. Two
+    concurrent requests with one key both work (each run's lock orders them; the second finds the
+    first's runs ended) and both answer the first answer stored.
+    """
+    if key is None:
+        return Created(answer=work())
+    stored_key = scoped_key(scope, key)
+    replay = _replay(owner=owner, key=stored_key, request_body=request_body)
+    if replay is not None:
+        return Created(answer=replay, replayed=True)
+    first = work()
+    try:
+        with transaction.atomic(durable=True):
+            IdempotencyRecord.objects.create(
+                user_id=owner.pk,
+                key=stored_key,
+                request_body=request_body,
+                response_status=first.status,
+                response_body=first.body,
+                created_at=timezone.now(),
+            )
+    except IntegrityError:
+        # A concurrent request with the key stored its answer first: that one is the first.
+        replay = _replay(owner=owner, key=stored_key, request_body=request_body)
+        if replay is not None:
+            return Created(answer=replay, replayed=True)
+    return Created(answer=first)
+
+
+def scoped_key(scope: str, key: str) -> str:
+    """The stored form of a key given to `scope`'s endpoint: never the key a create stores (a
+    client's key has no space, this one does), nor another scope's. A key too long for the column
+    with its scope is stored as its SHA-256, after two spaces: no plain scoped key has them."""
+    plain = f"{scope} {key}"
+    if len(plain) <= KEY_CHARS:
+        return plain
+    return f"{scope}  sha256:{hashlib.sha256(key.encode()).hexdigest()}"

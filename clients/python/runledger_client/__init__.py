@@ -1,7 +1,7 @@
 """Runledger's Python client: `Client` and `AsyncClient` for the REST API and its SSE streams,
 which resume by themselves, and the `runledger` command line (runledger_client.cli)."""
 
-from runledger_client._core import ClientOptions, CreateOptions, Retry, RunFilters, __version__
+from runledger_client._core import ClientOptions, CreateOptions, Retry, RunFilters, RunMatch, __version__
 from runledger_client.aio import AsyncClient
 from runledger_client.client import Client
 from runledger_client.errors import (
@@ -18,12 +18,21 @@ from runledger_client.errors import (
     PermissionDenied,
     RunledgerError,
     StaleTicket,
+    TooManyMatches,
     TooManyRequests,
     TransportError,
     UnsupportedMediaType,
     ValidationError,
 )
-from runledger_client.models import TERMINAL_EVENT_TYPES, TERMINAL_STATUSES, Event, EventPage, Run, RunPage
+from runledger_client.models import (
+    TERMINAL_EVENT_TYPES,
+    TERMINAL_STATUSES,
+    BulkResult,
+    Event,
+    EventPage,
+    Run,
+    RunPage,
+)
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",
@@ -31,6 +40,7 @@ __all__ = [
     "APIError",
     "AsyncClient",
     "BudgetExhausted",
+    "BulkResult",
     "Client",
     "ClientOptions",
     "Conflict",
@@ -48,9 +58,11 @@ __all__ = [
     "Retry",
     "Run",
     "RunFilters",
+    "RunMatch",
     "RunPage",
     "RunledgerError",
     "StaleTicket",
+    "TooManyMatches",
     "TooManyRequests",
     "TransportError",
     "UnsupportedMediaType",

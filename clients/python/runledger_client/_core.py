@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 
 from runledger_client.errors import TransportError, error_from, retry_after
-from runledger_client.models import EventPage, Run, RunPage
+from runledger_client.models import BulkResult, EventPage, Run, RunPage
 
 __version__ = "0.1.0"
 
@@ -125,10 +125,10 @@ class RerunOptions(TypedDict, total=False):
     metadata: Mapping[str, str]
 
 
-class RunFilters(TypedDict, total=False):
-    """`list()`'s filters, all of which must hold: `status` and `end_code` one value or several
-    (any of them), `metadata` every key with its value; `created_after` is inclusive,
-    `created_before` exclusive."""
+class RunMatch(TypedDict, total=False):
+    """Which runs: the run list's filters, all of which must hold — `status` and `end_code` one
+    value or several (any of them), `metadata` every key with its value; `created_after` is
+    inclusive, `created_before` exclusive."""
 
     status: str | Sequence[str]
     end_code: str | Sequence[str]
@@ -137,6 +137,11 @@ class RunFilters(TypedDict, total=False):
     parent: str
     created_after: datetime | str
     created_before: datetime | str
+
+
+class RunFilters(RunMatch, total=False):
+    """`list()`'s filters (`RunMatch`) and its page size."""
+
     page_size: int
 
 
@@ -220,6 +225,32 @@ def list_params(filters: Mapping[str, Any]) -> dict[str, str]:
         else:
             params[name] = str(_json_value(value))
     return params
+
+
+def match_body(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """`RunMatch` as a bulk command's `filter` object: several values a list."""
+    body: dict[str, Any] = {}
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if isinstance(value, list | tuple | set | frozenset):
+            body[name] = [str(item) for item in value]
+        else:
+            body[name] = _json_value(value)
+    return body
+
+
+def command_where(action: str, filters: Mapping[str, Any], fields: dict[str, Any], key: str | None) -> Call[BulkResult]:
+    """`POST /api/runs/<action>/` (cancel or stop) of the runs `filters` match."""
+    body = {"filter": match_body(filters), **fields}
+    # Made once per command, so a retry after a lost answer is answered the first answer again.
+    headers = {"Idempotency-Key": key or uuid.uuid4().hex}
+    return Call("POST", f"/api/runs/{action}/", BulkResult.from_body, json=body, headers=headers)
+
+
+def count_where(filters: Mapping[str, Any]) -> Call[BulkResult]:
+    # `max` 0 does nothing: the answer is the count (a 409 when any match, read by the caller).
+    return Call("POST", "/api/runs/cancel/", BulkResult.from_body, json={"filter": match_body(filters), "max": 0})
 
 
 def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], key: str | None) -> Call[Run]:

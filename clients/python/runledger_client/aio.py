@@ -12,7 +12,8 @@ import httpx
 
 from runledger_client import _core
 from runledger_client._stream import StreamState
-from runledger_client.models import Event, EventPage, Run
+from runledger_client.errors import TooManyMatches
+from runledger_client.models import BulkResult, Event, EventPage, Run
 
 T = TypeVar("T")
 
@@ -84,6 +85,29 @@ class AsyncClient:
         return run
 
     # --- commands ---
+
+    async def count_where(self, **filters: Unpack[_core.RunMatch]) -> int:
+        try:
+            return (await self._send(_core.count_where(filters))).matched
+        except TooManyMatches as exc:
+            return exc.count
+
+    async def cancel_where(
+        self, *, max: int, note: str = "", idempotency_key: str | None = None, **filters: Unpack[_core.RunMatch]
+    ) -> BulkResult:
+        return await self._send(_core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key))
+
+    async def stop_where(
+        self,
+        *,
+        max: int,
+        reason: str,
+        code: str | None = None,
+        idempotency_key: str | None = None,
+        **filters: Unpack[_core.RunMatch],
+    ) -> BulkResult:
+        fields = {"max": max, "reason": reason} | ({} if code is None else {"code": code})
+        return await self._send(_core.command_where("stop", filters, fields, idempotency_key))
 
     async def cancel(self, run_id: str, note: str = "") -> Run:
         return await self._send(_core.cancel(run_id, note))

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from runledger_client.client import Client
 from runledger_client.errors import APIError, Conflict, TransportError
-from runledger_client.models import Event, Run
+from runledger_client.models import BulkResult, Event, Run
 
 USAGE_ERROR = 2
 REFUSED = 1
@@ -155,11 +155,70 @@ def cmd_watch(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
-    return _status(client.cancel(args.id, note=args.note))
+    filters = _match(args)
+    if filters is None:
+        return _status(client.cancel(args.id, note=args.note))
+    limit = _confirmed(client, filters, args, "cancel")
+    if limit is None:
+        return REFUSED
+    return _outcomes(client.cancel_where(max=limit, note=args.note, **filters))
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
-    return _status(client.stop(args.id, reason=args.reason, code=args.code))
+    filters = _match(args)
+    if filters is None:
+        return _status(client.stop(args.id, reason=args.reason, code=args.code))
+    limit = _confirmed(client, filters, args, "stop")
+    if limit is None:
+        return REFUSED
+    return _outcomes(client.stop_where(max=limit, reason=args.reason, code=args.code, **filters))
+
+
+def _match(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The filter of `cancel`/`stop --where …` (None: the command is on the one run `id`)."""
+    filters = {
+        "metadata": dict(args.where) if args.where else None,
+        "status": args.status,
+        "agent": args.agent,
+        "end_code": args.end_code,
+    }
+    given = {k: v for k, v in filters.items() if v is not None}
+    if args.id is not None and (given or args.max is not None or args.yes):
+        raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code), not both")
+    if args.id is None and not given:
+        raise UsageError("give a run id, or a filter: --where KEY=VALUE, --status, --agent or --end-code")
+    return given if args.id is None else None
+
+
+def _confirmed(client: Client, filters: dict[str, Any], args: argparse.Namespace, verb: str) -> int | None:
+    """The `max` to send: --max, or the count the user confirms. None: not confirmed."""
+    if args.yes and args.max is not None:
+        return int(args.max)
+    count = client.count_where(**filters)
+    if count == 0:
+        print("no run matches", file=sys.stderr)
+        return 0
+    if args.max is not None and count > args.max:
+        print(f"runledger: refused: {count} runs match, more than --max {args.max}; nothing done", file=sys.stderr)
+        return None
+    if not args.yes:
+        print(f"{count} runs match. {verb.capitalize()} them? [y/N] ", end="", file=sys.stderr, flush=True)
+        try:
+            answer = input()
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing done", file=sys.stderr)
+            return None
+    # No more than were confirmed: runs that match since are a refusal, not a surprise.
+    return count if args.max is None else int(args.max)
+
+
+def _outcomes(result: BulkResult) -> int:
+    """`<outcome> <count>` on stdout, one line each (the ids are in the API's answer)."""
+    for outcome, count in result.counts.items():
+        print(f"{outcome} {count}")
+    return 0
 
 
 def cmd_pause(client: Client, args: argparse.Namespace) -> int:
@@ -267,14 +326,23 @@ def parser() -> argparse.ArgumentParser:
     watch.add_argument("--after-seq", type=_seq, default=0, metavar="N", help="start after event N")
     watch.add_argument("--jsonl", action="store_true", help="each event object as the API sends it, one per line")
 
-    cancel = command("cancel", cmd_cancel, "cancel a run (a run already cancelled is a success)")
-    cancel.add_argument("id")
+    cancel = command(
+        "cancel",
+        cmd_cancel,
+        "cancel a run (a run already cancelled is a success), or every run a filter matches (--where …): "
+        "asks first, showing how many; prints the count of each outcome",
+    )
+    cancel.add_argument("id", nargs="?")
     cancel.add_argument("--note", default="")
+    _match_arguments(cancel)
 
-    stop = command("stop", cmd_stop, "stop a run (needs the runs.stop_run permission)")
-    stop.add_argument("id")
+    stop = command(
+        "stop", cmd_stop, "stop a run, or every run a filter matches (--where …), as cancel (needs runs.stop_run)"
+    )
+    stop.add_argument("id", nargs="?")
     stop.add_argument("--reason", required=True)
     stop.add_argument("--code", choices=["staff", "policy", "budget_exhausted", "deadline_exceeded"])
+    _match_arguments(stop)
 
     pause = command("pause", cmd_pause, "pause a run")
     pause.add_argument("id")
@@ -295,6 +363,21 @@ def parser() -> argparse.ArgumentParser:
     rerun.add_argument("--max-attempts", type=int)
     rerun.add_argument("--deadline", help="absolute ISO 8601 time (default: the server's, not the original's)")
     return top
+
+
+def _match_arguments(sub: argparse.ArgumentParser) -> None:
+    """A command on every run that matches, instead of one run (docs/design/commands.md#bulk-commands)."""
+    group = sub.add_argument_group("every run that matches (instead of an id)")
+    group.add_argument(
+        "--where", type=_pair, action="append", metavar="KEY=VALUE", help="runs with this metadata label; repeatable"
+    )
+    group.add_argument("--status", help="a status, or several as a comma list: queued,running")
+    group.add_argument("--agent")
+    group.add_argument("--end-code", help="an end code, or several as a comma list")
+    group.add_argument(
+        "--max", type=int, metavar="N", help="refuse (do nothing) if more than N match; default: the count confirmed"
+    )
+    group.add_argument("--yes", action="store_true", help="do not ask (with --max: do not even count first)")
 
 
 def _attached(argv: list[str]) -> list[str]:
@@ -388,6 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Client(url, token) as client:
             status: int = args.handler(client, args)
             return status
+    except UsageError as exc:
+        print(f"runledger: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     except Conflict as exc:
         if exc.run is not None:
             print(exc.run.status)  # the committed state: what the run is, whatever was asked

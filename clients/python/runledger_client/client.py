@@ -12,7 +12,8 @@ import httpx
 
 from runledger_client import _core
 from runledger_client._stream import StreamState
-from runledger_client.models import Event, EventPage, Run
+from runledger_client.errors import TooManyMatches
+from runledger_client.models import BulkResult, Event, EventPage, Run
 
 T = TypeVar("T")
 
@@ -128,6 +129,38 @@ class Client:
         or inside a tool call, ValidationError. Not retried after a lost answer (it would make a
         second run)."""
         return self._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
+
+    # --- commands on every run that matches a filter (docs/design/commands.md#bulk-commands) ---
+
+    def count_where(self, **filters: Unpack[_core.RunMatch]) -> int:
+        """How many runs you see match `filters` (as `list()` reads them): what `cancel_where`
+        would take as `max`. Nothing is done."""
+        try:
+            return self._send(_core.count_where(filters)).matched
+        except TooManyMatches as exc:
+            return exc.count
+
+    def cancel_where(
+        self, *, max: int, note: str = "", idempotency_key: str | None = None, **filters: Unpack[_core.RunMatch]
+    ) -> BulkResult:
+        """Cancel every run you see that matches `filters` and that you may cancel, each as
+        `cancel()` would. More than `max` matches raise TooManyMatches (its `count`), and nothing
+        is done. Sent with an `Idempotency-Key` (made here unless given): a retry after a lost
+        answer gets the first answer."""
+        return self._send(_core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key))
+
+    def stop_where(
+        self,
+        *,
+        max: int,
+        reason: str,
+        code: str | None = None,
+        idempotency_key: str | None = None,
+        **filters: Unpack[_core.RunMatch],
+    ) -> BulkResult:
+        """`cancel_where`, stopping each run with `reason` (and `code`) as `stop()` does."""
+        fields = {"max": max, "reason": reason} | ({} if code is None else {"code": code})
+        return self._send(_core.command_where("stop", filters, fields, idempotency_key))
 
     def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         """Any API request: the decoded JSON of a 2xx answer, else the typed error. Retried like

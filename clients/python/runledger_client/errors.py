@@ -105,6 +105,17 @@ class BudgetExhausted(Conflict):
     code = "budget_exhausted"
 
 
+class TooManyMatches(APIError):
+    """409 from `cancel_where`/`stop_where`: more runs match than `max`; nothing was done. `count`
+    is how many match (no `run`: no one run refused)."""
+
+    code = "too_many_matches"
+
+    @property
+    def count(self) -> int:
+        return int(self.detail["count"]) if isinstance(self.detail, dict) else 0
+
+
 class PayloadTooLarge(APIError):
     code = "payload_too_large"
 
@@ -143,6 +154,7 @@ _BY_CODE: dict[str, type[APIError]] = {
         StaleTicket,
         BudgetExhausted,
         PayloadTooLarge,
+        TooManyMatches,
         UnsupportedMediaType,
         IdempotencyMismatch,
         TooManyRequests,

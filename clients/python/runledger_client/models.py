@@ -173,3 +173,22 @@ class RunPage:
             next=None if body.get("next") is None else str(body["next"]),
             previous=None if body.get("previous") is None else str(body["previous"]),
         )
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What `cancel_where` or `stop_where` did (docs/design/commands.md#bulk-commands): `matched`
+    runs, and by outcome — `cancelled` or `stopped` (by this command), `already_ended`,
+    `no_longer_matching`, `forbidden`, `gone` — how many (`counts`) and which (`ids`)."""
+
+    matched: int
+    counts: dict[str, int]
+    ids: dict[str, list[str]]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> BulkResult:
+        return cls(
+            matched=int(body["matched"]),
+            counts={str(k): int(v) for k, v in body["counts"].items()},
+            ids={str(k): [str(i) for i in v] for k, v in body["ids"].items()},
+        )

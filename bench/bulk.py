@@ -1,0 +1,154 @@
+"""The run list by metadata filter as the stored runs grow, and a bulk cancel of 500 runs with a
+single run's cancel measured meanwhile (issue 34; docs/design/commands.md#bulk-commands).
+
+    .venv/bin/python bench/bulk.py [--base 2000] [--samples 30]
+
+A throwaway durable PostgreSQL cluster, one web process and one worker process (concurrency 20).
+The benchmark's user makes `--base` runs through the create service, a quarter of them one
+customer's (`metadata: {"customer": "42"}`), each a demo run that streams for a minute, so the
+worker holds some of them while they are cancelled.
+
+1. A single cancel's latency alone: create a run over HTTP, cancel it over HTTP, `--samples` times.
+2. The bulk cancel of the customer's runs over HTTP (`POST /api/runs/cancel/`, max 500), timed;
+   meanwhile another connection creates and cancels single runs, as in 1, and their cancels' latency
+   is recorded.
+3. The list, `GET /api/runs/?metadata.customer=42&page_size=50`, `--samples` times, and its query
+   under EXPLAIN (ANALYZE, BUFFERS), at x1, then with finished runs of the same user (other
+   customers: the filter must skip them) inserted until the table holds x10 and x100 the base —
+   older than the customer's, so the first page is the newest runs; and the same for a customer
+   with one of every 5,000 of those older runs (`c17`), the sparse case.
+
+Figures only; nothing is asserted.
+"""
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.lib import Http, app_running, durable_cluster, git_revision, log, machine_facts, summary
+
+CUSTOMER = {"customer": "42"}
+LONG = {"deltas": 600, "delay_ms": 100}
+LIST_PATH = "/api/runs/?metadata.customer=42&page_size=50"
+# A customer with one run in 5,000, the oldest ones: the filter's worst case for a walk of the
+# list's order, which the GIN index on metadata is for.
+SPARSE = {"customer": "c17"}
+SPARSE_PATH = "/api/runs/?metadata.customer=c17&page_size=50"
+
+# Finished runs of `owner`, each another customer's: the rows a metadata filter has to pass over.
+_BACKGROUND = """
+INSERT INTO runs_run (
+    id, owner_id, agent, input, metadata, status, end_code, end_reason, ended_by, last_seq, generation,
+    max_attempts, lost_attempts, resume_ticket, steps_used, events_used, open_tool_calls, created_at, queued_at,
+    ended_at, updated_at, input_bytes, output_bytes, error_bytes, stored_bytes, ended_bytes
+)
+SELECT gen_random_uuid(), %(owner)s, 'demo', '{"deltas": 40}', jsonb_build_object('customer', 'c' || (n %% 5000)),
+       'cancelled', 'cancelled_by_user', '', 'bench', 2, 0, 3, 0, '', 0, 1, '[]',
+       now() - make_interval(secs => n), now() - make_interval(secs => n), now(), now(), 13, 0, 0, 120, 120
+FROM generate_series(1, %(count)s) AS n
+"""
+
+
+def cancel_loop(http: Http, samples: list[float], stop: threading.Event | None, count: int) -> None:
+    """Create a run and cancel it, timing the cancel, `count` times or until `stop` is set."""
+    while (stop is None and len(samples) < count) or (stop is not None and not stop.is_set()):
+        status, run = http.request("POST", "/api/runs/", {"agent": "demo", "input": LONG})
+        assert status == 201, (status, run)
+        t0 = time.perf_counter()
+        status, answer = http.request("POST", f"/api/runs/{run['id']}/cancel/", {})
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert status == 200, (status, answer)
+
+
+def explain_list(owner: Any, metadata: dict[str, str]) -> list[str]:
+    from django.db import connection
+
+    from runs.selectors import run_list
+
+    sql, params = run_list(user=owner, metadata=metadata)[:51].query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def measure_list(http: Http, owner: Any, samples: int) -> dict[str, Any]:
+    timings: dict[str, list[float]] = {"recent": [], "sparse": []}
+    for _ in range(samples):
+        for name, path in (("recent", LIST_PATH), ("sparse", SPARSE_PATH)):
+            t0 = time.perf_counter()
+            status, _ = http.request("GET", path)
+            timings[name].append((time.perf_counter() - t0) * 1000)
+            assert status == 200, status
+    return {
+        "ms": {name: summary(ms) for name, ms in timings.items()},
+        "plan": explain_list(owner, CUSTOMER),
+        "sparse_plan": explain_list(owner, SPARSE),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--base", type=int, default=2000, help="runs made through the service; a quarter the customer's"
+    )
+    parser.add_argument("--samples", type=int, default=30)
+    args = parser.parse_args()
+    report: dict[str, Any] = {"revision": git_revision(), "machine": machine_facts(), "args": vars(args)}
+    with durable_cluster() as cluster, app_running(cluster, workers=1, concurrency=20) as ctx:
+        from django.db import connection
+
+        from runs import services
+
+        owner = ctx.user
+        theirs = args.base // 4
+        log(f"{args.base} runs, {theirs} of customer 42")
+        for n in range(args.base):
+            metadata = CUSTOMER if n % 4 == 0 else {"customer": f"c{n % 5000}"}
+            services.run_create(owner=owner, agent="demo", input=LONG, metadata=metadata)
+        http, other = Http(ctx.base, ctx.token), Http(ctx.base, ctx.token)
+        for _ in range(20):  # the pool's connections, the first imports and caches
+            http.request("GET", LIST_PATH)
+
+        alone: list[float] = []
+        cancel_loop(other, alone, None, args.samples)
+        report["single_cancel_alone_ms"] = summary(alone)
+
+        during: list[float] = []
+        stop = threading.Event()
+        meanwhile = threading.Thread(target=cancel_loop, args=(other, during, stop, 0))
+        meanwhile.start()
+        t0 = time.perf_counter()
+        status, answer = http.request("POST", "/api/runs/cancel/", {"filter": {"metadata": CUSTOMER}, "max": theirs})
+        took = time.perf_counter() - t0
+        stop.set()
+        meanwhile.join()
+        assert status == 200, (status, answer)
+        report["bulk_cancel"] = {"runs": theirs, "seconds": round(took, 2), "counts": answer["counts"]}
+        report["single_cancel_during_bulk_ms"] = summary(during) if during else None
+        log(f"bulk cancel of {theirs}: {took:.2f} s; single cancels meanwhile: {len(during)}")
+
+        report["list"] = {}
+        stored = args.base + 2 * args.samples
+        for factor in (1, 10, 100):
+            missing = args.base * factor - stored
+            if missing > 0:
+                log(f"inserting {missing} finished runs of other customers")
+                with connection.cursor() as cursor:
+                    cursor.execute(_BACKGROUND, {"owner": owner.pk, "count": missing})
+                    cursor.execute("VACUUM ANALYZE runs_run")
+                stored += missing
+            report["list"][f"x{factor}"] = {"stored_runs": stored, **measure_list(http, owner, args.samples)}
+            log(f"x{factor}: {report['list'][f'x{factor}']['ms']}")
+        connection.close()
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
