@@ -64,7 +64,7 @@ def test_the_metadata_has_the_licence_one_version_and_the_extras(built: Built) -
     core = {requirement_name(r) for r in requires if "extra ==" not in r}
     assert {"django", "djangorestframework", "drf-spectacular", "httpx", "prometheus-client"} <= core
     assert core & EXTRA_DISTRIBUTIONS == set()
-    assert {"server", "postgres", "edge", "openai", "all", "dev"} <= set(meta.get_all("Provides-Extra"))
+    assert {"server", "postgres", "edge", "openai", "all", "docs", "dev"} <= set(meta.get_all("Provides-Extra"))
     extra_of = {
         requirement_name(r): r.rsplit('extra == "', 1)[1].rstrip('"')
         for r in requires
@@ -72,7 +72,7 @@ def test_the_metadata_has_the_licence_one_version_and_the_extras(built: Built) -
     }
     assert {extra_of[name] for name in ("uvicorn", "psycopg", "pyzmq", "pyjwt")} == {"server", "postgres", "edge"}
     assert 'runledger[edge,openai,postgres,server]; extra == "all"' in requires
-    assert 'runledger[all]; extra == "dev"' in requires
+    assert 'runledger[all,docs]; extra == "dev"' in requires
 
 
 @pytest.mark.sqlite

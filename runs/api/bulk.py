@@ -8,7 +8,7 @@ matching run the caller may command gets the single command (`runs.services.bulk
 from collections.abc import Callable
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from runs.api.apis import RunApi, RunCollectionApi, _caller, _valid
 from runs.api.filters import RunFilterSerializer, run_filters
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, documented, responses
+from runs.api.serializers import ErrorSerializer
 from runs.metadata import MAX_KEYS, key_problem, value_problem
 from runs.selectors import run_list
 from runs.services import (
@@ -164,7 +165,14 @@ def _bulk_schema(*, verb: str, done: str, request: Any, extra: str) -> Callable[
         f"runs {done} stay so, and its retry {verb}s the rest.",
         request=request,
         parameters=[IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED],
-        responses=responses({200: _outcomes_serializer(done)}, 400, 409, 413, 415, 422),
+        responses={
+            **responses({200: _outcomes_serializer(done)}, 400, 413, 415, 422),
+            # Not the conflict of one run's state: no `run` in it.
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="`too_many_matches`: more runs match than `max` (`detail.count`); nothing was done",
+            ),
+        },
     )
 
 

@@ -27,8 +27,7 @@ _ERRORS: dict[int, OpenApiResponse] = {
     409: OpenApiResponse(
         ConflictSerializer,
         description="`invalid_transition`, `stale_ticket` or `budget_exhausted`: the run's committed state "
-        "does not allow it; `run` is that state. Or, from a command by filter, `too_many_matches`: more runs "
-        "match than `max` (`detail.count`), no `run`, nothing done",
+        "does not allow it; `run` is that state",
     ),
     413: OpenApiResponse(ErrorSerializer, description="`payload_too_large`: the body is over the size limit"),
     415: OpenApiResponse(ErrorSerializer, description="`unsupported_media_type`: send application/json"),
