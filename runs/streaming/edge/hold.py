@@ -32,7 +32,6 @@ import logging
 import math
 import time
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
@@ -78,14 +77,8 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
 
 
 @csrf_exempt
-def recover(request: HttpRequest, run_id: str) -> HttpResponse:
-    """Pushpin's fetch of a held stream's link.
-
-    A synchronous view, unlike the connect: every held stream's link is fetched every link timeout,
-    most fetches find nothing new, and as an async view each paid Django's synchronous
-    middlewares one thread hop apiece (5.8 ms of CPU a fetch, against 1.9 ms run as the API's
-    views are, in one call on the web threads, measured in process here). Pushpin retries a failed
-    fetch itself, so it needs no place in the connects' line (hub.run_open_check)."""
+async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Pushpin's fetch of a held stream's link."""
     position = grip.last_id(request, grip.channel(run_id))
     token = grip.last_id(request, grip.LINK_CHANNEL)
     if (
@@ -96,23 +89,16 @@ def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         or not grip.signed_by_pushpin(request)
     ):
         return _not_pushpins(request)
-    if not publisher.running():
-        # Under Django's own handler (no lifespan) a restarted process may see a fetch before any
-        # connect: start the publisher there too, on the server's event loop.
-        async_to_sync(_start_publisher)()
+    publisher.start()
     found = read(run_id=run_id, token=token)
     if found is None:
         log.warning("run %s: a link fetch signed by Pushpin with a token not minted for this run", run_id)
         return _end()
     try:
-        return _recover_sync(found, token, position, request.path)
-    except DatabaseError:
+        return await hub.run_open_check(_recover_sync, found, token, position, request.path)
+    except (DatabaseError, TimeoutError):
         # Pushpin retries a failed fetch by itself (five times, backing off).
         return _unavailable()
-
-
-async def _start_publisher() -> None:
-    publisher.start()
 
 
 def _not_pushpins(request: HttpRequest) -> HttpResponse:

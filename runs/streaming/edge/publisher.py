@@ -338,10 +338,6 @@ class Publisher:
 _running: list[tuple[Publisher, "asyncio.Task[None]"]] = []
 
 
-def running() -> bool:
-    return bool(_running)
-
-
 def start() -> Publisher | None:
     """Start this process's publisher, if there is an edge; on the running event loop."""
     if not conf.GRIP_URL or _running:
