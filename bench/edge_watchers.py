@@ -107,19 +107,21 @@ class Watcher(asyncio.Protocol):
             self.ended.set_result(None)
 
 
-async def client_main(base: str, path: str, token: str, count: int, out: Path) -> None:
-    """Hold `count` streams; print "ready" once all follow the run; when all have ended (or on
-    SIGUSR1), write what they received to `out`. A connect that is refused or answered other than
-    200 is tried again after a pause, as a browser's EventSource or the Python client would."""
+async def client_main(base: str, paths: list[str], token: str, out: Path) -> None:
+    """Hold a stream of each of `paths`; print "ready" once all follow their run; when all have
+    ended (or on SIGUSR1), write what they received to `out`, by path. A connect that is refused or
+    answered other than 200 is tried again after a pause, as a browser's EventSource or the Python
+    client would."""
     loop = asyncio.get_running_loop()
     finish = asyncio.Event()
     loop.add_signal_handler(signal.SIGUSR1, finish.set)
     host, port = base.removeprefix("http://").split(":")
     gate = asyncio.Semaphore(CONNECTS_IN_FLIGHT)
-    watchers: list[Watcher] = []
+    watchers: list[tuple[str, Watcher]] = []
     retries = 0
+    refused: Counter[str] = Counter()
 
-    async def connect() -> None:
+    async def connect(path: str) -> None:
         nonlocal retries
         for attempt in range(CONNECT_TRIES):
             connected, ended = asyncio.Event(), loop.create_future()
@@ -130,21 +132,26 @@ async def client_main(base: str, path: str, token: str, count: int, out: Path) -
                     await asyncio.wait_for(connected.wait(), 60)
             if watcher.chunks and watcher.chunks[0][1].startswith(b"HTTP/1.1 200") and not ended.done():
                 break
+            # Why it is tried again: the answer's status line, or how the connection ended.
+            answer = b"".join(c for _, c in watcher.chunks)
+            refused[answer.split(b"\r\n", 1)[0].decode(errors="replace") or "no answer"] += 1
+            if answer.startswith(b"HTTP/1.1 200"):
+                refused["200, then closed"] += 1
             if attempt < CONNECT_TRIES - 1:
                 retries += 1
                 await asyncio.sleep(0.5 * 2**attempt)  # the retry's backoff
-        watchers.append(watcher)
+        watchers.append((path, watcher))
 
-    await asyncio.gather(*(connect() for _ in range(count)))
+    await asyncio.gather(*(connect(path) for path in paths))
     print("ready", flush=True)
-    all_ended = asyncio.ensure_future(asyncio.gather(*(w.ended for w in watchers)))
+    all_ended = asyncio.gather(*(w.ended for _, w in watchers))
     await asyncio.wait([all_ended, asyncio.ensure_future(finish.wait())], return_when=asyncio.FIRST_COMPLETED)
-    received: dict[int, list[float]] = {}
-    # How many events each watcher got that were exactly 1, 2, … n in order, ending with the
-    # terminal one; the driver knows n.
-    exact: Counter[int] = Counter()
+    # By path: the arrival times of each event, and how many watchers got events that were
+    # exactly 1, 2, … n in order, ending with the terminal one (the driver knows n).
+    received: dict[str, dict[int, list[float]]] = {}
+    exact: dict[str, Counter[int]] = {}
     failures = []
-    for watcher in watchers:
+    for path, watcher in watchers:
         head = b"".join(c for _, c in watcher.chunks[:2])[:12]
         if not head.startswith(b"HTTP/1.1 200"):
             failures.append(head.decode(errors="replace") or "no answer")
@@ -154,11 +161,11 @@ async def client_main(base: str, path: str, token: str, count: int, out: Path) -
         events = parse_sse(watcher.chunks)
         seqs = [e.seq for e in events]
         if events and seqs == list(range(1, len(seqs) + 1)) and events[-1].event == "run.completed":
-            exact[len(seqs)] += 1
+            exact.setdefault(path, Counter())[len(seqs)] += 1
         else:
             failures.append(f"got {len(seqs)} events, first {seqs[:3]}, last {seqs[-3:]}")
         for event in events:
-            received.setdefault(event.seq, []).append(event.received_at)
+            received.setdefault(path, {}).setdefault(event.seq, []).append(event.received_at)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out.write_text(
         json.dumps(
@@ -169,12 +176,36 @@ async def client_main(base: str, path: str, token: str, count: int, out: Path) -
                 "received": received,
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,
                 "connect_retries": retries,
+                "connects_refused": refused,
             }
         )
     )
 
 
 # --- the driver ----------------------------------------------------------------------------------
+
+
+def start_clients(
+    name: str, base: str, shares: list[list[str]], token: str, env: dict[str, str], work: Path
+) -> tuple[list[tuple["subprocess.Popen[str]", Path]], float]:
+    """A client process (`--client`) per share of the watchers' paths, each writing what it got to
+    a file of `work`; once every one holds all its streams: the processes with their files, and
+    the seconds that took."""
+    client_procs = []
+    t0 = time.monotonic()
+    for i, paths in enumerate(shares):
+        out = work / f"{name}-client-{i}.json"
+        paths_file = work / f"{name}-paths-{i}.json"
+        paths_file.write_text(json.dumps(paths))
+        args = [sys.executable, __file__, "--client", base, str(paths_file), token, str(out)]
+        client_procs.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True), out))
+    for popen, _ in client_procs:
+        assert popen.stdout is not None
+        line = popen.stdout.readline().strip()
+        assert line == "ready", f"a client process said {line!r}"
+    connect_seconds = time.monotonic() - t0
+    log(f"{name}: all connected in {connect_seconds:.1f} s")
+    return client_procs, connect_seconds
 
 
 def raise_open_files() -> None:
@@ -225,19 +256,8 @@ def run_phase(
     log(f"{name}: {watchers} watchers through {base} from {clients} client processes")
     path = f"/api/runs/{run.pk}/stream/?after_seq=0"
     web_port = int(web.url.rsplit(":", 1)[1])
-    client_procs = []
-    t0 = time.monotonic()
-    for i in range(clients):
-        share = watchers // clients + (i < watchers % clients)
-        out = work / f"{name}-client-{i}.json"
-        args = [sys.executable, __file__, "--client", base, path, token, str(share), str(out)]
-        client_procs.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True), out))
-    for popen, _ in client_procs:
-        assert popen.stdout is not None
-        line = popen.stdout.readline().strip()
-        assert line == "ready", f"a client process said {line!r}"
-    connect_seconds = time.monotonic() - t0
-    log(f"{name}: all connected in {connect_seconds:.1f} s")
+    shares = [[path] * (watchers // clients + (i < watchers % clients)) for i in range(clients)]
+    client_procs, connect_seconds = start_clients(name, base, shares, token, env, work)
     # The connect burst settles: the connections Pushpin opened to the web process for the
     # connects idle out (uvicorn closes a keep-alive connection after 5 s without a request).
     settle_until = time.monotonic() + 15
@@ -318,10 +338,10 @@ def run_phase(
         result = json.loads(out.read_text())
         client_cpu += result["cpu_seconds"]
         connect_retries += result["connect_retries"]
-        exact.update({int(k): v for k, v in result["exact"].items()})
+        exact.update({int(k): v for k, v in result["exact"].get(path, {}).items()})
         failures += result["failures"]
         failed += result["failed"]
-        for seq, times in result["received"].items():
+        for seq, times in result["received"].get(path, {}).items():
             if int(seq) in committed:
                 delays += [(t - committed[int(seq)]) * 1000 for t in times]
     last_seq = max(committed)  # the terminal event's
@@ -359,13 +379,13 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="client processes holding the watchers")
     parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N behind the edge")
     parser.add_argument("--database-url", help="an existing, empty PostgreSQL database instead of a new cluster")
-    parser.add_argument("--client", nargs=5, metavar=("BASE", "PATH", "TOKEN", "N", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=4, metavar=("BASE", "PATHS", "TOKEN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         import uvloop
 
-        base, path, token, count, out = args.client
-        uvloop.run(client_main(base, path, token, int(count), Path(out)))
+        base, paths_file, token, out = args.client
+        uvloop.run(client_main(base, json.loads(Path(paths_file).read_text()), token, Path(out)))
         return 0
 
     raise_open_files()
@@ -446,11 +466,18 @@ def main() -> int:
         "phases": phases,
     }
     print_table(report)
+    return write_report("edge_watchers", report)
+
+
+def write_report(name: str, report: dict[str, Any]) -> int:
+    """The report as JSON in bench/results/; the exit status: 0 when every phase's watchers all got
+    every event once, in order."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out_path = RESULTS / f"edge_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out_path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out_path.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nJSON: {out_path.relative_to(ROOT)}")
-    return 0 if all(p["watchers_with_every_event_once_in_order"] == p["watchers"] for p in phases.values()) else 1
+    phases = report["phases"].values()
+    return 0 if all(p["watchers_with_every_event_once_in_order"] == p["watchers"] for p in phases) else 1
 
 
 def print_table(r: dict[str, Any]) -> None:

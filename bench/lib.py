@@ -228,6 +228,7 @@ class CpuMeter:
         return {
             "machine_cpu_busy_pct": round(100 * (busy1 - busy0) / max(total1 - total0, 1), 1),
             "process_cores": {k: round((procs1[k] - procs0[k]) / tick / seconds, 2) for k in procs1},
+            "process_seconds": {k: (procs1[k] - procs0[k]) / tick for k in procs1},
         }
 
 

@@ -85,14 +85,16 @@ class Edge:
         return self.proc.stop(timeout=15)
 
 
-def start_edge(procs: Procs, *, upstream: Proc | int, control: str, port: int | None = None) -> Edge:
+def start_edge(
+    procs: Procs, *, upstream: Proc | int, control: str, port: int | None = None, log_level: int = 2
+) -> Edge:
     """`bin/edge` on `port` (a free one by default) in front of `upstream` (a web process, or a
     port); ready once it says so (a stream held by its handler, its control socket answering) and
     a request through it reaches the web process."""
     port = port or free_port()
     upstream_port = upstream if isinstance(upstream, int) else upstream.port
     args = [str(ROOT / "bin" / "edge"), "--port", f"127.0.0.1:{port}", "--control", control.removeprefix("ipc://")]
-    args += ["--upstream", f"127.0.0.1:{upstream_port}"]
+    args += ["--upstream", f"127.0.0.1:{upstream_port}", "--log-level", str(log_level)]
     # The test's interpreter (the project's); the same environment as the web processes', so the
     # same signing key.
     proc = procs.start("edge", args, subprocess_env(PYTHON=sys.executable), port=port)

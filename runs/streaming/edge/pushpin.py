@@ -31,6 +31,9 @@ from runs.streaming.edge.control import call, private_folder
 PROBE_PATH = "/.runledger-edge-probe/"
 # Streams one Pushpin holds at most (its default).
 MAX_CONNECTIONS = 50_000
+# Connections from Pushpin's proxy to its zurl (see zurl_out_specs below).
+ZURL_PIPES = 8
+ZURL_OUT_SPECS = ",".join(["ipc://{rundir}/{ipc_prefix}zurl-in"] * ZURL_PIPES)
 
 
 def config_text(*, port: str, control: Path, run_dir: Path, key: str, log_level: int) -> str:
@@ -61,7 +64,11 @@ x_forwarded_for=append
 accept_x_forwarded_protocol=true
 set_x_forwarded_protocol=proto-only
 updates_check=off
-zurl_out_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-in
+# The same zurl socket, connected ZURL_PIPES times: the proxy hands each new request to zurl through
+# a ZeroMQ pipe that holds 100 (Pushpin's OUT_HWM, fixed), and answers a request it cannot hand
+# over at once 502 Bad Gateway, which an EventSource never retries. A herd of connects (200 in a
+# few milliseconds) overflowed one pipe; each connection adds a pipe.
+zurl_out_specs={ZURL_OUT_SPECS}
 zurl_out_stream_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-in-stream
 zurl_in_specs=ipc://{{rundir}}/{{ipc_prefix}}zurl-out
 
