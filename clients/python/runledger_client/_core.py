@@ -248,6 +248,13 @@ def command_where(action: str, filters: Mapping[str, Any], fields: dict[str, Any
     return Call("POST", f"/api/runs/{action}/", BulkResult.from_body, json=body, headers=headers)
 
 
+def stop_where(
+    filters: Mapping[str, Any], *, max: int, reason: str, code: str | None, key: str | None
+) -> Call[BulkResult]:
+    fields = {"max": max, "reason": reason} | ({} if code is None else {"code": code})
+    return command_where("stop", filters, fields, key)
+
+
 def count_where(filters: Mapping[str, Any]) -> Call[BulkResult]:
     # `max` 0 does nothing: the answer is the count (a 409 when any match, read by the caller).
     return Call("POST", "/api/runs/cancel/", BulkResult.from_body, json={"filter": match_body(filters), "max": 0})

@@ -106,8 +106,7 @@ class AsyncClient:
         idempotency_key: str | None = None,
         **filters: Unpack[_core.RunMatch],
     ) -> BulkResult:
-        fields = {"max": max, "reason": reason} | ({} if code is None else {"code": code})
-        return await self._send(_core.command_where("stop", filters, fields, idempotency_key))
+        return await self._send(_core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key))
 
     async def cancel(self, run_id: str, note: str = "") -> Run:
         return await self._send(_core.cancel(run_id, note))

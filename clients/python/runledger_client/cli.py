@@ -87,13 +87,15 @@ def printable_json(text: str) -> str:
 # --- the commands: each takes the client and its arguments, and returns the exit status ---------
 
 
+def _budgets(args: argparse.Namespace) -> dict[str, Any]:
+    """The budgets and deadline a create or a rerun was given (None: not given)."""
+    return {name: getattr(args, name) for name in ("max_steps", "max_events", "max_attempts", "deadline")}
+
+
 def cmd_create(client: Client, args: argparse.Namespace) -> int:
     options = {
         "parent": args.parent,
-        "max_steps": args.max_steps,
-        "max_events": args.max_events,
-        "max_attempts": args.max_attempts,
-        "deadline": args.deadline,
+        **_budgets(args),
         "metadata": dict(args.meta) if args.meta else None,
         "priority": args.priority,
         "start_after": args.start_after,
@@ -233,13 +235,7 @@ def cmd_resume(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(client: Client, args: argparse.Namespace) -> int:
-    overrides = {
-        "input": args.input,
-        "max_steps": args.max_steps,
-        "max_events": args.max_events,
-        "max_attempts": args.max_attempts,
-        "deadline": args.deadline,
-    }
+    overrides = {"input": args.input, **_budgets(args)}
     run = client.rerun(args.id, from_seq=args.from_seq, **{k: v for k, v in overrides.items() if v is not None})
     print(run.id)
     return 0

@@ -159,8 +159,7 @@ class Client:
         **filters: Unpack[_core.RunMatch],
     ) -> BulkResult:
         """`cancel_where`, stopping each run with `reason` (and `code`) as `stop()` does."""
-        fields = {"max": max, "reason": reason} | ({} if code is None else {"code": code})
-        return self._send(_core.command_where("stop", filters, fields, idempotency_key))
+        return self._send(_core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key))
 
     def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         """Any API request: the decoded JSON of a 2xx answer, else the typed error. Retried like
