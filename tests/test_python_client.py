@@ -61,14 +61,14 @@ def test_streams_reassemble_every_stored_event_through_200_server_side_cuts(
     async def five_at_once() -> list[tuple[str, list[Any]]]:
         """Four runs on one AsyncClient and one on the sync Client (in a thread), all at once."""
         async with rl.AsyncClient(proxy.url, token, retry=FAST) as aclient:
-            runs = [await aclient.create("demo", demo) for _ in range(4)]
+            runs = [await aclient.runs.create("demo", demo) for _ in range(4)]
 
             async def read(run: rl.Run) -> tuple[str, list[Any]]:
-                return run.id, [event.object async for event in aclient.stream(run.id)]
+                return run.id, [event.object async for event in aclient.runs.stream(run.id)]
 
             def read_sync() -> tuple[str, list[Any]]:
-                run = client.create("demo", demo)
-                return run.id, [event.object for event in client.stream(run.id)]
+                run = client.runs.create("demo", demo)
+                return run.id, [event.object for event in client.runs.stream(run.id)]
 
             return list(await asyncio.gather(asyncio.to_thread(read_sync), *(read(run) for run in runs)))
 
@@ -85,23 +85,23 @@ def test_streams_reassemble_every_stored_event_through_200_server_side_cuts(
 
 
 def test_a_stream_ends_at_204_for_a_finished_run_read_to_its_end(client: rl.Client) -> None:
-    run = client.wait(client.create("demo", {"deltas": 3, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 3, "delay_ms": 0}).id)
     assert run.status == "completed"
-    assert list(client.stream(run.id, after_seq=run.last_seq)) == []
-    tail = list(client.stream(run.id, after_seq=run.last_seq - 2))
+    assert list(client.runs.stream(run.id, after_seq=run.last_seq)) == []
+    tail = list(client.runs.stream(run.id, after_seq=run.last_seq - 2))
     assert [e.seq for e in tail] == [run.last_seq - 1, run.last_seq]
 
 
 def test_json_event_pages_are_the_stored_log(client: rl.Client) -> None:
-    run = client.wait(client.create("demo", {"deltas": 7, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 7, "delay_ms": 0}).id)
     objects: list[Any] = []
-    page = client.events(run.id, limit=3)
+    page = client.runs.events(run.id, limit=3)
     while True:
         assert len(page.events) <= 3
         objects += [e.object for e in page.events]
         if page.end_of_stream:
             break
-        page = client.events(run.id, after_seq=page.next_after_seq, limit=3)
+        page = client.runs.events(run.id, after_seq=page.next_after_seq, limit=3)
     assert_is_the_stored_log(objects, run.id)
     assert page.run_status == "completed" and page.last_seq == run.last_seq
 
@@ -113,12 +113,12 @@ def test_create_retried_across_a_dropped_answer_makes_one_run(
     proxy: CuttableProxy, alice: User, client: rl.Client
 ) -> None:
     proxy.drop_next_answer("/api/runs/")
-    run = client.create("demo", {"deltas": 2, "delay_ms": 0})
+    run = client.runs.create("demo", {"deltas": 2, "delay_ms": 0})
     posts = [r for r in proxy.requests if r.method == "POST"]
     assert proxy.dropped_answers == 1
     assert len(posts) == 2 and posts[0].headers["idempotency-key"] == posts[1].headers["idempotency-key"]
     assert list(Run.objects.filter(owner=alice).values_list("pk", flat=True)) == [uuid.UUID(run.id)]
-    assert client.wait(run.id).output["text"] == demo_text(2)
+    assert client.runs.wait(run.id).output["text"] == demo_text(2)
 
 
 def test_a_cancel_retried_across_a_dropped_answer_returns_the_cancelled_run_and_waits_for_its_release(
@@ -128,13 +128,13 @@ def test_a_cancel_retried_across_a_dropped_answer_returns_the_cancelled_run_and_
 
     async def scenario() -> tuple[rl.Run, rl.Run]:
         async with rl.AsyncClient(proxy.url, token, retry=FAST) as aclient:
-            run = await aclient.create("demo", {"deltas": 2, "tool": "slow", "tool_ms": 60_000})
-            async for event in aclient.stream(run.id):
+            run = await aclient.runs.create("demo", {"deltas": 2, "tool": "slow", "tool_ms": 60_000})
+            async for event in aclient.runs.stream(run.id):
                 if event.type == "tool.started":
                     break
             proxy.drop_next_answer(f"/api/runs/{run.id}/cancel/")
-            cancelled = await aclient.cancel(run.id, note="enough")
-            return cancelled, await aclient.wait(run.id, released=True, timeout=30)
+            cancelled = await aclient.runs.cancel(run.id, note="enough")
+            return cancelled, await aclient.runs.wait(run.id, released=True, timeout=30)
 
     cancelled, released = run_async(scenario)
     assert proxy.dropped_answers == 1
@@ -151,35 +151,35 @@ def test_ask_resume_pause_cancel_and_stop_through_the_async_client(proxy: Cuttab
 
     async def scenario() -> dict[str, rl.Run]:
         async with rl.AsyncClient(proxy.url, token, retry=FAST) as aclient:
-            asked = await aclient.create("demo", {"deltas": 4, "delay_ms": 0, "ask": "name?"})
-            async for event in aclient.stream(asked.id):
+            asked = await aclient.runs.create("demo", {"deltas": 4, "delay_ms": 0, "ask": "name?"})
+            async for event in aclient.runs.stream(asked.id):
                 if event.type == "run.waiting":
                     assert event.data == {"reason": "input_required", "prompt": "name?"}
                     break
-            waiting = await aclient.get(asked.id)
+            waiting = await aclient.runs.get(asked.id)
             assert waiting.status == "waiting" and waiting.resume_ticket
-            await aclient.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
+            await aclient.runs.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
             # Retried after a lost answer, the same resume is answered again and changes nothing.
-            await aclient.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
-            answered = await aclient.wait(asked.id, timeout=30)
+            await aclient.runs.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
+            answered = await aclient.runs.wait(asked.id, timeout=30)
 
-            paused = await aclient.create("demo", {"deltas": 400, "delay_ms": 20})
-            async for event in aclient.stream(paused.id):
+            paused = await aclient.runs.create("demo", {"deltas": 400, "delay_ms": 20})
+            async for event in aclient.runs.stream(paused.id):
                 if event.seq == 3:  # the first output.delta: running
-                    pending = await aclient.pause(paused.id)
+                    pending = await aclient.runs.pause(paused.id)
                     assert pending.status == "running"  # 202: the worker parks it at its next boundary
                 elif event.type == "run.waiting":
                     assert event.data["reason"] == "paused"
                     break
-            cancelled = await aclient.cancel(paused.id)
+            cancelled = await aclient.runs.cancel(paused.id)
 
-            stopped = await aclient.create("demo", {"deltas": 400, "delay_ms": 20})
-            async for event in aclient.stream(stopped.id):
+            stopped = await aclient.runs.create("demo", {"deltas": 400, "delay_ms": 20})
+            async for event in aclient.runs.stream(stopped.id):
                 if event.type == "output.delta":
                     break
             with pytest.raises(TimeoutError):
-                await aclient.wait(stopped.id, timeout=0.3)
-            stop = await aclient.stop(stopped.id, "over budget", code="policy")
+                await aclient.runs.wait(stopped.id, timeout=0.3)
+            stop = await aclient.runs.stop(stopped.id, "over budget", code="policy")
             return {"answered": answered, "cancelled": cancelled, "stop": stop}
 
     runs = run_async(scenario)
@@ -191,20 +191,20 @@ def test_ask_resume_pause_cancel_and_stop_through_the_async_client(proxy: Cuttab
 
 
 def test_list_iterates_every_page_newest_first_with_filters(client: rl.Client, bob: User) -> None:
-    made = [client.create("demo", {"deltas": 1, "delay_ms": 0}) for _ in range(5)]
+    made = [client.runs.create("demo", {"deltas": 1, "delay_ms": 0}) for _ in range(5)]
     for run in made:
-        client.wait(run.id)
-    cancelled = client.create("demo", {"deltas": 100, "delay_ms": 50}, metadata={"customer": "42"})
+        client.runs.wait(run.id)
+    cancelled = client.runs.create("demo", {"deltas": 100, "delay_ms": 50}, metadata={"customer": "42"})
     assert cancelled.metadata == {"customer": "42"}
-    client.cancel(cancelled.id)
+    client.runs.cancel(cancelled.id)
     services.run_cancel(run_id=queued_run(bob).pk, actor=bob)  # not alice's: never listed
-    listed = list(client.list(page_size=2))
+    listed = list(client.runs.list(page_size=2))
     assert [r.id for r in listed] == [cancelled.id, *(r.id for r in reversed(made))]
-    assert [r.id for r in client.list(status="cancelled")] == [cancelled.id]
-    assert [r.id for r in client.list(status=["cancelled", "completed"], page_size=2)] == [r.id for r in listed]
-    assert [r.id for r in client.list(metadata={"customer": "42"}, end_code="cancelled_by_user")] == [cancelled.id]
-    assert list(client.list(metadata={"customer": "7"})) == []
-    assert list(client.list(agent="nobody")) == []
+    assert [r.id for r in client.runs.list(status="cancelled")] == [cancelled.id]
+    assert [r.id for r in client.runs.list(status=["cancelled", "completed"], page_size=2)] == [r.id for r in listed]
+    assert [r.id for r in client.runs.list(metadata={"customer": "42"}, end_code="cancelled_by_user")] == [cancelled.id]
+    assert list(client.runs.list(metadata={"customer": "7"})) == []
+    assert list(client.runs.list(agent="nobody")) == []
 
 
 # --- every error code is its exception ------------------------------------------------------------
@@ -213,7 +213,7 @@ def test_list_iterates_every_page_newest_first_with_filters(client: rl.Client, b
 def test_every_error_code_the_server_sends_is_its_exception(
     client: rl.Client, proxy: CuttableProxy, alice: User
 ) -> None:
-    run = client.wait(client.create("demo", {"deltas": 1, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 1, "delay_ms": 0}).id)
     unknown = str(uuid.uuid4())
 
     def raised(exception: type[rl.APIError], call: Callable[[], Any]) -> rl.APIError:
@@ -222,22 +222,23 @@ def test_every_error_code_the_server_sends_is_its_exception(
         assert type(caught.value) is exception
         return caught.value
 
-    refused = raised(rl.ValidationError, lambda: client.create("no-such-agent"))
+    refused = raised(rl.ValidationError, lambda: client.runs.create("no-such-agent"))
     assert refused.status == 400 and "agent" in refused.detail
     with rl.Client(proxy.url, "wrong-token") as stranger:
         assert raised(rl.NotAuthenticated, lambda: stranger.get(run.id)).status == 401
         raised(rl.NotAuthenticated, lambda: list(stranger.stream(run.id)))
-    assert raised(rl.PermissionDenied, lambda: client.stop(run.id, "no")).status == 403
-    raised(rl.NotFound, lambda: client.get(unknown))
-    raised(rl.NotFound, lambda: list(client.stream(unknown)))
-    conflict = raised(rl.InvalidTransition, lambda: client.cancel(run.id))
+    assert raised(rl.PermissionDenied, lambda: client.runs.stop(run.id, "no")).status == 403
+    raised(rl.NotFound, lambda: client.runs.get(unknown))
+    raised(rl.NotFound, lambda: list(client.runs.stream(unknown)))
+    conflict = raised(rl.InvalidTransition, lambda: client.runs.cancel(run.id))
     assert conflict.status == 409 and conflict.run is not None and conflict.run.status == "completed"
     key = uuid.uuid4().hex
-    client.create("demo", {"deltas": 1, "delay_ms": 0}, idempotency_key=key)
+    client.runs.create("demo", {"deltas": 1, "delay_ms": 0}, idempotency_key=key)
     assert (
-        raised(rl.IdempotencyMismatch, lambda: client.create("demo", {"deltas": 2}, idempotency_key=key)).status == 422
+        raised(rl.IdempotencyMismatch, lambda: client.runs.create("demo", {"deltas": 2}, idempotency_key=key)).status
+        == 422
     )
-    assert raised(rl.PayloadTooLarge, lambda: client.create("demo", {"pad": "x" * 300_000})).status == 413
+    assert raised(rl.PayloadTooLarge, lambda: client.runs.create("demo", {"pad": "x" * 300_000})).status == 413
     assert raised(rl.MethodNotAllowed, lambda: client.request("DELETE", f"/api/runs/{run.id}/")).status == 405
 
     def unsupported() -> Any:
@@ -245,28 +246,28 @@ def test_every_error_code_the_server_sends_is_its_exception(
 
     assert raised(rl.UnsupportedMediaType, unsupported).status == 415
 
-    asking = client.create("demo", {"deltas": 2, "delay_ms": 0, "ask": "?"})
-    for event in client.stream(asking.id):
+    asking = client.runs.create("demo", {"deltas": 2, "delay_ms": 0, "ask": "?"})
+    for event in client.runs.stream(asking.id):
         if event.type == "run.waiting":
             break
-    stale = raised(rl.StaleTicket, lambda: client.resume(asking.id, "not-the-ticket"))
+    stale = raised(rl.StaleTicket, lambda: client.runs.resume(asking.id, "not-the-ticket"))
     assert stale.run is not None and stale.run.status == "waiting"
     # Its question (run.waiting) took the one event of its budget: a resume would pass it.
-    full = client.create("demo", {"deltas": 1, "delay_ms": 0, "ask": "?"}, max_events=1)
-    for event in client.stream(full.id):
+    full = client.runs.create("demo", {"deltas": 1, "delay_ms": 0, "ask": "?"}, max_events=1)
+    for event in client.runs.stream(full.id):
         if event.type == "run.waiting":
             break
-    ticket = client.get(full.id).resume_ticket
+    ticket = client.runs.get(full.id).resume_ticket
     assert ticket is not None
-    exhausted = raised(rl.BudgetExhausted, lambda: client.resume(full.id, ticket))
+    exhausted = raised(rl.BudgetExhausted, lambda: client.runs.resume(full.id, ticket))
     assert exhausted.status == 409 and exhausted.run is not None
     assert (exhausted.run.status, exhausted.run.events_used, exhausted.run.max_events) == ("waiting", 1, 1)
-    client.cancel(full.id)
+    client.runs.cancel(full.id)
     # A cursor past the end of a live run.
-    raised(rl.ValidationError, lambda: list(client.stream(asking.id, after_seq=10_000)))
-    client.cancel(asking.id)
+    raised(rl.ValidationError, lambda: list(client.runs.stream(asking.id, after_seq=10_000)))
+    client.runs.cancel(asking.id)
     for _ in range(2):  # a cancel of a cancelled run is a success, not an error
-        assert client.cancel(asking.id).status == "cancelled"
+        assert client.runs.cancel(asking.id).status == "cancelled"
 
 
 def test_a_server_without_its_database_is_retried_then_raises_database_unavailable(procs: Procs, alice: User) -> None:
@@ -278,7 +279,7 @@ def test_a_server_without_its_database_is_retried_then_raises_database_unavailab
     try:
         client = rl.Client(proxy.url, token, retry=rl.Retry(attempts=3, base=0.01, cap=0.05))
         with client, pytest.raises(rl.DatabaseUnavailable) as caught:
-            client.create("demo")
+            client.runs.create("demo")
     finally:
         proxy.stop()
     assert caught.value.status == 503
@@ -309,7 +310,7 @@ def test_too_many_requests_carries_retry_after() -> None:
     try:
         client = rl.Client(f"http://127.0.0.1:{server.server_address[1]}", "t")
         with client, pytest.raises(rl.TooManyRequests) as caught:
-            client.get(str(uuid.uuid4()))
+            client.runs.get(str(uuid.uuid4()))
     finally:
         server.shutdown()
         server.server_close()
@@ -317,30 +318,30 @@ def test_too_many_requests_carries_retry_after() -> None:
 
 
 def test_rerun_and_fork_through_the_client(client: rl.Client) -> None:
-    original = client.wait(client.create("demo", {"deltas": 6, "delay_ms": 0}).id)
-    fourth = [e for e in client.events(original.id).events if e.type == "output.delta"][3]
+    original = client.runs.wait(client.runs.create("demo", {"deltas": 6, "delay_ms": 0}).id)
+    fourth = [e for e in client.runs.events(original.id).events if e.type == "output.delta"][3]
 
-    again = client.rerun(original.id, input={"deltas": 2, "delay_ms": 0}, max_steps=9)
-    fork = client.rerun(original.id, from_seq=fourth.seq)
+    again = client.runs.rerun(original.id, input={"deltas": 2, "delay_ms": 0}, max_steps=9)
+    fork = client.runs.rerun(original.id, from_seq=fourth.seq)
 
     assert (again["rerun_of"], again["input"], again.max_steps) == (original.id, {"deltas": 2, "delay_ms": 0}, 9)
-    assert client.wait(fork.id).output == original.output == {"text": demo_text(6), "deltas": 6}
+    assert client.runs.wait(fork.id).output == original.output == {"text": demo_text(6), "deltas": 6}
     with pytest.raises(rl.ValidationError, match="passes the end"):
-        client.rerun(original.id, from_seq=original.last_seq + 1)
-    live = client.create("demo", {"deltas": 1000, "delay_ms": 50})
+        client.runs.rerun(original.id, from_seq=original.last_seq + 1)
+    live = client.runs.create("demo", {"deltas": 1000, "delay_ms": 50})
     with pytest.raises(rl.InvalidTransition):
-        client.rerun(live.id)
-    client.cancel(live.id)
+        client.runs.rerun(live.id)
+    client.runs.cancel(live.id)
 
 
 def test_create_takes_a_priority_and_a_start_time(client: rl.Client, alice: User) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
-    run = client.create("demo", {"deltas": 2}, priority=7, start_after=later)
+    run = client.runs.create("demo", {"deltas": 2}, priority=7, start_after=later)
     assert (run["priority"], datetime.fromisoformat(run["start_after"])) == (7, later)
     stored = Run.objects.get(pk=run.id)
     assert (stored.priority, stored.start_after, stored.status) == (7, later, "queued")
     with pytest.raises(rl.ValidationError) as refused:
-        client.create("demo", {}, priority=101)
+        client.runs.create("demo", {}, priority=101)
     assert "priority" in str(refused.value.detail)
 
 
@@ -350,13 +351,13 @@ def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
     slow = {"deltas": 1000, "delay_ms": 50}
     mine = [queued_run(alice, input=slow, metadata={"customer": "42"}) for _ in range(3)]
     queued_run(alice, input=slow, metadata={"customer": "7"})
-    assert client.count_where(metadata={"customer": "42"}) == 3
-    assert client.count_where(metadata={"customer": "none"}) == 0
+    assert client.runs.count_where(metadata={"customer": "42"}) == 3
+    assert client.runs.count_where(metadata={"customer": "none"}) == 0
     with pytest.raises(rl.TooManyMatches) as too_many:
-        client.cancel_where(max=2, metadata={"customer": "42"})
+        client.runs.cancel_where(max=2, metadata={"customer": "42"})
     assert too_many.value.count == 3 and too_many.value.run is None
     proxy.drop_next_answer("/api/runs/cancel/")
-    done = client.cancel_where(max=3, note="gone", metadata={"customer": "42"}, status=["queued", "running"])
+    done = client.runs.cancel_where(max=3, note="gone", metadata={"customer": "42"}, status=["queued", "running"])
     posts = [r for r in proxy.requests if r.method == "POST" and r.path == "/api/runs/cancel/"]
     assert proxy.dropped_answers == 1 and posts[-1].headers["idempotency-key"] == posts[-2].headers["idempotency-key"]
     # The retry was answered the first answer: the runs the lost answer cancelled, as cancelled.
