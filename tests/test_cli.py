@@ -7,6 +7,7 @@ import pty
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 import venv
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from runs import services
 from runs.agents.demo import demo_text
 from runs.models import Run, RunEvent
+from tests.factories import running_run
 from tests.support.cli import drain, run_cli
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log, cut_budgets
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, free_port
 from tests.support.proxies import CuttableProxy
 from tests.support.runs import status_of
 from tests.support.waiting import wait_until
@@ -74,7 +77,7 @@ def test_watch_prints_the_text_and_a_status_line_only_on_a_terminal(proxy: Cutta
     assert "seq 4  output.delta" in status_line and "run.completed: stream ended" in status_line
 
     # Read to its end already: the server answers 204 and watch ends at once.
-    last_seq = json.loads(runledger(proxy, token, "show", run_id).stdout)["last_seq"]
+    last_seq = json.loads(runledger(proxy, token, "show", run_id, "-o", "json").stdout)["last_seq"]
     at_end = runledger(proxy, token, "watch", run_id, "--after-seq", str(last_seq), "--jsonl")
     assert (at_end.returncode, at_end.stdout) == (0, "")
 
@@ -99,7 +102,7 @@ def test_show_list_resume_pause_and_refusals(proxy: CuttableProxy, alice: User) 
     token = token_for(alice)
     asked = created(proxy, token, {"deltas": 2, "delay_ms": 0, "ask": "name?"})
     wait_until(lambda: status_of(Run.objects.get(pk=asked)) == "waiting", 30, "the run asks")
-    shown = json.loads(runledger(proxy, token, "show", asked).stdout)
+    shown = json.loads(runledger(proxy, token, "show", asked, "-o", "json").stdout)
     assert shown["status"] == "waiting"
     resumed = runledger(proxy, token, "resume", asked, "--ticket", shown["resume_ticket"], "--input", '{"n": 1}')
     assert (resumed.returncode, resumed.stdout) == (0, "queued\n"), resumed.stderr
@@ -132,7 +135,7 @@ def test_create_with_metadata_and_list_where_it_matches(proxy: CuttableProxy, al
     assert [line.split()[0] for line in where.stdout.splitlines()] == [run_id], where.stderr
     assert runledger(proxy, token, "list", "--where", "customer=7").stdout == ""
     refused = runledger(proxy, token, "list", "--status", "queued,bogus")
-    assert refused.returncode == 1 and "validation_error" in refused.stderr
+    assert refused.returncode == 2 and "bogus: not a status" in refused.stderr
 
 
 def test_rerun_prints_the_new_runs_id_and_a_fork_continues_the_text(proxy: CuttableProxy, alice: User) -> None:
@@ -190,7 +193,7 @@ def test_the_client_installs_in_a_fresh_virtualenv_without_django(tmp_path: Path
         "print(u.find_spec('django') is None, rl.__version__, pathlib.Path(rl.__file__).with_name('py.typed').exists())"
     )
     imported = subprocess.run([python, "-c", probe], check=True, timeout=30, capture_output=True, text=True)
-    assert imported.stdout.split() == ["True", "0.1.0", "True"]  # no Django; typed
+    assert imported.stdout.split() == ["True", "0.2.0", "True"]  # no Django; typed
     helped = subprocess.run([str(env_dir / "bin" / "runledger"), "--help"], timeout=30, capture_output=True, text=True)
     assert helped.returncode == 0 and "watch" in helped.stdout
 
@@ -229,3 +232,63 @@ def test_cancel_where_asks_unless_yes_and_never_does_more_than_confirmed(proxy: 
     assert both.returncode == 2 and "not both" in both.stderr
     neither = runledger(proxy, token, "cancel")
     assert neither.returncode == 2 and "--where" in neither.stderr
+
+
+def test_each_exit_status_for_real(proxy: CuttableProxy, alice: User, make_user: Any) -> None:
+    token = token_for(alice)
+    started = time.monotonic()
+    dead = run_cli(f"http://127.0.0.1:{free_port()}", token, "show", str(uuid.uuid4()))
+    assert dead.returncode == 3 and "cannot reach" in dead.stderr and time.monotonic() - started < 10
+
+    completed = created(proxy, token, {"deltas": 2, "delay_ms": 0})
+    assert runledger(proxy, token, "wait", completed, "--exit-status").returncode == 0
+    failed = running_run(alice)
+    services.run_fail(run_id=failed.pk, generation=failed.generation, code="agent_error", reason="boom")
+    assert runledger(proxy, token, "watch", str(failed.pk)).returncode == 0  # without the flag: it ended
+    watched = runledger(proxy, token, "watch", str(failed.pk), "--exit-status")
+    assert watched.returncode == 4, watched.stderr
+    cancelled = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
+    runledger(proxy, token, "cancel", cancelled)
+    assert runledger(proxy, token, "wait", cancelled, "--exit-status").returncode == 5
+    assert runledger(proxy, token, "watch", cancelled, "--exit-status", "-o", "jsonl").returncode == 5
+    stopper = token_for(make_user(perms=("runs.stop_run",)))
+    stopped = created(proxy, stopper, {"deltas": 1000, "delay_ms": 50})
+    assert runledger(proxy, stopper, "stop", stopped, "--reason", "r").returncode == 0
+    assert runledger(proxy, stopper, "watch", stopped, "--exit-status").returncode == 6
+    assert runledger(proxy, token, "show", stopped).returncode == 1  # refused: not hers
+    assert runledger(proxy, token, "show").returncode == 2
+
+
+def test_o_json_for_every_command_is_the_apis_json(proxy: CuttableProxy, alice: User) -> None:
+    token = token_for(alice)
+
+    def as_json(*args: str) -> Any:
+        done = runledger(proxy, token, *args, "-o", "json")
+        assert done.returncode == 0, (args, done.stderr)
+        return json.loads(done.stdout)
+
+    run = as_json("create", "demo", '{"deltas": 3, "delay_ms": 0}', "--meta", "k=v")
+    assert run["status"] == "queued" and run["metadata"] == {"k": "v"}
+    assert as_json("wait", run["id"])["status"] == "completed"
+    assert as_json("show", run["id"])["output"]["text"] == demo_text(3)
+    assert [e["seq"] for e in as_json("watch", run["id"])] == list(range(1, run_last_seq(proxy, token, run) + 1))
+    assert [e["type"] for e in as_json("events", run["id"])][-1] == "run.completed"
+    assert [r["id"] for r in as_json("list")] == [run["id"]]
+    assert "demo" in [a["name"] for a in as_json("agents")]
+    assert as_json("rerun", run["id"])["rerun_of"] == run["id"]
+    asked = as_json("create", "demo", '{"deltas": 2, "delay_ms": 0, "ask": "q"}')
+    wait_until(lambda: status_of(Run.objects.get(pk=asked["id"])) == "waiting", 30, "the run asks")
+    ticket = as_json("show", asked["id"])["resume_ticket"]
+    assert as_json("resume", asked["id"], "--ticket", ticket)["status"] == "queued"
+    long = as_json("create", "demo", '{"deltas": 1000, "delay_ms": 50}', "--meta", "k=long")
+    assert as_json("pause", long["id"])["status"] in ("waiting", "running")
+    assert as_json("cancel", long["id"])["status"] == "cancelled"
+    bulk = as_json("cancel", "--where", "k=long", "--yes")
+    assert bulk["matched"] == 1 and bulk["ids"]["already_ended"] == [long["id"]]
+    jsonl = runledger(proxy, token, "list", "-o", "jsonl").stdout.splitlines()
+    assert len(jsonl) == 4 and all(json.loads(line)["id"] for line in jsonl)
+    assert "k=v" in runledger(proxy, token, "show", run["id"]).stdout  # text: for people
+
+
+def run_last_seq(proxy: CuttableProxy, token: str, run: dict[str, Any]) -> int:
+    return int(json.loads(runledger(proxy, token, "show", run["id"], "-o", "json").stdout)["last_seq"])

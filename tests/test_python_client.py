@@ -225,8 +225,8 @@ def test_every_error_code_the_server_sends_is_its_exception(
     refused = raised(rl.ValidationError, lambda: client.runs.create("no-such-agent"))
     assert refused.status == 400 and "agent" in refused.detail
     with rl.Client(proxy.url, "wrong-token") as stranger:
-        assert raised(rl.NotAuthenticated, lambda: stranger.get(run.id)).status == 401
-        raised(rl.NotAuthenticated, lambda: list(stranger.stream(run.id)))
+        assert raised(rl.NotAuthenticated, lambda: stranger.runs.get(run.id)).status == 401
+        raised(rl.NotAuthenticated, lambda: list(stranger.runs.stream(run.id)))
     assert raised(rl.PermissionDenied, lambda: client.runs.stop(run.id, "no")).status == 403
     raised(rl.NotFound, lambda: client.runs.get(unknown))
     raised(rl.NotFound, lambda: list(client.runs.stream(unknown)))
@@ -365,5 +365,5 @@ def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
     assert {event_types(run).count("run.cancelled") for run in mine} == {1}
     stopper = make_user("stopper", perms=("runs.view_run", "runs.stop_run"))
     with rl.Client(proxy.url, token_for(stopper), retry=FAST) as staff:
-        stopped = staff.stop_where(max=10, reason="maintenance", code="policy", status="queued,running")
+        stopped = staff.runs.stop_where(max=10, reason="maintenance", code="policy", status="queued,running")
     assert stopped.matched == 1 and stopped.counts["stopped"] == 1

@@ -115,7 +115,9 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
         parents=[connection],
     )
     top.add_argument("--version", action="version", version=f"runledger {__version__}")
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = top.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="each with its own --help: runledger COMMAND --help"
+    )
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(

@@ -126,7 +126,7 @@ def settings_for(url: str | None, token: str | None, profile: str | None) -> Set
     if not found.url or not found.token:
         missing = " and ".join(name for name, value in (("a URL", found.url), ("a token", found.token)) if not value)
         raise ConfigError(
-            f"no {missing}: pass url= and token=, set RUNLEDGER_URL and RUNLEDGER_TOKEN (or RUNLEDGER_TOKEN_FILE), "
+            f"missing {missing}: pass url= and token=, set RUNLEDGER_URL and RUNLEDGER_TOKEN (or RUNLEDGER_TOKEN_FILE), "
             f"or write a profile in {config_path(os.environ)}"
         )
     return found

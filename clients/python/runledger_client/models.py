@@ -226,22 +226,22 @@ class EventPage:
     """`GET /api/runs/{id}/events/`: events with seq > after_seq, and where to continue."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("RunEventsPage",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("events",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
 
-    events: list[Event]
+    results: list[Event]
     next_after_seq: int
     last_seq: int
     run_status: str
     end_of_stream: bool
 
     @property
-    def results(self) -> list[Event]:
-        return self.events
+    def events(self) -> list[Event]:
+        return self.results
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> EventPage:
         return cls(
-            events=[Event.from_object(obj) for obj in body["results"]],
+            results=[Event.from_object(obj) for obj in body["results"]],
             next_after_seq=int(body["next_after_seq"]),
             last_seq=int(body["last_seq"]),
             run_status=str(body["run_status"]),
