@@ -19,7 +19,6 @@ from django.contrib.auth.models import User
 from runs import services
 from runs.agents.demo import demo_text
 from runs.models import Run, RunEvent
-from tests.factories import running_run
 from tests.support.cli import drain, run_cli
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log, cut_budgets
@@ -242,7 +241,9 @@ def test_each_exit_status_for_real(proxy: CuttableProxy, alice: User, make_user:
 
     completed = created(proxy, token, {"deltas": 2, "delay_ms": 0})
     assert runledger(proxy, token, "wait", completed, "--exit-status").returncode == 0
-    failed = running_run(alice)
+    # Failed while the live worker executes it: the worker's next write is fenced off.
+    failing = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
+    failed = wait_until(lambda: (r := Run.objects.get(pk=failing)).status == "running" and r, 30, "it runs")
     services.run_fail(run_id=failed.pk, generation=failed.generation, code="agent_error", reason="boom")
     assert runledger(proxy, token, "watch", str(failed.pk)).returncode == 0  # without the flag: it ended
     watched = runledger(proxy, token, "watch", str(failed.pk), "--exit-status")

@@ -78,14 +78,17 @@ def test_every_method_of_runs_and_agents_answers_typed_models(live: Live, make_u
         for _ in range(2):
             client.runs.create("demo", LONG, metadata={"batch": "n3"})
         assert client.runs.count_where(metadata={"batch": "n3"}) == 2
-        cancelled = client.runs.cancel_where(max=1, metadata={"batch": "n3"}, status=["queued", "running"])
-        assert cancelled.counts["cancelled"] == 1
-        assert client.runs.stop_where(max=5, reason="r", metadata={"batch": "n3"}).counts["stopped"] == 1
+        cancelled = client.runs.cancel_where(max=2, metadata={"batch": "n3"}, status=["queued", "running"])
+        assert cancelled.counts["cancelled"] == 2
+        client.runs.create("demo", LONG, metadata={"batch": "n4"})
+        assert client.runs.stop_where(max=1, reason="r", metadata={"batch": "n4"}).counts["stopped"] == 1
 
 
 def test_the_async_client_has_the_same_namespaces(live: Live, alice: User) -> None:
+    token = token_for(alice)
+
     async def scenario() -> tuple[list[str], rl.Run, str, list[int], int]:
-        async with rl.AsyncClient(live.web.url, token_for(alice), retry=FAST) as client:
+        async with rl.AsyncClient(live.web.url, token, retry=FAST) as client:
             agents = [agent.name async for agent in client.agents.list()]
             run = await client.runs.create("demo", {"deltas": 4, "delay_ms": 0})
             async with client.runs.stream(run.id) as stream:
@@ -122,9 +125,11 @@ def test_leaving_a_with_stream_closes_its_connection_and_the_servers_open_stream
             wait_until(lambda: open_streams() == before + 1, 10, "the stream counted open")
         wait_until(lambda: open_streams() == before, 10, "the stream closed by the `with`")
 
+        token = token_for(alice)
+
         async def read_two_then_raise() -> None:
             async with (
-                rl.AsyncClient(live.web.url, token_for(alice), retry=FAST) as aclient,
+                rl.AsyncClient(live.web.url, token, retry=FAST) as aclient,
                 aclient.runs.stream(run.id) as events,
             ):
                 async for event in events:
@@ -147,12 +152,14 @@ def test_the_flat_names_of_0_1_still_work_and_warn(client: rl.Client, live: Live
     with pytest.warns(DeprecationWarning, match=r"client\.create\(\) is deprecated: use client\.runs\.create\(\)"):
         run = client.create("demo", {"deltas": 1, "delay_ms": 0})
     with pytest.warns(DeprecationWarning, match="client.runs.wait"):
-        assert client.wait(run.id).status == "completed"
+        done = client.wait(run.id)
+    assert done.status == "completed"
     with pytest.warns(DeprecationWarning, match="client.runs.stream"):
-        assert [e.seq for e in client.stream(run.id, after_seq=run.last_seq)] == []
+        assert [e.seq for e in client.stream(run.id, after_seq=done.last_seq)] == []
+    token = token_for(alice)
 
     async def flat() -> rl.Run:
-        async with rl.AsyncClient(live.web.url, token_for(alice)) as aclient:
+        async with rl.AsyncClient(live.web.url, token) as aclient:
             with pytest.warns(DeprecationWarning, match="client.runs.get"):
                 return await aclient.get(run.id)
 
