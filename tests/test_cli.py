@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from runledger_client.cli import main as cli_main
 from runs import services
 from runs.agents.demo import demo_text
 from runs.models import Run, RunEvent
-from tests.support.cli import drain, run_cli
+from tests.support.cli import NO_CONFIG, drain, run_cli
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log, cut_budgets
 from tests.support.procs import ROOT, free_port
@@ -233,46 +234,70 @@ def test_cancel_where_asks_unless_yes_and_never_does_more_than_confirmed(proxy: 
     assert neither.returncode == 2 and "--where" in neither.stderr
 
 
-def test_each_exit_status_for_real(proxy: CuttableProxy, alice: User, make_user: Any) -> None:
+@pytest.fixture
+def cli(proxy: CuttableProxy, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The command's `main()` in this process (the subprocess tests above cover the console
+    script; a process start each would cost a second or two), configured through the environment,
+    against the live server: (exit status, stdout, stderr)."""
+    for name in ("RUNLEDGER_TOKEN_FILE", "RUNLEDGER_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RUNLEDGER_URL", proxy.url)
+    monkeypatch.setenv("XDG_CONFIG_HOME", NO_CONFIG["XDG_CONFIG_HOME"])
+
+    def run(token: str, *args: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("RUNLEDGER_TOKEN", token)
+        status = cli_main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def test_each_exit_status_for_real(proxy: CuttableProxy, alice: User, make_user: Any, cli: Any) -> None:
     token = token_for(alice)
     started = time.monotonic()
     dead = run_cli(f"http://127.0.0.1:{free_port()}", token, "show", str(uuid.uuid4()))
     assert dead.returncode == 3 and "cannot reach" in dead.stderr and time.monotonic() - started < 10
 
-    completed = created(proxy, token, {"deltas": 2, "delay_ms": 0})
-    assert runledger(proxy, token, "wait", completed, "--exit-status").returncode == 0
     # Failed while the live worker executes it: the worker's next write is fenced off.
     failing = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
     failed = wait_until(lambda: (r := Run.objects.get(pk=failing)).status == "running" and r, 30, "it runs")
     services.run_fail(run_id=failed.pk, generation=failed.generation, code="agent_error", reason="boom")
-    assert runledger(proxy, token, "watch", str(failed.pk)).returncode == 0  # without the flag: it ended
-    watched = runledger(proxy, token, "watch", str(failed.pk), "--exit-status")
+    watched = runledger(proxy, token, "watch", failing, "--exit-status")
     assert watched.returncode == 4, watched.stderr
-    cancelled = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
-    runledger(proxy, token, "cancel", cancelled)
-    assert runledger(proxy, token, "wait", cancelled, "--exit-status").returncode == 5
-    assert runledger(proxy, token, "watch", cancelled, "--exit-status", "-o", "jsonl").returncode == 5
+    assert cli(token, "watch", failing)[0] == 0  # without the flag: the run ended
+
+    completed = cli(token, "create", "demo", '{"deltas": 2, "delay_ms": 0}')[1].strip()
+    assert cli(token, "wait", completed, "--exit-status")[:2] == (0, "completed\n")
+    cancelled = cli(token, "create", "demo", '{"deltas": 1000, "delay_ms": 50}')[1].strip()
+    cli(token, "cancel", cancelled)
+    assert cli(token, "wait", cancelled, "--exit-status")[:2] == (5, "cancelled\n")
+    assert cli(token, "watch", cancelled, "--exit-status", "-o", "jsonl")[0] == 5
     stopper = token_for(make_user(perms=("runs.stop_run",)))
-    stopped = created(proxy, stopper, {"deltas": 1000, "delay_ms": 50})
-    assert runledger(proxy, stopper, "stop", stopped, "--reason", "r").returncode == 0
-    assert runledger(proxy, stopper, "watch", stopped, "--exit-status").returncode == 6
-    assert runledger(proxy, token, "show", stopped).returncode == 1  # refused: not hers
-    assert runledger(proxy, token, "show").returncode == 2
+    stopped = cli(stopper, "create", "demo", '{"deltas": 1000, "delay_ms": 50}')[1].strip()
+    assert cli(stopper, "stop", stopped, "--reason", "r")[:2] == (0, "stopped\n")
+    assert cli(stopper, "watch", stopped, "--exit-status")[0] == 6
+    refused = cli(token, "show", stopped)  # not hers
+    assert refused[0] == 1 and "not_found" in refused[2]
+    with pytest.raises(SystemExit) as usage:
+        cli(token, "show")
+    assert usage.value.code == 2
 
 
-def test_o_json_for_every_command_is_the_apis_json(proxy: CuttableProxy, alice: User) -> None:
+def test_o_json_for_every_command_is_the_apis_json(alice: User, cli: Any) -> None:
     token = token_for(alice)
 
     def as_json(*args: str) -> Any:
-        done = runledger(proxy, token, *args, "-o", "json")
-        assert done.returncode == 0, (args, done.stderr)
-        return json.loads(done.stdout)
+        status, out, err = cli(token, *args, "-o", "json")
+        assert status == 0, (args, err)
+        return json.loads(out)
 
     run = as_json("create", "demo", '{"deltas": 3, "delay_ms": 0}', "--meta", "k=v")
     assert run["status"] == "queued" and run["metadata"] == {"k": "v"}
-    assert as_json("wait", run["id"])["status"] == "completed"
+    done = as_json("wait", run["id"])
+    assert done["status"] == "completed"
     assert as_json("show", run["id"])["output"]["text"] == demo_text(3)
-    assert [e["seq"] for e in as_json("watch", run["id"])] == list(range(1, run_last_seq(proxy, token, run) + 1))
+    assert [e["seq"] for e in as_json("watch", run["id"])] == list(range(1, done["last_seq"] + 1))
     assert [e["type"] for e in as_json("events", run["id"])][-1] == "run.completed"
     assert [r["id"] for r in as_json("list")] == [run["id"]]
     assert "demo" in [a["name"] for a in as_json("agents")]
@@ -286,10 +311,6 @@ def test_o_json_for_every_command_is_the_apis_json(proxy: CuttableProxy, alice: 
     assert as_json("cancel", long["id"])["status"] == "cancelled"
     bulk = as_json("cancel", "--where", "k=long", "--yes")
     assert bulk["matched"] == 1 and bulk["ids"]["already_ended"] == [long["id"]]
-    jsonl = runledger(proxy, token, "list", "-o", "jsonl").stdout.splitlines()
-    assert len(jsonl) == 4 and all(json.loads(line)["id"] for line in jsonl)
-    assert "k=v" in runledger(proxy, token, "show", run["id"]).stdout  # text: for people
-
-
-def run_last_seq(proxy: CuttableProxy, token: str, run: dict[str, Any]) -> int:
-    return int(json.loads(runledger(proxy, token, "show", run["id"], "-o", "json").stdout)["last_seq"])
+    status, jsonl, _ = cli(token, "list", "-o", "jsonl")
+    assert status == 0 and len(jsonl.splitlines()) == 4 and all(json.loads(line)["id"] for line in jsonl.splitlines())
+    assert "k=v" in cli(token, "show", run["id"])[1]  # text: for people
