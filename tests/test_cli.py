@@ -302,6 +302,8 @@ def test_o_json_for_every_command_is_the_apis_json(alice: User, cli: Any) -> Non
     assert [r["id"] for r in as_json("list")] == [run["id"]]
     assert "demo" in [a["name"] for a in as_json("agents")]
     assert as_json("rerun", run["id"])["rerun_of"] == run["id"]
+    lost, committed, why = cli(token, "cancel", run["id"], "-o", "json")  # refused: the committed run
+    assert (lost, json.loads(committed)["status"]) == (1, "completed") and "invalid_transition" in why
     asked = as_json("create", "demo", '{"deltas": 2, "delay_ms": 0, "ask": "q"}')
     wait_until(lambda: status_of(Run.objects.get(pk=asked["id"])) == "waiting", 30, "the run asks")
     ticket = as_json("show", asked["id"])["resume_ticket"]

@@ -412,7 +412,7 @@ def _run(args: argparse.Namespace, url: str, token: str, out: Output) -> int:
         return USAGE_ERROR
     except Conflict as exc:
         if exc.run is not None:
-            print(exc.run.status)  # the committed state: what the run is, whatever was asked
+            out.one(exc.run.data, exc.run.status)  # the committed state: what the run is, whatever was asked
         print(f"runledger: refused: {printable(str(exc))}", file=sys.stderr)
         return REFUSED
     except APIError as exc:
