@@ -181,3 +181,20 @@ class StreamState:
         failure = TransportError(message)
         failure.__cause__ = error
         return failure
+
+
+class StreamTally:
+    """What a stream has yielded so far, for its `text()` and `until_end()` (sync and async)."""
+
+    def __init__(self) -> None:
+        self.terminal: Event | None = None
+        self._texts: list[str] = []
+
+    def tally(self, event: Event) -> None:
+        if event.type == "output.delta":
+            self._texts.append(str(event.data.get("text", "")))
+        if event.is_terminal:
+            self.terminal = event
+
+    def joined_text(self) -> str:
+        return "".join(self._texts)

@@ -58,7 +58,7 @@ def stream_server(last: int, seed: int) -> tuple[Callable[[httpx.Request], httpx
 def test_sync_stream_reassembles_the_log_across_cuts_at_random_bytes() -> None:
     handle, asked = stream_server(last=60, seed=1)
     with rl.Client("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-        seqs = [e.seq for e in client.stream("r1")]
+        seqs = [e.seq for e in client.runs.stream("r1")]
     assert seqs == list(range(1, 61))
     assert len(asked) > 10
 
@@ -68,7 +68,7 @@ def test_async_stream_reassembles_the_log_across_cuts_at_random_bytes() -> None:
 
     async def read() -> list[int]:
         async with rl.AsyncClient("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-            return [e.seq async for e in client.stream("r1")]
+            return [e.seq async for e in client.runs.stream("r1")]
 
     assert asyncio.run(read()) == list(range(1, 61))
     assert len(asked) > 10
@@ -92,7 +92,7 @@ def flaky_create() -> tuple[Callable[[httpx.Request], httpx.Response], list[http
 def test_create_retries_with_one_idempotency_key() -> None:
     handle, seen = flaky_create()
     with rl.Client("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-        assert client.create("demo", {"deltas": 1}).id == "r1"
+        assert client.runs.create("demo", {"deltas": 1}).id == "r1"
     keys = {r.headers["Idempotency-Key"] for r in seen}
     assert len(seen) == 3 and len(keys) == 1
     assert json.loads(seen[-1].content) == {"agent": "demo", "input": {"deltas": 1}}
@@ -103,7 +103,7 @@ def test_async_create_retries_with_one_idempotency_key() -> None:
 
     async def create() -> rl.Run:
         async with rl.AsyncClient("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-            return await client.create("demo")
+            return await client.runs.create("demo")
 
     assert asyncio.run(create()).id == "r1"
     assert len(seen) == 3 and len({r.headers["Idempotency-Key"] for r in seen}) == 1
@@ -119,7 +119,7 @@ def test_retries_are_bounded_and_end_with_the_typed_error() -> None:
     for handle, error in ((unavailable, rl.DatabaseUnavailable), (refused, rl.TransportError)):
         client = rl.Client("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle))
         with client, pytest.raises(error):
-            client.get("r1")
+            client.runs.get("r1")
 
 
 def test_a_request_not_safe_to_repeat_is_sent_once() -> None:
@@ -152,7 +152,7 @@ def test_list_follows_each_pages_next_with_the_filters_as_the_server_reads_them(
         return httpx.Response(200, json=pages[request.url.params.get("cursor")])
 
     with rl.Client("http://test", "t", transport=httpx.MockTransport(handle)) as client:
-        runs = list(client.list(status=["queued", "running"], metadata={"customer": "42"}, end_code="x"))
+        runs = list(client.runs.list(status=["queued", "running"], metadata={"customer": "42"}, end_code="x"))
     assert [r.id for r in runs] == ["a", "b", "c"]
     first, second = seen
     assert (first.host, first.params["metadata.customer"], first.params["end_code"]) == ("test", "42", "x")
