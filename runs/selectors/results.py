@@ -1,0 +1,61 @@
+"""What a run produced and used, for its JSON (docs/design/execution.md#partial-output,
+docs/design/events.md#usage): its partial output, read when asked for and never written by the
+commands that end a run, and its usage."""
+
+import json
+from typing import Any
+
+from django.contrib.postgres.aggregates import StringAgg
+from django.db import connection
+from django.db.models import Q, TextField, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce
+
+from runs.agents import partial_output_rule
+from runs.events import USAGE_PLATFORM
+from runs.models import Run, RunEvent
+from runs.transitions import Status
+
+# The ends whose run has a partial output; a completed run's `output` is its result.
+PARTIAL_STATUSES = frozenset({Status.FAILED, Status.CANCELLED, Status.STOPPED})
+
+
+def run_partial_output(*, run: Run) -> dict[str, str] | None:
+    """The run's partial output by its agent's rule, or None: the run did not end other than
+    completed, or stored no event the rule reads (`Run.partial_events`, counted as they were
+    appended, so that a run without one costs no statement). On PostgreSQL one aggregate over the
+    run's events of the rule's types, the text concatenated in the database."""
+    rule = partial_output_rule(run.agent)
+    if run.status not in PARTIAL_STATUSES or not run.partial_events or not rule:
+        return None
+    sources = list(rule.items())
+    events = RunEvent.objects.filter(run_id=run.pk, type__in={type_ for _, (type_, _) in sources})
+    if connection.vendor == "postgresql":
+        texts = {
+            f"p{i}": Coalesce(
+                StringAgg(KeyTextTransform(field, "data"), delimiter="", order_by="seq", filter=Q(type=type_)),
+                Value(""),
+                output_field=TextField(),
+            )
+            for i, (_, (type_, field)) in enumerate(sources)
+        }
+        found = events.aggregate(**texts)
+        return {key: found[f"p{i}"] for i, (key, _) in enumerate(sources)}
+    parts: dict[str, list[str]] = {key: [] for key, _ in sources}
+    for type_, data in events.order_by("seq").values_list("type", "data"):
+        for key, (source_type, field) in sources:
+            value = data.get(field) if source_type == type_ and isinstance(data, dict) else None
+            if value is not None:
+                parts[key].append(value if isinstance(value, str) else _json_text(value))
+    return {key: "".join(texts) for key, texts in parts.items()}
+
+
+def _json_text(value: Any) -> str:
+    # What PostgreSQL's ->> gives of a value that is not a string: its JSON text.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def run_usage(*, run: Run) -> dict[str, Any]:
+    """The run's `usage`: its steps and events used, and the counters its agent reported, summed."""
+    steps, events = USAGE_PLATFORM
+    return {steps: run.steps_used, events: run.events_used, **run.reported_usage}
