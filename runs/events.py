@@ -60,7 +60,7 @@ AGENT_TYPES: frozenset[str] = frozenset(
 )
 
 # The key of the terminal events of a run that did not complete saying whether it has a partial output
-# (docs/design/events.md#partial-output).
+# (docs/design/execution.md#partial-output).
 PARTIAL_OUTPUT = "partial_output"
 
 # `usage.reported` (docs/design/events.md#usage): counters named like this, whole or decimal numbers ≥ 0,

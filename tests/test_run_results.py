@@ -7,11 +7,12 @@ the run ends by itself — a budget, an invalid event, a completion —, in a wo
 is cancelled from outside while it streams. The JSON is read through the API.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 
 from runs import services
 from runs.agents import base
@@ -26,6 +27,7 @@ from runs.worker import Worker
 from tests.factories import queued_run, running_run
 from tests.support.agents import AGENTS_ENV
 from tests.support.api import api_for
+from tests.support.metrics import parse, value
 from tests.support.procs import Procs, subprocess_env
 from tests.support.runs import delta_count, delta_texts, fresh, released, stored_text
 from tests.support.waiting import wait_until
@@ -245,3 +247,29 @@ def test_a_fork_copies_the_text_and_not_the_usage_of_its_original(alice: User) -
     fork = services.run_rerun(run_id=run.pk, owner=alice, from_seq=fresh(run).last_seq)
     assert fresh(fork).reported_usage == {} and fresh(fork).partial_events == 1
     assert [e.type for e in RunEvent.objects.filter(run=fork, type=EventType.USAGE_REPORTED)] == []
+
+
+# --- where staff and operators see it ---------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+def test_usage_and_partial_output_are_on_the_run_page_the_dashboard_and_metrics(
+    alice: User, make_user: Callable[..., User], settings: Any
+) -> None:
+    run = running_run(alice)
+    fence = {"run_id": run.pk, "generation": run.generation}
+    events = [(EventType.OUTPUT_DELTA, {"text": "half an answer"}), (EventType.USAGE_REPORTED, {"output_tokens": 41})]
+    services.run_events_append(**fence, events=events)
+    services.run_cancel(run_id=run.pk, actor=alice)
+    staff = Client()
+    staff.force_login(make_user("oncall", perms=("runs.view_run",), is_staff=True))
+
+    page = staff.get(f"/admin/runs/run/{run.pk}/change/").content.decode()
+    assert "&quot;text&quot;: &quot;half an answer&quot;" in page and "&quot;output_tokens&quot;: 41" in page
+
+    dashboard = staff.get("/admin/runs/dashboard/?figures=1").content.decode()
+    assert 'data-usage-agent="demo"' in dashboard and '<span data-counter="output_tokens"><b>41</b>' in dashboard
+
+    settings.RUNLEDGER_METRICS_TOKEN = token = "scrape-me-0123456789"
+    scraped = parse(staff.get("/metrics/", headers={"Authorization": f"Bearer {token}"}).content.decode())
+    assert value(scraped, "runledger_usage_total", agent="demo", counter="output_tokens") >= 41

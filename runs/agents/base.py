@@ -35,7 +35,7 @@ re-emitting what is already stored.
 What an agent used (model tokens, …) it reports as a `usage.reported` event, summed into the run's
 `usage`. A run cancelled or stopped under it takes no more events; what it learnt of its usage
 until then it hands to `ctx.report_usage_at_stop(counters)` as it unwinds, and the attempt adds it
-to the run with its release (docs/design/execution.md#usage).
+to the run with its release (docs/design/events.md#usage).
 
 When a run ends other than `completed`, its JSON shows its `partial_output`, made of its events by
 the rule the agent registers (`partial_output=`; by default the text of its `output.delta` events,

@@ -3,6 +3,7 @@ docs/design/events.md#usage): its partial output, read when asked for and never 
 commands that end a run, and its usage."""
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.aggregates import StringAgg
@@ -59,3 +60,30 @@ def run_usage(*, run: Run) -> dict[str, Any]:
     """The run's `usage`: its steps and events used, and the counters its agent reported, summed."""
     steps, events = USAGE_PLATFORM
     return {steps: run.steps_used, events: run.events_used, **run.reported_usage}
+
+
+# The counters summed by agent over the runs ended since a time, in the database: each run's
+# `reported_usage` taken apart there, its numbers only (`incomplete` is a flag), over the ended
+# runs' index (`run_ended`).
+_USAGE_BY_AGENT_SQL = {
+    "postgresql": f"""
+        SELECT r.agent, u.key, SUM(u.value::text::numeric), COUNT(DISTINCT r.id)
+        FROM {Run._meta.db_table} r CROSS JOIN LATERAL jsonb_each(r.reported_usage) u
+        WHERE r.ended_at >= %s AND jsonb_typeof(u.value) = 'number'
+        GROUP BY r.agent, u.key ORDER BY r.agent, u.key""",
+    "sqlite": f"""
+        SELECT r.agent, u.key, SUM(u.value), COUNT(DISTINCT r.id)
+        FROM {Run._meta.db_table} r, json_each(r.reported_usage) u
+        WHERE r.ended_at >= %s AND u.type IN ('integer', 'real')
+        GROUP BY r.agent, u.key ORDER BY r.agent, u.key""",
+}
+
+
+def usage_by_agent(*, since: datetime) -> dict[str, dict[str, float]]:
+    """{agent: {counter: sum}} over the runs ended since `since` (the staff dashboard's table)."""
+    found: dict[str, dict[str, float]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_USAGE_BY_AGENT_SQL[connection.vendor], [since])
+        for agent, counter, total, _runs in cursor.fetchall():
+            found.setdefault(agent, {})[counter] = float(total)
+    return found

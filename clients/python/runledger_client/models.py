@@ -55,6 +55,21 @@ class Run:
         return self.data.get("output")
 
     @property
+    def partial_output(self) -> dict[str, Any] | None:
+        """What a run that ended failed, cancelled or stopped had produced (by default
+        `{"text": ...}`, its deltas' text), or None; a run read by itself only (`get`), never in a
+        list. A completed run's result is `output`."""
+        partial = self.data.get("partial_output")
+        return partial if isinstance(partial, dict) else None
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        """What the run used: `steps`, `events`, and its agent's counters (e.g. `input_tokens`),
+        summed; `incomplete` true when the agent could not learn them all."""
+        usage = self.data.get("usage")
+        return dict(usage) if isinstance(usage, dict) else {}
+
+    @property
     def max_steps(self) -> int | None:
         return _count_or_none(self.data.get("max_steps"))
 
