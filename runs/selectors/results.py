@@ -6,11 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.contrib.postgres.aggregates import StringAgg
 from django.db import connection
-from django.db.models import Q, TextField, Value
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Coalesce
 
 from runs.agents import partial_output_rule
 from runs.events import USAGE_PLATFORM
@@ -30,18 +26,18 @@ def run_partial_output(*, run: Run) -> dict[str, str] | None:
     if run.status not in PARTIAL_STATUSES or not run.partial_events or not rule:
         return None
     sources = list(rule.items())
-    events = RunEvent.objects.filter(run_id=run.pk, type__in={type_ for _, (type_, _) in sources})
     if connection.vendor == "postgresql":
-        texts = {
-            f"p{i}": Coalesce(
-                StringAgg(KeyTextTransform(field, "data"), delimiter="", order_by="seq", filter=Q(type=type_)),
-                Value(""),
-                output_field=TextField(),
-            )
-            for i, (_, (type_, field)) in enumerate(sources)
-        }
-        found = events.aggregate(**texts)
-        return {key: found[f"p{i}"] for i, (key, _) in enumerate(sources)}
+        # Raw: django.contrib.postgres (StringAgg) needs psycopg to import, and a SQLite install has none.
+        texts = ", ".join(
+            "COALESCE(string_agg(data ->> %s, '' ORDER BY seq) FILTER (WHERE type = %s), '')" for _ in sources
+        )
+        params: list[Any] = [value for _, (type_, field) in sources for value in (field, type_)]
+        sql = f"SELECT {texts} FROM {RunEvent._meta.db_table} WHERE run_id = %s AND type = ANY(%s)"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, run.pk, sorted({type_ for _, (type_, _) in sources})])
+            found = cursor.fetchone()
+        return {key: found[i] for i, (key, _) in enumerate(sources)}
+    events = RunEvent.objects.filter(run_id=run.pk, type__in={type_ for _, (type_, _) in sources})
     parts: dict[str, list[str]] = {key: [] for key, _ in sources}
     for type_, data in events.order_by("seq").values_list("type", "data"):
         for key, (source_type, field) in sources:
