@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from runs import services
 from runs.agents import base
@@ -121,6 +123,21 @@ def test_a_run_that_ended_before_any_output_has_none_and_its_end_says_so(alice: 
     services.run_cancel(run_id=run.pk, actor=alice)
     assert run_json(run)["partial_output"] is None
     assert terminal_data(run)[PARTIAL_OUTPUT] is False
+
+
+@pytest.mark.sqlite
+def test_a_cancel_runs_the_same_statements_whether_or_not_the_run_has_a_partial_output(alice: User) -> None:
+    # What keeps the cancel latency: its transaction neither reads the events nor writes more.
+    bare, streamed = running_run(alice), running_run(alice)
+    deltas = [(EventType.OUTPUT_DELTA, {"text": f"{i} "}) for i in range(50)]
+    services.run_events_append(run_id=streamed.pk, generation=streamed.generation, events=deltas)
+    statements = {}
+    for run in (bare, streamed):
+        with CaptureQueriesContext(connection) as captured:
+            services.run_cancel(run_id=run.pk, actor=alice)
+        statements[run.pk] = [q["sql"].split(" ")[0] for q in captured.captured_queries]
+    assert statements[bare.pk] == statements[streamed.pk]
+    assert (terminal_data(bare)[PARTIAL_OUTPUT], terminal_data(streamed)[PARTIAL_OUTPUT]) == (False, True)
 
 
 @pytest.mark.sqlite
