@@ -149,6 +149,9 @@ def test_a_cancel_retried_across_a_dropped_answer_returns_the_cancelled_run_and_
     assert cancelled.status == "cancelled" and cancelled.end_code == "cancelled_by_user"
     assert event_types(Run.objects.get(pk=cancelled.id)).count("run.cancelled") == 1
     assert released.attempt is not None and released.attempt["released_at"] is not None
+    # What it produced before the tool began, kept: in the cancel's answer already.
+    assert cancelled.partial_output == released.partial_output == {"text": demo_text(1)}
+    assert released.usage == {"steps": released.steps_used, "events": released.events_used}
 
 
 # --- commands, wait, list -------------------------------------------------------------------------

@@ -90,6 +90,9 @@ class Run:
     owner: str
     input: dict[str, Any] | None
     output: Any
+    # What a run that ended failed, cancelled or stopped had produced (by default `{"text": ...}`,
+    # its deltas' text), or None; a run read by itself only (`get`), never in a list.
+    partial_output: dict[str, Any] | None
     error: Any
     metadata: dict[str, str]
     parent: str | None
@@ -108,6 +111,9 @@ class Run:
     steps_used: int
     max_events: int | None
     events_used: int
+    # What the run used: `steps`, `events`, and its agent's counters (e.g. `input_tokens`), summed;
+    # `incomplete` true when the agent could not learn them all.
+    usage: dict[str, Any]
     max_attempts: int | None
     lost_attempts: int
     # Present for the owner and holders of runs.change_run while the run is waiting.
@@ -141,6 +147,7 @@ class Run:
             owner=str(body.get("owner") or ""),
             input=body.get("input"),
             output=body.get("output"),
+            partial_output=partial if isinstance(partial := body.get("partial_output"), dict) else None,
             error=body.get("error"),
             metadata=dict(metadata) if isinstance(metadata, dict) else {},
             parent=_str_or_none(body.get("parent")),
@@ -159,6 +166,7 @@ class Run:
             steps_used=int(body.get("steps_used") or 0),
             max_events=_int_or_none(body.get("max_events")),
             events_used=int(body.get("events_used") or 0),
+            usage=dict(usage) if isinstance(usage := body.get("usage"), dict) else {},
             max_attempts=_int_or_none(body.get("max_attempts")),
             lost_attempts=int(body.get("lost_attempts") or 0),
             resume_ticket=_str_or_none(body.get("resume_ticket")),
