@@ -50,4 +50,6 @@ def test_every_object_the_api_answers_has_its_model() -> None:
         and not name.endswith("Request")
         and name != "ErrorDetail"
     }
-    assert sorted(answered - modelled) == []
+    # An open map of counters (steps, events and whatever the agent reports): Run.usage is its dict.
+    as_dicts = {"Usage"}
+    assert sorted(answered - modelled - as_dicts) == []
