@@ -231,7 +231,7 @@ def test_the_stream_is_in_the_openapi_schema() -> None:
     validate_schema(schema)  # still a valid OpenAPI document with the hook's addition
     operation = schema["paths"]["/api/runs/{run_id}/stream/"]["get"]
     params = {(p["in"], p["name"]) for p in operation["parameters"]}
-    assert params == {("path", "run_id"), ("query", "after_seq"), ("header", "Last-Event-ID")}
+    assert params == {("path", "run_id"), ("query", "after_seq"), ("header", "Last-Event-ID"), ("query", "types")}
     assert set(operation["responses"]) >= {"200", "204", "400", "401", "404"}
     assert "text/event-stream" in operation["responses"]["200"]["content"]
     assert {next(iter(s)) for s in operation["security"]} == {"tokenAuth", "cookieAuth"}

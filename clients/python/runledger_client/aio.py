@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -65,19 +65,25 @@ class AsyncClient:
             for run in pages.take(await self._send(call)):
                 yield run
 
-    async def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        return await self._send(_core.events(run_id, after_seq, limit))
+    async def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        return await self._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
-        return self._stream(StreamState(run_id, after_seq, self.config.retry))
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> AsyncIterator[Event]:
+        return self._stream(StreamState(run_id, after_seq, self.config.retry, types=types))
 
     async def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
         deadline = None if timeout is None else time.monotonic() + timeout
-        run = await self.get(run_id)
-        if not run.is_terminal:
-            async for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
-                pass
-            run = await self.get(run_id)
+        waits = _core.ServerWait(run_id, deadline, self.config.timeout)
+        run = await self._send(waits.next_call())
+        while not run.is_terminal:
+            if waits.waits_for_resume(run):
+                async for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
+                    pass
+                run = await self.get(run_id)
+            else:
+                run = await self._send(waits.next_call())
         poll = _core.ReleasePoll(deadline)
         while released and not run.released:
             await asyncio.sleep(poll.delay())

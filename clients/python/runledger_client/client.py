@@ -4,7 +4,7 @@ both are thin drivers of the shared logic in `_core` (calls, retries) and `_stre
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -74,27 +74,35 @@ class Client:
         while (call := pages.next_call()) is not None:
             yield from pages.take(self._send(call))
 
-    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000)."""
-        return self._send(_core.events(run_id, after_seq, limit))
+    def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000);
+        with `types` (`["output.delta", "run.*"]`), only those and the terminal event."""
+        return self._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> Iterator[Event]:
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> Iterator[Event]:
         """The run's events with seq > after_seq, live, until its terminal event (or at once, for a
-        finished run already read to its end). Reconnects by itself after any drop, from the last
-        event yielded; never yields a seq twice. Raises NotAuthenticated, PermissionDenied, NotFound
-        or ValidationError when the server refuses the stream."""
-        return self._stream(StreamState(run_id, after_seq, self.config.retry))
+        finished run already read to its end); with `types`, only those and the terminal event.
+        Reconnects by itself after any drop, from the last event yielded; never yields a seq twice.
+        Raises NotAuthenticated, PermissionDenied, NotFound or ValidationError when the server
+        refuses the stream."""
+        return self._stream(StreamState(run_id, after_seq, self.config.retry, types=types))
 
     def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        """The run once it is terminal (following its stream meanwhile); with `released`, once its
-        attempt has also recorded `released_at` (the worker stopped executing it). TimeoutError
-        after `timeout` seconds."""
+        """The run once it is terminal (the server's wait; a run that waits for a resume is
+        followed on its stream); with `released`, once its attempt has also recorded `released_at`
+        (the worker stopped executing it). TimeoutError after `timeout` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        run = self.get(run_id)
-        if not run.is_terminal:
-            for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
-                pass
-            run = self.get(run_id)
+        waits = _core.ServerWait(run_id, deadline, self.config.timeout)
+        run = self._send(waits.next_call())
+        while not run.is_terminal:
+            if waits.waits_for_resume(run):
+                for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
+                    pass
+                run = self.get(run_id)
+            else:
+                run = self._send(waits.next_call())
         poll = _core.ReleasePoll(deadline)
         while released and not run.released:
             time.sleep(poll.delay())
