@@ -67,15 +67,15 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request (guard.py says how, under each ASGI handler).
     at_request_end(request, watch.release)
-    stream = _Stream(watch, _stream(opened, watch), content_type="text/event-stream")
+    stream = WatchedResponse(watch, _stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
 
 
-class _Stream(StreamingHttpResponse):
-    """Gives its stream's slot back when closed: Django's own handler closes a response it sent or
-    began to send, however the client left."""
+class WatchedResponse(StreamingHttpResponse):
+    """Gives its stream's (or wait's) slot back when closed: Django's own handler closes a response
+    it sent or began to send, however the client left."""
 
     def __init__(self, watch: Watch, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
