@@ -13,7 +13,6 @@ answer, `wait_result` `ended` — p50/p99 over every waiter of every round.
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -22,7 +21,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import RESULTS, WEB_APP_NAME, Ctx, app_running, durable_cluster, machine_facts, postgres_facts, summary
+from bench.lib import (
+    RESULTS,
+    WEB_APP_NAME,
+    Ctx,
+    app_running,
+    durable_cluster,
+    machine_facts,
+    postgres_facts,
+    save_and_print,
+    summary,
+)
 from tests.support.procs import threads_of
 from tests.support.sse import Stream, auth_headers
 
@@ -39,7 +48,9 @@ def measure(ctx: Ctx, *, waiters: int, rounds: int) -> dict[str, Any]:
         round_delays, facts = asyncio.run(_round(ctx, waiters))
         delays += round_delays
         held.append(facts)
-        by_round.append({**summary(round_delays), "load_1min": round(os.getloadavg()[0], 1)})
+        by_round.append(
+            {**summary(round_delays), "first": round(min(round_delays), 2), "load_1min": round(os.getloadavg()[0], 1)}
+        )
     return {
         "waiters": waiters,
         "rounds": rounds,
@@ -125,12 +136,7 @@ def main() -> int:
     with durable_cluster() as cluster, app_running(cluster, workers=0) as ctx:
         machine.update(postgres_facts())
         result = measure(ctx, waiters=args.waiters, rounds=args.rounds)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "wait", "machine": machine, **result}, indent=2) + "\n")
-    for name, value, unit, target, _ in figures(result):
-        print(f"{name:72} {value:>10,} {unit}" + (f"  (target ≤ {target:,})" if target else ""))
-    print(json.dumps(result))
+    save_and_print("wait", machine, result, args.out, figures(result), "≤")
     return 0
 
 

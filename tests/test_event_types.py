@@ -2,15 +2,14 @@
 events of those types and the terminal one, each with its own seq, so that a resume by `after_seq`
 or `Last-Event-ID` stays exact; unknown names are a 400 naming them.
 
-The pages are read in process (the Django test client); the streams through one uvicorn for the
-module, and the proof that a filtered stream cut at random points loses and repeats nothing through
-another, with a writer in a third process (as tests/test_sse_resilience.py does for every event).
+The pages are read in process (the Django test client); the proof that a stream of deltas cut at
+random points loses and repeats nothing goes through a uvicorn, with a writer in a third process
+(as tests/test_sse_resilience.py does for every event). The stream's contract with `types` is in
+tests/test_sse.py.
 """
 
 import asyncio
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,36 +18,17 @@ from django.test import Client
 
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES, EventType
-from runs.models import Run, RunEvent
+from runs.models import Run
 from tests.factories import running_run
 from tests.support.db import token_for
-from tests.support.procs import Proc, Procs, start_writer, subprocess_env
+from tests.support.procs import Proc, Procs, start_writer
+from tests.support.runs import chosen_seqs, mixed_run
 from tests.support.seed import SEED
-from tests.support.sse import Event, Stream, auth_headers, request_once
+from tests.support.sse import Event, Stream, auth_headers
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db(transaction=True)]
 
 DELTA, STARTED, FINISHED = EventType.OUTPUT_DELTA.value, EventType.TOOL_STARTED.value, EventType.TOOL_FINISHED.value
-
-
-def mixed_run(owner: User, *, complete: bool = True) -> Run:
-    """seq 1 run.created, 2 run.started, then deltas and tool calls in turn, then run.completed."""
-    run = running_run(owner)
-    events: list[tuple[str, dict[str, Any]]] = []
-    for i in range(6):
-        events.append((DELTA, {"text": f"d{i}"}))
-        events.append((STARTED, {"call_id": f"c{i}", "name": "t"}))
-        events.append((FINISHED, {"call_id": f"c{i}", "name": "t"}))
-    services.run_events_append(run_id=run.pk, generation=run.generation, events=events)
-    if complete:
-        services.run_complete(run_id=run.pk, generation=run.generation, output="ok")
-    run.refresh_from_db()
-    return run
-
-
-def seqs_of(run: Run, *types: str, prefixes: tuple[str, ...] = ()) -> list[int]:
-    rows = RunEvent.objects.filter(run=run).order_by("seq")
-    return [e.seq for e in rows if e.type in types or e.type.startswith(prefixes) or e.type in TERMINAL_EVENT_TYPES]
 
 
 def page(client: Client, run: Run, query: str) -> dict[str, Any]:
@@ -62,12 +42,12 @@ def test_a_page_of_chosen_types_has_only_them_and_the_terminal_event_with_their_
     client = Client()
     client.force_login(alice)
     got = page(client, run, f"types={DELTA}&limit=1000")
-    assert [e["seq"] for e in got["results"]] == seqs_of(run, DELTA)
+    assert [e["seq"] for e in got["results"]] == chosen_seqs(run, DELTA)
     assert {e["type"] for e in got["results"]} == {DELTA, EventType.RUN_COMPLETED}
     assert got["end_of_stream"] is True and got["next_after_seq"] == run.last_seq
     # Prefixes and exact names together; spaces around the commas are nothing.
     got = page(client, run, f"types=run.*, {FINISHED}")
-    assert [e["seq"] for e in got["results"]] == seqs_of(run, FINISHED, prefixes=("run.",))
+    assert [e["seq"] for e in got["results"]] == chosen_seqs(run, FINISHED, prefixes=("run.",))
     # Paged by `limit` from any cursor: the first `limit` chosen events after it, however far apart.
     cursor, seen = 4, []
     while True:
@@ -77,7 +57,7 @@ def test_a_page_of_chosen_types_has_only_them_and_the_terminal_event_with_their_
         cursor = got["next_after_seq"]
         if got["end_of_stream"]:
             break
-    assert seen == [seq for seq in seqs_of(run, STARTED) if seq > 4]
+    assert seen == [seq for seq in chosen_seqs(run, STARTED) if seq > 4]
     # Every event's JSON is the one the unfiltered page has.
     everything = {e["seq"]: e for e in page(client, run, "limit=1000")["results"]}
     assert all(everything[e["seq"]] == e for e in page(client, run, f"types={STARTED}")["results"])
@@ -114,75 +94,6 @@ def test_unknown_types_are_a_400_naming_every_one_and_an_agents_own_types_are_kn
     assert client.get(f"/api/runs/{run.pk}/events/?types=a_b.c").status_code == 400  # not the demo's
 
 
-# --- the stream ------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    registry = Procs(Path(tmp_path_factory.mktemp("types-web")))
-    try:
-        with django_db_blocker.unblock():
-            env = subprocess_env()
-        yield registry.uvicorn(env=env)
-    finally:
-        registry.stop_all()
-
-
-def stream_path(run: Run, query: str) -> str:
-    return f"/api/runs/{run.pk}/stream/?{query}"
-
-
-async def read_all(web: Proc, path: str, headers: dict[str, str]) -> list[Event]:
-    stream = await Stream(web.url, path, headers).open()
-    assert stream.status == 200, stream.body
-    return [event async for event in stream.events()]
-
-
-@pytest.mark.processes
-def test_a_stream_of_chosen_types_sends_only_them_and_resumes_exactly(web: Proc, alice: User) -> None:
-    token = token_for(alice)
-    run = mixed_run(alice, complete=False)
-    last_replayed = seqs_of(run, STARTED)[-1]
-
-    async def scenario() -> tuple[list[Event], list[Event]]:
-        # Replay (a watcher reading the table) then live (the shared frames, picked per watcher).
-        stream = await Stream(web.url, stream_path(run, f"types={STARTED}"), auth_headers(token)).open()
-        got: list[Event] = []
-        async for event in stream.events():
-            got.append(event)
-            if event.seq == last_replayed:
-                await asyncio.to_thread(append_and_complete, run)
-        # Resumed by Last-Event-ID from the middle: the rest, once.
-        resumed = await read_all(
-            web, stream_path(run, f"types={STARTED}"), auth_headers(token, last_event_id=str(got[2].seq))
-        )
-        return got, resumed
-
-    got, resumed = asyncio.run(asyncio.wait_for(scenario(), 60))
-    run.refresh_from_db()
-    expected = seqs_of(run, STARTED)
-    assert [e.seq for e in got] == expected
-    assert [e.event for e in got][-1] == EventType.RUN_COMPLETED
-    assert [e.seq for e in resumed] == expected[3:]
-    # An unknown name: the 400 names it, before anything is streamed.
-    refused = request_once(web.url, stream_path(run, "types=nope.*,output.delta"), auth_headers(token))
-    assert refused.status == 400 and "nope.*" in refused.json()["error"]["message"]
-
-
-def append_and_complete(run: Run) -> None:
-    from django.db import connection
-
-    try:
-        services.run_events_append(
-            run_id=run.pk,
-            generation=run.generation,
-            events=[(DELTA, {"text": "live"}), (STARTED, {"call_id": "live", "name": "t"})],
-        )
-        services.run_complete(run_id=run.pk, generation=run.generation, output="ok")
-    finally:
-        connection.close()
-
-
 @pytest.mark.processes
 def test_a_stream_of_deltas_cut_200_times_at_random_points_delivers_each_delta_once_in_order(
     procs: Procs, alice: User
@@ -198,7 +109,7 @@ def test_a_stream_of_deltas_cut_200_times_at_random_points_delivers_each_delta_o
         got, round_cuts = asyncio.run(asyncio.wait_for(cut_often(web, run, token, rng), 90))
         writer.wait_exit()
         run.refresh_from_db()
-        assert [e.seq for e in got] == seqs_of(run, DELTA), f"seed {SEED}"
+        assert [e.seq for e in got] == chosen_seqs(run, DELTA), f"seed {SEED}"
         assert [e.event for e in got[:-1]] == [DELTA] * (len(got) - 1)
         assert got[-1].event == EventType.RUN_COMPLETED  # the terminal one, last
         print(f"round {rounds}: {len(got)} events, {round_cuts} cuts")
@@ -212,7 +123,7 @@ async def cut_often(web: Proc, run: Run, token: str, rng: random.Random) -> tupl
     last_id: str | None = None
     cuts = 0
     for _ in range(5000):
-        path = stream_path(run, f"after_seq=0&types={DELTA}")
+        path = f"/api/runs/{run.pk}/stream/?after_seq=0&types={DELTA}"
         stream = await Stream(web.url, path, auth_headers(token, last_id)).open()
         assert stream.status == 200, (stream.status, stream.body)
         budget = rng.randint(0, 60) if rng.random() < 0.25 else rng.randint(0, 1300)

@@ -167,7 +167,9 @@ def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) ->
             "`timeout` seconds: the run (as `GET /api/runs/{run_id}/` answers it) plus `wait_result`. For "
             "programs without an SSE client; ask again after a `timeout`. While it waits it holds no "
             "thread and no database connection on the server, and it counts against the user's cap of "
-            "streams (429)."
+            "streams (429). A wait that must wait sends its head at once and its body when it ends; one "
+            "that cannot answer after all (the database lost, or the caller's sight of the run) leaves its "
+            "body unfinished: ask again."
         ),
         "tags": ["runs"],
         "parameters": [
@@ -180,7 +182,8 @@ def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) ->
                 f"(default {wait.DEFAULT_SECONDS:g}).",
                 "schema": {
                     "type": "number",
-                    "exclusiveMinimum": 0,
+                    "minimum": 0,
+                    "exclusiveMinimum": True,
                     "maximum": wait.MAX_SECONDS,
                     "default": wait.DEFAULT_SECONDS,
                 },
