@@ -28,16 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import (
-    RESULTS,
-    Ctx,
-    app_running,
-    durable_cluster,
-    machine_facts,
-    postgres_facts,
-    save_and_print,
-    summary,
-)
+from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, postgres_facts, save_and_print, summary
 from tests.support.procs import Procs
 from tests.support.proxies import CuttableProxy
 

@@ -21,17 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import (
-    RESULTS,
-    WEB_APP_NAME,
-    Ctx,
-    app_running,
-    durable_cluster,
-    machine_facts,
-    postgres_facts,
-    save_and_print,
-    summary,
-)
+from bench import lib
 from tests.support.procs import threads_of
 from tests.support.sse import Stream, auth_headers
 
@@ -40,7 +30,7 @@ QUICK = {**FULL, "wait_rounds": 2}
 TARGET_P99_MS = 50.0
 
 
-def measure(ctx: Ctx, *, waiters: int, rounds: int) -> dict[str, Any]:
+def measure(ctx: lib.Ctx, *, waiters: int, rounds: int) -> dict[str, Any]:
     delays: list[float] = []
     held: list[dict[str, int]] = []
     by_round = []
@@ -49,12 +39,16 @@ def measure(ctx: Ctx, *, waiters: int, rounds: int) -> dict[str, Any]:
         delays += round_delays
         held.append(facts)
         by_round.append(
-            {**summary(round_delays), "first": round(min(round_delays), 2), "load_1min": round(os.getloadavg()[0], 1)}
+            {
+                **lib.summary(round_delays),
+                "first": round(min(round_delays), 2),
+                "load_1min": round(os.getloadavg()[0], 1),
+            }
         )
     return {
         "waiters": waiters,
         "rounds": rounds,
-        "commit_to_answer_ms": summary(delays),
+        "commit_to_answer_ms": lib.summary(delays),
         "by_round": by_round,
         "web_threads_while_waiting": max(h["threads"] for h in held),
         "web_threads_before": min(h["threads_before"] for h in held),
@@ -62,7 +56,7 @@ def measure(ctx: Ctx, *, waiters: int, rounds: int) -> dict[str, Any]:
     }
 
 
-async def _round(ctx: Ctx, waiters: int) -> tuple[list[float], dict[str, int]]:
+async def _round(ctx: lib.Ctx, waiters: int) -> tuple[list[float], dict[str, int]]:
     from bench import scenarios as sc
 
     run = await asyncio.to_thread(sc.make_running_run, ctx, 0, "wait")
@@ -103,7 +97,7 @@ def _web_connections() -> int:
 
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [WEB_APP_NAME])
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [lib.WEB_APP_NAME])
             return int(cursor.fetchone()[0])
     finally:
         connection.close()
@@ -130,13 +124,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--waiters", type=int, default=FULL["wait_waiters"])
     parser.add_argument("--rounds", type=int, default=FULL["wait_rounds"])
-    parser.add_argument("--out", default=str(RESULTS / "wait.json"))
+    parser.add_argument("--out", default=str(lib.RESULTS / "wait.json"))
     args = parser.parse_args()
-    machine = machine_facts()
-    with durable_cluster() as cluster, app_running(cluster, workers=0) as ctx:
-        machine.update(postgres_facts())
+    machine = lib.machine_facts()
+    with lib.durable_cluster() as cluster, lib.app_running(cluster, workers=0) as ctx:
+        machine.update(lib.postgres_facts())
         result = measure(ctx, waiters=args.waiters, rounds=args.rounds)
-    save_and_print("wait", machine, result, args.out, figures(result), "≤")
+    lib.save_and_print("wait", machine, result, args.out, figures(result), "≤")
     return 0
 
 
