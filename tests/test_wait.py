@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
@@ -29,6 +30,7 @@ from tests.support.db import query_one, token_for
 from tests.support.procs import Proc, Procs, threads_of, web_env
 from tests.support.sse import Stream, auth_headers, request_once
 from tests.support.threads import in_thread
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -134,6 +136,29 @@ def test_a_run_that_starts_waiting_is_answered_waiting_and_a_timeout_answers_the
 
     answer = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert (answer.json()["wait_result"], answer.json()["status"]) == ("waiting", "waiting")
+
+
+def test_a_waits_head_comes_at_admission_and_a_client_that_leaves_gives_its_slot_back(web: Proc, alice: User) -> None:
+    token = token_for(alice)
+    run = running_run(alice)
+    url = urlsplit(web.url)
+
+    async def head_then_leave() -> str:
+        reader, writer = await asyncio.open_connection(url.hostname, url.port)
+        request = (
+            f"GET {wait_path(run, 'timeout=50')} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Token {token}\r\n\r\n"
+        )
+        writer.write(request.encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        writer.close()  # gone while it waits
+        return head.decode("latin-1").split("\r\n")[0]
+
+    # With a cap of one, each wait after the first is admitted only if the one before gave its slot back.
+    for _ in range(3):
+        status_line = wait_until(lambda: (line := asyncio.run(head_then_leave())).split(" ")[1] != "429" and line, 20)
+        assert status_line.split(" ")[1] == "200"
+    services.run_complete(run_id=run.pk, generation=run.generation, output="ok")
+    assert get(web, wait_path(run), token).json()["wait_result"] == "ended"
 
 
 def test_a_wait_is_checked_as_a_read_of_the_run(web: Proc, alice: User, bob: User) -> None:
