@@ -4,7 +4,9 @@
 ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
 `EventSource` sends on reconnect), else `after_seq`, else 0, and each SSE `id:` is the bare seq,
 so a reconnect resumes exactly after the last event the client fully received. Where the frames
-come from, and how many watchers share one read, is hub.py.
+come from, and how many watchers share one read, is hub.py. With `?types=` (docs/design/streaming.md#types)
+a watcher sends only the frames of those types and the terminal one, picked from the shared frames
+as it sends them; its cursor still passes the others.
 
 Checks run in the order of docs/design/api.md#check-order (checks.py): authentication (401), visibility
 (404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
