@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
+from runs.exceptions import ValidationFailed
 from runs.transitions import Status
 
 
@@ -281,3 +282,56 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
         },
     ),
 }
+
+
+# What a stream or a page of events may be narrowed to (docs/design/streaming.md#types): `?types=`
+# lists exact types and `prefix.*`, comma-separated.
+TYPES_WILDCARD = ".*"
+TYPES_HELP = (
+    "only events of these types, comma-separated: exact names (`output.delta`) and prefixes (`run.*`), "
+    "the run's terminal event always included; seqs and cursors stay the run's"
+)
+
+
+class TypeSelection:
+    """The types a watcher asked for. The terminal events are always in it: a client must learn
+    that the run ended, whatever it chose."""
+
+    __slots__ = ("exact", "prefixes")
+
+    def __init__(self, exact: Iterable[str], prefixes: Iterable[str]) -> None:
+        self.exact: frozenset[str] = frozenset(exact) | TERMINAL_EVENT_TYPES
+        # Each with its dot ("run."), so "run.*" never takes "runner.x".
+        self.prefixes: tuple[str, ...] = tuple(sorted(set(prefixes)))
+
+    def __contains__(self, type_: str) -> bool:
+        return type_ in self.exact or type_.startswith(self.prefixes)
+
+
+def type_selection(spec: str, declared: Iterable[str] = ()) -> TypeSelection:
+    """`spec` (`output.delta,run.*`) as a selection, against the platform's types and the types of
+    its own the run's agent `declared`; a 400 naming every name that matches none."""
+    known = {member.value for member in EventType} | set(declared)
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        raise _bad_types("name at least one event type, or leave `types` out for every event")
+    exact: list[str] = []
+    prefixes: list[str] = []
+    unknown: list[str] = []
+    for name in names:
+        if name.endswith(TYPES_WILDCARD):
+            prefix = name[: -len(TYPES_WILDCARD)] + "."
+            prefixes.append(prefix)
+            found = any(type_.startswith(prefix) for type_ in known)
+        else:
+            exact.append(name)
+            found = name in known
+        if not found:
+            unknown.append(name)
+    if unknown:
+        raise _bad_types(f"unknown event types: {', '.join(unknown)}")
+    return TypeSelection(exact, prefixes)
+
+
+def _bad_types(message: str) -> ValidationFailed:
+    return ValidationFailed(message, detail={"types": [message]})

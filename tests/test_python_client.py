@@ -100,6 +100,22 @@ def test_a_stream_ends_at_204_for_a_finished_run_read_to_its_end(client: rl.Clie
     assert [e.seq for e in tail] == [run.last_seq - 1, run.last_seq]
 
 
+def test_wait_is_the_servers_and_streams_and_pages_take_types(proxy: CuttableProxy, client: rl.Client) -> None:
+    run = client.wait(client.create("demo", {"deltas": 4, "delay_ms": 0}).id)
+    assert (run.status, run["wait_result"]) == ("completed", "ended")
+    waits = [r for r in list(proxy.requests) if r.path.startswith(f"/api/runs/{run.id}/wait/")]
+    assert waits and all("timeout=" in r.path for r in waits)
+    deltas = list(client.stream(run.id, types=["output.delta"]))
+    assert [e.type for e in deltas] == ["output.delta"] * 4 + ["run.completed"]
+    assert [e.type for e in client.events(run.id, types="run.*").events] == [
+        "run.created",
+        "run.started",
+        "run.completed",
+    ]
+    with pytest.raises(rl.ValidationError):
+        client.events(run.id, types=["nope.*"])
+
+
 def test_json_event_pages_are_the_stored_log(client: rl.Client) -> None:
     run = client.runs.wait(client.runs.create("demo", {"deltas": 7, "delay_ms": 0}).id)
     objects: list[Any] = []

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -73,14 +73,18 @@ class AsyncRuns:
     def list(self, **filters: Unpack[_core.RunFilters]) -> AsyncIterator[Run]:
         return self._client._pages(_core.run_pages(filters))
 
-    async def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        return await self._client._send(_core.events(run_id, after_seq, limit))
+    async def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        return await self._client._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> AsyncStream:
-        return AsyncStream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry)))
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> AsyncStream:
+        return AsyncStream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
 
     async def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        return await self._client._drive(_core.wait(run_id, released=released, timeout=timeout))
+        return await self._client._drive(
+            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+        )
 
     async def cancel(self, run_id: str, note: str = "") -> Run:
         return await self._client._send(_core.cancel(run_id, note))
@@ -197,7 +201,7 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, timeout=self.config.timeout, **call.request_args()
+                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
                 )
             except httpx.TransportError as exc:
                 await asyncio.sleep(attempts.after_error(exc))

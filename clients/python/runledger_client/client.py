@@ -5,7 +5,7 @@ awaited; both are thin drivers of the shared logic in `_core` (calls, retries, w
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -83,22 +83,28 @@ class Runs:
         once, whatever is created or ends meanwhile."""
         return self._client._pages(_core.run_pages(filters))
 
-    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000)."""
-        return self._client._send(_core.events(run_id, after_seq, limit))
+    def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000);
+        with `types` (`["output.delta", "run.*"]`), only those and the terminal event."""
+        return self._client._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> Stream:
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> Stream:
         """The run's events with seq > after_seq, live, until its terminal event (or at once, for a
-        finished run already read to its end). Reconnects by itself after any drop, from the last
-        event yielded; never yields a seq twice. Raises NotAuthenticated, PermissionDenied, NotFound
-        or ValidationError when the server refuses the stream."""
-        return Stream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry)))
+        finished run already read to its end); with `types`, only those and the terminal event.
+        Reconnects by itself after any drop, from the last event yielded; never yields a seq twice.
+        Raises NotAuthenticated, PermissionDenied, NotFound or ValidationError when the server
+        refuses the stream."""
+        return Stream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
 
     def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        """The run once it is terminal (following its stream meanwhile); with `released`, once its
-        attempt has also recorded `released_at` (the worker stopped executing it). TimeoutError
-        after `timeout` seconds."""
-        return self._client._drive(_core.wait(run_id, released=released, timeout=timeout))
+        """The run once it is terminal (the server's wait; a run that waits for a resume is
+        followed on its stream); with `released`, once its attempt has also recorded `released_at`
+        (the worker stopped executing it). TimeoutError after `timeout` seconds."""
+        return self._client._drive(
+            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+        )
 
     def cancel(self, run_id: str, note: str = "") -> Run:
         """Cancel a queued, running or waiting run; a run already cancelled is returned as it is.
@@ -247,7 +253,7 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, timeout=self.config.timeout, **call.request_args()
+                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
                 )
             except httpx.TransportError as exc:
                 time.sleep(attempts.after_error(exc))
