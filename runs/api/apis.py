@@ -241,8 +241,8 @@ def _command_schema(
 
 # Base of the operations on one run: visibility (404), then the class's object permission (403).
 class RunObjectApi(RunApi):
-    def get_run(self, request: Request, run_id: str) -> Run:
-        run = run_get(run_id=run_id, user=_caller(request))
+    def get_run(self, request: Request, run_id: str, only: tuple[str, ...] = ()) -> Run:
+        run = run_get(run_id=run_id, user=_caller(request), only=only)
         self.check_object_permissions(request, run)
         return run
 
@@ -313,7 +313,7 @@ class RunEventsApi(RunObjectApi):
         responses=responses({200: OutputSerializer}, 400, 404),
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:
-        run = self.get_run(request, run_id)
+        run = self.get_run(request, run_id, only=("agent", "last_seq"))
         filters = _valid(self.FilterSerializer, request.query_params)
         types = filters.get("types")  # left out when empty: every event
         chosen = None if not types else type_selection(types, declared_types(run.agent))
