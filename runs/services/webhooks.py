@@ -1,0 +1,210 @@
+"""The webhook outbox (docs/design/webhooks.md#outbox): notifications written in the transaction of
+the event they report, claimed by the workers, and the outcome of each attempt.
+
+`enqueue` runs inside `core.end` and `core.park`, under the run's row lock: a notification exists
+if and only if its event committed. The claim is a lease: it moves the row's `next_attempt_at`
+past the time a request may take and commits, so the POST runs outside any transaction, and a
+worker killed mid-request (or a database restart) leaves the row to come due again, with the same
+id, for any worker. The outcome is written only by the claim that is still current (`attempts`
+fences it, as a generation fences an attempt's writes).
+"""
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.db.models import F, Min, Q
+from django.utils import timezone
+
+from runs import notify
+from runs.conf import conf
+from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+
+# The run's JSON (docs/design/api.md#run-json), as the API renders it: set by the app's `ready`
+# (runs.apps), so that the write core does not import the API that imports it.
+run_json: Callable[[Run], dict[str, Any]] = lambda run: {"id": str(run.id), "status": run.status}  # noqa: E731
+
+
+def matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:
+    return event_type in endpoint.events and all(run.metadata.get(k) == v for k, v in endpoint.metadata.items())
+
+
+def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
+    """Write a notification of the run's last event to each enabled endpoint that wants it; the
+    caller holds the run's lock and has saved the run. With no endpoint: one indexed read."""
+    wanted = [
+        endpoint
+        for endpoint in WebhookEndpoint.objects.filter(Q(owner_id=run.owner_id) | Q(all_runs=True), enabled=True).only(
+            "id", "events", "metadata"
+        )
+        if matches(endpoint, run, event_type)
+    ]
+    if not wanted:
+        return 0
+    body = json.dumps(
+        {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": {"run": run_json(run)}},
+        cls=DjangoJSONEncoder,
+        separators=(",", ":"),
+    )
+    give_up_at = now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)
+    WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(
+            endpoint=endpoint,
+            run_id=run.id,
+            seq=run.last_seq,
+            event_type=event_type,
+            body=body,
+            next_attempt_at=now,
+            created_at=now,
+            give_up_at=give_up_at,
+        )
+        for endpoint in wanted
+    )
+    notify.send(notify.webhooks_due())
+    return len(wanted)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: UUID
+    webhook_id: str
+    number: int
+    url: str
+    body: str
+    secrets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    started_at: datetime
+    duration_ms: int
+    status_code: int | None = None
+    response_head: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def lease_seconds() -> float:
+    """How long a claim keeps a delivery from other workers: past the request's own timeout."""
+    return 2 * conf.WEBHOOKS_TIMEOUT_SECONDS + 1
+
+
+def deliveries_claim(*, limit: int) -> tuple[list[Claimed], float | None]:
+    """Claim up to `limit` due deliveries; with them, the seconds until the next one comes due
+    (None: none pending)."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = (
+            WebhookDelivery.objects.filter(
+                status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True
+            )
+            .select_related("endpoint")
+            .order_by("next_attempt_at")
+        )
+        if connection.vendor == "postgresql":
+            # SKIP LOCKED: workers claiming at once take different rows instead of queueing on the
+            # same ones. (SQLite's IMMEDIATE transactions serialise the claims instead.)
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        rows = list(due[:limit])
+        if rows:
+            WebhookDelivery.objects.filter(id__in=[row.id for row in rows]).update(
+                next_attempt_at=now + timedelta(seconds=lease_seconds()), attempts=F("attempts") + 1
+            )
+    claimed = [
+        Claimed(
+            id=row.id,
+            webhook_id=row.webhook_id,
+            number=row.attempts + 1,
+            url=row.endpoint.url,
+            body=row.body,
+            secrets=_signing_secrets(row.endpoint, now),
+        )
+        for row in rows
+    ]
+    return claimed, None if len(rows) == limit else _next_due_in(now)
+
+
+def _signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> tuple[str, ...]:
+    expires = endpoint.previous_secret_expires_at
+    if endpoint.previous_secret and expires is not None and expires > now:
+        return (endpoint.secret, endpoint.previous_secret)
+    return (endpoint.secret,)
+
+
+def _next_due_in(now: datetime) -> float | None:
+    pending = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, endpoint__enabled=True)
+    first = pending.aggregate(first=Min("next_attempt_at"))["first"]
+    return None if first is None else max(0.0, (first - now).total_seconds())
+
+
+def retry_delay(number: int) -> float:
+    """The wait after failed attempt `number` (1, 2, …): doubling from the base, jittered so
+    that the retries of many deliveries that failed together spread out."""
+    base = conf.WEBHOOKS_RETRY_BASE_SECONDS * 2 ** min(number - 1, 30)
+    return min(conf.WEBHOOKS_RETRY_MAX_SECONDS, base) * random.uniform(0.5, 1.5)
+
+
+def delivery_record(*, claimed: Claimed, outcome: Outcome, worker: str) -> None:
+    """Log the attempt and settle the delivery: delivered, due again after a backoff, or failed
+    once past its give-up time. A claim that is no longer current (its lease lapsed and another
+    worker claimed the row) logs its attempt and changes nothing else."""
+    now = timezone.now()
+    with transaction.atomic():
+        WebhookAttempt.objects.create(
+            delivery_id=claimed.id,
+            number=claimed.number,
+            started_at=outcome.started_at,
+            duration_ms=outcome.duration_ms,
+            status_code=outcome.status_code,
+            response_head=outcome.response_head,
+            error=outcome.error,
+            worker=worker,
+        )
+        current = WebhookDelivery.objects.select_for_update(no_key=True).filter(
+            id=claimed.id, attempts=claimed.number, status=DeliveryStatus.PENDING
+        )
+        delivery = current.first()
+        if delivery is None:
+            return
+        endpoint = WebhookEndpoint.objects.filter(id=delivery.endpoint_id)
+        if outcome.ok:
+            current.update(status=DeliveryStatus.DELIVERED, delivered_at=now, last_error="")
+            # Written only when it was failing: the common success leaves the endpoint's row alone.
+            endpoint.filter(failing_since__isnull=False).update(failing_since=None)
+            return
+        said = outcome.error or f"HTTP {outcome.status_code}"
+        if now >= delivery.give_up_at:
+            current.update(status=DeliveryStatus.FAILED, last_error=said)
+        else:
+            current.update(next_attempt_at=now + timedelta(seconds=retry_delay(claimed.number)), last_error=said)
+        endpoint.filter(failing_since__isnull=True).update(failing_since=now)
+        since = now - timedelta(seconds=conf.WEBHOOKS_DISABLE_AFTER_SECONDS)
+        reason = f"every delivery failed since {{since}}; the last: {said}"
+        failing = endpoint.filter(enabled=True, failing_since__lte=since)
+        for row in failing.only("failing_since"):
+            assert row.failing_since is not None
+            failing.update(enabled=False, disabled_reason=reason.format(since=row.failing_since.isoformat()))
+
+
+def deliveries_redeliver(*, ids: list[UUID]) -> int:
+    """Make these deliveries due now, with a new give-up time: an admin's redeliver. The same
+    `webhook-id`: a receiver that had it already may drop it."""
+    now = timezone.now()
+    with transaction.atomic():
+        count = WebhookDelivery.objects.filter(id__in=ids).update(
+            status=DeliveryStatus.PENDING,
+            next_attempt_at=now,
+            give_up_at=now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS),
+        )
+        if count:
+            notify.send(notify.webhooks_due())
+    return count
