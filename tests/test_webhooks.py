@@ -17,7 +17,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from runs import services
 from runs.http.outbound import client
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from runs.services.webhooks import Outcome, deliveries_claim, deliveries_redeliver, delivery_record
+from runs.services.webhooks import Outcome, deliveries_claim, deliveries_redeliver, delivery_record, retry_delay
 from runs.worker.webhooks import post, sign
 from tests.factories import queued_run, running_run
 from tests.support.api import api_for, assert_error
@@ -155,7 +155,7 @@ def test_a_claim_is_a_lease_and_only_the_current_claim_settles(alice: User, sett
     delivery_record(claimed=second, outcome=failed, worker="w")
     row = WebhookDelivery.objects.get()
     retry_in = (row.next_attempt_at - timezone.now()).total_seconds()
-    assert row.status == DeliveryStatus.PENDING and 0 < retry_in <= 10 and row.last_error == "HTTP 500"
+    assert row.status == DeliveryStatus.PENDING and 0 < retry_in <= 15 and row.last_error == "HTTP 500"
     assert row.endpoint.failing_since is not None
     assert list(WebhookAttempt.objects.order_by("id").values_list("number", "status_code")) == [(1, 500), (2, 500)]
     row.next_attempt_at = timezone.now()
@@ -166,6 +166,13 @@ def test_a_claim_is_a_lease_and_only_the_current_claim_settles(alice: User, sett
     )
     row.refresh_from_db()
     assert row.status == DeliveryStatus.DELIVERED and row.endpoint.failing_since is None
+
+
+def test_the_first_retry_comes_within_ten_seconds_and_later_ones_back_off() -> None:
+    first = [retry_delay(1) for _ in range(1000)]
+    assert 2.5 <= min(first) and max(first) <= 7.5  # RUNLEDGER_WEBHOOKS_RETRY_BASE_SECONDS 5, jittered
+    assert len(set(first)) > 990  # jittered: retries that failed together spread out
+    assert min(retry_delay(5) for _ in range(100)) >= 40 and max(retry_delay(30) for _ in range(100)) <= 5400
 
 
 def test_past_its_give_up_time_a_delivery_fails_and_a_long_failing_endpoint_is_disabled(
@@ -241,3 +248,36 @@ def test_a_run_waiting_is_notified(alice: User) -> None:
     body = json.loads(WebhookDelivery.objects.get().body)
     assert body["type"] == "run.waiting" and body["data"]["run"]["status"] == "waiting"
     assert Run.objects.get(pk=run.pk).status == "waiting"
+
+
+def test_the_console_lists_deliveries_per_endpoint_and_per_run_and_redelivers(
+    alice: User, admin_client: object, settings: object
+) -> None:
+    settings.RUNLEDGER_WEBHOOKS_DISABLE_AFTER_SECONDS = 0  # type: ignore[attr-defined]
+    created = register(alice)
+    run = queued_run(alice)
+    services.run_cancel(run_id=run.pk, actor=alice)
+    (claimed,), _ = deliveries_claim(limit=10)
+    failed = Outcome(started_at=timezone.now(), duration_ms=3, status_code=503, response_head="busy")
+    delivery_record(claimed=claimed, outcome=failed, worker="w9")
+    delivery = WebhookDelivery.objects.get()
+    client = admin_client  # a superuser's
+    listed = client.get(f"/admin/runs/webhookdelivery/?run_id={run.pk}")  # type: ignore[attr-defined]
+    assert listed.status_code == 200 and delivery.webhook_id in listed.content.decode()
+    elsewhere = client.get(f"/admin/runs/webhookdelivery/?endpoint__id__exact={created['id']}")  # type: ignore[attr-defined]
+    assert elsewhere.status_code == 200 and delivery.webhook_id in elsewhere.content.decode()
+    page = client.get(f"/admin/runs/webhookdelivery/{delivery.pk}/change/").content.decode()  # type: ignore[attr-defined]
+    assert "busy" in page and "w9" in page
+    endpoint_page = client.get(f"/admin/runs/webhookendpoint/{created['id']}/change/").content.decode()  # type: ignore[attr-defined]
+    assert str(created["secret"]) not in endpoint_page
+    answer = client.post(  # type: ignore[attr-defined]
+        "/admin/runs/webhookdelivery/", {"action": "redeliver", "_selected_action": [str(delivery.pk)]}
+    )
+    assert answer.status_code == 302
+    delivery.refresh_from_db()
+    assert delivery.status == DeliveryStatus.PENDING and delivery.next_attempt_at <= timezone.now()
+    dashboard = client.get("/admin/runs/dashboard/?figures=1").content.decode()  # type: ignore[attr-defined]
+    assert f'data-failing-webhook="{created["id"]}"' in dashboard
+    metrics = client.get("/metrics/").content.decode()  # type: ignore[attr-defined]
+    assert "runledger_webhooks_oldest_pending_age_seconds" in metrics
+    assert 'runledger_webhook_deliveries_total{outcome="failure"}' in metrics

@@ -24,6 +24,7 @@ from runs.conf import conf
 from runs.models import Dashboard, Run
 from runs.selectors.clock import db_now
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
+from runs.selectors.webhooks import webhooks_failing
 
 # Upper edges of the latency histogram's buckets, in seconds (the last one is open): finer than
 # /metrics/'s at the low end, where a healthy cancel lands.
@@ -124,6 +125,18 @@ def figures(overview: Overview) -> dict[str, Any]:
     }
 
 
+def failing_webhooks() -> list[dict[str, Any]]:
+    """Endpoints failing every attempt now, or disabled for it (docs/design/webhooks.md#operations)."""
+    return [
+        {
+            "endpoint": endpoint,
+            "url": reverse("admin:runs_webhookendpoint_change", args=[endpoint.pk]),
+            "since": format_duration(db_now() - endpoint.failing_since) if endpoint.failing_since else "—",
+        }
+        for endpoint in webhooks_failing()
+    ]
+
+
 @admin.register(Dashboard)
 class DashboardAdmin(ViewOnly, admin.ModelAdmin):
     """The dashboard as the admin's page of `Dashboard`: one URL, for those who may see every run."""
@@ -144,7 +157,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     # staff or not being the admin site's own gate (admin_view, before this).
     if not sees_every_run(request.user):
         raise PermissionDenied
-    context = figures(system_overview(now=db_now()))
+    context = {**figures(system_overview(now=db_now())), "failing_webhooks": failing_webhooks()}
     if request.GET.get("figures") == "1":
         return TemplateResponse(request, "admin/runs/dashboard_figures.html", context)
     return TemplateResponse(
