@@ -125,13 +125,13 @@ def figures(overview: Overview) -> dict[str, Any]:
     }
 
 
-def failing_webhooks() -> list[dict[str, Any]]:
+def failing_webhooks(now: datetime) -> list[dict[str, Any]]:
     """Endpoints failing every attempt now, or disabled for it (docs/design/webhooks.md#operations)."""
     return [
         {
             "endpoint": endpoint,
             "url": reverse("admin:runs_webhookendpoint_change", args=[endpoint.pk]),
-            "since": format_duration(db_now() - endpoint.failing_since) if endpoint.failing_since else "—",
+            "since": format_duration(now - endpoint.failing_since) if endpoint.failing_since else "—",
         }
         for endpoint in webhooks_failing()
     ]
@@ -157,7 +157,8 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     # staff or not being the admin site's own gate (admin_view, before this).
     if not sees_every_run(request.user):
         raise PermissionDenied
-    context = {**figures(system_overview(now=db_now())), "failing_webhooks": failing_webhooks()}
+    now = db_now()
+    context = {**figures(system_overview(now=now)), "failing_webhooks": failing_webhooks(now)}
     if request.GET.get("figures") == "1":
         return TemplateResponse(request, "admin/runs/dashboard_figures.html", context)
     return TemplateResponse(

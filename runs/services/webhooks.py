@@ -10,10 +10,12 @@ fences it, as a generation fences an attempt's writes).
 """
 
 import json
+import operator
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import reduce
 from typing import Any
 from uuid import UUID
 
@@ -73,6 +75,7 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
 @dataclass(frozen=True)
 class Claimed:
     id: UUID
+    endpoint_id: UUID
     webhook_id: str
     number: int
     url: str
@@ -122,6 +125,7 @@ def deliveries_claim(*, limit: int) -> tuple[list[Claimed], float | None]:
     claimed = [
         Claimed(
             id=row.id,
+            endpoint_id=row.endpoint_id,
             webhook_id=row.webhook_id,
             number=row.attempts + 1,
             url=row.endpoint.url,
@@ -153,46 +157,73 @@ def retry_delay(number: int) -> float:
     return min(conf.WEBHOOKS_RETRY_MAX_SECONDS, base) * random.uniform(0.5, 1.5)
 
 
-def delivery_record(*, claimed: Claimed, outcome: Outcome, worker: str) -> None:
-    """Log the attempt and settle the delivery: delivered, due again after a backoff, or failed
-    once past its give-up time. A claim that is no longer current (its lease lapsed and another
-    worker claimed the row) logs its attempt and changes nothing else."""
+def deliveries_record(*, outcomes: Sequence[tuple[Claimed, Outcome]], worker: str) -> None:
+    """Log each attempt and settle its delivery: delivered, due again after a backoff, or failed
+    once past its give-up time; a batch's outcomes in one transaction, one commit for all. A claim
+    that is no longer current (its lease lapsed and another worker claimed the row) logs its
+    attempt and changes nothing else."""
     now = timezone.now()
     with transaction.atomic():
-        WebhookAttempt.objects.create(
-            delivery_id=claimed.id,
-            number=claimed.number,
-            started_at=outcome.started_at,
-            duration_ms=outcome.duration_ms,
-            status_code=outcome.status_code,
-            response_head=outcome.response_head,
-            error=outcome.error,
-            worker=worker,
+        WebhookAttempt.objects.bulk_create(
+            WebhookAttempt(
+                delivery_id=claimed.id,
+                number=claimed.number,
+                started_at=outcome.started_at,
+                duration_ms=outcome.duration_ms,
+                status_code=outcome.status_code,
+                response_head=outcome.response_head,
+                error=outcome.error,
+                worker=worker,
+            )
+            for claimed, outcome in outcomes
         )
-        current = WebhookDelivery.objects.select_for_update(no_key=True).filter(
-            id=claimed.id, attempts=claimed.number, status=DeliveryStatus.PENDING
-        )
-        delivery = current.first()
-        if delivery is None:
-            return
-        endpoint = WebhookEndpoint.objects.filter(id=delivery.endpoint_id)
-        if outcome.ok:
-            current.update(status=DeliveryStatus.DELIVERED, delivered_at=now, last_error="")
-            # Written only when it was failing: the common success leaves the endpoint's row alone.
-            endpoint.filter(failing_since__isnull=False).update(failing_since=None)
-            return
-        said = outcome.error or f"HTTP {outcome.status_code}"
-        if now >= delivery.give_up_at:
-            current.update(status=DeliveryStatus.FAILED, last_error=said)
-        else:
-            current.update(next_attempt_at=now + timedelta(seconds=retry_delay(claimed.number)), last_error=said)
-        endpoint.filter(failing_since__isnull=True).update(failing_since=now)
-        since = now - timedelta(seconds=conf.WEBHOOKS_DISABLE_AFTER_SECONDS)
-        reason = f"every delivery failed since {{since}}; the last: {said}"
-        failing = endpoint.filter(enabled=True, failing_since__lte=since)
-        for row in failing.only("failing_since"):
-            assert row.failing_since is not None
-            failing.update(enabled=False, disabled_reason=reason.format(since=row.failing_since.isoformat()))
+        # Endpoints in one order in every worker's batch: two batches touching the same endpoints'
+        # rows wait for each other instead of deadlocking.
+        ordered = sorted(outcomes, key=lambda pair: str(pair[0].endpoint_id))
+        for claimed, outcome in ordered:
+            if not outcome.ok:
+                _settle_failed(claimed, outcome, now=now)
+        delivered = [claimed for claimed, outcome in ordered if outcome.ok]
+        if delivered:
+            _settle_delivered(delivered, now=now)
+
+
+def delivery_record(*, claimed: Claimed, outcome: Outcome, worker: str) -> None:
+    deliveries_record(outcomes=[(claimed, outcome)], worker=worker)
+
+
+def _current(claimed: Sequence[Claimed]) -> Q:
+    # The claims still current: their number is the row's count of claims.
+    return reduce(operator.or_, (Q(id=c.id, attempts=c.number) for c in claimed)) & Q(status=DeliveryStatus.PENDING)
+
+
+def _settle_delivered(claimed: Sequence[Claimed], *, now: datetime) -> None:
+    WebhookDelivery.objects.filter(_current(claimed)).update(
+        status=DeliveryStatus.DELIVERED, delivered_at=now, last_error=""
+    )
+    # Written only when it was failing: the common success leaves the endpoint's row alone.
+    for endpoint_id in sorted({c.endpoint_id for c in claimed}, key=str):
+        WebhookEndpoint.objects.filter(id=endpoint_id, failing_since__isnull=False).update(failing_since=None)
+
+
+def _settle_failed(claimed: Claimed, outcome: Outcome, *, now: datetime) -> None:
+    current = WebhookDelivery.objects.select_for_update(no_key=True).filter(_current([claimed]))
+    delivery = current.first()
+    if delivery is None:
+        return
+    said = outcome.error or f"HTTP {outcome.status_code}"
+    if now >= delivery.give_up_at:
+        current.update(status=DeliveryStatus.FAILED, last_error=said)
+    else:
+        current.update(next_attempt_at=now + timedelta(seconds=retry_delay(claimed.number)), last_error=said)
+    endpoint = WebhookEndpoint.objects.filter(id=delivery.endpoint_id)
+    endpoint.filter(failing_since__isnull=True).update(failing_since=now)
+    since = now - timedelta(seconds=conf.WEBHOOKS_DISABLE_AFTER_SECONDS)
+    reason = "every delivery failed since {since}; the last: {said}"
+    failing = endpoint.filter(enabled=True, failing_since__lte=since)
+    for row in failing.only("failing_since"):
+        assert row.failing_since is not None
+        failing.update(enabled=False, disabled_reason=reason.format(since=row.failing_since.isoformat(), said=said))
 
 
 def deliveries_redeliver(*, ids: list[UUID]) -> int:

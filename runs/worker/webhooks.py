@@ -23,7 +23,7 @@ from django.utils import timezone
 from runs.conf import conf
 from runs.http.outbound import RefusedAddress, client
 from runs.metrics import series
-from runs.services.webhooks import Claimed, Outcome, deliveries_claim, delivery_record
+from runs.services.webhooks import Claimed, Outcome, deliveries_claim, deliveries_record
 from runs.worker.db import DbLane
 
 log = logging.getLogger(__name__)
@@ -106,21 +106,23 @@ class Deliverer:
                     log.warning("could not claim webhook deliveries (%s); retrying later", exc)
                     claimed, next_in = [], None
                 if claimed:
-                    await asyncio.gather(*(self._deliver(http, one, timeout) for one in claimed))
+                    await self._deliver(http, claimed, timeout)
                     if next_in is None or next_in <= 0:
                         continue  # a full batch: there may be more due
                 wait = self.poll_seconds if next_in is None else min(self.poll_seconds, next_in + 0.01)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
 
-    async def _deliver(self, http: httpx.AsyncClient, claimed: Claimed, timeout: float) -> None:
-        outcome = await post(http, claimed, timeout=timeout)
-        series.webhook_delivered("success" if outcome.ok else "failure")
+    async def _deliver(self, http: httpx.AsyncClient, claimed: list[Claimed], timeout: float) -> None:
+        outcomes = await asyncio.gather(*(post(http, one, timeout=timeout) for one in claimed))
+        for outcome in outcomes:
+            series.webhook_delivered("success" if outcome.ok else "failure")
         try:
-            await self.lane.call(delivery_record, claimed=claimed, outcome=outcome, worker=self.worker_id)
+            await self.lane.call(
+                deliveries_record, outcomes=list(zip(claimed, outcomes, strict=True)), worker=self.worker_id
+            )
         except DatabaseError as exc:
-            # The claim's lease lapses and the delivery comes due again, with the same id.
-            log.warning("could not record webhook %s (%s); it will be sent again", claimed.webhook_id, exc)
+            # The claims' lease lapses and the deliveries come due again, with the same ids.
+            log.warning("could not record %d webhook deliveries (%s); they will be sent again", len(claimed), exc)
             return
-        if outcome.ok:
-            self.delivered += 1
+        self.delivered += sum(1 for outcome in outcomes if outcome.ok)

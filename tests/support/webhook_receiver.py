@@ -7,7 +7,7 @@ SECRETS is a file of a JSON list of `whsec_` secrets, read at each request (a te
 writes it); a request verifies if any of them verifies it. `--fail-every N` answers 500 to every
 Nth request; `--hold-first` holds each id's first request open (for a worker killed mid-delivery)
 until the test writes LOG.release. `/redirect` answers 302 to `/in`. Each log line:
-{"id", "path", "status", "verified", "type", "run_id", "run_status", "run_seq_ok"}.
+{"id", "path", "status", "verified", "type", "run_id", "run_status", "at"}.
 """
 
 import argparse
@@ -72,6 +72,7 @@ def main() -> None:
                     "type": (verified or {}).get("type"),
                     "run_id": run.get("id"),
                     "run_status": run.get("status"),
+                    "at": time.time(),
                 }
             )
 
