@@ -34,10 +34,13 @@ EVENTS = ["run.cancelled"]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--burst", type=int, default=2000)
-    parser.add_argument("--steady", type=int, default=400)
-    parser.add_argument("--rate", type=float, default=20.0)
-    parser.add_argument("--cancels", type=int, default=300)
+    for name, kind, default in (
+        ("burst", int, 2000),
+        ("steady", int, 400),
+        ("rate", float, 20.0),
+        ("cancels", int, 300),
+    ):
+        parser.add_argument(f"--{name}", type=kind, default=default)
     parser.add_argument("--out", default=str(RESULTS / "webhooks.json"))
     args = parser.parse_args()
     machine = machine_facts()

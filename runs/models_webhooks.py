@@ -18,13 +18,13 @@ class DeliveryStatus(models.TextChoices):
 
 
 class WebhookEndpoint(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook_endpoints")
     url = models.URLField(max_length=2000)
-    # The event types it is sent (runs.events.WEBHOOK_EVENTS), sorted.
+    # The event types it is sent (runs.events.WEBHOOK_EVENTS), sorted; and only runs whose metadata
+    # holds every one of the labels of `metadata`.
     events = models.JSONField(default=list)
-    # Sent only runs whose metadata holds every one of these labels.
     metadata = models.JSONField(default=dict, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="webhook_endpoints")
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # Every owner's runs, not only its owner's: set only by a user who sees every run.
     all_runs = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)

@@ -1,4 +1,4 @@
-from django.urls import URLPattern, URLResolver, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from runs.api import apis, bulk, rerun, webhooks
 from runs.api.errors import api_not_found
@@ -18,14 +18,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/pause/", apis.RunPauseApi.as_view(), name="run-pause"),
     path("runs/<str:run_id>/resume/", apis.RunResumeApi.as_view(), name="run-resume"),
     path("runs/<str:run_id>/rerun/", rerun.RunRerunApi.as_view(), name="run-rerun"),
-    path("webhooks/", webhooks.WebhookCollectionApi.as_view(), name="webhook-collection"),
-    path("webhooks/<str:webhook_id>/", webhooks.WebhookDetailApi.as_view(), name="webhook-detail"),
-    path(
-        "webhooks/<str:webhook_id>/rotate-secret/",
-        webhooks.WebhookRotateSecretApi.as_view(),
-        name="webhook-rotate-secret",
-    ),
-    path("webhooks/<str:webhook_id>/deliveries/", webhooks.WebhookDeliveriesApi.as_view(), name="webhook-deliveries"),
+    path("webhooks/", include(webhooks.urlpatterns)),
     # A page to read it (Swagger UI) needs drf-spectacular's apps
     # in INSTALLED_APPS: the standalone site serves one at api/docs/ (config/urls.py).
     path("schema/", SchemaApi.as_view(), name="api-schema"),

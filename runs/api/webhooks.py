@@ -3,6 +3,8 @@
 
 from typing import Any
 
+from django.db.models import QuerySet
+from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_serializer
 from rest_framework import serializers
@@ -84,85 +86,118 @@ class _ChangeSerializer(serializers.Serializer[Any]):
     enabled = serializers.BooleanField(required=False)
 
 
+@extend_schema_serializer(component_name="WebhookPageFilter")
+class PageFilter(PageFilterSerializer):
+    """A page of endpoints, or of one endpoint's deliveries."""
+
+
+@extend_schema_serializer(component_name="WebhookCreateInput")
+class CreateInput(_ChangeSerializer):
+    """A new endpoint: `url` and `events` required."""
+
+
+@extend_schema_serializer(component_name="WebhookUpdateInput")
+class UpdateInput(_ChangeSerializer):
+    """Any of the fields, each optional."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, partial=True, **kwargs)
+
+
+def _operation(name: str, summary: str, success: dict[int, Any], *errors: int, **more: Any) -> Any:
+    """An operation's documentation: on one endpoint unless `parameters` says otherwise."""
+    more.setdefault("parameters", [ENDPOINT_ID])
+    return documented(operation_id=f"webhooks_{name}", summary=summary, responses=responses(success, *errors), **more)
+
+
 EndpointPageSerializer = _page_of(EndpointOutputSerializer, "WebhookEndpointPage", "webhook endpoints")
 DeliveryPageSerializer = _page_of(DeliveryOutputSerializer, "WebhookDeliveryPage", "webhook deliveries")
 
 
+CREATE_DOC = (
+    "201 with the endpoint and its signing `secret` (`whsec_…`), shown only here. A URL that is not http(s), or "
+    "whose host is or resolves to a loopback, private, link-local or metadata address, is a 400 naming `url` "
+    "(unless RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE). `all_runs` without runs.view_run is a 403."
+)
+UPDATE_DOC = (
+    "Any of `url`, `events`, `metadata`, `all_runs`, `enabled`; enabling it again clears its `disabled_reason` "
+    "and its failures so far."
+)
+ROTATE_DOC = (
+    "200 with the endpoint and its new `secret`, shown only here. Deliveries are signed with the old secret too "
+    "until `previous_secret_expires_at` (RUNLEDGER_WEBHOOKS_ROTATION_OVERLAP_SECONDS), so receivers can switch "
+    "without losing a request."
+)
+
+
+def _paged(
+    rows: QuerySet[Any], ordering: list[str], request: Request, item: type[serializers.Serializer[Any]]
+) -> Response:
+    data = _valid(PageFilter, request.query_params)
+    size = page_size(data.get("page_size"))
+    page = queryset_page(rows, ordering=ordering, cursor=data.get("cursor"), size=size)
+    return paged_response(page, serializer_class=item, request=request)
+
+
 class WebhookCollectionApi(ApiView):
-    @extend_schema_serializer(component_name="WebhookCreateInput")
-    class InputSerializer(_ChangeSerializer):
-        pass
-
-    @extend_schema_serializer(component_name="WebhookListFilter")
-    class FilterSerializer(PageFilterSerializer):
-        pass
-
-    @documented(
-        operation_id="webhooks_list",
-        summary="List your webhook endpoints",
+    @_operation(
+        "list",
+        "List your webhook endpoints",
+        {200: EndpointPageSerializer},
+        400,
         description="Oldest first, paged by cursor; staff with runs.change_run see everyone's.",
-        parameters=[FilterSerializer],
-        responses=responses({200: EndpointPageSerializer}, 400),
+        parameters=[PageFilter],
     )
     def get(self, request: Request) -> Response:
-        data = _valid(self.FilterSerializer, request.query_params)
         endpoints = webhooks_visible(user=_caller(request)).select_related("owner")
-        page = queryset_page(
-            endpoints, ordering=["created_at", "id"], cursor=data.get("cursor"), size=page_size(data.get("page_size"))
-        )
-        return paged_response(page, serializer_class=EndpointOutputSerializer, request=request)
+        return _paged(endpoints, ["created_at", "id"], request, EndpointOutputSerializer)
 
-    @documented(
-        operation_id="webhooks_create",
-        summary="Register a webhook endpoint",
-        description="201 with the endpoint and its signing `secret` (`whsec_…`), shown only here. A URL that is "
-        "not http(s), or whose host is or resolves to a loopback, private, link-local or metadata address, is "
-        "a 400 naming `url` (unless RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE). `all_runs` without runs.view_run is a 403.",
-        request=InputSerializer,
-        responses=responses({201: EndpointSecretSerializer}, 400, 403, 413, 415),
+    @_operation(
+        "create",
+        "Register a webhook endpoint",
+        {201: EndpointSecretSerializer},
+        400,
+        403,
+        413,
+        415,
+        description=CREATE_DOC,
+        request=CreateInput,
+        parameters=[],
     )
     def post(self, request: Request) -> Response:
-        data = _valid(self.InputSerializer, request.data)
-        endpoint = webhook_create(owner=_caller(request), **data)
+        endpoint = webhook_create(owner=_caller(request), **_valid(CreateInput, request.data))
         return Response(_out(endpoint, secret=True), status=201)
 
 
 class WebhookDetailApi(ApiView):
-    @extend_schema_serializer(component_name="WebhookUpdateInput")
-    class InputSerializer(_ChangeSerializer):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, partial=True, **kwargs)
-
-    @documented(
-        operation_id="webhooks_retrieve",
-        summary="Read a webhook endpoint",
-        parameters=[ENDPOINT_ID],
-        responses=responses({200: EndpointOutputSerializer}, 404),
-    )
+    @_operation("retrieve", "Read a webhook endpoint", {200: EndpointOutputSerializer}, 404)
     def get(self, request: Request, webhook_id: str) -> Response:
         return Response(_out(webhook_of(endpoint_id=webhook_id, user=_caller(request))))
 
-    @documented(
-        operation_id="webhooks_update",
-        summary="Change a webhook endpoint",
-        description="Any of `url`, `events`, `metadata`, `all_runs`, `enabled`; enabling it again clears its "
-        "`disabled_reason` and its failures so far.",
-        parameters=[ENDPOINT_ID],
-        request=InputSerializer,
-        responses=responses({200: EndpointOutputSerializer}, 400, 403, 404, 413, 415),
+    @_operation(
+        "update",
+        "Change a webhook endpoint",
+        {200: EndpointOutputSerializer},
+        400,
+        403,
+        404,
+        413,
+        415,
+        description=UPDATE_DOC,
+        request=UpdateInput,
     )
     def patch(self, request: Request, webhook_id: str) -> Response:
         user = _caller(request)
         webhook_of(endpoint_id=webhook_id, user=user)  # an invisible endpoint is a 404 before a bad body's 400
-        data = _valid(self.InputSerializer, request.data)
-        return Response(_out(webhook_update(endpoint_id=webhook_id, user=user, changes=data)))
+        changes = _valid(UpdateInput, request.data)
+        return Response(_out(webhook_update(endpoint_id=webhook_id, user=user, changes=changes)))
 
-    @documented(
-        operation_id="webhooks_destroy",
-        summary="Delete a webhook endpoint",
+    @_operation(
+        "destroy",
+        "Delete a webhook endpoint",
+        {204: None},
+        404,
         description="With its deliveries: pending ones are not sent.",
-        parameters=[ENDPOINT_ID],
-        responses=responses({204: None}, 404),
     )
     def delete(self, request: Request, webhook_id: str) -> Response:
         webhook_delete(endpoint_id=webhook_id, user=_caller(request))
@@ -170,39 +205,40 @@ class WebhookDetailApi(ApiView):
 
 
 class WebhookRotateSecretApi(ApiView):
-    @documented(
-        operation_id="webhooks_rotate_secret",
-        summary="Rotate a webhook endpoint's signing secret",
-        description="200 with the endpoint and its new `secret`, shown only here. Deliveries are signed with the "
-        "old secret too until `previous_secret_expires_at` (RUNLEDGER_WEBHOOKS_ROTATION_OVERLAP_SECONDS), so "
-        "receivers can switch without losing a request.",
-        parameters=[ENDPOINT_ID],
+    @_operation(
+        "rotate_secret",
+        "Rotate a webhook endpoint's signing secret",
+        {200: EndpointSecretSerializer},
+        404,
+        description=ROTATE_DOC,
         request=None,
-        responses=responses({200: EndpointSecretSerializer}, 404),
     )
     def post(self, request: Request, webhook_id: str) -> Response:
         return Response(_out(webhook_rotate_secret(endpoint_id=webhook_id, user=_caller(request)), secret=True))
 
 
 class WebhookDeliveriesApi(ApiView):
-    @extend_schema_serializer(component_name="WebhookDeliveriesFilter")
-    class FilterSerializer(PageFilterSerializer):
-        pass
-
-    @documented(
-        operation_id="webhooks_deliveries",
-        summary="List a webhook endpoint's deliveries",
+    @_operation(
+        "deliveries",
+        "List a webhook endpoint's deliveries",
+        {200: DeliveryPageSerializer},
+        400,
+        404,
         description="Newest first, paged by cursor: each notification, its status and its attempts so far.",
-        parameters=[ENDPOINT_ID, FilterSerializer],
-        responses=responses({200: DeliveryPageSerializer}, 400, 404),
+        parameters=[ENDPOINT_ID, PageFilter],
     )
     def get(self, request: Request, webhook_id: str) -> Response:
         endpoint = webhook_of(endpoint_id=webhook_id, user=_caller(request))
-        data = _valid(self.FilterSerializer, request.query_params)
-        page = queryset_page(
-            webhook_deliveries(endpoint=endpoint),
-            ordering=["-created_at", "-id"],
-            cursor=data.get("cursor"),
-            size=page_size(data.get("page_size")),
-        )
-        return paged_response(page, serializer_class=DeliveryOutputSerializer, request=request)
+        return _paged(webhook_deliveries(endpoint=endpoint), ["-created_at", "-id"], request, DeliveryOutputSerializer)
+
+
+# Mounted at /api/webhooks/ (runs/api/urls.py); names `webhook-<what>`.
+urlpatterns = [
+    path(prefix, view.as_view(), name=f"webhook-{name}")
+    for prefix, view, name in (
+        ("", WebhookCollectionApi, "collection"),
+        ("<str:webhook_id>/", WebhookDetailApi, "detail"),
+        ("<str:webhook_id>/rotate-secret/", WebhookRotateSecretApi, "rotate-secret"),
+        ("<str:webhook_id>/deliveries/", WebhookDeliveriesApi, "deliveries"),
+    )
+]

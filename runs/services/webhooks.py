@@ -54,20 +54,10 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
         cls=DjangoJSONEncoder,
         separators=(",", ":"),
     )
-    give_up_at = now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)
-    WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(
-            endpoint=endpoint,
-            run_id=run.id,
-            seq=run.last_seq,
-            event_type=event_type,
-            body=body,
-            next_attempt_at=now,
-            created_at=now,
-            give_up_at=give_up_at,
-        )
-        for endpoint in wanted
-    )
+    # Due at once; given up a day (RUNLEDGER_WEBHOOKS_GIVE_UP_SECONDS) after the event.
+    event = {"run_id": run.id, "seq": run.last_seq, "event_type": event_type, "body": body, "created_at": now}
+    timing = {"next_attempt_at": now, "give_up_at": now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)}
+    WebhookDelivery.objects.bulk_create(WebhookDelivery(endpoint=endpoint, **event, **timing) for endpoint in wanted)
     notify.send(notify.webhooks_due())
     return len(wanted)
 
