@@ -128,6 +128,11 @@ def test_staff_endpoints_for_all_runs(make_user: object, alice: User) -> None:
     register(staff, all_runs=True, events=["run.cancelled"])
     services.run_cancel(run_id=queued_run(alice).pk, actor=alice)
     assert WebhookDelivery.objects.get().endpoint.owner == staff
+    # The permission taken away: nothing more is sent, and the endpoint says why.
+    staff.user_permissions.clear()
+    assert deliveries_claim(limit=10)[0] == []
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.enabled is False and "runs.view_run" in endpoint.disabled_reason
 
 
 def test_a_cancel_with_no_endpoint_reads_once_and_writes_nothing(alice: User, bob: User) -> None:

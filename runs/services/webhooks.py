@@ -25,6 +25,7 @@ from django.db.models import F, Min, Q
 from django.utils import timezone
 
 from runs import notify
+from runs.access import sees_every_run
 from runs.conf import conf
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
@@ -100,14 +101,14 @@ def deliveries_claim(*, limit: int) -> tuple[list[Claimed], float | None]:
             WebhookDelivery.objects.filter(
                 status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True
             )
-            .select_related("endpoint")
+            .select_related("endpoint__owner")
             .order_by("next_attempt_at")
         )
         if connection.vendor == "postgresql":
             # SKIP LOCKED: workers claiming at once take different rows instead of queueing on the
             # same ones. (SQLite's IMMEDIATE transactions serialise the claims instead.)
             due = due.select_for_update(skip_locked=True, of=("self",))
-        rows = list(due[:limit])
+        rows = _still_allowed(list(due[:limit]), now=now)
         if rows:
             WebhookDelivery.objects.filter(id__in=[row.id for row in rows]).update(
                 next_attempt_at=now + timedelta(seconds=lease_seconds()), attempts=F("attempts") + 1
@@ -125,6 +126,16 @@ def deliveries_claim(*, limit: int) -> tuple[list[Claimed], float | None]:
         for row in rows
     ]
     return claimed, None if len(rows) == limit else _next_due_in(now)
+
+
+def _still_allowed(rows: list[WebhookDelivery], *, now: datetime) -> list[WebhookDelivery]:
+    """The rows whose endpoint may still be sent them. An endpoint sent every owner's runs whose
+    owner no longer sees every run is disabled, with the reason; its deliveries wait."""
+    revoked = {row.endpoint_id for row in rows if row.endpoint.all_runs and not sees_every_run(row.endpoint.owner)}
+    if revoked:
+        reason = "its owner no longer sees every run (runs.view_run), which all_runs needs"
+        WebhookEndpoint.objects.filter(id__in=revoked).update(enabled=False, disabled_reason=reason, updated_at=now)
+    return [row for row in rows if row.endpoint_id not in revoked]
 
 
 def _signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> tuple[str, ...]:
@@ -154,6 +165,9 @@ def deliveries_record(*, outcomes: Sequence[tuple[Claimed, Outcome]], worker: st
     attempt and changes nothing else."""
     now = timezone.now()
     with transaction.atomic():
+        # A delivery deleted with its endpoint meanwhile has nothing left to log or settle.
+        kept = set(WebhookDelivery.objects.filter(id__in=[c.id for c, _ in outcomes]).values_list("id", flat=True))
+        outcomes = [(claimed, outcome) for claimed, outcome in outcomes if claimed.id in kept]
         WebhookAttempt.objects.bulk_create(
             WebhookAttempt(
                 delivery_id=claimed.id,

@@ -18,6 +18,9 @@ once are safe: each run is handled under its row lock, taken with SKIP LOCKED, a
 Before each sweep, and once when it starts (before it claims), it kills the tool processes that
 lost attempts left on its machine (`runs.worker.orphans`).
 
+Every worker also delivers webhooks (`runs.worker.webhooks`): a loop of its own, woken by
+`runledger_webhooks` (docs/design/webhooks.md#delivery).
+
 Claims are `FOR NO KEY UPDATE SKIP LOCKED` (`services.run_claim`); the agents run outside any
 lock. SIGTERM/SIGINT: stop claiming, let the attempts reach a safe boundary within
 RUNLEDGER_SHUTDOWN_GRACE_SECONDS and requeue them (`worker_shutdown`, not a lost attempt); then
