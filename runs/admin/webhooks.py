@@ -15,12 +15,16 @@ from runs.services.webhooks import deliveries_redeliver
 
 
 class ReadOnly(admin.ModelAdmin):
-    """What the services write: never added or edited by hand here."""
+    """What the services write: never added, edited or deleted by hand here. Staff with
+    runs.change_run change or delete endpoints through the API, as their owners do."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
