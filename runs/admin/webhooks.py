@@ -1,6 +1,7 @@
 """Webhook endpoints and their deliveries in the console (docs/design/webhooks.md#operations):
 each endpoint with its state, each delivery with its attempts' log, found by endpoint or by run
-(`?run_id=<uuid>`), and "redeliver" for staff who may change deliveries."""
+(`?run_id=<uuid>`), and "redeliver" for staff who may change deliveries. View only, as the runs
+are: staff with runs.change_run change or delete endpoints through the API, as their owners do."""
 
 from typing import Any
 
@@ -10,26 +11,13 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from runs.admin.hardening import HardenedAdmin
+from runs.admin.run import ViewOnly
 from runs.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from runs.services.webhooks import deliveries_redeliver
 
 
-class ReadOnly(admin.ModelAdmin):
-    """What the services write: never added, edited or deleted by hand here. Staff with
-    runs.change_run change or delete endpoints through the API, as their owners do."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(ReadOnly, HardenedAdmin):
+class WebhookEndpointAdmin(ViewOnly, HardenedAdmin):
     list_display = ["url", "owner", "events", "enabled", "failing_since", "disabled_reason", "created_at"]
     list_filter = ["enabled", "all_runs"]
     search_fields = ["url", "owner__username"]
@@ -52,7 +40,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadOnly, HardenedAdmin):
+class WebhookDeliveryAdmin(ViewOnly, HardenedAdmin):
     list_display = ["__str__", "endpoint", "run_id", "seq", "status", "attempts", "next_attempt_at", "last_error"]
     list_filter = ["status", "event_type", "endpoint"]
     search_fields = ["=run_id"]
