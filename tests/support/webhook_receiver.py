@@ -90,6 +90,9 @@ def main() -> None:
         def log_message(self, format: str, *items: Any) -> None:
             pass
 
+    # A listen backlog for a worker's whole batch at once: at the default of 5, the connections past
+    # it wait for a SYN retransmission, a second each.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     print("receiver ready", flush=True)
