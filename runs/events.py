@@ -42,6 +42,15 @@ TERMINAL_EVENT: dict[Status, EventType] = {
 
 TERMINAL_EVENT_TYPES: frozenset[str] = frozenset(TERMINAL_EVENT.values())
 
+# The events a webhook endpoint may be sent (docs/design/webhooks.md): a run's end and its waits.
+WEBHOOK_EVENTS: tuple[str, ...] = (
+    EventType.RUN_COMPLETED,
+    EventType.RUN_FAILED,
+    EventType.RUN_CANCELLED,
+    EventType.RUN_STOPPED,
+    EventType.RUN_WAITING,
+)
+
 # Types only the platform writes; an agent may not emit them.
 LIFECYCLE_TYPES: frozenset[str] = frozenset(
     {

@@ -11,7 +11,16 @@ from django.db import models
 from django.db.models import Q
 
 from runs.conf import conf
+from runs.models_webhooks import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from runs.transitions import LIVE, TERMINAL, CancelCode, FailCode, Status, StopCode
+
+# The webhook models live in a module of their own; Django finds models through this one.
+__all__ = [
+    "DeliveryStatus",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+]
 
 
 def _default_max_attempts() -> int:

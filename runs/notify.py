@@ -21,6 +21,9 @@ CONTROL = "runledger_control"
 # running runs may pass now)
 QUEUE = "runledger_queue"
 
+# payload "" — webhook deliveries were written or came due again (redelivered)
+WEBHOOKS = "runledger_webhooks"
+
 CHANNELS = (EVENTS, CONTROL, QUEUE)
 
 
@@ -51,6 +54,10 @@ def run_queued(run_id: UUID) -> Note:
 
 def slot_freed(run_id: UUID) -> Note:
     return QUEUE, str(run_id)
+
+
+def webhooks_due() -> Note:
+    return WEBHOOKS, ""
 
 
 def parse_events_payload(payload: str) -> tuple[str, int]:

@@ -25,6 +25,7 @@ from runs.models import Dashboard, Run
 from runs.selectors.clock import db_now
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
 from runs.selectors.results import usage_by_agent
+from runs.selectors.webhooks import webhooks_failing
 
 # Upper edges of the latency histogram's buckets, in seconds (the last one is open): finer than
 # /metrics/'s at the low end, where a healthy cancel lands.
@@ -138,6 +139,18 @@ def usage_rows(by_agent: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     ]
 
 
+def failing_webhooks(now: datetime) -> list[dict[str, Any]]:
+    """Endpoints failing every attempt now, or disabled for it (docs/design/webhooks.md#operations)."""
+    return [
+        {
+            "endpoint": endpoint,
+            "url": reverse("admin:runs_webhookendpoint_change", args=[endpoint.pk]),
+            "since": format_duration(now - endpoint.failing_since) if endpoint.failing_since else "—",
+        }
+        for endpoint in webhooks_failing()
+    ]
+
+
 @admin.register(Dashboard)
 class DashboardAdmin(ViewOnly, admin.ModelAdmin):
     """The dashboard as the admin's page of `Dashboard`: one URL, for those who may see every run."""
@@ -159,7 +172,11 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     if not sees_every_run(request.user):
         raise PermissionDenied
     now = db_now()
-    context = {**figures(system_overview(now=now)), "usage": usage_rows(usage_by_agent(since=now - timedelta(days=1)))}
+    context = {
+        **figures(system_overview(now=now)),
+        "usage": usage_rows(usage_by_agent(since=now - timedelta(days=1))),
+        "failing_webhooks": failing_webhooks(now),
+    }
     if request.GET.get("figures") == "1":
         return TemplateResponse(request, "admin/runs/dashboard_figures.html", context)
     return TemplateResponse(

@@ -49,6 +49,14 @@ USAGE = Counter(
     ["agent", "counter"],
     registry=None,
 )
+
+WEBHOOK_DELIVERIES = Counter(
+    "runledger_webhook_deliveries",
+    "Webhook delivery attempts, by outcome: success (a 2xx) or failure (any other answer, or none)",
+    ["outcome"],
+    registry=None,
+)
+_webhooks_by_outcome = {outcome: WEBHOOK_DELIVERIES.labels(outcome=outcome) for outcome in ("success", "failure")}
 HTTP_REQUESTS = Counter("runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None)
 
 # The statuses Runledger answers with, present (at 0) from the first scrape; others appear when used.
@@ -75,6 +83,11 @@ def usage_reported(agent: str, report: Mapping[str, Any]) -> None:
 def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:
     seconds = cancel_release_seconds(ended_at=ended_at, released_at=released_at)
     transaction.on_commit(functools.partial(CANCEL_RELEASE.observe, seconds), robust=True)
+
+
+def webhook_delivered(outcome: str) -> None:
+    # Counted when the answer came: its record may fail, and the request was still sent.
+    _webhooks_by_outcome[outcome].inc()
 
 
 def http_response(status: int) -> None:

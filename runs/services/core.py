@@ -30,6 +30,7 @@ from runs.events import (
 from runs.exceptions import BudgetExhausted, InvalidTransition, NotFound, StaleAttempt
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.services import webhooks
 from runs.storable import json_bytes
 from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
@@ -191,6 +192,7 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
             "open_tool_calls",
         ]
     )
+    webhooks.enqueue(run, EventType.RUN_WAITING, now=now)
 
 
 def end(
@@ -258,6 +260,8 @@ def end(
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
         close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
+    # After the attempt is closed: the notification carries the run as it ended.
+    webhooks.enqueue(run, TERMINAL_EVENT[status], now=now)
     if cascade:
         _end_descendants(run, now=now)
 
