@@ -24,7 +24,6 @@ from runs.services.core import end
 from runs.services.creation import insert_run
 from runs.services.webhook_endpoints import webhook_create, webhook_rotate_secret
 from runs.transitions import CancelCode, FailCode, Status
-from tests.conftest import ON_SQLITE
 from tests.factories import queued_run, running_run
 from tests.support.pg import PgCluster
 from tests.support.procs import Proc, Procs, free_port, subprocess_env, wait_log_line
@@ -217,7 +216,6 @@ def _ended_in_bulk(owner: User, count: int, *, per_transaction: int = 500) -> li
 
 
 @pytest.mark.pg_cluster
-@pytest.mark.skipif(ON_SQLITE, reason="restarts PostgreSQL")
 def test_a_postgresql_restart_mid_load_loses_no_notification(
     procs: Procs, tmp_path: Path, alice: User, pg_cluster: PgCluster
 ) -> None:
@@ -235,9 +233,8 @@ def test_a_postgresql_restart_mid_load_loses_no_notification(
         assert proc.popen.poll() is None, proc.log()
 
 
-@pytest.mark.alone
+# In the parallel pass, like the bulk race's 2,000 runs: it loads two workers and a receiver, not the machine.
 @pytest.mark.timeout(240)
-@pytest.mark.skipif(ON_SQLITE, reason="two workers claim with SKIP LOCKED")
 def test_two_thousand_runs_ending_while_every_third_request_fails_are_all_delivered(
     procs: Procs, tmp_path: Path, alice: User
 ) -> None:
