@@ -33,6 +33,7 @@ Other scopes (websockets, say) go to the application it wraps.
 """
 
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
@@ -49,6 +50,8 @@ from runs.http.errors import error_body
 from runs.http.request_end import request_ended
 
 Scope = dict[str, Any]
+
+log = logging.getLogger(__name__)
 
 
 def wrap(inner: Any, *, serve_static: bool = False) -> Any:
@@ -121,8 +124,13 @@ class AsyncViews(ASGIHandler):
     request anywhere between the view and its body, and a body never started runs no `finally`."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        from runs.streaming.wait import Unanswered
+
         try:
             await self.handle(scope, receive, send)
+        except Unanswered as exc:
+            # Its body is left unfinished on purpose: the client asks again (runs/streaming/wait.py).
+            log.info("%s: %s", scope["path"], exc)
         finally:
             request_ended(scope)
 

@@ -152,7 +152,9 @@ class AppSettings(Registry):
         1_000_000_000, "bytes of JSON one user's runs store; a create or resume that would pass it is a 429", (WEB,)
     )
     MAX_RUNNING_PER_USER = Limit(0, "runs of one owner the workers run at once; the others wait, queued", SERVING)
-    MAX_STREAMS_PER_USER = Limit(20, "streams one user holds at once on one web process; beyond is a 429", (WEB,))
+    MAX_STREAMS_PER_USER = Limit(
+        20, "streams (and server-side waits) one user holds at once on one web process; beyond is a 429", (WEB,)
+    )
     # 4 MB: an answer stays under 5 MB with its envelope, and a web process's threads and stream
     # readers hold at most a few hundred MB between them.
     MAX_PAGE_BYTES = Limit(

@@ -20,6 +20,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.processes)
+        # bin/test's workers (pytest-xdist --dist loadgroup) take a module's process tests together,
+        # so its module-wide processes start once; the in-process tests go one by one.
+        if any(item.get_closest_marker(name) for name in ("processes", "browser", "edge")):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     # On SQLite only the tests that claim to hold there may run; bin/test selects them with
     # -m sqlite, and this guards a hand-run that forgot to.
     if ON_SQLITE:

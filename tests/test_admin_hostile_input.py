@@ -41,6 +41,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(600)]
 # overflow, NUL, regular expressions) depend on the values, not on who sends them. The staff
 # viewer's sweep runs on PostgreSQL only, to keep the suite's time.
 WHO = [pytest.param("superuser", marks=pytest.mark.sqlite), "viewer"]
+# Each sweep in this many parts, each a test of its own: the parallel workers share them out
+# (bin/test spreads the in-process tests one by one), where a whole sweep made one of them the
+# suite's longest task.
+SHARDS = 6
 
 # One of each kind that has failed in a database: a NUL, an integer beyond any column, a year
 # beyond Python's dates, an invalid regular expression, a string that is not JSON.
@@ -270,17 +274,23 @@ def error_log() -> Iterator[ErrorLog]:
         root.removeHandler(handler)
 
 
-def sweep(client: Client, targets: list[Target], values: list[str]) -> tuple[int, list[str]]:
-    """GET every target bare and with every hostile query; (requests sent, the 5xx answers)."""
-    sent, failures = 0, []
-    for target in targets:
-        for query in ["", *hostile_queries(target, values)]:
-            url = target.url + ("?" + query if query else "")
-            response = client.get(url)
-            sent += 1
-            if response.status_code >= 500:
-                failures.append(f"{response.status_code} GET {url[:200]!r}")
-    return sent, failures
+def sweep_urls(targets: list[Target], values: list[str]) -> list[str]:
+    """Every target bare and with every hostile query."""
+    return [
+        target.url + ("?" + query if query else "")
+        for target in targets
+        for query in ["", *hostile_queries(target, values)]
+    ]
+
+
+def sweep(client: Client, urls: list[str]) -> list[str]:
+    """GET each of `urls`; the 5xx answers."""
+    failures = []
+    for url in urls:
+        response = client.get(url)
+        if response.status_code >= 500:
+            failures.append(f"{response.status_code} GET {url[:200]!r}")
+    return failures
 
 
 def logged_in(user: User) -> Client:
@@ -289,9 +299,10 @@ def logged_in(user: User) -> Client:
     return client
 
 
+@pytest.mark.parametrize("shard", range(SHARDS))
 @pytest.mark.parametrize("who", WHO)
 def test_no_admin_url_or_query_parameter_answers_5xx_or_logs_an_error(
-    world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str
+    world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str, shard: int
 ) -> None:
     user = superuser if who == "superuser" else viewer
     targets = list(admin_targets(world, user))
@@ -300,8 +311,9 @@ def test_no_admin_url_or_query_parameter_answers_5xx_or_logs_an_error(
     assert any(t.url.endswith(f"/{world.run.pk}/events/") for t in targets)
     assert any(t.url.endswith(f"/{world.run.pk}/stop/") for t in targets)
     before = stored()
-    sent, failures = sweep(logged_in(user), targets, values_for(who))
-    assert failures == [], f"{len(failures)} of {sent} requests answered 5xx:\n" + "\n".join(failures[:80])
+    urls = sweep_urls(targets, values_for(who))[shard::SHARDS]
+    failures = sweep(logged_in(user), urls)
+    assert failures == [], f"{len(failures)} of {len(urls)} requests answered 5xx:\n" + "\n".join(failures[:80])
     assert [r.getMessage()[:200] for r in error_log.records] == []
     assert stored() == before
 
@@ -386,9 +398,10 @@ def command_forms(actions: list[str], selected: str, values: list[str]) -> Itera
         yield {**REFUSED, "code": "staff", "reason": reason, "action": "stop_selected", "_selected_action": selected}
 
 
+@pytest.mark.parametrize("shard", range(SHARDS))
 @pytest.mark.parametrize("who", WHO)
 def test_hostile_posts_to_the_commands_and_actions_answer_no_5xx_and_write_nothing(
-    world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str
+    world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str, shard: int
 ) -> None:
     client = logged_in(superuser if who == "superuser" else viewer)
     run = world.run
@@ -399,7 +412,7 @@ def test_hostile_posts_to_the_commands_and_actions_answer_no_5xx_and_write_nothi
     actions = ["cancel_selected", "stop_selected", "delete_selected"]
     before = stored()
     failures = []
-    for url in [*changelists, *commands, *missing]:
+    for url in [*changelists, *commands, *missing][shard::SHARDS]:
         bodies = list(command_forms(actions, str(run.pk), values_for(who)))
         for body in bodies[:2] if url in missing else bodies:
             response = client.post(url, body)

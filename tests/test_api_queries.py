@@ -1,6 +1,6 @@
-"""The statements each hot endpoint sends (issue 18): authentication (the throttle's check, then the
-token), the locked transaction and the response — no read before the transaction, none of the run
-again after it.
+"""The statements each hot endpoint sends (issue 18): authentication (the token with its address's
+throttle standing, one statement), the locked transaction and the response — no read before the
+transaction, none of the run again after it.
 
 Counted on PostgreSQL (this file is not in the SQLite selection), where `BEGIN`/`COMMIT` and the
 notifications are statements of their own."""
@@ -29,12 +29,12 @@ def statements(call: Callable[[], Any], status: int) -> list[str]:
 
 def _table(sql: str) -> str:
     for word in (
+        "authtoken_token",
         "runs_runevent",
         "runs_runattempt",
         "runs_authfailure",
         "runs_webhookendpoint",
         "runs_run",
-        "authtoken_token",
         "auth_user",
         "pg_notify",
     ):
@@ -59,7 +59,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
 ) -> None:
     running, queued = running_run(alice), queued_run(alice)
     assert statements(lambda: api.post(url(queued, "cancel"), {}), 200) == [
-        "SELECT runs_authfailure",  # address blocked? one index range, first (docs/design/fair-use.md)
+        # The key, its user and its address's standing (blocked?), one statement (docs/design/fair-use.md)
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
@@ -71,7 +71,6 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         "COMMIT ",
     ]
     assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
-        "SELECT runs_authfailure",
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT runs_run",
@@ -88,7 +87,6 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
 
 def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient, alice: User) -> None:
     assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
-        "SELECT runs_authfailure",
         "SELECT authtoken_token",
         "BEGIN ",
         "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
@@ -100,7 +98,6 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
     ]
     run = queued_run(alice)
     assert statements(lambda: api.get(url(run)), 200) == [
-        "SELECT runs_authfailure",
         "SELECT authtoken_token",
         "SELECT runs_run",
     ]
@@ -134,7 +131,6 @@ def test_a_list_page_reads_its_rows_and_their_attempts_and_counts_nothing(api: A
         return response
 
     expected = [
-        "SELECT runs_authfailure",
         "SELECT authtoken_token",
         "SELECT auth_user",  # does the caller see every run? its own permissions ...
         "SELECT auth_user",  # ... and its groups' (docs/design/api.md#access)

@@ -7,6 +7,7 @@ import pty
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 import venv
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from runledger_client.cli import main as cli_main
+from runs import services
 from runs.agents.demo import demo_text
 from runs.models import Run, RunEvent
-from tests.support.cli import drain, run_cli
+from tests.support.cli import NO_CONFIG, drain, run_cli
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log, cut_budgets
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, free_port
 from tests.support.proxies import CuttableProxy
 from tests.support.runs import status_of
 from tests.support.waiting import wait_until
@@ -74,7 +77,7 @@ def test_watch_prints_the_text_and_a_status_line_only_on_a_terminal(proxy: Cutta
     assert "seq 4  output.delta" in status_line and "run.completed: stream ended" in status_line
 
     # Read to its end already: the server answers 204 and watch ends at once.
-    last_seq = json.loads(runledger(proxy, token, "show", run_id).stdout)["last_seq"]
+    last_seq = json.loads(runledger(proxy, token, "show", run_id, "-o", "json").stdout)["last_seq"]
     at_end = runledger(proxy, token, "watch", run_id, "--after-seq", str(last_seq), "--jsonl")
     assert (at_end.returncode, at_end.stdout) == (0, "")
 
@@ -99,7 +102,7 @@ def test_show_list_resume_pause_and_refusals(proxy: CuttableProxy, alice: User) 
     token = token_for(alice)
     asked = created(proxy, token, {"deltas": 2, "delay_ms": 0, "ask": "name?"})
     wait_until(lambda: status_of(Run.objects.get(pk=asked)) == "waiting", 30, "the run asks")
-    shown = json.loads(runledger(proxy, token, "show", asked).stdout)
+    shown = json.loads(runledger(proxy, token, "show", asked, "-o", "json").stdout)
     assert shown["status"] == "waiting"
     resumed = runledger(proxy, token, "resume", asked, "--ticket", shown["resume_ticket"], "--input", '{"n": 1}')
     assert (resumed.returncode, resumed.stdout) == (0, "queued\n"), resumed.stderr
@@ -132,7 +135,7 @@ def test_create_with_metadata_and_list_where_it_matches(proxy: CuttableProxy, al
     assert [line.split()[0] for line in where.stdout.splitlines()] == [run_id], where.stderr
     assert runledger(proxy, token, "list", "--where", "customer=7").stdout == ""
     refused = runledger(proxy, token, "list", "--status", "queued,bogus")
-    assert refused.returncode == 1 and "validation_error" in refused.stderr
+    assert refused.returncode == 2 and "bogus: not a status" in refused.stderr
 
 
 def test_rerun_prints_the_new_runs_id_and_a_fork_continues_the_text(proxy: CuttableProxy, alice: User) -> None:
@@ -190,7 +193,7 @@ def test_the_client_installs_in_a_fresh_virtualenv_without_django(tmp_path: Path
         "print(u.find_spec('django') is None, rl.__version__, pathlib.Path(rl.__file__).with_name('py.typed').exists())"
     )
     imported = subprocess.run([python, "-c", probe], check=True, timeout=30, capture_output=True, text=True)
-    assert imported.stdout.split() == ["True", "0.1.0", "True"]  # no Django; typed
+    assert imported.stdout.split() == ["True", "0.2.0", "True"]  # no Django; typed
     helped = subprocess.run([str(env_dir / "bin" / "runledger"), "--help"], timeout=30, capture_output=True, text=True)
     assert helped.returncode == 0 and "watch" in helped.stdout
 
@@ -229,3 +232,87 @@ def test_cancel_where_asks_unless_yes_and_never_does_more_than_confirmed(proxy: 
     assert both.returncode == 2 and "not both" in both.stderr
     neither = runledger(proxy, token, "cancel")
     assert neither.returncode == 2 and "--where" in neither.stderr
+
+
+@pytest.fixture
+def cli(proxy: CuttableProxy, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The command's `main()` in this process (the subprocess tests above cover the console
+    script; a process start each would cost a second or two), configured through the environment,
+    against the live server: (exit status, stdout, stderr)."""
+    for name in ("RUNLEDGER_TOKEN_FILE", "RUNLEDGER_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RUNLEDGER_URL", proxy.url)
+    monkeypatch.setenv("XDG_CONFIG_HOME", NO_CONFIG["XDG_CONFIG_HOME"])
+
+    def run(token: str, *args: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("RUNLEDGER_TOKEN", token)
+        status = cli_main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def test_each_exit_status_for_real(proxy: CuttableProxy, alice: User, make_user: Any, cli: Any) -> None:
+    token = token_for(alice)
+    started = time.monotonic()
+    dead = run_cli(f"http://127.0.0.1:{free_port()}", token, "show", str(uuid.uuid4()))
+    assert dead.returncode == 3 and "cannot reach" in dead.stderr and time.monotonic() - started < 10
+
+    # Failed while the live worker executes it: the worker's next write is fenced off.
+    failing = created(proxy, token, {"deltas": 1000, "delay_ms": 50})
+    failed = wait_until(lambda: (r := Run.objects.get(pk=failing)).status == "running" and r, 30, "it runs")
+    services.run_fail(run_id=failed.pk, generation=failed.generation, code="agent_error", reason="boom")
+    watched = runledger(proxy, token, "watch", failing, "--exit-status")
+    assert watched.returncode == 4, watched.stderr
+    assert cli(token, "watch", failing)[0] == 0  # without the flag: the run ended
+
+    completed = cli(token, "create", "demo", '{"deltas": 2, "delay_ms": 0}')[1].strip()
+    assert cli(token, "wait", completed, "--exit-status")[:2] == (0, "completed\n")
+    cancelled = cli(token, "create", "demo", '{"deltas": 1000, "delay_ms": 50}')[1].strip()
+    cli(token, "cancel", cancelled)
+    assert cli(token, "wait", cancelled, "--exit-status")[:2] == (5, "cancelled\n")
+    assert cli(token, "watch", cancelled, "--exit-status", "-o", "jsonl")[0] == 5
+    stopper = token_for(make_user(perms=("runs.stop_run",)))
+    stopped = cli(stopper, "create", "demo", '{"deltas": 1000, "delay_ms": 50}')[1].strip()
+    assert cli(stopper, "stop", stopped, "--reason", "r")[:2] == (0, "stopped\n")
+    assert cli(stopper, "watch", stopped, "--exit-status")[0] == 6
+    refused = cli(token, "show", stopped)  # not hers
+    assert refused[0] == 1 and "not_found" in refused[2]
+    with pytest.raises(SystemExit) as usage:
+        cli(token, "show")
+    assert usage.value.code == 2
+
+
+def test_o_json_for_every_command_is_the_apis_json(alice: User, cli: Any) -> None:
+    token = token_for(alice)
+
+    def as_json(*args: str) -> Any:
+        status, out, err = cli(token, *args, "-o", "json")
+        assert status == 0, (args, err)
+        return json.loads(out)
+
+    run = as_json("create", "demo", '{"deltas": 3, "delay_ms": 0}', "--meta", "k=v")
+    assert run["status"] == "queued" and run["metadata"] == {"k": "v"}
+    done = as_json("wait", run["id"])
+    assert done["status"] == "completed"
+    assert as_json("show", run["id"])["output"]["text"] == demo_text(3)
+    assert [e["seq"] for e in as_json("watch", run["id"])] == list(range(1, done["last_seq"] + 1))
+    assert [e["type"] for e in as_json("events", run["id"])][-1] == "run.completed"
+    assert [r["id"] for r in as_json("list")] == [run["id"]]
+    assert "demo" in [a["name"] for a in as_json("agents")]
+    assert as_json("rerun", run["id"])["rerun_of"] == run["id"]
+    lost, committed, why = cli(token, "cancel", run["id"], "-o", "json")  # refused: the committed run
+    assert (lost, json.loads(committed)["status"]) == (1, "completed") and "invalid_transition" in why
+    asked = as_json("create", "demo", '{"deltas": 2, "delay_ms": 0, "ask": "q"}')
+    wait_until(lambda: status_of(Run.objects.get(pk=asked["id"])) == "waiting", 30, "the run asks")
+    ticket = as_json("show", asked["id"])["resume_ticket"]
+    assert as_json("resume", asked["id"], "--ticket", ticket)["status"] == "queued"
+    long = as_json("create", "demo", '{"deltas": 1000, "delay_ms": 50}', "--meta", "k=long")
+    assert as_json("pause", long["id"])["status"] in ("waiting", "running")
+    assert as_json("cancel", long["id"])["status"] == "cancelled"
+    bulk = as_json("cancel", "--where", "k=long", "--yes")
+    assert bulk["matched"] == 1 and bulk["ids"]["already_ended"] == [long["id"]]
+    status, jsonl, _ = cli(token, "list", "-o", "jsonl")
+    assert status == 0 and len(jsonl.splitlines()) == 4 and all(json.loads(line)["id"] for line in jsonl.splitlines())
+    assert "k=v" in cli(token, "show", run["id"])[1]  # text: for people

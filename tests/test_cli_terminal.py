@@ -67,13 +67,13 @@ def test_watch_shows_an_agents_text_without_its_control_sequences(web: Proc, ali
 @pytest.mark.timeout(60)
 def test_the_token_comes_from_a_file_or_is_asked_for_on_the_terminal(web: Proc, alice: User, token_file: Path) -> None:
     run = running_run(alice)
-    by_flag = run_cli(web.url, None, "show", str(run.pk), "--token-file", str(token_file))
-    by_env = run_cli(web.url, None, "show", str(run.pk), RUNLEDGER_TOKEN_FILE=str(token_file))
+    by_flag = run_cli(web.url, None, "show", str(run.pk), "-o", "json", "--token-file", str(token_file))
+    by_env = run_cli(web.url, None, "show", str(run.pk), "-o", "json", RUNLEDGER_TOKEN_FILE=str(token_file))
     for done in (by_flag, by_env):
         assert done.returncode == 0 and json.loads(done.stdout)["id"] == str(run.pk), done.stderr
         assert done.stderr == ""  # a 0600 file, a server on this machine: nothing to warn about
 
-    asked, terminal = run_cli_on_terminal(web.url, "show", str(run.pk), answer=token_for(alice))
+    asked, terminal = run_cli_on_terminal(web.url, "show", str(run.pk), "-o", "json", answer=token_for(alice))
     assert asked.returncode == 0 and json.loads(asked.stdout)["id"] == str(run.pk), asked.stderr
     assert "Runledger API token:" in terminal and token_for(alice) not in terminal  # asked, not echoed
 

@@ -1,6 +1,9 @@
 """The Python client (clients/python) against the real thing: a uvicorn web process and a worker
 on PostgreSQL (one pair for the module, tests/support/live.py), reached through a CuttableProxy
-that cuts streams server-side mid-frame and drops answers after the server sent them.
+that cuts streams server-side mid-frame and drops answers after the server sent them — and, for
+the 0.2 surface, directly: every method of `client.runs` and `client.agents`, sync and async, with
+typed models; streams as context managers that close their connection (the server's open-stream
+gauge drops); where `Client()` finds its server and token; the flat 0.1 names, deprecated.
 
 The cut offsets are seeded; the seed is printed (shown with a failure) and can be replayed with
 RUNLEDGER_TEST_SEED=<seed>.
@@ -13,6 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,12 +27,16 @@ from runs import services
 from runs.agents.demo import demo_text
 from runs.models import Run
 from tests.factories import queued_run
+from tests.support.cli import run_cli
 from tests.support.db import token_for
-from tests.support.live import assert_is_the_stored_log, cut_budgets, mid_frame
+from tests.support.live import Live, assert_is_the_stored_log, cut_budgets, mid_frame
+from tests.support.metrics import scrape, value
 from tests.support.procs import Procs, free_port, subprocess_env
 from tests.support.proxies import CuttableProxy
 from tests.support.runs import event_types
 from tests.support.seed import SEED
+from tests.support.sse import auth_headers
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -61,14 +69,14 @@ def test_streams_reassemble_every_stored_event_through_200_server_side_cuts(
     async def five_at_once() -> list[tuple[str, list[Any]]]:
         """Four runs on one AsyncClient and one on the sync Client (in a thread), all at once."""
         async with rl.AsyncClient(proxy.url, token, retry=FAST) as aclient:
-            runs = [await aclient.create("demo", demo) for _ in range(4)]
+            runs = [await aclient.runs.create("demo", demo) for _ in range(4)]
 
             async def read(run: rl.Run) -> tuple[str, list[Any]]:
-                return run.id, [event.object async for event in aclient.stream(run.id)]
+                return run.id, [event.object async for event in aclient.runs.stream(run.id)]
 
             def read_sync() -> tuple[str, list[Any]]:
-                run = client.create("demo", demo)
-                return run.id, [event.object for event in client.stream(run.id)]
+                run = client.runs.create("demo", demo)
+                return run.id, [event.object for event in client.runs.stream(run.id)]
 
             return list(await asyncio.gather(asyncio.to_thread(read_sync), *(read(run) for run in runs)))
 
@@ -85,23 +93,39 @@ def test_streams_reassemble_every_stored_event_through_200_server_side_cuts(
 
 
 def test_a_stream_ends_at_204_for_a_finished_run_read_to_its_end(client: rl.Client) -> None:
-    run = client.wait(client.create("demo", {"deltas": 3, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 3, "delay_ms": 0}).id)
     assert run.status == "completed"
-    assert list(client.stream(run.id, after_seq=run.last_seq)) == []
-    tail = list(client.stream(run.id, after_seq=run.last_seq - 2))
+    assert list(client.runs.stream(run.id, after_seq=run.last_seq)) == []
+    tail = list(client.runs.stream(run.id, after_seq=run.last_seq - 2))
     assert [e.seq for e in tail] == [run.last_seq - 1, run.last_seq]
 
 
+def test_wait_is_the_servers_and_streams_and_pages_take_types(proxy: CuttableProxy, client: rl.Client) -> None:
+    run = client.wait(client.create("demo", {"deltas": 4, "delay_ms": 0}).id)
+    assert (run.status, run["wait_result"]) == ("completed", "ended")
+    waits = [r for r in list(proxy.requests) if r.path.startswith(f"/api/runs/{run.id}/wait/")]
+    assert waits and all("timeout=" in r.path for r in waits)
+    deltas = list(client.stream(run.id, types=["output.delta"]))
+    assert [e.type for e in deltas] == ["output.delta"] * 4 + ["run.completed"]
+    assert [e.type for e in client.events(run.id, types="run.*").events] == [
+        "run.created",
+        "run.started",
+        "run.completed",
+    ]
+    with pytest.raises(rl.ValidationError):
+        client.events(run.id, types=["nope.*"])
+
+
 def test_json_event_pages_are_the_stored_log(client: rl.Client) -> None:
-    run = client.wait(client.create("demo", {"deltas": 7, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 7, "delay_ms": 0}).id)
     objects: list[Any] = []
-    page = client.events(run.id, limit=3)
+    page = client.runs.events(run.id, limit=3)
     while True:
         assert len(page.events) <= 3
         objects += [e.object for e in page.events]
         if page.end_of_stream:
             break
-        page = client.events(run.id, after_seq=page.next_after_seq, limit=3)
+        page = client.runs.events(run.id, after_seq=page.next_after_seq, limit=3)
     assert_is_the_stored_log(objects, run.id)
     assert page.run_status == "completed" and page.last_seq == run.last_seq
 
@@ -113,12 +137,12 @@ def test_create_retried_across_a_dropped_answer_makes_one_run(
     proxy: CuttableProxy, alice: User, client: rl.Client
 ) -> None:
     proxy.drop_next_answer("/api/runs/")
-    run = client.create("demo", {"deltas": 2, "delay_ms": 0})
+    run = client.runs.create("demo", {"deltas": 2, "delay_ms": 0})
     posts = [r for r in proxy.requests if r.method == "POST"]
     assert proxy.dropped_answers == 1
     assert len(posts) == 2 and posts[0].headers["idempotency-key"] == posts[1].headers["idempotency-key"]
     assert list(Run.objects.filter(owner=alice).values_list("pk", flat=True)) == [uuid.UUID(run.id)]
-    assert client.wait(run.id).output["text"] == demo_text(2)
+    assert client.runs.wait(run.id).output["text"] == demo_text(2)
 
 
 def test_a_cancel_retried_across_a_dropped_answer_returns_the_cancelled_run_and_waits_for_its_release(
@@ -128,19 +152,22 @@ def test_a_cancel_retried_across_a_dropped_answer_returns_the_cancelled_run_and_
 
     async def scenario() -> tuple[rl.Run, rl.Run]:
         async with rl.AsyncClient(proxy.url, token, retry=FAST) as aclient:
-            run = await aclient.create("demo", {"deltas": 2, "tool": "slow", "tool_ms": 60_000})
-            async for event in aclient.stream(run.id):
+            run = await aclient.runs.create("demo", {"deltas": 2, "tool": "slow", "tool_ms": 60_000})
+            async for event in aclient.runs.stream(run.id):
                 if event.type == "tool.started":
                     break
             proxy.drop_next_answer(f"/api/runs/{run.id}/cancel/")
-            cancelled = await aclient.cancel(run.id, note="enough")
-            return cancelled, await aclient.wait(run.id, released=True, timeout=30)
+            cancelled = await aclient.runs.cancel(run.id, note="enough")
+            return cancelled, await aclient.runs.wait(run.id, released=True, timeout=30)
 
     cancelled, released = run_async(scenario)
     assert proxy.dropped_answers == 1
     assert cancelled.status == "cancelled" and cancelled.end_code == "cancelled_by_user"
     assert event_types(Run.objects.get(pk=cancelled.id)).count("run.cancelled") == 1
     assert released.attempt is not None and released.attempt["released_at"] is not None
+    # What it produced before the tool began, kept: in the cancel's answer already.
+    assert cancelled.partial_output == released.partial_output == {"text": demo_text(1)}
+    assert released.usage == {"steps": released.steps_used, "events": released.events_used}
 
 
 # --- commands, wait, list -------------------------------------------------------------------------
@@ -151,35 +178,35 @@ def test_ask_resume_pause_cancel_and_stop_through_the_async_client(proxy: Cuttab
 
     async def scenario() -> dict[str, rl.Run]:
         async with rl.AsyncClient(proxy.url, token, retry=FAST) as aclient:
-            asked = await aclient.create("demo", {"deltas": 4, "delay_ms": 0, "ask": "name?"})
-            async for event in aclient.stream(asked.id):
+            asked = await aclient.runs.create("demo", {"deltas": 4, "delay_ms": 0, "ask": "name?"})
+            async for event in aclient.runs.stream(asked.id):
                 if event.type == "run.waiting":
                     assert event.data == {"reason": "input_required", "prompt": "name?"}
                     break
-            waiting = await aclient.get(asked.id)
+            waiting = await aclient.runs.get(asked.id)
             assert waiting.status == "waiting" and waiting.resume_ticket
-            await aclient.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
+            await aclient.runs.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
             # Retried after a lost answer, the same resume is answered again and changes nothing.
-            await aclient.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
-            answered = await aclient.wait(asked.id, timeout=30)
+            await aclient.runs.resume(asked.id, waiting.resume_ticket, {"name": "Ada"})
+            answered = await aclient.runs.wait(asked.id, timeout=30)
 
-            paused = await aclient.create("demo", {"deltas": 400, "delay_ms": 20})
-            async for event in aclient.stream(paused.id):
+            paused = await aclient.runs.create("demo", {"deltas": 400, "delay_ms": 20})
+            async for event in aclient.runs.stream(paused.id):
                 if event.seq == 3:  # the first output.delta: running
-                    pending = await aclient.pause(paused.id)
+                    pending = await aclient.runs.pause(paused.id)
                     assert pending.status == "running"  # 202: the worker parks it at its next boundary
                 elif event.type == "run.waiting":
                     assert event.data["reason"] == "paused"
                     break
-            cancelled = await aclient.cancel(paused.id)
+            cancelled = await aclient.runs.cancel(paused.id)
 
-            stopped = await aclient.create("demo", {"deltas": 400, "delay_ms": 20})
-            async for event in aclient.stream(stopped.id):
+            stopped = await aclient.runs.create("demo", {"deltas": 400, "delay_ms": 20})
+            async for event in aclient.runs.stream(stopped.id):
                 if event.type == "output.delta":
                     break
             with pytest.raises(TimeoutError):
-                await aclient.wait(stopped.id, timeout=0.3)
-            stop = await aclient.stop(stopped.id, "over budget", code="policy")
+                await aclient.runs.wait(stopped.id, timeout=0.3)
+            stop = await aclient.runs.stop(stopped.id, "over budget", code="policy")
             return {"answered": answered, "cancelled": cancelled, "stop": stop}
 
     runs = run_async(scenario)
@@ -191,20 +218,20 @@ def test_ask_resume_pause_cancel_and_stop_through_the_async_client(proxy: Cuttab
 
 
 def test_list_iterates_every_page_newest_first_with_filters(client: rl.Client, bob: User) -> None:
-    made = [client.create("demo", {"deltas": 1, "delay_ms": 0}) for _ in range(5)]
+    made = [client.runs.create("demo", {"deltas": 1, "delay_ms": 0}) for _ in range(5)]
     for run in made:
-        client.wait(run.id)
-    cancelled = client.create("demo", {"deltas": 100, "delay_ms": 50}, metadata={"customer": "42"})
+        client.runs.wait(run.id)
+    cancelled = client.runs.create("demo", {"deltas": 100, "delay_ms": 50}, metadata={"customer": "42"})
     assert cancelled.metadata == {"customer": "42"}
-    client.cancel(cancelled.id)
+    client.runs.cancel(cancelled.id)
     services.run_cancel(run_id=queued_run(bob).pk, actor=bob)  # not alice's: never listed
-    listed = list(client.list(page_size=2))
+    listed = list(client.runs.list(page_size=2))
     assert [r.id for r in listed] == [cancelled.id, *(r.id for r in reversed(made))]
-    assert [r.id for r in client.list(status="cancelled")] == [cancelled.id]
-    assert [r.id for r in client.list(status=["cancelled", "completed"], page_size=2)] == [r.id for r in listed]
-    assert [r.id for r in client.list(metadata={"customer": "42"}, end_code="cancelled_by_user")] == [cancelled.id]
-    assert list(client.list(metadata={"customer": "7"})) == []
-    assert list(client.list(agent="nobody")) == []
+    assert [r.id for r in client.runs.list(status="cancelled")] == [cancelled.id]
+    assert [r.id for r in client.runs.list(status=["cancelled", "completed"], page_size=2)] == [r.id for r in listed]
+    assert [r.id for r in client.runs.list(metadata={"customer": "42"}, end_code="cancelled_by_user")] == [cancelled.id]
+    assert list(client.runs.list(metadata={"customer": "7"})) == []
+    assert list(client.runs.list(agent="nobody")) == []
 
 
 # --- every error code is its exception ------------------------------------------------------------
@@ -213,7 +240,7 @@ def test_list_iterates_every_page_newest_first_with_filters(client: rl.Client, b
 def test_every_error_code_the_server_sends_is_its_exception(
     client: rl.Client, proxy: CuttableProxy, alice: User
 ) -> None:
-    run = client.wait(client.create("demo", {"deltas": 1, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 1, "delay_ms": 0}).id)
     unknown = str(uuid.uuid4())
 
     def raised(exception: type[rl.APIError], call: Callable[[], Any]) -> rl.APIError:
@@ -222,22 +249,23 @@ def test_every_error_code_the_server_sends_is_its_exception(
         assert type(caught.value) is exception
         return caught.value
 
-    refused = raised(rl.ValidationError, lambda: client.create("no-such-agent"))
+    refused = raised(rl.ValidationError, lambda: client.runs.create("no-such-agent"))
     assert refused.status == 400 and "agent" in refused.detail
     with rl.Client(proxy.url, "wrong-token") as stranger:
-        assert raised(rl.NotAuthenticated, lambda: stranger.get(run.id)).status == 401
-        raised(rl.NotAuthenticated, lambda: list(stranger.stream(run.id)))
-    assert raised(rl.PermissionDenied, lambda: client.stop(run.id, "no")).status == 403
-    raised(rl.NotFound, lambda: client.get(unknown))
-    raised(rl.NotFound, lambda: list(client.stream(unknown)))
-    conflict = raised(rl.InvalidTransition, lambda: client.cancel(run.id))
+        assert raised(rl.NotAuthenticated, lambda: stranger.runs.get(run.id)).status == 401
+        raised(rl.NotAuthenticated, lambda: list(stranger.runs.stream(run.id)))
+    assert raised(rl.PermissionDenied, lambda: client.runs.stop(run.id, "no")).status == 403
+    raised(rl.NotFound, lambda: client.runs.get(unknown))
+    raised(rl.NotFound, lambda: list(client.runs.stream(unknown)))
+    conflict = raised(rl.InvalidTransition, lambda: client.runs.cancel(run.id))
     assert conflict.status == 409 and conflict.run is not None and conflict.run.status == "completed"
     key = uuid.uuid4().hex
-    client.create("demo", {"deltas": 1, "delay_ms": 0}, idempotency_key=key)
+    client.runs.create("demo", {"deltas": 1, "delay_ms": 0}, idempotency_key=key)
     assert (
-        raised(rl.IdempotencyMismatch, lambda: client.create("demo", {"deltas": 2}, idempotency_key=key)).status == 422
+        raised(rl.IdempotencyMismatch, lambda: client.runs.create("demo", {"deltas": 2}, idempotency_key=key)).status
+        == 422
     )
-    assert raised(rl.PayloadTooLarge, lambda: client.create("demo", {"pad": "x" * 300_000})).status == 413
+    assert raised(rl.PayloadTooLarge, lambda: client.runs.create("demo", {"pad": "x" * 300_000})).status == 413
     assert raised(rl.MethodNotAllowed, lambda: client.request("DELETE", f"/api/runs/{run.id}/")).status == 405
 
     def unsupported() -> Any:
@@ -245,28 +273,28 @@ def test_every_error_code_the_server_sends_is_its_exception(
 
     assert raised(rl.UnsupportedMediaType, unsupported).status == 415
 
-    asking = client.create("demo", {"deltas": 2, "delay_ms": 0, "ask": "?"})
-    for event in client.stream(asking.id):
+    asking = client.runs.create("demo", {"deltas": 2, "delay_ms": 0, "ask": "?"})
+    for event in client.runs.stream(asking.id):
         if event.type == "run.waiting":
             break
-    stale = raised(rl.StaleTicket, lambda: client.resume(asking.id, "not-the-ticket"))
+    stale = raised(rl.StaleTicket, lambda: client.runs.resume(asking.id, "not-the-ticket"))
     assert stale.run is not None and stale.run.status == "waiting"
     # Its question (run.waiting) took the one event of its budget: a resume would pass it.
-    full = client.create("demo", {"deltas": 1, "delay_ms": 0, "ask": "?"}, max_events=1)
-    for event in client.stream(full.id):
+    full = client.runs.create("demo", {"deltas": 1, "delay_ms": 0, "ask": "?"}, max_events=1)
+    for event in client.runs.stream(full.id):
         if event.type == "run.waiting":
             break
-    ticket = client.get(full.id).resume_ticket
+    ticket = client.runs.get(full.id).resume_ticket
     assert ticket is not None
-    exhausted = raised(rl.BudgetExhausted, lambda: client.resume(full.id, ticket))
+    exhausted = raised(rl.BudgetExhausted, lambda: client.runs.resume(full.id, ticket))
     assert exhausted.status == 409 and exhausted.run is not None
     assert (exhausted.run.status, exhausted.run.events_used, exhausted.run.max_events) == ("waiting", 1, 1)
-    client.cancel(full.id)
+    client.runs.cancel(full.id)
     # A cursor past the end of a live run.
-    raised(rl.ValidationError, lambda: list(client.stream(asking.id, after_seq=10_000)))
-    client.cancel(asking.id)
+    raised(rl.ValidationError, lambda: list(client.runs.stream(asking.id, after_seq=10_000)))
+    client.runs.cancel(asking.id)
     for _ in range(2):  # a cancel of a cancelled run is a success, not an error
-        assert client.cancel(asking.id).status == "cancelled"
+        assert client.runs.cancel(asking.id).status == "cancelled"
 
 
 def test_a_server_without_its_database_is_retried_then_raises_database_unavailable(procs: Procs, alice: User) -> None:
@@ -278,7 +306,7 @@ def test_a_server_without_its_database_is_retried_then_raises_database_unavailab
     try:
         client = rl.Client(proxy.url, token, retry=rl.Retry(attempts=3, base=0.01, cap=0.05))
         with client, pytest.raises(rl.DatabaseUnavailable) as caught:
-            client.create("demo")
+            client.runs.create("demo")
     finally:
         proxy.stop()
     assert caught.value.status == 503
@@ -309,7 +337,7 @@ def test_too_many_requests_carries_retry_after() -> None:
     try:
         client = rl.Client(f"http://127.0.0.1:{server.server_address[1]}", "t")
         with client, pytest.raises(rl.TooManyRequests) as caught:
-            client.get(str(uuid.uuid4()))
+            client.runs.get(str(uuid.uuid4()))
     finally:
         server.shutdown()
         server.server_close()
@@ -317,30 +345,30 @@ def test_too_many_requests_carries_retry_after() -> None:
 
 
 def test_rerun_and_fork_through_the_client(client: rl.Client) -> None:
-    original = client.wait(client.create("demo", {"deltas": 6, "delay_ms": 0}).id)
-    fourth = [e for e in client.events(original.id).events if e.type == "output.delta"][3]
+    original = client.runs.wait(client.runs.create("demo", {"deltas": 6, "delay_ms": 0}).id)
+    fourth = [e for e in client.runs.events(original.id).events if e.type == "output.delta"][3]
 
-    again = client.rerun(original.id, input={"deltas": 2, "delay_ms": 0}, max_steps=9)
-    fork = client.rerun(original.id, from_seq=fourth.seq)
+    again = client.runs.rerun(original.id, input={"deltas": 2, "delay_ms": 0}, max_steps=9)
+    fork = client.runs.rerun(original.id, from_seq=fourth.seq)
 
     assert (again["rerun_of"], again["input"], again.max_steps) == (original.id, {"deltas": 2, "delay_ms": 0}, 9)
-    assert client.wait(fork.id).output == original.output == {"text": demo_text(6), "deltas": 6}
+    assert client.runs.wait(fork.id).output == original.output == {"text": demo_text(6), "deltas": 6}
     with pytest.raises(rl.ValidationError, match="passes the end"):
-        client.rerun(original.id, from_seq=original.last_seq + 1)
-    live = client.create("demo", {"deltas": 1000, "delay_ms": 50})
+        client.runs.rerun(original.id, from_seq=original.last_seq + 1)
+    live = client.runs.create("demo", {"deltas": 1000, "delay_ms": 50})
     with pytest.raises(rl.InvalidTransition):
-        client.rerun(live.id)
-    client.cancel(live.id)
+        client.runs.rerun(live.id)
+    client.runs.cancel(live.id)
 
 
 def test_create_takes_a_priority_and_a_start_time(client: rl.Client, alice: User) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
-    run = client.create("demo", {"deltas": 2}, priority=7, start_after=later)
+    run = client.runs.create("demo", {"deltas": 2}, priority=7, start_after=later)
     assert (run["priority"], datetime.fromisoformat(run["start_after"])) == (7, later)
     stored = Run.objects.get(pk=run.id)
     assert (stored.priority, stored.start_after, stored.status) == (7, later, "queued")
     with pytest.raises(rl.ValidationError) as refused:
-        client.create("demo", {}, priority=101)
+        client.runs.create("demo", {}, priority=101)
     assert "priority" in str(refused.value.detail)
 
 
@@ -350,13 +378,13 @@ def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
     slow = {"deltas": 1000, "delay_ms": 50}
     mine = [queued_run(alice, input=slow, metadata={"customer": "42"}) for _ in range(3)]
     queued_run(alice, input=slow, metadata={"customer": "7"})
-    assert client.count_where(metadata={"customer": "42"}) == 3
-    assert client.count_where(metadata={"customer": "none"}) == 0
+    assert client.runs.count_where(metadata={"customer": "42"}) == 3
+    assert client.runs.count_where(metadata={"customer": "none"}) == 0
     with pytest.raises(rl.TooManyMatches) as too_many:
-        client.cancel_where(max=2, metadata={"customer": "42"})
+        client.runs.cancel_where(max=2, metadata={"customer": "42"})
     assert too_many.value.count == 3 and too_many.value.run is None
     proxy.drop_next_answer("/api/runs/cancel/")
-    done = client.cancel_where(max=3, note="gone", metadata={"customer": "42"}, status=["queued", "running"])
+    done = client.runs.cancel_where(max=3, note="gone", metadata={"customer": "42"}, status=["queued", "running"])
     posts = [r for r in proxy.requests if r.method == "POST" and r.path == "/api/runs/cancel/"]
     assert proxy.dropped_answers == 1 and posts[-1].headers["idempotency-key"] == posts[-2].headers["idempotency-key"]
     # The retry was answered the first answer: the runs the lost answer cancelled, as cancelled.
@@ -364,5 +392,186 @@ def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
     assert {event_types(run).count("run.cancelled") for run in mine} == {1}
     stopper = make_user("stopper", perms=("runs.view_run", "runs.stop_run"))
     with rl.Client(proxy.url, token_for(stopper), retry=FAST) as staff:
-        stopped = staff.stop_where(max=10, reason="maintenance", code="policy", status="queued,running")
+        stopped = staff.runs.stop_where(max=10, reason="maintenance", code="policy", status="queued,running")
     assert stopped.matched == 1 and stopped.counts["stopped"] == 1
+
+
+# --- the 0.2 surface: namespaces, typed models, streams in `with`, configuration (issue 37) ----------
+
+LONG = {"deltas": 1000, "delay_ms": 50}
+
+
+@pytest.fixture
+def no_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A config folder of the test's own, and none of the suite's RUNLEDGER_* variables."""
+    for name in ("RUNLEDGER_URL", "RUNLEDGER_TOKEN", "RUNLEDGER_TOKEN_FILE", "RUNLEDGER_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    return tmp_path / "config" / "runledger" / "config.toml"
+
+
+def test_every_method_of_runs_and_agents_answers_typed_models(live: Live, make_user: Callable[..., User]) -> None:
+    token = token_for(make_user(perms=("runs.stop_run",)))
+    with rl.Client(live.web.url, token, retry=FAST) as client:
+        assert "demo" in [agent.name for agent in client.agents.list()]
+        [demo] = [agent for agent in client.agents.list(page_size=1) if agent.name == "demo"]
+        assert isinstance(demo, rl.Agent) and isinstance(demo.event_types, tuple)
+
+        run = client.runs.create("demo", {"deltas": 3, "delay_ms": 0}, metadata={"batch": "n1"})
+        assert isinstance(run, rl.Run) and isinstance(run.created_at, datetime) and run.metadata == {"batch": "n1"}
+        done = client.runs.wait(run.id)
+        assert (done.status, done.output["text"], done.agent) == ("completed", demo_text(3), "demo")
+        assert isinstance(done.attempt, rl.Attempt) and done.attempt.generation >= 1
+        assert client.runs.get(run.id) == done
+        page = client.runs.events(run.id, limit=2)
+        assert [e.seq for e in page.events] == [1, 2] and isinstance(page.events[0].created_at, datetime)
+        assert [r.id for r in client.runs.list(metadata={"batch": "n1"})] == [run.id]
+        again = client.runs.rerun(run.id)
+        assert again.rerun_of == run.id
+
+        asked = client.runs.create("demo", {"deltas": 2, "delay_ms": 0, "ask": "name?"})
+        waiting = wait_until(lambda: (r := client.runs.get(asked.id)).status == "waiting" and r, 30, "it asks")
+        assert waiting.resume_ticket is not None
+        assert client.runs.resume(asked.id, ticket=waiting.resume_ticket, input={"n": 1}).status == "queued"
+        assert client.runs.wait(asked.id).output["answer"] == {"n": 1}
+
+        long = client.runs.create("demo", LONG, metadata={"batch": "n2"})
+        assert client.runs.pause(long.id).status in ("waiting", "running")
+        assert client.runs.cancel(long.id, note="enough").status == "cancelled"
+        stopped = client.runs.create("demo", LONG)
+        assert client.runs.stop(stopped.id, reason="policy", code="policy").end_code == "policy"
+
+        for _ in range(2):
+            client.runs.create("demo", LONG, metadata={"batch": "n3"})
+        assert client.runs.count_where(metadata={"batch": "n3"}) == 2
+        cancelled = client.runs.cancel_where(max=2, metadata={"batch": "n3"}, status=["queued", "running"])
+        assert cancelled.counts["cancelled"] == 2
+        client.runs.create("demo", LONG, metadata={"batch": "n4"})
+        assert client.runs.stop_where(max=1, reason="r", metadata={"batch": "n4"}).counts["stopped"] == 1
+
+
+def test_the_async_client_has_the_same_namespaces(live: Live, alice: User) -> None:
+    token = token_for(alice)
+
+    async def scenario() -> tuple[list[str], rl.Run, str, list[int], int]:
+        async with rl.AsyncClient(live.web.url, token, retry=FAST) as client:
+            agents = [agent.name async for agent in client.agents.list()]
+            run = await client.runs.create("demo", {"deltas": 4, "delay_ms": 0})
+            async with client.runs.stream(run.id) as stream:
+                text = await stream.text()
+            done = await client.runs.wait(run.id, released=True, timeout=30)
+            listed = [r.id async for r in client.runs.list()]
+            page = await client.runs.events(run.id, after_seq=done.last_seq - 1)
+            long = await client.runs.create("demo", LONG)
+            await client.runs.pause(long.id)
+            await client.runs.cancel(long.id)
+            count = await client.runs.count_where(status="cancelled")
+            return agents, done, text, [len(listed), *[e.seq for e in page.events]], count
+
+    agents, done, text, seen, cancelled = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert "demo" in agents and text == demo_text(4) and done.released
+    assert seen == [1, done.last_seq] and cancelled == 1
+
+
+def test_leaving_a_with_stream_closes_its_connection_and_the_servers_open_stream_gauge_drops(
+    live: Live, alice: User, make_user: Callable[..., User]
+) -> None:
+    headers = auth_headers(token_for(make_user(perms=("runs.view_run",))))
+
+    def open_streams() -> float:
+        return value(scrape(live.web.url, headers), "runledger_sse_streams_open")
+
+    before = open_streams()
+    with rl.Client(live.web.url, token_for(alice), retry=FAST) as client:
+        run = client.runs.create("demo", LONG)
+        with client.runs.stream(run.id) as stream:
+            for event in stream:
+                if event.seq >= 3:
+                    break
+            wait_until(lambda: open_streams() == before + 1, 10, "the stream counted open")
+        wait_until(lambda: open_streams() == before, 10, "the stream closed by the `with`")
+
+        token = token_for(alice)
+
+        async def read_two_then_raise() -> None:
+            async with (
+                rl.AsyncClient(live.web.url, token, retry=FAST) as aclient,
+                aclient.runs.stream(run.id) as events,
+            ):
+                async for event in events:
+                    if event.seq >= 2:
+                        raise LookupError("the reader's own error")
+
+        with pytest.raises(LookupError):
+            asyncio.run(asyncio.wait_for(read_two_then_raise(), 30))
+        wait_until(lambda: open_streams() == before, 10, "the async stream closed on the error")
+
+        with client.runs.stream(run.id, after_seq=0) as stream:
+            assert next(iter(stream)).seq == 1
+        client.runs.cancel(run.id)
+        with client.runs.stream(run.id) as stream:
+            terminal = stream.until_end()
+        assert terminal is not None and terminal.type == "run.cancelled" and stream.terminal == terminal
+
+
+def test_the_flat_names_of_0_1_still_work_and_warn(client: rl.Client, live: Live, alice: User) -> None:
+    with pytest.warns(DeprecationWarning, match=r"client\.create\(\) is deprecated: use client\.runs\.create\(\)"):
+        run = client.create("demo", {"deltas": 1, "delay_ms": 0})
+    with pytest.warns(DeprecationWarning, match="client.runs.wait"):
+        done = client.wait(run.id)
+    assert done.status == "completed"
+    with pytest.warns(DeprecationWarning, match="client.runs.stream"):
+        assert [e.seq for e in client.stream(run.id, after_seq=done.last_seq)] == []
+    token = token_for(alice)
+
+    async def flat() -> rl.Run:
+        async with rl.AsyncClient(live.web.url, token) as aclient:
+            with pytest.warns(DeprecationWarning, match="client.runs.get"):
+                return await aclient.get(run.id)
+
+    assert asyncio.run(flat()).id == run.id
+
+
+def test_arguments_win_over_the_environment_and_the_environment_over_the_profile(
+    live: Live, alice: User, no_user_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    token_file = tmp_path / "token"
+    token_file.write_text(token_for(alice) + "\n")
+    token_file.chmod(0o600)
+    no_user_config.parent.mkdir(parents=True)
+    no_user_config.write_text(
+        f'[profiles.default]\nurl = "{dead}"\ntoken = "wrong"\n\n'
+        f'[profiles.live]\nurl = "{live.web.url}"\ntoken_file = "{token_file}"\n'
+    )
+
+    def agents(**arguments: Any) -> list[str]:
+        with rl.Client(**arguments, retry=rl.Retry(attempts=1)) as client:
+            return [agent.name for agent in client.agents.list()]
+
+    assert "demo" in agents(profile="live")
+    monkeypatch.setenv("RUNLEDGER_PROFILE", "live")
+    assert "demo" in agents()
+    with pytest.raises(rl.NotAuthenticated):  # the environment's token over the profile's file
+        monkeypatch.setenv("RUNLEDGER_TOKEN", "wrong-too")
+        agents()
+    assert "demo" in agents(token=token_for(alice))  # an argument over the environment
+    monkeypatch.setenv("RUNLEDGER_TOKEN_FILE", str(token_file))
+    monkeypatch.delenv("RUNLEDGER_TOKEN")
+    monkeypatch.delenv("RUNLEDGER_PROFILE")
+    with pytest.raises(rl.TransportError):  # the default profile's dead URL, the environment's token
+        agents()
+    monkeypatch.setenv("RUNLEDGER_URL", live.web.url)
+    assert "demo" in agents()
+    with pytest.raises(rl.ConfigError, match=r"no profile 'nope' .*its profiles: default, live"):
+        agents(profile="nope")
+
+    by_cli = run_cli(None, None, "agents", "-o", "json", "--profile", "live", XDG_CONFIG_HOME=str(tmp_path / "config"))
+    assert by_cli.returncode == 0 and "demo" in [a["name"] for a in json.loads(by_cli.stdout)]
+
+
+def test_no_url_or_token_anywhere_is_a_config_error_naming_what_is_missing(no_user_config: Path) -> None:
+    with pytest.raises(rl.ConfigError, match="missing a URL and a token"):
+        rl.Client()
+    with pytest.raises(rl.ConfigError, match="missing a token"):
+        rl.AsyncClient("http://127.0.0.1:9")

@@ -4,39 +4,59 @@ and the session (browsers: EventSource sends no headers).
 
 Every token attempt is throttled per client address (runs.http.throttles): a request that carries
 a token header from an address with too many recent failures is refused with `TooManyRequests`
-(429) before its key is looked up — a valid key too, or a guesser who hits one would go on — and a
-failed one is counted. Requests without a token header (the session) are neither checked nor
+(429) whatever its key — a valid key too, or a guesser who hits one would go on — and a failed one
+is counted. Requests without a token header (the session) are neither checked nor
 counted. The API's DRF authentication class (runs.api.authentication) is this, inside DRF.
 """
 
 from typing import Any, cast
 
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from runs.access import AnyUser, User
 from runs.http import throttles
+from runs.selectors.credentials import token_with_failure
 
-# DRF's token scheme (its header, key look-up and messages): the tokens are DRF's authtoken rows.
-_TOKENS = TokenAuthentication()
+
+class _Tokens(TokenAuthentication):
+    """DRF's token scheme (its header parsing and messages; the tokens are DRF's authtoken rows),
+    with the key looked up together with its address's standing (runs.http.throttles): one
+    statement for a good key, where a check before the look-up was a second."""
+
+    def __init__(self, block: throttles.TokenBlock | None) -> None:
+        self.block = block
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        token, nth_failure = token_with_failure(key=key, failures=self.block.failures if self.block else None)
+        if token is None:
+            raise AuthenticationFailed(_("Invalid token."))
+        if self.block is not None:
+            throttles.refuse_blocked(self.block, nth_failure)
+        if not token.user.is_active:
+            raise AuthenticationFailed(_("User inactive or deleted."))
+        return token.user, token
 
 
 def token_credentials(request: HttpRequest) -> tuple[Any, Any] | None:
     """(user, token) of the request's token header; None without one. A bad token raises DRF's
-    `AuthenticationFailed`, a blocked address `TooManyRequests`."""
+    `AuthenticationFailed`, a blocked address `TooManyRequests` (a valid key too, or a guesser
+    who hits one would go on)."""
     # DRF's scheme reads the header through DRF's request type.
     wrapped = Request(request)
     words = get_authorization_header(wrapped).split()
-    if not words or words[0].lower() != _TOKENS.keyword.lower().encode():
+    if not words or words[0].lower() != TokenAuthentication.keyword.lower().encode():
         return None  # not a token attempt
     address = throttles.client_address(request)
-    throttles.auth_token_check(address=address)
     try:
-        return _TOKENS.authenticate(wrapped)
+        return _Tokens(throttles.token_block(address=address)).authenticate(wrapped)
     except AuthenticationFailed:
-        # A malformed header fails here too: it is an attempt at a token all the same.
+        # A malformed header fails here too: it is an attempt at a token all the same. Blocked
+        # or not is learnt only now for a key that is no token; refused the same, uncounted.
+        throttles.auth_token_check(address=address)
         throttles.auth_token_failed(address=address)
         raise
 

@@ -22,10 +22,13 @@ guesses per window, where refusing everywhere allowed none.
 Two ways in, for two costs:
 
 - A token attempt comes with every API request that carries `Authorization: Token`, so success
-  must stay cheap: `auth_token_check` (one indexed SELECT of at most `max` rows) before the key is
-  looked up, and after a failure `auth_token_failed` (an INSERT, and a bounded DELETE of expired
-  rows). Attempts that pass the check together may exceed the limit by those in flight during one
-  token look-up (about a millisecond); a token is 160 random bits, so that opens nothing to a guesser.
+  must stay cheap: the address's standing (`token_block`, the `max`-th newest failure in the window)
+  is read in the same statement as the key (runs.selectors.credentials.token_with_failure) and a
+  blocked address refused whatever the key (`refuse_blocked`); a key that is not found is checked
+  alone (`auth_token_check`, one indexed SELECT of at most `max` rows) and then recorded as a failure
+  (`auth_token_failed`: an INSERT, and a bounded DELETE of expired rows). Attempts that pass the check
+  together may exceed the limit by those in flight during one token look-up (about a millisecond); a
+  token is 160 random bits, so that opens nothing to a guesser.
 - A sign-in is rare and its password check takes most of a second on purpose, which is a long
   time for concurrent guesses to pass a check together. So `auth_login_begin` records the attempt
   as a failure *first*, then counts the others, and `auth_login_end` takes it back unless it failed.
@@ -84,14 +87,15 @@ def _window() -> timedelta:
 def _wait(key: str, *, most: int, now: datetime, leave_out: tuple[int, ...] = ()) -> int | None:
     """Seconds (≥ 1) until `key` may try again (its `most`-th newest failure leaves the window), or
     None when it has fewer than `most` failures in the window. One range scan of the key's index."""
-    window = _window()
-    recent = AuthFailure.objects.filter(key=key, failed_at__gt=now - window)
+    recent = AuthFailure.objects.filter(key=key, failed_at__gt=now - _window())
     if leave_out:
         recent = recent.exclude(pk__in=leave_out)
     newest = list(recent.order_by("-failed_at").values_list("failed_at", flat=True)[:most])
-    if len(newest) < most:
-        return None
-    return math.ceil((newest[-1] + window - now).total_seconds())
+    return _seconds_left(newest[-1] if len(newest) == most else None, now)
+
+
+def _seconds_left(nth_newest: datetime | None, now: datetime) -> int | None:
+    return None if nth_newest is None else max(1, math.ceil((nth_newest + _window() - now).total_seconds()))
 
 
 def _purge_some(now: datetime) -> None:
@@ -99,12 +103,42 @@ def _purge_some(now: datetime) -> None:
     AuthFailure.objects.filter(pk__in=expired).delete()
 
 
-def auth_token_check(*, address: str) -> None:
-    """Refuse a token attempt from `address` while it is blocked."""
+@dataclass(frozen=True)
+class TokenBlock:
+    """What decides whether a token attempt from an address is blocked, for a read made with the
+    key's (runs.selectors.credentials.token_with_failure): its `most`-th newest failure after `since`."""
+
+    key: str
+    most: int
+    since: datetime
+    now: datetime
+
+    @property
+    def failures(self) -> tuple[str, int, datetime]:
+        return self.key, self.most, self.since
+
+
+def token_block(*, address: str) -> TokenBlock | None:
+    """None when token attempts are unlimited."""
     most = conf.AUTH_FAILURES_MAX
     if most is None:
-        return
-    wait = _wait(_key(_TOKEN_ADDRESS, address), most=most, now=timezone.now())
+        return None
+    now = timezone.now()
+    return TokenBlock(key=_key(_TOKEN_ADDRESS, address), most=most, since=now - _window(), now=now)
+
+
+def refuse_blocked(block: TokenBlock, nth_newest: datetime | None) -> None:
+    """Refuse the attempt when its address's `most`-th newest failure is still in the window."""
+    _refuse_token(_seconds_left(nth_newest, block.now))
+
+
+def auth_token_check(*, address: str) -> None:
+    """Refuse a token attempt from `address` while it is blocked."""
+    if (block := token_block(address=address)) is not None:
+        _refuse_token(_wait(block.key, most=block.most, now=block.now))
+
+
+def _refuse_token(wait: int | None) -> None:
     if wait is not None:
         raise TooManyRequests(
             f"too many failed authentications from this address; try again in {wait} s", retry_after=wait

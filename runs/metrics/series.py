@@ -8,11 +8,14 @@ write has committed.
 """
 
 import functools
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from prometheus_client import Counter, Gauge, Histogram
 
+from runs.events import USAGE_INCOMPLETE
 from runs.metrics import store
 from runs.selectors.overview import cancel_release_seconds
 
@@ -45,6 +48,14 @@ WEBHOOK_DELIVERIES = Counter(
     registry=None,
 )
 _webhooks_by_outcome = {outcome: WEBHOOK_DELIVERIES.labels(outcome=outcome) for outcome in ("success", "failure")}
+# By agent and counter (`usage.reported`, docs/design/events.md#usage): both bounded, by the agents
+# registered and the counters each reports (runs.events.USAGE_COUNTERS_MAX).
+USAGE = Counter(
+    "runledger_usage",
+    "What agents reported they used (usage.reported), by counter",
+    ["agent", "counter"],
+    registry=None,
+)
 HTTP_REQUESTS = Counter("runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None)
 
 # The statuses Runledger answers with, present (at 0) from the first scrape; others appear when used.
@@ -59,6 +70,13 @@ def events_appended(count: int) -> None:
 def attempts_lost(count: int) -> None:
     if count:
         transaction.on_commit(functools.partial(ATTEMPTS_LOST.inc, count), robust=True)
+
+
+def usage_reported(agent: str, report: Mapping[str, Any]) -> None:
+    for counter, value in report.items():
+        if counter != USAGE_INCOMPLETE and value:
+            inc = USAGE.labels(agent=agent, counter=counter).inc
+            transaction.on_commit(functools.partial(inc, value), robust=True)
 
 
 def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:

@@ -58,8 +58,8 @@ ATTEMPT = [
 ]
 
 ENABLED = models.Q(("enabled", True))
-# The lead chains this after the round's other migrations; only 0012 is needed by it.
-AFTER = ("runs", "0012_run_priority_start_after")
+# The lead chains this after the round's other migrations (here after main's 0013); only 0012 is needed by it.
+AFTER = ("runs", "0013_run_results")
 
 
 class Migration(migrations.Migration):

@@ -13,6 +13,8 @@ from pathlib import Path
 from tests.support.waiting import wait_until
 
 RUNLEDGER = str(Path(sys.executable).parent / "runledger")  # the console script of the installed client
+# No profile of the machine's user reaches a test: the config file is looked for where there is none.
+NO_CONFIG = {"XDG_CONFIG_HOME": "/nonexistent/runledger-tests"}
 
 
 def run_cli(
@@ -20,7 +22,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     """The command, configured through its environment (`env` adds to it), to its exit (killed
     after 60 s). Its stdin is no terminal: it never waits to be asked for a token."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")} | NO_CONFIG
     full |= {"RUNLEDGER_URL": url} if url else {}
     full |= {"RUNLEDGER_TOKEN": token} if token else {}
     full |= env
@@ -61,7 +63,7 @@ def run_cli_on_terminal(url: str, *args: str, answer: str) -> tuple[subprocess.C
     shown: list[bytes] = []
     reader = threading.Thread(target=drain, args=(master, shown))
     reader.start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")} | {"RUNLEDGER_URL": url}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")} | NO_CONFIG | {"RUNLEDGER_URL": url}
     try:
         process = subprocess.Popen(
             [RUNLEDGER, *args],

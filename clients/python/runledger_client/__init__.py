@@ -2,11 +2,12 @@
 which resume by themselves, and the `runledger` command line (runledger_client.cli)."""
 
 from runledger_client._core import ClientOptions, CreateOptions, Retry, RunFilters, RunMatch, __version__
-from runledger_client.aio import AsyncClient
-from runledger_client.client import Client
+from runledger_client.aio import AsyncClient, AsyncStream
+from runledger_client.client import Client, Stream
 from runledger_client.errors import (
     APIError,
     BudgetExhausted,
+    ConfigError,
     Conflict,
     DatabaseUnavailable,
     IdempotencyMismatch,
@@ -27,9 +28,12 @@ from runledger_client.errors import (
 from runledger_client.models import (
     TERMINAL_EVENT_TYPES,
     TERMINAL_STATUSES,
+    Agent,
+    Attempt,
     BulkResult,
     Event,
     EventPage,
+    Page,
     Run,
     RunPage,
 )
@@ -38,11 +42,15 @@ __all__ = [
     "TERMINAL_EVENT_TYPES",
     "TERMINAL_STATUSES",
     "APIError",
+    "Agent",
     "AsyncClient",
+    "AsyncStream",
+    "Attempt",
     "BudgetExhausted",
     "BulkResult",
     "Client",
     "ClientOptions",
+    "ConfigError",
     "Conflict",
     "CreateOptions",
     "DatabaseUnavailable",
@@ -53,6 +61,7 @@ __all__ = [
     "MethodNotAllowed",
     "NotAuthenticated",
     "NotFound",
+    "Page",
     "PayloadTooLarge",
     "PermissionDenied",
     "Retry",
@@ -62,6 +71,7 @@ __all__ = [
     "RunPage",
     "RunledgerError",
     "StaleTicket",
+    "Stream",
     "TooManyMatches",
     "TooManyRequests",
     "TransportError",

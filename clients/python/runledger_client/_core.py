@@ -6,11 +6,13 @@ A client only sends a call, sleeps as `Attempts` says, and hands the final answe
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 import uuid
-from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Container, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -18,9 +20,9 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 
 from runledger_client.errors import TransportError, error_from, retry_after
-from runledger_client.models import BulkResult, EventPage, Run, RunPage
+from runledger_client.models import Agent, BulkResult, EventPage, Page, Run, RunPage
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 T = TypeVar("T")
 
@@ -68,6 +70,8 @@ class ClientOptions(TypedDict, total=False):
     # 15 s); past it the connection counts as dropped, and the stream reconnects.
     stream_timeout: float
     retry: Retry
+    # Tries after the first one (default 4): `Retry.attempts` - 1, as other SDKs spell it.
+    max_retries: int
 
 
 class Config:
@@ -75,10 +79,18 @@ class Config:
 
     def __init__(self, url: str, token: str, options: ClientOptions) -> None:
         self.url = url.rstrip("/")
+        self.token = token
         self.retry = options.get("retry") or Retry()
+        if "max_retries" in options:
+            self.retry = replace(self.retry, attempts=max(1, options["max_retries"] + 1))
         self.timeout = options.get("timeout", 30.0)
         self.stream_timeout = options.get("stream_timeout", 60.0)
         self.http: dict[str, Any] = {"base_url": self.url, "headers": default_headers(token), "timeout": self.timeout}
+
+    def with_options(self, options: ClientOptions) -> Config:
+        """This configuration with `options` changed (`with_options()`: per call, same connections)."""
+        current: ClientOptions = {"timeout": self.timeout, "stream_timeout": self.stream_timeout, "retry": self.retry}
+        return Config(self.url, self.token, {**current, **options})
 
     def stream_timeouts(self, read: float) -> httpx.Timeout:
         return httpx.Timeout(self.timeout, read=read)
@@ -159,6 +171,8 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     ok: Container[int] = (200,)
     idempotent: bool = True
+    # Seconds the request may take, when not the client's `timeout` (a server-side wait).
+    timeout: float | None = None
 
     def result(self, response: httpx.Response) -> T:
         if response.status_code not in self.ok:
@@ -166,7 +180,8 @@ class Call(Generic[T]):
         return self.parse(response.json() if response.content else None)
 
     def request_args(self) -> dict[str, Any]:
-        return {"params": self.params, "json": self.json, "content": self.content, "headers": self.headers}
+        args = {"params": self.params, "json": self.json, "content": self.content, "headers": self.headers}
+        return args if self.timeout is None else args | {"timeout": self.timeout}
 
 
 class Attempts:
@@ -265,7 +280,7 @@ def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], ke
     body.update({name: _json_value(value) for name, value in options.items() if value is not None})
     # Made once per create, so every retry of it is the same request to the server.
     headers = {"Idempotency-Key": key or uuid.uuid4().hex}
-    return Call("POST", "/api/runs/", Run, json=body, headers=headers, ok=(200, 201))
+    return Call("POST", "/api/runs/", Run.from_body, json=body, headers=headers, ok=(200, 201))
 
 
 def rerun(run_id: object, from_seq: int | None, options: dict[str, Any]) -> Call[Run]:
@@ -273,34 +288,71 @@ def rerun(run_id: object, from_seq: int | None, options: dict[str, Any]) -> Call
     if from_seq is not None:
         body["from_seq"] = from_seq
     # Not repeated after a lost answer: a second try would make a second run.
-    return Call("POST", run_path(run_id, "rerun"), Run, json=body, ok=(201,), idempotent=False)
+    return Call("POST", run_path(run_id, "rerun"), Run.from_body, json=body, ok=(201,), idempotent=False)
 
 
 def get(run_id: object) -> Call[Run]:
-    return Call("GET", run_path(run_id), Run)
+    return Call("GET", run_path(run_id), Run.from_body)
 
 
-def events(run_id: object, after_seq: int, limit: int | None) -> Call[EventPage]:
-    params = {"after_seq": str(after_seq)} | ({} if limit is None else {"limit": str(limit)})
+def types_param(types: str | Iterable[str] | None) -> dict[str, str]:
+    """`?types=` of a stream or a page: event types and `prefix.*`, as a list or one comma-separated string."""
+    if types is None:
+        return {}
+    return {"types": types if isinstance(types, str) else ",".join(types)}
+
+
+def events(
+    run_id: object, after_seq: int, limit: int | None, types: str | Iterable[str] | None = None
+) -> Call[EventPage]:
+    params = {"after_seq": str(after_seq)} | ({} if limit is None else {"limit": str(limit)}) | types_param(types)
     return Call("GET", run_path(run_id, "events"), EventPage.from_body, params=params)
 
 
+class ServerWait:
+    """`wait()` through the server's wait (`GET /api/runs/{id}/wait/`): asked again after each
+    `timeout` answer, at most `WAIT_MAX` seconds a request, until the run is terminal or `deadline`."""
+
+    # The longest wait the server grants one request.
+    WAIT_MAX = 60.0
+
+    def __init__(self, run_id: object, deadline: float | None, request_timeout: float) -> None:
+        self.run_id = run_id
+        self.deadline = deadline
+        self.request_timeout = request_timeout
+
+    def next_call(self) -> Call[Run]:
+        if past(self.deadline):
+            raise TimeoutError(f"run {self.run_id} did not end in time")
+        seconds = max(0.001, remaining(self.deadline, self.WAIT_MAX))
+        params = {"timeout": f"{seconds:.3f}"}
+        return Call(
+            "GET", run_path(self.run_id, "wait"), Run.from_body, params=params, timeout=seconds + self.request_timeout
+        )
+
+    @staticmethod
+    def waits_for_resume(run: Run) -> bool:
+        """The run waits (paused, or for input): the server answers at once until it is resumed,
+        so the client follows its stream instead, through the resume to the end."""
+        return bool(run["wait_result"] == "waiting")
+
+
 def cancel(run_id: object, note: str) -> Call[Run]:
-    return Call("POST", run_path(run_id, "cancel"), Run, json={"note": note})
+    return Call("POST", run_path(run_id, "cancel"), Run.from_body, json={"note": note})
 
 
 def stop(run_id: object, reason: str, code: str | None) -> Call[Run]:
     body = {"reason": reason} | ({} if code is None else {"code": code})
-    return Call("POST", run_path(run_id, "stop"), Run, json=body)
+    return Call("POST", run_path(run_id, "stop"), Run.from_body, json=body)
 
 
 def pause(run_id: object) -> Call[Run]:
     # 202: the run is running and the worker parks it at its next safe boundary.
-    return Call("POST", run_path(run_id, "pause"), Run, ok=(200, 202))
+    return Call("POST", run_path(run_id, "pause"), Run.from_body, ok=(200, 202))
 
 
 def resume(run_id: object, ticket: str, input: Any) -> Call[Run]:
-    return Call("POST", run_path(run_id, "resume"), Run, json={"ticket": ticket, "input": input})
+    return Call("POST", run_path(run_id, "resume"), Run.from_body, json={"ticket": ticket, "input": input})
 
 
 class RequestOptions(TypedDict, total=False):
@@ -330,25 +382,75 @@ def request(method: str, path: str, options: RequestOptions) -> Call[Any]:
     )
 
 
-class RunPages:
-    """`list()`: the pages of `GET /api/runs/` in turn, following each page's `next` (its cursor;
-    docs/design/api.md#paging), so each run that matched when the first page was read comes once,
-    whatever is created or ends meanwhile."""
+class Pages(Generic[T]):
+    """A list read page by page (`runs.list()`, `agents.list()`), following each page's `next`
+    (its cursor; docs/design/api.md#paging), so each item that matched when the first page was
+    read comes once, whatever is created or ends meanwhile."""
 
-    def __init__(self, filters: dict[str, Any]) -> None:
+    def __init__(self, path: str, filters: Mapping[str, Any], item: Callable[[Any], T]) -> None:
+        self.path = path
         self.params: dict[str, str] | None = list_params(filters)
+        self.parse: Callable[[Any], Page] = RunPage.from_body if item is Run.from_body else Page.parser(item)
 
-    def next_call(self) -> Call[RunPage] | None:
+    def next_call(self) -> Call[Page] | None:
         if self.params is None:
             return None
-        return Call("GET", "/api/runs/", RunPage.from_body, params=self.params)
+        return Call("GET", self.path, self.parse, params=self.params)
 
-    def take(self, page: RunPage) -> list[Run]:
+    def take(self, page: Page) -> list[T]:
         # The next page's query is `next`'s, sent to this client's server: the cursor and the
         # filters are in it; its scheme and host are the server's view of itself, which a proxy
         # between us may not share.
         self.params = None if page.next is None else dict(parse_qsl(urlsplit(page.next).query, keep_blank_values=True))
-        return page.runs
+        return page.results
+
+
+def run_pages(filters: Mapping[str, Any]) -> Pages[Run]:
+    return Pages("/api/runs/", filters, Run.from_body)
+
+
+def agent_pages(filters: Mapping[str, Any]) -> Pages[Agent]:
+    return Pages("/api/agents/", filters, Agent.from_body)
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Follow:
+    """Read a run's stream to its terminal event (or the deadline), from `after_seq`."""
+
+    run_id: str
+    after_seq: int
+    deadline: float | None
+
+
+# What a client's driver does for one step of a multi-request operation: send a call (and send its
+# result back in), follow a stream, or sleep.
+Step = Call[Any] | Follow | Sleep
+
+
+def wait(run_id: str, *, released: bool, timeout: float | None, request_timeout: float) -> Generator[Step, Any, Run]:
+    """`runs.wait()`, free of I/O, for both clients: the run once it is terminal, through the
+    server's wait (`ServerWait`; a run that waits for a resume is followed on its stream); with
+    `released`, once its attempt has also recorded `released_at`. TimeoutError after `timeout`
+    seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    waits = ServerWait(run_id, deadline, request_timeout)
+    run: Run = yield waits.next_call()
+    while not run.is_terminal:
+        if waits.waits_for_resume(run):
+            yield Follow(run_id, run.last_seq, deadline)
+            run = yield get(run_id)
+        else:
+            run = yield waits.next_call()
+    poll = ReleasePoll(deadline)
+    while released and not run.released:
+        yield Sleep(poll.delay())
+        run = yield get(run_id)
+    return run
 
 
 class ReleasePoll:
@@ -365,3 +467,32 @@ class ReleasePoll:
         wait = remaining(self.deadline, self.interval)
         self.interval = min(1.0, self.interval * 1.5)
         return wait
+
+
+class Deprecated:
+    """A name of the flat 0.1 client kept for one release: it warns (DeprecationWarning), then
+    does what `client.<namespace>.<name>` does."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, client: object, owner: type | None = None) -> Any:
+        if client is None:
+            return self
+        target = getattr(getattr(client, self.namespace), self.name)
+        new = f"{self.namespace}.{self.name}"
+
+        @functools.wraps(target)
+        def alias(*args: Any, **kwargs: Any) -> Any:
+            warnings.warn(
+                f"client.{self.name}() is deprecated: use client.{new}() (the flat names go in runledger-client 0.3)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return target(*args, **kwargs)
+
+        return alias

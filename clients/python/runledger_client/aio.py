@@ -1,47 +1,61 @@
-"""The asyncio client: `Client`'s methods, awaited (`list` and `stream` are async iterators)."""
+"""The asyncio client: `Client`'s namespaces and methods, awaited (`runs.list`, `agents.list` and
+`runs.stream` are async iterators; a stream is an async context manager)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import httpx
 
 from runledger_client import _core
-from runledger_client._stream import StreamState
+from runledger_client._config import settings_for
+from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import BulkResult, Event, EventPage, Run
+from runledger_client.models import Agent, BulkResult, Event, EventPage, Run
 
 T = TypeVar("T")
 
 
-class AsyncClient:
-    """`AsyncClient(url, token)`: `Client` for asyncio; see there."""
+class AsyncStream(StreamTally):
+    """`Stream` for asyncio: `async with client.runs.stream(id) as events: async for event in
+    events: ...` closes the connection when the block ends."""
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        **options: Unpack[_core.ClientOptions],
-    ) -> None:
-        self.config = _core.Config(url, token, options)
-        self._http = httpx.AsyncClient(transport=transport, **self.config.http)
+    def __init__(self, events: AsyncGenerator[Event, None]) -> None:
+        super().__init__()
+        self._events = events
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        async for event in self._events:
+            self.tally(event)
+            yield event
+
+    async def __aenter__(self) -> AsyncStream:
         return self
 
     async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         await self.close()
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self._events.aclose()
 
-    # --- runs ---
+    async def until_end(self) -> Event | None:
+        async for _ in self:
+            pass
+        return self.terminal
+
+    async def text(self) -> str:
+        await self.until_end()
+        return self.joined_text()
+
+
+class AsyncRuns:
+    """`client.runs` of `AsyncClient`: see `runledger_client.client.Runs`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
 
     async def create(
         self,
@@ -51,51 +65,54 @@ class AsyncClient:
         idempotency_key: str | None = None,
         **options: Unpack[_core.CreateOptions],
     ) -> Run:
-        return await self._send(_core.create(agent, input, dict(options), idempotency_key))
+        return await self._client._send(_core.create(agent, input, dict(options), idempotency_key))
 
     async def get(self, run_id: str) -> Run:
-        return await self._send(_core.get(run_id))
+        return await self._client._send(_core.get(run_id))
 
-    async def list(
-        self,
-        **filters: Unpack[_core.RunFilters],
-    ) -> AsyncIterator[Run]:
-        pages = _core.RunPages(dict(filters))
-        while (call := pages.next_call()) is not None:
-            for run in pages.take(await self._send(call)):
-                yield run
+    def list(self, **filters: Unpack[_core.RunFilters]) -> AsyncIterator[Run]:
+        return self._client._pages(_core.run_pages(filters))
 
-    async def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        return await self._send(_core.events(run_id, after_seq, limit))
+    async def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        return await self._client._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> AsyncIterator[Event]:
-        return self._stream(StreamState(run_id, after_seq, self.config.retry))
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> AsyncStream:
+        return AsyncStream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
 
     async def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        run = await self.get(run_id)
-        if not run.is_terminal:
-            async for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
-                pass
-            run = await self.get(run_id)
-        poll = _core.ReleasePoll(deadline)
-        while released and not run.released:
-            await asyncio.sleep(poll.delay())
-            run = await self.get(run_id)
-        return run
+        return await self._client._drive(
+            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+        )
 
-    # --- commands ---
+    async def cancel(self, run_id: str, note: str = "") -> Run:
+        return await self._client._send(_core.cancel(run_id, note))
+
+    async def stop(self, run_id: str, reason: str, code: str | None = None) -> Run:
+        return await self._client._send(_core.stop(run_id, reason, code))
+
+    async def pause(self, run_id: str) -> Run:
+        return await self._client._send(_core.pause(run_id))
+
+    async def resume(self, run_id: str, ticket: str, input: Any = None) -> Run:
+        return await self._client._send(_core.resume(run_id, ticket, input))
+
+    async def rerun(self, run_id: str, from_seq: int | None = None, **overrides: Unpack[_core.RerunOptions]) -> Run:
+        overrides_given = {k: v for k, v in overrides.items() if v is not None}
+        return await self._client._send(_core.rerun(run_id, from_seq, overrides_given))
 
     async def count_where(self, **filters: Unpack[_core.RunMatch]) -> int:
         try:
-            return (await self._send(_core.count_where(filters))).matched
+            return (await self._client._send(_core.count_where(filters))).matched
         except TooManyMatches as exc:
             return exc.count
 
     async def cancel_where(
         self, *, max: int, note: str = "", idempotency_key: str | None = None, **filters: Unpack[_core.RunMatch]
     ) -> BulkResult:
-        return await self._send(_core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key))
+        call = _core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key)
+        return await self._client._send(call)
 
     async def stop_where(
         self,
@@ -106,25 +123,76 @@ class AsyncClient:
         idempotency_key: str | None = None,
         **filters: Unpack[_core.RunMatch],
     ) -> BulkResult:
-        return await self._send(_core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key))
+        call = _core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key)
+        return await self._client._send(call)
 
-    async def cancel(self, run_id: str, note: str = "") -> Run:
-        return await self._send(_core.cancel(run_id, note))
 
-    async def stop(self, run_id: str, reason: str, code: str | None = None) -> Run:
-        return await self._send(_core.stop(run_id, reason, code))
+class AsyncAgents:
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
 
-    async def pause(self, run_id: str) -> Run:
-        return await self._send(_core.pause(run_id))
+    def list(self, *, page_size: int | None = None) -> AsyncIterator[Agent]:
+        return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
-    async def resume(self, run_id: str, ticket: str, input: Any = None) -> Run:
-        return await self._send(_core.resume(run_id, ticket, input))
 
-    async def rerun(self, run_id: str, from_seq: int | None = None, **overrides: Unpack[_core.RerunOptions]) -> Run:
-        return await self._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
+class AsyncClient:
+    """`AsyncClient(url=None, token=None, *, profile=None, **options)`: `Client` for asyncio; see
+    there."""
+
+    runs: AsyncRuns
+    agents: AsyncAgents
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        profile: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[_core.ClientOptions],
+    ) -> None:
+        settings = settings_for(url, token, profile)
+        self._attach(_core.Config(str(settings.url), str(settings.token), options))
+        self._http = httpx.AsyncClient(transport=transport, **self.config.http)
+
+    def _attach(self, config: _core.Config) -> None:
+        self.config = config
+        self.runs = AsyncRuns(self)
+        self.agents = AsyncAgents(self)
+
+    def with_options(self, **options: Unpack[_core.ClientOptions]) -> AsyncClient:
+        copy = object.__new__(AsyncClient)
+        copy._attach(self.config.with_options(options))
+        copy._http = self._http
+        return copy
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
 
     async def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         return await self._send(_core.request(method, path, options))
+
+    # The names of 0.1, before the namespaces: each warns, then does what client.runs.<name> does.
+    create = _core.Deprecated("runs")
+    get = _core.Deprecated("runs")
+    list = _core.Deprecated("runs")
+    events = _core.Deprecated("runs")
+    stream = _core.Deprecated("runs")
+    wait = _core.Deprecated("runs")
+    cancel = _core.Deprecated("runs")
+    stop = _core.Deprecated("runs")
+    pause = _core.Deprecated("runs")
+    resume = _core.Deprecated("runs")
+    rerun = _core.Deprecated("runs")
+    count_where = _core.Deprecated("runs")
+    cancel_where = _core.Deprecated("runs")
+    stop_where = _core.Deprecated("runs")
 
     # --- the drivers ---
 
@@ -132,7 +200,9 @@ class AsyncClient:
         attempts = _core.Attempts(call, self.config.retry)
         while True:
             try:
-                response = await self._http.request(call.method, call.path, **call.request_args())
+                response = await self._http.request(
+                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
+                )
             except httpx.TransportError as exc:
                 await asyncio.sleep(attempts.after_error(exc))
                 continue
@@ -140,7 +210,31 @@ class AsyncClient:
                 return call.result(response)
             await asyncio.sleep(delay)
 
-    async def _stream(self, state: StreamState) -> AsyncIterator[Event]:
+    async def _pages(self, pages: _core.Pages[T]) -> AsyncIterator[T]:
+        while (call := pages.next_call()) is not None:
+            for item in pages.take(await self._send(call)):
+                yield item
+
+    async def _drive(self, steps: Generator[_core.Step, Any, T]) -> T:
+        result: Any = None
+        try:
+            while True:
+                step = steps.send(result)
+                if isinstance(step, _core.Sleep):
+                    await asyncio.sleep(step.seconds)
+                    result = None
+                elif isinstance(step, _core.Follow):
+                    state = StreamState(step.run_id, step.after_seq, self.config.retry, step.deadline)
+                    async for _ in self._stream(state):
+                        pass
+                    result = None
+                else:
+                    result = await self._send(step)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+
+    async def _stream(self, state: StreamState) -> AsyncGenerator[Event, None]:
         while not state.finished:
             headers = state.connect_headers()
             timeout = self.config.stream_timeouts(state.read_timeout(self.config.stream_timeout))

@@ -1,52 +1,66 @@
-"""The synchronous client. `AsyncClient` (runledger_client.aio) has the same methods, awaited;
-both are thin drivers of the shared logic in `_core` (calls, retries) and `_stream` (streams)."""
+"""The synchronous client. `AsyncClient` (runledger_client.aio) has the same namespaces and methods,
+awaited; both are thin drivers of the shared logic in `_core` (calls, retries, wait) and `_stream`
+(streams)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import httpx
 
 from runledger_client import _core
-from runledger_client._stream import StreamState
+from runledger_client._config import settings_for
+from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import BulkResult, Event, EventPage, Run
+from runledger_client.models import Agent, BulkResult, Event, EventPage, Run
 
 T = TypeVar("T")
 
 
-class Client:
-    """`Client(url, token, **options)`: the Runledger API with a DRF token (`Authorization: Token
-    <key>`); the options (`timeout`, `stream_timeout`, `retry`) are `ClientOptions`.
+class Stream(StreamTally):
+    """A run's live events (`client.runs.stream(...)`): iterate it, ideally inside `with`, which
+    closes the connection when the block ends — on `break` or an error too. `text()` and
+    `until_end()` read it to its end."""
 
-    Every request that is safe to repeat is retried on connection errors and 502/503/504 (see
-    `Retry`); errors are raised as the exception of their code (`runledger_client.errors`).
-    """
+    def __init__(self, events: Generator[Event, None, None]) -> None:
+        super().__init__()
+        self._events = events
 
-    def __init__(
-        self,
-        url: str,
-        token: str,
-        *,
-        transport: httpx.BaseTransport | None = None,
-        **options: Unpack[_core.ClientOptions],
-    ) -> None:
-        self.config = _core.Config(url, token, options)
-        self._http = httpx.Client(transport=transport, **self.config.http)
+    def __iter__(self) -> Iterator[Event]:
+        for event in self._events:
+            self.tally(event)
+            yield event
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Stream:
         return self
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        """Close the connection (the stream yields nothing more)."""
+        self._events.close()
 
-    # --- runs ---
+    def until_end(self) -> Event | None:
+        """Read the rest; the terminal event (None when the server had nothing more: a 204)."""
+        for _ in self:
+            pass
+        return self.terminal
+
+    def text(self) -> str:
+        """Read the rest; the text of every `output.delta` this stream yielded, joined."""
+        self.until_end()
+        return self.joined_text()
+
+
+class Runs:
+    """`client.runs`: create, read, follow and command runs (docs/design/api.md)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
 
     def create(
         self,
@@ -58,69 +72,58 @@ class Client:
     ) -> Run:
         """Create a run (201). Sent with an `Idempotency-Key` (made here unless given), so a retry
         after a lost answer returns the same run instead of making a second one."""
-        return self._send(_core.create(agent, input, dict(options), idempotency_key))
+        return self._client._send(_core.create(agent, input, dict(options), idempotency_key))
 
     def get(self, run_id: str) -> Run:
-        return self._send(_core.get(run_id))
+        return self._client._send(_core.get(run_id))
 
-    def list(
-        self,
-        **filters: Unpack[_core.RunFilters],
-    ) -> Iterator[Run]:
+    def list(self, **filters: Unpack[_core.RunFilters]) -> Iterator[Run]:
         """The runs you can see that match `filters`, newest first, fetched page by page as you
         iterate (each page's `next`): every run that matched when the first page was read comes
         once, whatever is created or ends meanwhile."""
-        pages = _core.RunPages(dict(filters))
-        while (call := pages.next_call()) is not None:
-            yield from pages.take(self._send(call))
+        return self._client._pages(_core.run_pages(filters))
 
-    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000)."""
-        return self._send(_core.events(run_id, after_seq, limit))
+    def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000);
+        with `types` (`["output.delta", "run.*"]`), only those and the terminal event."""
+        return self._client._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> Iterator[Event]:
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> Stream:
         """The run's events with seq > after_seq, live, until its terminal event (or at once, for a
-        finished run already read to its end). Reconnects by itself after any drop, from the last
-        event yielded; never yields a seq twice. Raises NotAuthenticated, PermissionDenied, NotFound
-        or ValidationError when the server refuses the stream."""
-        return self._stream(StreamState(run_id, after_seq, self.config.retry))
+        finished run already read to its end); with `types`, only those and the terminal event.
+        Reconnects by itself after any drop, from the last event yielded; never yields a seq twice.
+        Raises NotAuthenticated, PermissionDenied, NotFound or ValidationError when the server
+        refuses the stream."""
+        return Stream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
 
     def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        """The run once it is terminal (following its stream meanwhile); with `released`, once its
-        attempt has also recorded `released_at` (the worker stopped executing it). TimeoutError
-        after `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        run = self.get(run_id)
-        if not run.is_terminal:
-            for _ in self._stream(StreamState(run_id, run.last_seq, self.config.retry, deadline)):
-                pass
-            run = self.get(run_id)
-        poll = _core.ReleasePoll(deadline)
-        while released and not run.released:
-            time.sleep(poll.delay())
-            run = self.get(run_id)
-        return run
-
-    # --- commands ---
+        """The run once it is terminal (the server's wait; a run that waits for a resume is
+        followed on its stream); with `released`, once its attempt has also recorded `released_at`
+        (the worker stopped executing it). TimeoutError after `timeout` seconds."""
+        return self._client._drive(
+            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+        )
 
     def cancel(self, run_id: str, note: str = "") -> Run:
         """Cancel a queued, running or waiting run; a run already cancelled is returned as it is.
         A run that ended otherwise raises InvalidTransition, whose `run` is the committed one."""
-        return self._send(_core.cancel(run_id, note))
+        return self._client._send(_core.cancel(run_id, note))
 
     def stop(self, run_id: str, reason: str, code: str | None = None) -> Run:
         """Stop a run (needs runs.stop_run); `code` staff (default), policy, budget_exhausted or
         deadline_exceeded."""
-        return self._send(_core.stop(run_id, reason, code))
+        return self._client._send(_core.stop(run_id, reason, code))
 
     def pause(self, run_id: str) -> Run:
         """Pause: a queued run waits at once; a running one is parked by its worker at the next
         safe boundary (the run returned is then still `running`)."""
-        return self._send(_core.pause(run_id))
+        return self._client._send(_core.pause(run_id))
 
     def resume(self, run_id: str, ticket: str, input: Any = None) -> Run:
         """Resume a waiting run with its `resume_ticket` (safe to retry with the same input)."""
-        return self._send(_core.resume(run_id, ticket, input))
+        return self._client._send(_core.resume(run_id, ticket, input))
 
     def rerun(self, run_id: str, from_seq: int | None = None, **overrides: Unpack[_core.RerunOptions]) -> Run:
         """A new run of the ended run's agent, input and budgets (each as `overrides` says), its
@@ -128,15 +131,15 @@ class Client:
         agent events up to that seq. A live run raises InvalidTransition; a `from_seq` past the log
         or inside a tool call, ValidationError. Not retried after a lost answer (it would make a
         second run)."""
-        return self._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
+        return self._client._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
 
-    # --- commands on every run that matches a filter (docs/design/commands.md#bulk-commands) ---
+    # --- on every run that matches a filter (docs/design/commands.md#bulk-commands) ---
 
     def count_where(self, **filters: Unpack[_core.RunMatch]) -> int:
         """How many runs you see match `filters` (as `list()` reads them): what `cancel_where`
         would take as `max`. Nothing is done."""
         try:
-            return self._send(_core.count_where(filters)).matched
+            return self._client._send(_core.count_where(filters)).matched
         except TooManyMatches as exc:
             return exc.count
 
@@ -147,7 +150,7 @@ class Client:
         `cancel()` would. More than `max` matches raise TooManyMatches (its `count`), and nothing
         is done. Sent with an `Idempotency-Key` (made here unless given): a retry after a lost
         answer gets the first answer."""
-        return self._send(_core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key))
+        return self._client._send(_core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key))
 
     def stop_where(
         self,
@@ -159,12 +162,89 @@ class Client:
         **filters: Unpack[_core.RunMatch],
     ) -> BulkResult:
         """`cancel_where`, stopping each run with `reason` (and `code`) as `stop()` does."""
-        return self._send(_core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key))
+        return self._client._send(_core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key))
+
+
+class Agents:
+    """`client.agents`: the agents a run may name."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self, *, page_size: int | None = None) -> Iterator[Agent]:
+        """Every registered agent, by name, with the event types of its own it declared."""
+        return self._client._pages(_core.agent_pages({"page_size": page_size}))
+
+
+class Client:
+    """`Client(url=None, token=None, *, profile=None, **options)`: the Runledger API with a DRF
+    token (`Authorization: Token <key>`). What is not given is read from the environment, then from
+    the config file's profile (runledger_client._config). The options (`timeout`,
+    `stream_timeout`, `retry`, `max_retries`) are `ClientOptions`; `with_options()` changes them
+    for some calls.
+
+    Every request that is safe to repeat is retried on connection errors and 502/503/504 (see
+    `Retry`); errors are raised as the exception of their code (`runledger_client.errors`).
+    """
+
+    runs: Runs
+    agents: Agents
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        profile: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        **options: Unpack[_core.ClientOptions],
+    ) -> None:
+        settings = settings_for(url, token, profile)
+        self._attach(_core.Config(str(settings.url), str(settings.token), options))
+        self._http = httpx.Client(transport=transport, **self.config.http)
+
+    def _attach(self, config: _core.Config) -> None:
+        self.config = config
+        self.runs = Runs(self)
+        self.agents = Agents(self)
+
+    def with_options(self, **options: Unpack[_core.ClientOptions]) -> Client:
+        """This client with other options (`timeout`, `max_retries`, …), sharing its connections:
+        `client.with_options(timeout=5).runs.get(id)`."""
+        copy = object.__new__(Client)
+        copy._attach(self.config.with_options(options))
+        copy._http = self._http
+        return copy
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
 
     def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         """Any API request: the decoded JSON of a 2xx answer, else the typed error. Retried like
         the rest when it is safe to repeat (`idempotent`; by default GET, HEAD and OPTIONS)."""
         return self._send(_core.request(method, path, options))
+
+    # The names of 0.1, before the namespaces: each warns, then does what client.runs.<name> does.
+    create = _core.Deprecated("runs")
+    get = _core.Deprecated("runs")
+    list = _core.Deprecated("runs")
+    events = _core.Deprecated("runs")
+    stream = _core.Deprecated("runs")
+    wait = _core.Deprecated("runs")
+    cancel = _core.Deprecated("runs")
+    stop = _core.Deprecated("runs")
+    pause = _core.Deprecated("runs")
+    resume = _core.Deprecated("runs")
+    rerun = _core.Deprecated("runs")
+    count_where = _core.Deprecated("runs")
+    cancel_where = _core.Deprecated("runs")
+    stop_where = _core.Deprecated("runs")
 
     # --- the drivers ---
 
@@ -172,7 +252,9 @@ class Client:
         attempts = _core.Attempts(call, self.config.retry)
         while True:
             try:
-                response = self._http.request(call.method, call.path, **call.request_args())
+                response = self._http.request(
+                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
+                )
             except httpx.TransportError as exc:
                 time.sleep(attempts.after_error(exc))
                 continue
@@ -180,7 +262,30 @@ class Client:
                 return call.result(response)
             time.sleep(delay)
 
-    def _stream(self, state: StreamState) -> Iterator[Event]:
+    def _pages(self, pages: _core.Pages[T]) -> Iterator[T]:
+        while (call := pages.next_call()) is not None:
+            yield from pages.take(self._send(call))
+
+    def _drive(self, steps: Generator[_core.Step, Any, T]) -> T:
+        result: Any = None
+        try:
+            while True:
+                step = steps.send(result)
+                if isinstance(step, _core.Sleep):
+                    time.sleep(step.seconds)
+                    result = None
+                elif isinstance(step, _core.Follow):
+                    state = StreamState(step.run_id, step.after_seq, self.config.retry, step.deadline)
+                    for _ in self._stream(state):
+                        pass
+                    result = None
+                else:
+                    result = self._send(step)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+
+    def _stream(self, state: StreamState) -> Generator[Event, None, None]:
         while not state.finished:
             headers = state.connect_headers()
             timeout = self.config.stream_timeouts(state.read_timeout(self.config.stream_timeout))

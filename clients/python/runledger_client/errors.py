@@ -21,6 +21,11 @@ class RunledgerError(Exception):
     """Anything this client raises about the server or the way to it."""
 
 
+class ConfigError(RunledgerError):
+    """No server or token could be found (arguments, environment, config file), or the config
+    file, a named profile or a token file could not be read."""
+
+
 class TransportError(RunledgerError):
     """The server could not be reached, or the connection failed, after the retries allowed."""
 
@@ -210,6 +215,6 @@ def error_from(response: httpx.Response) -> APIError:
         status=response.status_code,
         code=code or None,
         detail=error.get("detail"),
-        run=Run(run) if isinstance(run, dict) else None,
+        run=Run.from_body(run) if isinstance(run, dict) else None,
         retry_after=retry_after(response),
     )

@@ -1,105 +1,179 @@
-"""What the API answers, as small typed views over its JSON: a run, an event, a page of events.
+"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, and the pages
+and results that carry them.
 
-Each keeps the JSON it was made from (`Run.data`, `Event.object`), so nothing the server sends is
-lost to a field this client does not know yet.
+Each model has one attribute per field of its OpenAPI component (`SCHEMA`; the suite checks them
+against the schema the server serves), and keeps the JSON it was made from (`Run.data`,
+`Event.object`): a field a newer server adds is not lost, and never breaks parsing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "stopped"})
 TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled", "run.stopped"})
 
 
-@dataclass(frozen=True)
-class Run:
-    """A run as the API returned it (docs/design/api.md#run-json); `data` is the whole JSON
-    object."""
+def timestamp(value: Any) -> datetime | None:
+    """An ISO 8601 time as the API writes it; None for null (or text that is not one)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
-    data: dict[str, Any]
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def api_fields(model: type) -> list[str]:
+    """The names of `model`'s fields that come from the API (not those the client adds)."""
+    local = getattr(model, "LOCAL_FIELDS", ())
+    return [f.name for f in dataclasses.fields(model) if f.name not in local]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A run's current attempt (docs/design/execution.md): which worker holds it, its lease, and
+    when it was released (the worker stopped executing it) with which `outcome`."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("AttemptOutput",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    generation: int
+    worker: str
+    claimed_at: datetime | None
+    heartbeat_at: datetime | None
+    lease_expires_at: datetime | None
+    released_at: datetime | None
+    outcome: str
+    data: dict[str, Any] = field(repr=False, compare=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
 
-    @property
-    def id(self) -> str:
-        return str(self.data["id"])
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Attempt:
+        return cls(
+            generation=int(body.get("generation") or 0),
+            worker=str(body.get("worker") or ""),
+            claimed_at=timestamp(body.get("claimed_at")),
+            heartbeat_at=timestamp(body.get("heartbeat_at")),
+            lease_expires_at=timestamp(body.get("lease_expires_at")),
+            released_at=timestamp(body.get("released_at")),
+            outcome=str(body.get("outcome") or ""),
+            data=body,
+        )
 
-    @property
-    def status(self) -> str:
-        return str(self.data["status"])
 
-    @property
-    def metadata(self) -> dict[str, str]:
-        """Your labels, as given at create (or the parent's, for a child run)."""
-        metadata = self.data.get("metadata")
-        return dict(metadata) if isinstance(metadata, dict) else {}
+@dataclass(frozen=True)
+class Run:
+    """A run (docs/design/api.md#run-json). `data` is the JSON object the API sent, whole;
+    `run["field"]` reads it."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunOutput", "RunListItem")
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    id: str
+    agent: str
+    status: str
+    owner: str
+    input: dict[str, Any] | None
+    output: Any
+    # What a run that ended failed, cancelled or stopped had produced (by default `{"text": ...}`,
+    # its deltas' text), or None; a run read by itself only (`get`), never in a list.
+    partial_output: dict[str, Any] | None
+    error: Any
+    metadata: dict[str, str]
+    parent: str | None
+    rerun_of: str | None
+    priority: int
+    created_at: datetime | None
+    start_after: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    deadline: datetime | None
+    end_code: str
+    end_reason: str
+    ended_by: str
+    last_seq: int
+    max_steps: int | None
+    steps_used: int
+    max_events: int | None
+    events_used: int
+    # What the run used: `steps`, `events`, and its agent's counters (e.g. `input_tokens`), summed;
+    # `incomplete` true when the agent could not learn them all.
+    usage: dict[str, Any]
+    max_attempts: int | None
+    lost_attempts: int
+    # Present for the owner and holders of runs.change_run while the run is waiting.
+    resume_ticket: str | None
+    attempt: Attempt | None
+    # What a list left out of this run because it was big (`input`, `output`, `error`: None here)
+    # or cut (`end_reason`); empty for a run read by itself (`get`), which has them whole.
+    truncated: tuple[str, ...]
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
 
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
     @property
-    def last_seq(self) -> int:
-        return int(self.data.get("last_seq") or 0)
-
-    @property
-    def end_code(self) -> str:
-        return str(self.data.get("end_code") or "")
-
-    @property
-    def output(self) -> Any:
-        return self.data.get("output")
-
-    @property
-    def max_steps(self) -> int | None:
-        return _count_or_none(self.data.get("max_steps"))
-
-    @property
-    def steps_used(self) -> int:
-        """The agent's steps so far, across attempts, counted against `max_steps`."""
-        return int(self.data.get("steps_used") or 0)
-
-    @property
-    def max_events(self) -> int | None:
-        return _count_or_none(self.data.get("max_events"))
-
-    @property
-    def events_used(self) -> int:
-        """The events counted against `max_events`, across attempts: the agent's, and those a pause,
-        resume, cancel or stop wrote (a cancel or stop may pass the budget)."""
-        return int(self.data.get("events_used") or 0)
-
-    @property
-    def resume_ticket(self) -> str | None:
-        """Present for the owner and holders of runs.change_run while the run is waiting."""
-        ticket = self.data.get("resume_ticket")
-        return None if ticket is None else str(ticket)
-
-    @property
-    def attempt(self) -> dict[str, Any] | None:
-        """The current attempt (generation, worker, lease, `released_at`, `outcome`), or None."""
-        attempt = self.data.get("attempt")
-        return attempt if isinstance(attempt, dict) else None
-
-    @property
-    def truncated(self) -> tuple[str, ...]:
-        """What a list left out of this run because it was big — `input`, `output`, `error` (null
-        here) — or cut (`end_reason`); empty for a run read by itself (`get`), which has them whole."""
-        return tuple(str(name) for name in self.data.get("truncated") or ())
-
-    @property
     def released(self) -> bool:
         """No worker executes the run any more: it has no attempt, or its attempt was released."""
-        return self.attempt is None or self.attempt.get("released_at") is not None
+        return self.attempt is None or self.attempt.released_at is not None
 
-
-def _count_or_none(value: Any) -> int | None:
-    # A budget is a count, or null for none.
-    return None if value is None else int(value)
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Run:
+        attempt = body.get("attempt")
+        metadata = body.get("metadata")
+        return cls(
+            id=str(body["id"]),
+            agent=str(body.get("agent") or ""),
+            status=str(body.get("status") or ""),
+            owner=str(body.get("owner") or ""),
+            input=body.get("input"),
+            output=body.get("output"),
+            partial_output=partial if isinstance(partial := body.get("partial_output"), dict) else None,
+            error=body.get("error"),
+            metadata=dict(metadata) if isinstance(metadata, dict) else {},
+            parent=_str_or_none(body.get("parent")),
+            rerun_of=_str_or_none(body.get("rerun_of")),
+            priority=int(body.get("priority") or 0),
+            created_at=timestamp(body.get("created_at")),
+            start_after=timestamp(body.get("start_after")),
+            started_at=timestamp(body.get("started_at")),
+            ended_at=timestamp(body.get("ended_at")),
+            deadline=timestamp(body.get("deadline")),
+            end_code=str(body.get("end_code") or ""),
+            end_reason=str(body.get("end_reason") or ""),
+            ended_by=str(body.get("ended_by") or ""),
+            last_seq=int(body.get("last_seq") or 0),
+            max_steps=_int_or_none(body.get("max_steps")),
+            steps_used=int(body.get("steps_used") or 0),
+            max_events=_int_or_none(body.get("max_events")),
+            events_used=int(body.get("events_used") or 0),
+            usage=dict(usage) if isinstance(usage := body.get("usage"), dict) else {},
+            max_attempts=_int_or_none(body.get("max_attempts")),
+            lost_attempts=int(body.get("lost_attempts") or 0),
+            resume_ticket=_str_or_none(body.get("resume_ticket")),
+            attempt=Attempt.from_body(attempt) if isinstance(attempt, dict) else None,
+            truncated=tuple(str(name) for name in body.get("truncated") or ()),
+            data=body,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +181,13 @@ class Event:
     """One event of a run (docs/design/events.md#event-object). `object` is the event object as the
     API sent it, and `text` its JSON text (verbatim from a stream's `data:` line)."""
 
+    SCHEMA: ClassVar[tuple[str, ...]] = ("EventOutput",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("object", "text")
+
     seq: int
     type: str
     data: dict[str, Any]
-    created_at: str
+    created_at: datetime | None
     attempt: int | None
     object: dict[str, Any]
     text: str
@@ -125,7 +202,7 @@ class Event:
             seq=int(obj["seq"]),
             type=str(obj["type"]),
             data=obj.get("data") or {},
-            created_at=str(obj.get("created_at")),
+            created_at=timestamp(obj.get("created_at")),
             attempt=obj.get("attempt"),
             object=obj,
             text=json.dumps(obj, separators=(",", ":")) if text is None else text,
@@ -137,19 +214,42 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Agent:
+    """A registered agent a run may name, and the event types of its own it declared."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("Agent",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    name: str
+    event_types: tuple[str, ...]
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Agent:
+        return cls(name=str(body["name"]), event_types=tuple(str(t) for t in body.get("event_types") or ()), data=body)
+
+
+@dataclass(frozen=True)
 class EventPage:
     """`GET /api/runs/{id}/events/`: events with seq > after_seq, and where to continue."""
 
-    events: list[Event]
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunEventsPage",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    results: list[Event]
     next_after_seq: int
     last_seq: int
     run_status: str
     end_of_stream: bool
 
+    @property
+    def events(self) -> list[Event]:
+        return self.results
+
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> EventPage:
         return cls(
-            events=[Event.from_object(obj) for obj in body["results"]],
+            results=[Event.from_object(obj) for obj in body["results"]],
             next_after_seq=int(body["next_after_seq"]),
             last_seq=int(body["last_seq"]),
             run_status=str(body["run_status"]),
@@ -158,21 +258,40 @@ class EventPage:
 
 
 @dataclass(frozen=True)
-class RunPage:
-    """A page of `GET /api/runs/`: its runs, and the full URLs of the pages after and before it
-    (None at either end), each with an opaque `cursor`."""
+class Page:
+    """A page of a list (`GET /api/runs/`, `/api/agents/`): its `results`, and the full URLs of
+    the pages after and before it (None at either end), each with an opaque `cursor`."""
 
-    runs: list[Run]
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunPage", "AgentPage")
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    results: list[Any]
     next: str | None
     previous: str | None
 
     @classmethod
+    def parser(cls, item: Any) -> Any:
+        def parse(body: dict[str, Any]) -> Page:
+            return cls(
+                results=[item(obj) for obj in body["results"]],
+                next=_str_or_none(body.get("next")),
+                previous=_str_or_none(body.get("previous")),
+            )
+
+        return parse
+
+
+class RunPage(Page):
+    """A page of `GET /api/runs/` (`runs`: its `results`)."""
+
+    @property
+    def runs(self) -> list[Run]:
+        return self.results
+
+    @classmethod
     def from_body(cls, body: dict[str, Any]) -> RunPage:
-        return cls(
-            runs=[Run(item) for item in body["results"]],
-            next=None if body.get("next") is None else str(body["next"]),
-            previous=None if body.get("previous") is None else str(body["previous"]),
-        )
+        page: RunPage = cls.parser(Run.from_body)(body)
+        return page
 
 
 @dataclass(frozen=True)
@@ -180,6 +299,9 @@ class BulkResult:
     """What `cancel_where` or `stop_where` did (docs/design/commands.md#bulk-commands): `matched`
     runs, and by outcome — `cancelled` or `stopped` (by this command), `already_ended`,
     `no_longer_matching`, `forbidden`, `gone` — how many (`counts`) and which (`ids`)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunBulkCancelled", "RunBulkStopped")
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     matched: int
     counts: dict[str, int]
@@ -192,3 +314,6 @@ class BulkResult:
             counts={str(k): int(v) for k, v in body["counts"].items()},
             ids={str(k): [str(i) for i in v] for k, v in body["ids"].items()},
         )
+
+    def as_json(self) -> dict[str, Any]:
+        return {"matched": self.matched, "counts": self.counts, "ids": self.ids}

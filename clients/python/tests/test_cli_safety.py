@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runledger_client.cli import parser, plain_http_warning, printable, printable_json, token_from
+from runledger_client.cli import connection, parser, plain_http_warning, printable, printable_json
 
 ESC = "\x1b"
 
@@ -56,7 +56,12 @@ def test_plain_http_to_another_machine_is_warned_about(url: str, warned: bool) -
 
 
 def token_of(*argv: str) -> str | None:
-    return token_from(parser().parse_args([*argv, "list"]))
+    return connection(parser().parse_args([*argv, "--url", "http://127.0.0.1:9", "list"]))[1]
+
+
+@pytest.fixture(autouse=True)
+def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.fixture

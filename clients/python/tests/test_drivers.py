@@ -58,7 +58,7 @@ def stream_server(last: int, seed: int) -> tuple[Callable[[httpx.Request], httpx
 def test_sync_stream_reassembles_the_log_across_cuts_at_random_bytes() -> None:
     handle, asked = stream_server(last=60, seed=1)
     with rl.Client("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-        seqs = [e.seq for e in client.stream("r1")]
+        seqs = [e.seq for e in client.runs.stream("r1")]
     assert seqs == list(range(1, 61))
     assert len(asked) > 10
 
@@ -68,7 +68,7 @@ def test_async_stream_reassembles_the_log_across_cuts_at_random_bytes() -> None:
 
     async def read() -> list[int]:
         async with rl.AsyncClient("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-            return [e.seq async for e in client.stream("r1")]
+            return [e.seq async for e in client.runs.stream("r1")]
 
     assert asyncio.run(read()) == list(range(1, 61))
     assert len(asked) > 10
@@ -92,7 +92,7 @@ def flaky_create() -> tuple[Callable[[httpx.Request], httpx.Response], list[http
 def test_create_retries_with_one_idempotency_key() -> None:
     handle, seen = flaky_create()
     with rl.Client("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-        assert client.create("demo", {"deltas": 1}).id == "r1"
+        assert client.runs.create("demo", {"deltas": 1}).id == "r1"
     keys = {r.headers["Idempotency-Key"] for r in seen}
     assert len(seen) == 3 and len(keys) == 1
     assert json.loads(seen[-1].content) == {"agent": "demo", "input": {"deltas": 1}}
@@ -103,7 +103,7 @@ def test_async_create_retries_with_one_idempotency_key() -> None:
 
     async def create() -> rl.Run:
         async with rl.AsyncClient("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle)) as client:
-            return await client.create("demo")
+            return await client.runs.create("demo")
 
     assert asyncio.run(create()).id == "r1"
     assert len(seen) == 3 and len({r.headers["Idempotency-Key"] for r in seen}) == 1
@@ -119,7 +119,7 @@ def test_retries_are_bounded_and_end_with_the_typed_error() -> None:
     for handle, error in ((unavailable, rl.DatabaseUnavailable), (refused, rl.TransportError)):
         client = rl.Client("http://test", "t", retry=FAST, transport=httpx.MockTransport(handle))
         with client, pytest.raises(error):
-            client.get("r1")
+            client.runs.get("r1")
 
 
 def test_a_request_not_safe_to_repeat_is_sent_once() -> None:
@@ -152,9 +152,55 @@ def test_list_follows_each_pages_next_with_the_filters_as_the_server_reads_them(
         return httpx.Response(200, json=pages[request.url.params.get("cursor")])
 
     with rl.Client("http://test", "t", transport=httpx.MockTransport(handle)) as client:
-        runs = list(client.list(status=["queued", "running"], metadata={"customer": "42"}, end_code="x"))
+        runs = list(client.runs.list(status=["queued", "running"], metadata={"customer": "42"}, end_code="x"))
     assert [r.id for r in runs] == ["a", "b", "c"]
     first, second = seen
     assert (first.host, first.params["metadata.customer"], first.params["end_code"]) == ("test", "42", "x")
     # The cursor's page is asked of this client's server, whatever host `next` names.
     assert (second.host, second.path, second.params["cursor"]) == ("test", "/api/runs/", "c2")
+
+
+def wait_server() -> tuple[Callable[[httpx.Request], httpx.Response], list[httpx.Request]]:
+    """The server's wait of a run that times out once, loses one answer mid-body (as a wait that
+    cannot answer after all does), then waits for a resume; its stream goes on from there to the end."""
+    answers = [
+        {**RUN, "status": "running", "last_seq": 2, "wait_result": "timeout"},
+        None,  # cut
+        {**RUN, "status": "waiting", "last_seq": 3, "wait_result": "waiting"},
+    ]
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/api/runs/r1/wait/":
+            answer = answers.pop(0)
+            if answer is None:
+                return httpx.Response(200, headers={"Content-Type": "application/json"}, stream=Cut(b'{"id": "r1"', 5))
+            return httpx.Response(200, json=answer)
+        if request.url.path == "/api/runs/r1/stream/":
+            body = b"".join(frame(seq, 5) for seq in range(int(request.url.params["after_seq"]) + 1, 6))
+            return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=body)
+        return httpx.Response(200, json={**RUN, "status": "completed", "last_seq": 5})
+
+    return handle, seen
+
+
+def test_wait_asks_the_servers_wait_again_and_follows_the_stream_of_a_run_that_waits() -> None:
+    for make in ("sync", "async"):
+        handle, seen = wait_server()
+        transport = httpx.MockTransport(handle)
+        if make == "sync":
+            with rl.Client("http://test", "t", retry=FAST, transport=transport) as client:
+                run = client.wait("r1", timeout=30)
+        else:
+
+            async def wait(transport: httpx.MockTransport) -> rl.Run:
+                async with rl.AsyncClient("http://test", "t", retry=FAST, transport=transport) as client:
+                    return await client.wait("r1", timeout=30)
+
+            run = asyncio.run(wait(transport))
+        assert run.status == "completed"
+        waits = [r for r in seen if r.url.path.endswith("/wait/")]
+        assert len(waits) == 3 and all(0 < float(r.url.params["timeout"]) <= 30 for r in waits)
+        streams = [r for r in seen if r.url.path.endswith("/stream/")]
+        assert [r.url.params["after_seq"] for r in streams] == ["3"]

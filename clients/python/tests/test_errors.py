@@ -43,7 +43,7 @@ def test_a_conflict_carries_the_committed_run() -> None:
 
 
 def test_a_runs_budgets_read_beside_what_is_used_of_them() -> None:
-    run = rl.Run(
+    run = rl.Run.from_body(
         {"id": "r1", "status": "waiting", "max_steps": None, "steps_used": 2, "max_events": 5, "events_used": 5}
     )
     assert (run.max_steps, run.steps_used, run.max_events, run.events_used) == (None, 2, 5, 5)

@@ -1,0 +1,250 @@
+"""The `runledger` command's arguments: every command, option, choice and help text, in one parser
+(docs/reference/cli.md and the shell completions are made from it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from runledger_client._core import __version__
+
+# What the exit statuses mean (also in `runledger --help` and docs/reference/cli.md).
+OK, REFUSED, USAGE_ERROR, UNREACHABLE = 0, 1, 2, 3
+# `watch`/`wait --exit-status`: the run's outcome.
+EXIT_BY_STATUS = {"completed": OK, "failed": 4, "cancelled": 5, "stopped": 6}
+
+EXIT_STATUSES = """exit status:
+  0  success (a cancel of a run already cancelled included; watch and wait: the run ended)
+  1  the server refused (the error on stderr; a refused command prints the run's committed status)
+  2  usage error: a bad argument, no URL or token, an unreadable token or config file
+  3  the server could not be reached (after the client's retries, within seconds)
+  with --exit-status, watch and wait exit with the run's outcome:
+  0  completed   4  failed   5  cancelled   6  stopped"""
+
+STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled", "stopped")
+OUTPUTS = ("text", "json", "jsonl")
+STOP_CODES = ("staff", "policy", "budget_exhausted", "deadline_exceeded")
+SHELLS = ("bash", "zsh", "fish")
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    value = _json_value(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _pair(text: str) -> tuple[str, str]:
+    """`key=value`: a metadata label (the value may hold "=" too)."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError("must be KEY=VALUE")
+    return key, value
+
+
+def _seq(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError("must be an integer >= 0")
+    return int(text)
+
+
+def _statuses(text: str) -> str:
+    unknown = [item for item in text.split(",") if item not in STATUSES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: not a status ({', '.join(STATUSES)})")
+    return text
+
+
+STATUS_HELP = f"a status, or several as a comma list ({', '.join(STATUSES)})"
+END_CODE_HELP = "an end code (cancelled_by_user, agent_error, policy, …), or several as a comma list"
+WHERE_HELP = "runs with this metadata label; repeatable (all must match)"
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """Options every command takes, before or after its name (SUPPRESS keeps a later default from
+    overwriting an earlier value)."""
+    options = argparse.ArgumentParser(add_help=False)
+    group = options.add_argument_group("connection and output (before or after the command)")
+    group.add_argument("--url", default=argparse.SUPPRESS, help="the server (else $RUNLEDGER_URL, else the profile's)")
+    group.add_argument(
+        "--token",
+        default=argparse.SUPPRESS,
+        help="an API token (else $RUNLEDGER_TOKEN); other users see it in ps: prefer --token-file",
+    )
+    group.add_argument(
+        "--token-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="read the API token from a file (else $RUNLEDGER_TOKEN_FILE, else the profile's; with none, it is "
+        "asked for)",
+    )
+    group.add_argument(
+        "--profile",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="a profile of ~/.config/runledger/config.toml (else $RUNLEDGER_PROFILE, else `default`)",
+    )
+    group.add_argument(
+        "-o",
+        "--output",
+        default=argparse.SUPPRESS,
+        choices=OUTPUTS,
+        help="text for people (default); json, one JSON value; jsonl, one JSON value per line — the API's field names",
+    )
+    return options
+
+
+def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.ArgumentParser:
+    """The parser; `handlers` (command name → function) are set as each command's `handler`."""
+    handlers = handlers or {}
+    connection = connection_options()
+    top = argparse.ArgumentParser(
+        prog="runledger",
+        description="Create, watch and command Runledger runs.",
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[connection],
+    )
+    top.add_argument("--version", action="version", version=f"runledger {__version__}")
+    commands = top.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="each with its own --help: runledger COMMAND --help"
+    )
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=help,
+            description=help,
+            parents=[connection],
+            epilog=EXIT_STATUSES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name in handlers:
+            sub.set_defaults(handler=handlers[name])
+        return sub
+
+    create = command("create", "create a run; prints its id (-o json: the run)")
+    create.add_argument("agent", help="the agent's name (runledger agents lists them)")
+    create.add_argument(
+        "input", nargs="?", type=_json_object, default={}, metavar="INPUT_JSON", help="the run's input (default {})"
+    )
+    create.add_argument("--meta", type=_pair, action="append", metavar="KEY=VALUE", help="a metadata label; repeatable")
+    create.add_argument("--parent", metavar="ID", help="the parent run's id")
+    _budget_arguments(create)
+    create.add_argument("--priority", type=int, help="among your own queued runs, higher first (-100..100; default 0)")
+    create.add_argument("--start-after", metavar="ISO", help="not started before this ISO 8601 time")
+    create.add_argument(
+        "--idempotency-key", metavar="KEY", help="default: a new one (retries of this command reuse it)"
+    )
+
+    listing = command("list", "list the runs you can see, newest first")
+    listing.add_argument("--status", type=_statuses, help=STATUS_HELP)
+    listing.add_argument("--end-code", metavar="CODE", help=END_CODE_HELP)
+    listing.add_argument("--where", type=_pair, action="append", metavar="KEY=VALUE", help=WHERE_HELP)
+    listing.add_argument("--agent", metavar="NAME", help="runs of this agent")
+    listing.add_argument("--parent", metavar="ID", help="the children of this run")
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (0: all); default 50")
+    listing.add_argument("--jsonl", action="store_true", help="the same as -o jsonl")
+
+    show = command("show", "show a run (-o json: the run's JSON)")
+    show.add_argument("id", help="the run's id")
+
+    watch = command("watch", "follow a run's events until it ends, resuming after any drop; prints its text")
+    watch.add_argument("id", help="the run's id")
+    watch.add_argument("--after-seq", type=_seq, default=0, metavar="N", help="start after event N (default 0)")
+    watch.add_argument("--jsonl", action="store_true", help="the same as -o jsonl: each event object, one per line")
+    _exit_status_argument(watch)
+
+    events = command("events", "print a run's events so far (the stored log, page by page), without following")
+    events.add_argument("id", help="the run's id")
+    events.add_argument("--after-seq", type=_seq, default=0, metavar="N", help="start after event N (default 0)")
+    events.add_argument("--limit", type=int, default=0, metavar="N", help="at most N events (0: all; the default)")
+
+    wait = command("wait", "wait until a run ends (following its stream); prints its status (-o json: the run)")
+    wait.add_argument("id", help="the run's id")
+    wait.add_argument(
+        "--released", action="store_true", help="also until its worker has stopped executing it (attempt released)"
+    )
+    _exit_status_argument(wait)
+
+    command("agents", "list the agents a run may name, with the event types of their own")
+
+    cancel = command(
+        "cancel",
+        "cancel a run (a run already cancelled is a success), or every run a filter matches (--where …): "
+        "asks first, showing how many; prints the count of each outcome",
+    )
+    cancel.add_argument("id", nargs="?", help="the run's id (or a filter instead)")
+    cancel.add_argument("--note", default="", help="why, recorded with the cancel")
+    _match_arguments(cancel)
+
+    stop = command("stop", "stop a run, or every run a filter matches (--where …), as cancel (needs runs.stop_run)")
+    stop.add_argument("id", nargs="?", help="the run's id (or a filter instead)")
+    stop.add_argument("--reason", required=True, help="why, recorded as the run's end_reason")
+    stop.add_argument("--code", choices=STOP_CODES, help="the end code (default staff)")
+    _match_arguments(stop)
+
+    pause = command("pause", "pause a run")
+    pause.add_argument("id", help="the run's id")
+
+    resume = command("resume", "resume a waiting run with its ticket")
+    resume.add_argument("id", help="the run's id")
+    resume.add_argument("--ticket", required=True, help="the run's resume_ticket (runledger show ID -o json)")
+    resume.add_argument("--input", type=_json_value, metavar="JSON", help="the answer the run waits for")
+
+    rerun = command("rerun", "run an ended run again, or fork it from an event; prints the new run's id")
+    rerun.add_argument("id", help="the ended run's id")
+    rerun.add_argument(
+        "--from-seq", type=_seq, metavar="N", help="fork: continue from the original's agent events up to seq N"
+    )
+    rerun.add_argument("--input", type=_json_object, metavar="JSON", help="default: the original's")
+    _budget_arguments(rerun)
+
+    completion = command("completion", 'print a shell completion script: eval "$(runledger completion bash)"')
+    completion.add_argument("shell", choices=SHELLS, help="the shell")
+    return top
+
+
+def _budget_arguments(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--max-steps", type=int, metavar="N", help="at most N agent steps")
+    sub.add_argument("--max-events", type=int, metavar="N", help="at most N events")
+    sub.add_argument("--max-attempts", type=int, metavar="N", help="at most N attempts (requeues after a lost worker)")
+    sub.add_argument("--deadline", metavar="ISO", help="an absolute ISO 8601 time (default: the server's)")
+
+
+def _exit_status_argument(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--exit-status",
+        action="store_true",
+        help="exit with the run's outcome: 0 completed, 4 failed, 5 cancelled, 6 stopped",
+    )
+
+
+def _match_arguments(sub: argparse.ArgumentParser) -> None:
+    """A command on every run that matches, instead of one run (docs/design/commands.md#bulk-commands)."""
+    group = sub.add_argument_group("every run that matches (instead of an id)")
+    group.add_argument("--where", type=_pair, action="append", metavar="KEY=VALUE", help=WHERE_HELP)
+    group.add_argument("--status", type=_statuses, help=STATUS_HELP)
+    group.add_argument("--agent", metavar="NAME", help="runs of this agent")
+    group.add_argument("--end-code", metavar="CODE", help=END_CODE_HELP)
+    group.add_argument(
+        "--max", type=int, metavar="N", help="refuse (do nothing) if more than N match; default: the count confirmed"
+    )
+    group.add_argument("--yes", action="store_true", help="do not ask (with --max: do not even count first)")
+
+
+def subcommands(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in top._subparsers._group_actions if top._subparsers else []:
+        choices = getattr(action, "choices", None)
+        if isinstance(choices, dict):
+            return dict(choices)
+    return {}
