@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 
 from runledger_client.errors import TransportError, error_from, retry_after
-from runledger_client.models import Agent, BulkResult, EventPage, Page, Run, RunPage
+from runledger_client.models import Agent, BulkResult, EventPage, Page, Run, RunPage, Webhook, WebhookDelivery
 
 __version__ = "0.2.0"
 
@@ -411,6 +411,50 @@ def run_pages(filters: Mapping[str, Any]) -> Pages[Run]:
 
 def agent_pages(filters: Mapping[str, Any]) -> Pages[Agent]:
     return Pages("/api/agents/", filters, Agent.from_body)
+
+
+# --- webhook endpoints (docs/design/webhooks.md#endpoints) ---
+
+
+def webhook_path(webhook_id: object, action: str = "") -> str:
+    return f"/api/webhooks/{quote(str(webhook_id), safe='')}/" + (f"{action}/" if action else "")
+
+
+def webhook_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields given (None: not given), as the API reads them: `events` a list."""
+    return {name: list(value) if name == "events" else value for name, value in fields.items() if value is not None}
+
+
+def webhook_create(fields: Mapping[str, Any]) -> Call[Webhook]:
+    # Not repeated after a lost answer: the API takes no Idempotency-Key here, and a second try
+    # would register a second endpoint.
+    return Call("POST", "/api/webhooks/", Webhook.from_body, json=webhook_fields(fields), ok=(201,), idempotent=False)
+
+
+def webhook_get(webhook_id: object) -> Call[Webhook]:
+    return Call("GET", webhook_path(webhook_id), Webhook.from_body)
+
+
+def webhook_update(webhook_id: object, fields: Mapping[str, Any]) -> Call[Webhook]:
+    return Call("PATCH", webhook_path(webhook_id), Webhook.from_body, json=webhook_fields(fields))
+
+
+def webhook_delete(webhook_id: object) -> Call[None]:
+    return Call("DELETE", webhook_path(webhook_id), lambda body: None, ok=(204,))
+
+
+def webhook_rotate_secret(webhook_id: object) -> Call[Webhook]:
+    # Not repeated: a second rotation would retire the secret whose answer was lost, and with it
+    # the overlap that lets receivers switch without failing a request.
+    return Call("POST", webhook_path(webhook_id, "rotate-secret"), Webhook.from_body, idempotent=False)
+
+
+def webhook_pages(page_size: int | None) -> Pages[Webhook]:
+    return Pages("/api/webhooks/", {"page_size": page_size}, Webhook.from_body)
+
+
+def webhook_delivery_pages(webhook_id: object, page_size: int | None) -> Pages[WebhookDelivery]:
+    return Pages(webhook_path(webhook_id, "deliveries"), {"page_size": page_size}, WebhookDelivery.from_body)
 
 
 @dataclass(frozen=True)

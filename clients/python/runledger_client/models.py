@@ -1,5 +1,5 @@
-"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, and the pages
-and results that carry them.
+"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, `Webhook`,
+`WebhookDelivery`, and the pages and results that carry them.
 
 Each model has one attribute per field of its OpenAPI component (`SCHEMA`; the suite checks them
 against the schema the server serves), and keeps the JSON it was made from (`Run.data`,
@@ -259,10 +259,10 @@ class EventPage:
 
 @dataclass(frozen=True)
 class Page:
-    """A page of a list (`GET /api/runs/`, `/api/agents/`): its `results`, and the full URLs of
+    """A page of a list (`GET /api/runs/`, `/api/agents/`, `/api/webhooks/`, …): its `results`, and the full URLs of
     the pages after and before it (None at either end), each with an opaque `cursor`."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("RunPage", "AgentPage")
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunPage", "AgentPage", "WebhookEndpointPage", "WebhookDeliveryPage")
     LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     results: list[Any]
@@ -317,3 +317,94 @@ class BulkResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"matched": self.matched, "counts": self.counts, "ids": self.ids}
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook endpoint (docs/design/webhooks.md#endpoints): where Runledger POSTs a signed
+    notification when one of `events` happens to a run its owner (or, with `all_runs`, anyone) has,
+    whose metadata holds all of `metadata`. `secret` (`whsec_…`) is there only in the answer of
+    `create` and `rotate_secret`: the server never shows it again."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookEndpoint", "WebhookEndpointWithSecret")
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    id: str
+    url: str
+    events: tuple[str, ...]
+    metadata: dict[str, str]
+    all_runs: bool
+    enabled: bool
+    # Why Runledger disabled it (every delivery failing for long); empty otherwise.
+    disabled_reason: str
+    failing_since: datetime | None
+    owner: str
+    created_at: datetime | None
+    updated_at: datetime | None
+    # Until then deliveries are signed with the rotated-out secret too.
+    previous_secret_expires_at: datetime | None
+    secret: str | None
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Webhook:
+        metadata = body.get("metadata")
+        return cls(
+            id=str(body["id"]),
+            url=str(body.get("url") or ""),
+            events=tuple(str(event) for event in body.get("events") or ()),
+            metadata={str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {},
+            all_runs=bool(body.get("all_runs")),
+            enabled=bool(body.get("enabled")),
+            disabled_reason=str(body.get("disabled_reason") or ""),
+            failing_since=timestamp(body.get("failing_since")),
+            owner=str(body.get("owner") or ""),
+            created_at=timestamp(body.get("created_at")),
+            updated_at=timestamp(body.get("updated_at")),
+            previous_secret_expires_at=timestamp(body.get("previous_secret_expires_at")),
+            secret=_str_or_none(body.get("secret")),
+            data=body,
+        )
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One notification to an endpoint (docs/design/webhooks.md#delivery): its `id` is the
+    `webhook-id` of every attempt; `status` pending, delivered or failed (given up)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookDelivery",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    id: str
+    run_id: str
+    seq: int
+    event_type: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    created_at: datetime | None
+    delivered_at: datetime | None
+    last_error: str
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> WebhookDelivery:
+        return cls(
+            id=str(body["id"]),
+            run_id=str(body.get("run_id") or ""),
+            seq=int(body.get("seq") or 0),
+            event_type=str(body.get("event_type") or ""),
+            status=str(body.get("status") or ""),
+            attempts=int(body.get("attempts") or 0),
+            next_attempt_at=timestamp(body.get("next_attempt_at")),
+            created_at=timestamp(body.get("created_at")),
+            delivered_at=timestamp(body.get("delivered_at")),
+            last_error=str(body.get("last_error") or ""),
+            data=body,
+        )

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from runledger_client import __version__
-from runledger_client._cli_args import subcommands
+from runledger_client._cli_args import every_command, subcommands
 from runledger_client.cli import main, parser
 
 
@@ -20,7 +20,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_every_option_of_every_command_has_help_and_the_help_says_the_exit_statuses() -> None:
     top = parser()
-    for name, sub in [("", top), *subcommands(top).items()]:
+    for name, sub in [("", top), *every_command(top).items()]:
         for action in sub._actions:
             assert action.help, (name, action.dest)
         assert "3  the server could not be reached" in sub.format_help(), name
@@ -65,6 +65,15 @@ def test_the_bash_completion_completes_commands_options_and_choices() -> None:
     assert complete(bash, "runledger", "list", "-o", "j") == ["json", "jsonl"]
     assert complete(bash, "runledger", "stop", "--code", "p") == ["policy"]
     assert {"bash", "zsh", "fish"} <= set(complete(bash, "runledger", "completion", ""))
+    # A group's commands, then each one's own options, not those of a top-level namesake.
+    assert complete(bash, "runledger", "webhooks", "r") == ["rotate-secret"]
+    assert complete(bash, "runledger", "webhooks", "--url", "http://x", "create", "U", "--ev") == ["--events"]
+    assert complete(bash, "runledger", "webhooks", "create", "U", "--events", "run.c") == [
+        "run.completed",
+        "run.cancelled",
+    ]
+    assert complete(bash, "runledger", "webhooks", "list", "--st") == []
+    assert complete(bash, "runledger", "webhooks", "update", "ID", "--en") == ["--enable", "--endpoint-url"]
 
 
 def zsh_candidates(zsh: str, *words: str) -> list[str]:
@@ -89,6 +98,8 @@ def test_the_zsh_completion_registers_and_offers_commands_options_and_choices() 
     assert zsh_candidates(zsh, "runledger", "wa") == ["watch", "wait"]
     assert zsh_candidates(zsh, "runledger", "watch", "ID", "--ex") == ["--exit-status"]
     assert zsh_candidates(zsh, "runledger", "list", "-o", "j") == ["json", "jsonl"]
+    assert zsh_candidates(zsh, "runledger", "webhooks", "d") == ["delete", "deliveries"]
+    assert zsh_candidates(zsh, "runledger", "webhooks", "create", "U", "--events", "run.s") == ["run.stopped"]
 
 
 def fish_complete(fish: str, line: str) -> list[str]:
@@ -104,3 +115,7 @@ def test_the_fish_completion_completes_commands_options_and_choices() -> None:
     assert sorted(fish_complete(fish, "runledger wa")) == ["wait", "watch"]
     assert fish_complete(fish, "runledger watch ID --ex") == ["--exit-status"]
     assert fish_complete(fish, "runledger list -o j") == ["json", "jsonl"]
+    assert fish_complete(fish, "runledger webhooks ro") == ["rotate-secret"]
+    assert fish_complete(fish, "runledger webhooks create U --events run.w") == ["run.waiting"]
+    assert fish_complete(fish, "runledger webhooks list --st") == []
+    assert fish_complete(fish, "runledger list --st") == ["--status"]
