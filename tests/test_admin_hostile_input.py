@@ -299,11 +299,13 @@ def logged_in(user: User) -> Client:
     return client
 
 
-# Slow: thousands of admin pages rendered. `bin/test --quick`, the inner loop, leaves them out; the
-# whole suite (and CI) runs them.
-@pytest.mark.slow
-@pytest.mark.parametrize("shard", range(SHARDS))
-@pytest.mark.parametrize("who", WHO)
+def swept(test: Callable[..., None]) -> Callable[..., None]:
+    """A sweep: for each of WHO, in SHARDS parts; slow (thousands of admin pages rendered), so
+    `bin/test --quick`, the inner loop, leaves it out, and the whole suite (and CI) runs it."""
+    return pytest.mark.slow(pytest.mark.parametrize("shard", range(SHARDS))(pytest.mark.parametrize("who", WHO)(test)))
+
+
+@swept
 def test_no_admin_url_or_query_parameter_answers_5xx_or_logs_an_error(
     world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str, shard: int
 ) -> None:
@@ -401,9 +403,7 @@ def command_forms(actions: list[str], selected: str, values: list[str]) -> Itera
         yield {**REFUSED, "code": "staff", "reason": reason, "action": "stop_selected", "_selected_action": selected}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("shard", range(SHARDS))
-@pytest.mark.parametrize("who", WHO)
+@swept
 def test_hostile_posts_to_the_commands_and_actions_answer_no_5xx_and_write_nothing(
     world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str, shard: int
 ) -> None:
