@@ -101,19 +101,20 @@ def test_a_stream_ends_at_204_for_a_finished_run_read_to_its_end(client: rl.Clie
 
 
 def test_wait_is_the_servers_and_streams_and_pages_take_types(proxy: CuttableProxy, client: rl.Client) -> None:
-    run = client.wait(client.create("demo", {"deltas": 4, "delay_ms": 0}).id)
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 4, "delay_ms": 0}).id)
     assert (run.status, run["wait_result"]) == ("completed", "ended")
     waits = [r for r in list(proxy.requests) if r.path.startswith(f"/api/runs/{run.id}/wait/")]
     assert waits and all("timeout=" in r.path for r in waits)
-    deltas = list(client.stream(run.id, types=["output.delta"]))
+    with client.runs.stream(run.id, types=["output.delta"]) as stream:
+        deltas = list(stream)
     assert [e.type for e in deltas] == ["output.delta"] * 4 + ["run.completed"]
-    assert [e.type for e in client.events(run.id, types="run.*").events] == [
+    assert [e.type for e in client.runs.events(run.id, types="run.*").events] == [
         "run.created",
         "run.started",
         "run.completed",
     ]
     with pytest.raises(rl.ValidationError):
-        client.events(run.id, types=["nope.*"])
+        client.runs.events(run.id, types=["nope.*"])
 
 
 def test_json_event_pages_are_the_stored_log(client: rl.Client) -> None:

@@ -191,12 +191,12 @@ def test_wait_asks_the_servers_wait_again_and_follows_the_stream_of_a_run_that_w
         transport = httpx.MockTransport(handle)
         if make == "sync":
             with rl.Client("http://test", "t", retry=FAST, transport=transport) as client:
-                run = client.wait("r1", timeout=30)
+                run = client.runs.wait("r1", timeout=30)
         else:
 
             async def wait(transport: httpx.MockTransport) -> rl.Run:
                 async with rl.AsyncClient("http://test", "t", retry=FAST, transport=transport) as client:
-                    return await client.wait("r1", timeout=30)
+                    return await client.runs.wait("r1", timeout=30)
 
             run = asyncio.run(wait(transport))
         assert run.status == "completed"
