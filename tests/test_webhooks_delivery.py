@@ -6,7 +6,6 @@ receiver fails every third request (docs/design/webhooks.md)."""
 
 import json
 import sys
-import time
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -225,7 +224,10 @@ def test_a_postgresql_restart_mid_load_loses_no_notification(
     wait_until(lambda: len(delivered_ids()) >= 50, timeout=30, what="deliveries under way")
     connection.close()
     pg_cluster.stop()
-    time.sleep(1)  # the outage itself: the workers' claims and records fail meanwhile
+    # The outage lasts until a worker has felt it: a claim or a record of deliveries failed.
+    wait_until(
+        lambda: any("webhook deliveries (" in proc.log() for proc in workers), timeout=30, what="the outage felt"
+    )
     pg_cluster.start()
     wait_until(lambda: len(delivered_ids()) == 300, timeout=60, what="all 300 delivered after the restart")
     assert {line["run_id"] for lines in verified(receiver).values() for line in lines} == set(ids)
