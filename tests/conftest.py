@@ -5,7 +5,13 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Permission, User
 
-pytest_plugins = ["tests.support.procs", "tests.support.browser", "tests.support.pg", "tests.support.live"]
+pytest_plugins = [
+    "tests.support.procs",
+    "tests.support.browser",
+    "tests.support.pg",
+    "tests.support.live",
+    "tests.support.schedule",
+]
 
 ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 

@@ -24,7 +24,9 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, models
+from django.template import Template
 from django.test import Client, RequestFactory, override_settings
+from django.test.utils import _TestState
 from rest_framework.authtoken.models import Token
 
 from runs import services
@@ -299,10 +301,24 @@ def logged_in(user: User) -> Client:
     return client
 
 
+@pytest.fixture
+def uninstrumented_templates() -> Iterator[None]:
+    """Templates rendered as in production. The test environment makes every render send a signal
+    on which the test client copies the whole context, for `response.context`, which no sweep
+    reads: most of the CPU of a sweep's thousands of admin pages."""
+    instrumented = Template._render
+    Template._render = _TestState.saved_data.template_render  # what setup_test_environment replaced
+    try:
+        yield
+    finally:
+        Template._render = instrumented
+
+
 def swept(test: Callable[..., None]) -> Callable[..., None]:
     """A sweep: for each of WHO, in SHARDS parts; slow (thousands of admin pages rendered), so
     `bin/test --quick`, the inner loop, leaves it out, and the whole suite (and CI) runs it."""
-    return pytest.mark.slow(pytest.mark.parametrize("shard", range(SHARDS))(pytest.mark.parametrize("who", WHO)(test)))
+    parts = pytest.mark.parametrize("shard", range(SHARDS))(pytest.mark.parametrize("who", WHO)(test))
+    return pytest.mark.slow(pytest.mark.usefixtures("uninstrumented_templates")(parts))
 
 
 @swept

@@ -31,8 +31,9 @@
     package.py     the checkout's wheel and sdist as `python -m build` makes them, and their contents;
                    core_install: a process where the extras cannot be imported (core_install.py),
                    under a host's settings on SQLite (bare_host_settings.py), noting who tries
+    schedule.py    the order the parallel workers take the tests in: process modules first
 
-procs.py, browser.py and pg.py are pytest plugins (conftest.py lists them). bench/ uses procs,
-waiting, sse, db and openai_server too; procs, waiting, sse and openai_server import nothing of
+procs.py, browser.py, pg.py, live.py and schedule.py are pytest plugins (conftest.py lists them).
+bench/ uses procs, waiting, sse, db and openai_server too; procs, waiting, sse and openai_server import nothing of
 Django that needs settings, so bench can import them before `django.setup()`.
 """
