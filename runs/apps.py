@@ -10,8 +10,10 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
         from runs.conf import check_database, check_settings
+        from runs.streaming.edge import revocation
 
         load_agents()
         checks.register(check_agents)
         checks.register(check_settings)
         checks.register(check_database)
+        revocation.connect()

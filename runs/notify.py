@@ -22,6 +22,10 @@ CONTROL = "runledger_control"
 QUEUE = "runledger_queue"
 
 CHANNELS = (EVENTS, CONTROL, QUEUE)
+# payload "<user_id>" — a credential of the user was revoked (the user deactivated or deleted, a
+# token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams.
+# Not in CHANNELS: only the publisher listens to it.
+REVOKED = "runledger_revoked"
 
 
 # (channel, payload)
@@ -51,6 +55,14 @@ def run_queued(run_id: UUID) -> Note:
 
 def slot_freed(run_id: UUID) -> Note:
     return QUEUE, str(run_id)
+
+
+def credential_revoked(user_id: int) -> Note:
+    return REVOKED, str(user_id)
+
+
+def parse_revoked_payload(payload: str) -> int:
+    return int(payload)
 
 
 def parse_events_payload(payload: str) -> tuple[str, int]:

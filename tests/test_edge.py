@@ -659,6 +659,67 @@ def test_a_revoked_users_edge_stream_ends_within_a_link_refresh_on_a_busy_run(
 
 @pytest.mark.edge
 @pytest.mark.processes
+def test_a_revocation_closes_the_users_edge_streams_at_once_without_waiting_for_a_link_fetch(
+    procs: Procs, make_user: Callable[..., User]
+) -> None:
+    # Links are fetched only after 10 minutes here: what ends the streams is the publisher's close.
+    _web, edge = stack(procs, RUNLEDGER_GRIP_LINK_SECONDS="600", RUNLEDGER_GRIP_LINK_FIRST_SECONDS="600")
+    sees_all = ("runs.view_run",)
+    carol, dave, staff, other = (
+        make_user(),
+        make_user(perms=sees_all),
+        make_user(perms=sees_all),
+        make_user(perms=sees_all),
+    )
+    run = queued_run(carol, input={"deltas": 400, "delay_ms": 50})  # 20 s of events, 20 a second
+    browser = Client()
+    browser.force_login(staff)
+    carol_token, dave_token = token_for(carol), token_for(dave)
+    headers = [
+        auth_headers(carol_token),
+        auth_headers(carol_token),
+        auth_headers(dave_token),
+        {"Cookie": f"sessionid={browser.cookies['sessionid'].value}"},
+        auth_headers(token_for(other)),  # a user nothing happens to: watches on
+    ]
+
+    def revoke() -> None:
+        from rest_framework.authtoken.models import Token
+
+        Token.objects.filter(key=carol_token).delete()  # her token deleted
+        dave.is_active = False
+        dave.save()  # deactivated
+        browser.logout()  # the staff member logged out
+
+    async def scenario() -> tuple[list[list[Event]], list[float], bool]:
+        got, tasks = await watch_all(edge.url, stream_path(run), headers)
+        await until_each_has(got, 5)
+        bystander = tasks.pop()
+        revoked = time.monotonic()
+        await asyncio.to_thread(in_thread(revoke))
+        ended: list[float] = []
+        for task in tasks:
+            await asyncio.wait_for(task, 20)
+            ended.append(time.monotonic() - revoked)
+        still_watching = not bystander.done()
+        bystander.cancel()
+        return got, ended, still_watching
+
+    got, ended, still_watching = asyncio.run(scenario())
+    print(f"streams ended {', '.join(f'{s:.1f}' for s in ended)} s after the revocation")
+    assert all(seconds < 5 for seconds in ended)
+    assert still_watching
+    assert fresh(run).status == "running"
+    for events in got[:-1]:
+        assert events[-1].event != EventType.RUN_COMPLETED
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # Their reconnects are refused as any new stream would be.
+    for revoked_headers in headers[:-1]:
+        assert request_once(edge.url, stream_path(run), revoked_headers).status == 401
+
+
+@pytest.mark.edge
+@pytest.mark.processes
 def test_an_edge_stream_ends_at_its_lifetime_and_the_client_resumes_without_a_gap(procs: Procs, alice: User) -> None:
     _web, edge = stack(procs, RUNLEDGER_SSE_MAX_SECONDS="2")
     token = token_for(alice)

@@ -139,7 +139,7 @@ def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> Htt
         expires=math.ceil(now + lifetime) if lifetime > 0 else 0,
     )
     token = mint(held)
-    timeout = grip.link_timeout(seconds_left=_seconds_left(held, now))
+    timeout = grip.link_timeout(seconds_left=_seconds_left(held, now), first=True)
     # Counted first, before the replay is read: a refused connect costs no read. A finished run's
     # stream ends with its replay, so it holds nothing.
     counted = not opened.terminal
@@ -191,7 +191,7 @@ def _recover(found: Link, token: str, position: str, link: str) -> HttpResponse:
     body = _body(frames, first=False)
     if not complete or (frames and frames[-1].terminal):
         return body
-    timeout = grip.link_timeout(seconds_left=left)
+    timeout = grip.link_timeout(seconds_left=left, first=False)
     edge_streams.seen(user_id=found.user_id, link=token, run_id=found.run_id, until=_until(timeout))
     return _hold(body, found, last=frames[-1].seq if frames else cursor, link=link, token=token, timeout=timeout)
 
@@ -218,7 +218,10 @@ def _body(frames: list[hub.Frame], *, first: bool) -> HttpResponse:
 
 def _hold(response: HttpResponse, held: Link, *, last: int, link: str, token: str, timeout: int) -> HttpResponse:
     channel = grip.channel(held.run_id)
-    for name, value in grip.hold_headers(name=channel, prev_id=last, link=link, token=token, timeout=timeout).items():
+    headers = grip.hold_headers(
+        name=channel, prev_id=last, user_id=held.user_id, link=link, token=token, timeout=timeout
+    )
+    for name, value in headers.items():
         response[name] = value
     return response
 

@@ -48,8 +48,8 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.models import LIVE_VALUES
-from runs.selectors import run_events_json_after
-from runs.selectors.states import run_last_seqs_live, run_status_last_seq
+from runs.selectors.published import runs_events_after_heads
+from runs.selectors.states import run_last_seqs_live
 from runs.streaming import hub
 from runs.streaming.edge import grip
 from runs.streaming.listener import conninfo
@@ -65,6 +65,10 @@ APPLICATION_NAME_PREFIX = "runledger-edge"
 # to many streams, the next publish waits for it, the events committed meanwhile are read together,
 # and go out as one item — the busier Pushpin, the fewer and larger the items.
 GROUP_MAX = 64 * 1024
+# Seconds between the starts of two reads: events committed within them go out in one read and one
+# publish. Each read and publish costs the web process about a millisecond whatever it carries, and
+# a hundred runs each emitting every two seconds would otherwise make fifty of them a second.
+PUMP_GAP = 0.05
 # Runs that ended are remembered this long, so a late notification does not publish them again.
 ENDED_TTL = 300.0
 
@@ -126,20 +130,19 @@ def _live_heads_sync() -> dict[str, int]:
 
 
 def _read_sync(wanted: dict[str, int | None]) -> list[_Read]:
-    """For each run, the events after its head (None: a run the leader has not seen)."""
+    """For each run, the events after its head (None: a run the leader has not seen), every run in
+    one statement."""
     try:
+        news = runs_events_after_heads(heads=wanted, limit=hub.PAGE)
         found = []
         for run_id, head in wanted.items():
-            if head is None:
-                row = run_status_last_seq(run_id=run_id)
-                if row is None:
-                    continue  # deleted since
-                if row[0] not in LIVE_VALUES:
-                    found.append(_Read(run_id, ended_at=row[1]))
-                    continue
-                head = 0
-            rows = run_events_json_after(run_id=run_id, after_seq=head, limit=hub.PAGE)
-            found.append(_Read(run_id, frames=[hub.make_frame(*row) for row in rows]))
+            one = news.get(run_id)
+            if one is None:
+                continue  # deleted since
+            if head is None and one.status not in LIVE_VALUES:
+                found.append(_Read(run_id, ended_at=one.last_seq))
+                continue
+            found.append(_Read(run_id, frames=[hub.make_frame(*row) for row in one.rows]))
         return found
     finally:
         connection.close()
@@ -180,6 +183,9 @@ class Publisher:
         self.ended: dict[str, float] = {}
         # Run id -> the last seq a notification announced, not yet read.
         self.dirty: dict[str, int] = {}
+        # Users whose edge streams are to be closed: a credential of theirs was revoked.
+        self.revoked: set[int] = set()
+        self._pumped_at = 0.0
         self.leading = asyncio.Event()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -224,9 +230,11 @@ class Publisher:
                 break
             await asyncio.sleep(self.poll_seconds)
         await conn.execute(f'LISTEN "{notify.EVENTS}"')
+        await conn.execute(f'LISTEN "{notify.REVOKED}"')
         # After LISTEN: whatever commits from now on is announced, whatever committed before is here.
         self.heads = await _in_thread(_live_heads_sync)
         self.dirty.clear()
+        self.revoked.clear()
         self.pushpins.lose_all()  # what the previous leader did not publish, Pushpin fetches
         self.leading.set()
         log.info(
@@ -240,7 +248,10 @@ class Publisher:
         try:
             while not self._stopping:
                 async for note in conn.notifies(timeout=probe):
-                    self._on_notify(note.payload)
+                    if note.channel == notify.REVOKED:
+                        self._on_revoked(note.payload)
+                    else:
+                        self._on_notify(note.payload)
                 # A silent peer (a network cut) is found by a probe left unanswered.
                 await asyncio.wait_for(conn.execute("SELECT 1"), timeout=max(2 * probe, 2.0))
         finally:
@@ -262,6 +273,14 @@ class Publisher:
         self.dirty[run_id] = max(self.dirty.get(run_id, 0), last_seq)
         self._wake.set()
 
+    def _on_revoked(self, payload: str) -> None:
+        try:
+            self.revoked.add(notify.parse_revoked_payload(payload))
+        except ValueError:
+            log.warning("ignoring malformed %s payload %r", notify.REVOKED, payload)
+            return
+        self._wake.set()
+
     async def _pump(self) -> None:
         while True:
             try:
@@ -281,7 +300,16 @@ class Publisher:
                 await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
         else:
             await self._wake.wait()
+        loop = asyncio.get_running_loop()
+        if (gap := self._pumped_at + PUMP_GAP - loop.time()) > 0:
+            await asyncio.sleep(gap)  # pacing: what commits meanwhile is read with it
+        self._pumped_at = loop.time()
         self._wake.clear()
+        if self.revoked:
+            # Rare, and first: a revoked user's streams end before anything more reaches them.
+            closes = [grip.close_user_item(user_id) for user_id in sorted(self.revoked)]
+            self.revoked.clear()
+            await self.pushpins.publish(closes)
         if not self.dirty:
             return
         dirty, self.dirty = self.dirty, {}
