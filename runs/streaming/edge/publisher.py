@@ -13,14 +13,21 @@ process of its own to start; one of them publishes at a time:
 - **From the table, after a NOTIFY.** The leader LISTENs on `runledger_events`; a notification
   only says "look at run R", and the leader reads R's events after the last one it published
   (`head`), in seq order, and publishes them — the events one read found as one item, whose `id`
-  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). A run the leader
+  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). Every run named
+  since the last read is read in one statement (runs.selectors.published), reads start
+  `PUMP_GAP` apart, and what one read found goes out in one publish command (control.py splits
+  only a huge one). A run the leader
   has not seen is read from its first event: on taking the lead it reads the
   `last_seq` of every live run (after LISTEN, so nothing committed in between is missed), and any
   other run is new since. The terminal event is followed by a `close`, which ends the held streams.
+- **Revocations, pushed.** It LISTENs on `runledger_revoked` too (revocation.py sends it): a user
+  whose credential was revoked has their channel closed before the next read is published, which
+  ends every stream the edge holds for them; their reconnects are checked anew (hold.py).
 - **Gaps are Pushpin's to repair.** Pushpin holds each stream at the id it has, so an event that
   never arrives (a publish lost, a leader that died between a commit and its publish) shows as
   a `prev-id` that does not follow, and Pushpin then fetches what is missing from the web
-  processes (hold.py); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
+  processes (hold.py); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`
+  (the first time after `RUNLEDGER_GRIP_LINK_FIRST_SECONDS`).
   A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
   order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
   up, and that Pushpin recovered (`recover`: every stream it holds fetches what it missed)
