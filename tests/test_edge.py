@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,12 +34,16 @@ import jwt
 import pytest
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.test import Client, RequestFactory
+from django.test.utils import CaptureQueriesContext
 
 from runs import services
 from runs.conf import conf
 from runs.events import EventType
 from runs.models import Run
+from runs.selectors import run_events_json_after
+from runs.selectors.published import runs_events_after_heads
 from runs.streaming.edge import grip
 from runs.streaming.edge.control import (
     bodies,
@@ -923,6 +928,45 @@ def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> Non
     assert len(small) == 1
     # The publishers of one set of Pushpins share a lock, whatever order the set is given in.
     assert lock_key(["ipc:///a", "ipc:///b"]) == lock_key(["ipc:///b", "ipc:///a"]) != lock_key(["ipc:///a"])
+
+
+@pytest.mark.sqlite
+def test_the_publisher_reads_every_run_named_in_one_statement(alice: User) -> None:
+    first, second, ended = running_run(alice), running_run(alice), running_run(alice)
+    for run, n in ((first, 3), (second, 2)):
+        deltas = [(EventType.OUTPUT_DELTA, {"text": str(i)}) for i in range(n)]
+        services.run_events_append(run_id=run.pk, generation=fresh(run).generation, events=deltas)
+    services.run_complete(run_id=ended.pk, generation=fresh(ended).generation, output="done")
+    last = fresh(first).last_seq
+    heads: dict[str, int | None] = {str(first.pk): last - 2, str(second.pk): None, str(ended.pk): None}
+    heads[str(uuid.uuid4())] = 0  # a run deleted since it was named
+    with CaptureQueriesContext(connection) as queries:
+        news = runs_events_after_heads(heads=heads, limit=2)
+    if connection.vendor == "postgresql":
+        assert len(queries) == 1
+    assert set(news) == {str(first.pk), str(second.pk), str(ended.pk)}
+    # After the head, at most `limit`, in seq order, the bytes every stream sends.
+    assert [row[0] for row in news[str(first.pk)].rows] == [last - 1, last]
+    assert news[str(first.pk)].rows == run_events_json_after(run_id=first.pk, after_seq=last - 2, limit=2)
+    # A run not seen yet: from its first event while live; only its state once ended.
+    assert [row[0] for row in news[str(second.pk)].rows] == [1, 2]
+    assert news[str(ended.pk)].rows == [] and news[str(ended.pk)].status == "completed"
+    assert news[str(ended.pk)].last_seq == fresh(ended).last_seq
+
+
+def test_the_first_link_fetch_comes_sooner_and_every_hold_is_on_its_users_channel(settings: Any) -> None:
+    settings.RUNLEDGER_GRIP_LINK_SECONDS = 600
+    settings.RUNLEDGER_GRIP_LINK_FIRST_SECONDS = 120
+    first = {grip.link_timeout(seconds_left=None, first=True) for _ in range(300)}
+    later = {grip.link_timeout(seconds_left=None, first=False) for _ in range(300)}
+    assert first <= set(range(120, 181)) and later <= set(range(600, 901))
+    assert grip.link_timeout(seconds_left=30.5, first=False) == 31  # never past the link's expiry
+    settings.RUNLEDGER_GRIP_LINK_SECONDS = 2  # the first is never later than the others
+    assert {grip.link_timeout(seconds_left=None, first=True) for _ in range(50)} <= {2, 3}
+    headers = grip.hold_headers(name="run-x", prev_id=4, user_id=7, link="/l/", token="t", timeout=9)
+    assert headers["Grip-Channel"] == "run-x; prev-id=4, runledger-link; prev-id=t, runledger-user-7"
+    # A revocation closes that channel, with no id: every stream on it ends, wherever it is.
+    assert grip.close_user_item(7) == {"channel": "runledger-user-7", "formats": {"http-stream": {"action": "close"}}}
 
 
 def test_a_link_is_sealed_for_its_run_and_carries_its_credential_unreadable() -> None:

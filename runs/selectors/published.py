@@ -5,6 +5,7 @@ the streams of each run, whose users were checked when they connected.
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection
 
@@ -55,7 +56,7 @@ def runs_events_after_heads(*, heads: Mapping[str, int | None], limit: int) -> d
         return {}
     if connection.vendor != "postgresql":
         return _one_by_one(heads, limit)
-    params = {
+    params: dict[str, Any] = {
         "runs": list(heads),
         "heads": list(heads.values()),
         "not_plain": _NOT_PLAIN,
