@@ -77,8 +77,14 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
 
 
 @csrf_exempt
-async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
-    """Pushpin's fetch of a held stream's link."""
+def recover(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Pushpin's fetch of a held stream's link.
+
+    Synchronous, unlike the connect: runs.asgi then runs it as it runs the API, the middleware
+    chain and the view in one call on a request thread, where an async view pays a hop between
+    the event loop and a thread for each synchronous middleware step (about a dozen). Fetches are
+    short reads, and ten thousand streams make one every few milliseconds; Pushpin retries a
+    failed one by itself."""
     position = grip.last_id(request, grip.channel(run_id))
     token = grip.last_id(request, grip.LINK_CHANNEL)
     if (
@@ -89,14 +95,14 @@ async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         or not grip.signed_by_pushpin(request)
     ):
         return _not_pushpins(request)
-    publisher.start()
+    publisher.start_from_thread()
     found = read(run_id=run_id, token=token)
     if found is None:
         log.warning("run %s: a link fetch signed by Pushpin with a token not minted for this run", run_id)
         return _end()
     try:
-        return await hub.run_open_check(_recover_sync, found, token, position, request.path)
-    except (DatabaseError, TimeoutError):
+        return _recover_sync(found, token, position, request.path)
+    except DatabaseError:
         # Pushpin retries a failed fetch by itself (five times, backing off).
         return _unavailable()
 

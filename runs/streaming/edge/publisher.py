@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, connections
 
@@ -381,6 +381,17 @@ def start() -> Publisher | None:
     task = hub.detached(asyncio.get_running_loop(), publisher.run())
     _running.append((publisher, task))
     return publisher
+
+
+def start_from_thread() -> None:
+    """`start` from a synchronous view (the link fetch): under Django's own ASGI handler, whose
+    request threads know the server's event loop, on that loop; under runs.asgi the lifespan has
+    started it already."""
+    if not conf.GRIP_URL or _running:
+        return
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(start)
 
 
 async def stop() -> None:
