@@ -18,7 +18,6 @@ runs are written directly, bench.scenarios.make_running_run). Measured:
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, postgres_facts, summary
+from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, postgres_facts, save_and_print, summary
 from tests.support.procs import Procs
 from tests.support.proxies import CuttableProxy
 
@@ -184,13 +183,8 @@ def main() -> int:
     with durable_cluster() as cluster, app_running(cluster, workers=0) as ctx:
         machine.update(postgres_facts())
         result = measure(ctx, events=args.events, cuts=args.cuts, default_retry_cuts=args.default_retry_cuts)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "client_stream", "machine": machine, **result}, indent=2) + "\n")
     print(f"{'raw socket client (the server alone), same run':72} {result['raw_socket_events_per_s']:>10,} events/s")
-    for name, value, unit, target, _ in figures(result):
-        print(f"{name:72} {value:>10,} {unit}" + (f"  (target ≥ {target:,})" if target else ""))
-    print(json.dumps(result))
+    save_and_print("client_stream", machine, result, args.out, figures(result), "≥")
     return 0
 
 

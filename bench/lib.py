@@ -66,6 +66,19 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+def save_and_print(
+    benchmark: str, machine: dict[str, Any], result: dict[str, Any], out: str, rows: list[tuple[Any, ...]], at: str
+) -> None:
+    """Write a benchmark's result to `out` as JSON, then print its figures (`figures()`'s rows, each
+    target shown as "target `at` N") and the result itself."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"benchmark": benchmark, "machine": machine, **result}, indent=2) + "\n")
+    for name, value, unit, target, _ in rows:
+        print(f"{name:72} {value:>10,} {unit}" + (f"  (target {at} {target:,})" if target else ""))
+    print(json.dumps(result))
+
+
 def summary(ms: list[float]) -> dict[str, float]:
     if not ms:
         return {"n": 0}

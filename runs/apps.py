@@ -9,9 +9,13 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
+        from runs.api.serializers import RunOutputSerializer
         from runs.conf import check_database, check_settings
+        from runs.services import webhooks
         from runs.streaming.edge import revocation
 
+        # The webhook body's run is the API's run JSON; the write core must not import the API.
+        webhooks.run_json = lambda run: RunOutputSerializer(run).data
         load_agents()
         checks.register(check_agents)
         checks.register(check_settings)

@@ -32,7 +32,9 @@ the process's first stream request (runs.streaming.edge.publisher). What it adds
 Other scopes (websockets, say) go to the application it wraps.
 """
 
+import gc
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
@@ -49,6 +51,8 @@ from runs.http.errors import error_body
 from runs.http.request_end import request_ended
 
 Scope = dict[str, Any]
+
+log = logging.getLogger(__name__)
 
 
 def wrap(inner: Any, *, serve_static: bool = False) -> Any:
@@ -121,8 +125,13 @@ class AsyncViews(ASGIHandler):
     request anywhere between the view and its body, and a body never started runs no `finally`."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        from runs.streaming.wait import Unanswered
+
         try:
             await self.handle(scope, receive, send)
+        except Unanswered as exc:
+            # Its body is left unfinished on purpose: the client asks again (runs/streaming/wait.py).
+            log.info("%s: %s", scope["path"], exc)
         finally:
             request_ended(scope)
 
@@ -151,12 +160,26 @@ class Application:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                _fewer_collector_pauses()
                 publisher.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await publisher.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _fewer_collector_pauses() -> None:
+    """Keep the garbage collector's pauses out of the streams' delivery (docs/design/streaming.md#hub).
+
+    A web process holding a thousand streams allocates a little per event per stream, so the
+    collector's default young-generation threshold (700) ran collections every few events, and the
+    full ones walked every object Django and the app made at startup besides: each a pause that every
+    watcher of the event being sent shared (1,000 watchers: p99 186 to 216 ms against p95 under 45).
+    What exists once the process has started is moved out of the collector's sight for good
+    (gc.freeze) and the young generation collected every 50,000 allocations: p99 45 to 71 ms."""
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
 
 
 def _is_async_view(scope: Scope) -> bool:

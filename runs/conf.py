@@ -152,7 +152,9 @@ class AppSettings(Registry):
         1_000_000_000, "bytes of JSON one user's runs store; a create or resume that would pass it is a 429", (WEB,)
     )
     MAX_RUNNING_PER_USER = Limit(0, "runs of one owner the workers run at once; the others wait, queued", SERVING)
-    MAX_STREAMS_PER_USER = Limit(20, "streams one user holds at once on one web process; beyond is a 429", (WEB,))
+    MAX_STREAMS_PER_USER = Limit(
+        20, "streams (and server-side waits) one user holds at once on one web process; beyond is a 429", (WEB,)
+    )
     # 4 MB: an answer stays under 5 MB with its envelope, and a web process's threads and stream
     # readers hold at most a few hundred MB between them.
     MAX_PAGE_BYTES = Limit(
@@ -247,6 +249,35 @@ class AppSettings(Registry):
         unit="seconds",
     )
     GRIP_PUBLISH_TIMEOUT_SECONDS = Seconds(5, "how long one publish to Pushpin may take", (WEB,))
+    # Webhooks (docs/design/webhooks.md)
+    WEBHOOKS_TIMEOUT_SECONDS = Seconds(5, "how long one webhook request may take, connecting included", (WORKER,))
+    WEBHOOKS_RETRY_BASE_SECONDS = Seconds(
+        5, "the wait before a failed webhook delivery's first retry (doubled each time, with jitter)", (WORKER,)
+    )
+    WEBHOOKS_RETRY_MAX_SECONDS = Seconds(3600, "the longest wait between two retries of a delivery", (WORKER,))
+    WEBHOOKS_GIVE_UP_SECONDS = Seconds(
+        86_400, "how long a delivery is retried after its event; then it is marked failed", (WORKER,)
+    )
+    WEBHOOKS_DISABLE_AFTER_SECONDS = Seconds(
+        3 * 86_400, "how long an endpoint may fail every attempt before it is disabled, with the reason", (WORKER,)
+    )
+    WEBHOOKS_ROTATION_OVERLAP_SECONDS = Seconds(
+        86_400, "how long a rotated-out signing secret still signs deliveries beside the new one", (WEB,)
+    )
+    WEBHOOKS_BATCH = Whole(20, "webhook deliveries one worker claims and sends at once", (WORKER,))
+    WEBHOOKS_ALLOW_PRIVATE = Flag(
+        False,
+        "whether webhooks may go to loopback, private, link-local and metadata addresses (tests, private networks)",
+        SERVING,
+    )
+    # Stands in for DNS where a test needs a name to resolve, and to change, as it says.
+    WEBHOOKS_RESOLVE_OVERRIDES = Names(
+        [],
+        "host=address pairs webhook requests resolve those hosts to, before DNS (for tests)",
+        SERVING,
+        must="a list of host=address pairs",
+        item=pattern(r"[^=\s]+=[0-9A-Fa-f.:]+"),
+    )
     # Operations (docs/design/operations.md)
     METRICS_TOKEN = Text(
         "", "the bearer token for /metrics/; empty: only users with runs.view_run", (WEB,), secret=True

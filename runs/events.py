@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
+from runs.exceptions import ValidationFailed
 from runs.transitions import Status
 
 
@@ -21,6 +22,7 @@ class EventType(StrEnum):
     TOOL_STARTED = "tool.started"
     TOOL_FINISHED = "tool.finished"
     CHILD_SPAWNED = "child.spawned"
+    USAGE_REPORTED = "usage.reported"
     RUN_WAITING = "run.waiting"
     RUN_RESUMED = "run.resumed"
     RUN_REQUEUED = "run.requeued"
@@ -40,6 +42,15 @@ TERMINAL_EVENT: dict[Status, EventType] = {
 
 TERMINAL_EVENT_TYPES: frozenset[str] = frozenset(TERMINAL_EVENT.values())
 
+# The events a webhook endpoint may be sent (docs/design/webhooks.md): a run's end and its waits.
+WEBHOOK_EVENTS: tuple[str, ...] = (
+    EventType.RUN_COMPLETED,
+    EventType.RUN_FAILED,
+    EventType.RUN_CANCELLED,
+    EventType.RUN_STOPPED,
+    EventType.RUN_WAITING,
+)
+
 # Types only the platform writes; an agent may not emit them.
 LIFECYCLE_TYPES: frozenset[str] = frozenset(
     {
@@ -54,7 +65,22 @@ LIFECYCLE_TYPES: frozenset[str] = frozenset(
 
 
 # Platform types an agent emits itself (the rest of `EventType` only the platform writes).
-AGENT_TYPES: frozenset[str] = frozenset({EventType.OUTPUT_DELTA, EventType.TOOL_STARTED, EventType.TOOL_FINISHED})
+AGENT_TYPES: frozenset[str] = frozenset(
+    {EventType.OUTPUT_DELTA, EventType.TOOL_STARTED, EventType.TOOL_FINISHED, EventType.USAGE_REPORTED}
+)
+
+# The key of the terminal events of a run that did not complete saying whether it has a partial output
+# (docs/design/execution.md#partial-output).
+PARTIAL_OUTPUT = "partial_output"
+
+# `usage.reported` (docs/design/events.md#usage): counters named like this, whole or decimal numbers ≥ 0,
+# summed into the run; and the flag an agent sets when it could not learn them all.
+USAGE_COUNTER = re.compile(r"[a-z][a-z0-9_]{0,39}")
+USAGE_INCOMPLETE = "incomplete"
+# The platform's own counters in a run's `usage` (its steps_used and events_used): no agent's.
+USAGE_PLATFORM = ("steps", "events")
+# Bounded, as each counter becomes a label of /metrics/ (runledger_usage_total{agent,counter}).
+USAGE_COUNTERS_MAX = 20
 
 # The shape of a type an agent declares for itself (docs/design/events.md#agent-types): dotted,
 # lower case, e.g. `plan.updated`.
@@ -83,9 +109,29 @@ class ToolStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+def usage_problem(data: dict[str, Any]) -> str | None:
+    """Why `data` is not the data of a `usage.reported` event, or None."""
+    counters = [key for key in data if key != USAGE_INCOMPLETE]
+    if len(counters) > USAGE_COUNTERS_MAX:
+        return f"a usage.reported event has at most {USAGE_COUNTERS_MAX} counters, not {len(counters)}"
+    if USAGE_INCOMPLETE in data and not isinstance(data[USAGE_INCOMPLETE], bool):
+        return "a usage.reported incomplete is true or false"
+    for key in counters:
+        value = data[key]
+        if not isinstance(key, str) or not USAGE_COUNTER.fullmatch(key):
+            return f"a usage counter is named in lower-case words joined by _ (at most 40 characters), not {key!r}"
+        if key in USAGE_PLATFORM:
+            return f"usage counter {key!r} is the platform's own"
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+            return f"usage counter {key!r} must be a number ≥ 0, not {value!r}"
+    return None
+
+
 def agent_event_problem(type_: object, data: dict[str, Any], declared: frozenset[str]) -> str | None:
     """Why an agent may not emit this event, or None. It may emit the platform's `AGENT_TYPES`
     and the types of its own it declared when it registered (docs/design/events.md#agent-types)."""
+    if type_ == EventType.USAGE_REPORTED:
+        return usage_problem(data)
     if type_ in AGENT_TYPES:
         call_id = data.get("call_id")
         if type_ != EventType.OUTPUT_DELTA and (not isinstance(call_id, str) or not call_id):
@@ -139,9 +185,12 @@ FORKED_FROM_SEQ_MEANING = "a fork's copy only: the event's seq in the run it was
 def forkable_types(declared: Iterable[str]) -> frozenset[str]:
     """The types a fork copies from its original (docs/design/commands.md#fork): what the agent
     emitted — the platform's agent types and the agent's own `declared` ones — never the
-    platform's record of the run's life nor its children."""
-    return AGENT_TYPES | frozenset(declared)
+    platform's record of the run's life nor its children, nor what the original used (its
+    `usage.reported`: the fork did not use it)."""
+    return (AGENT_TYPES - {EventType.USAGE_REPORTED}) | frozenset(declared)
 
+
+PARTIAL_OUTPUT_MEANING = "true when the run's `partial_output` is not null (the run JSON has it)"
 
 # What each event's `data` holds, for the reference (docs/reference/events.md is rendered from this;
 # tests/test_docs_reference.py drives runs through every platform type and compares the keys). For
@@ -190,6 +239,14 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
         "The agent created a child run (exactly once per step, whatever the retries).",
         {"run_id": "the child's id", "agent": "the child's agent"},
     ),
+    EventType.USAGE_REPORTED: (
+        "What the agent used (e.g. model tokens), summed into the run's `usage`; never copied by a fork.",
+        {
+            "<counter>": "any number of counters (lower-case words joined by _, e.g. `input_tokens`), each a "
+            "number ≥ 0",
+            USAGE_INCOMPLETE: "optional: true when the agent could not learn all it used",
+        },
+    ),
     EventType.RUN_WAITING: (
         "The run paused or asks for input; it holds a resume ticket and no worker holds it.",
         {"reason": "`paused` or `input_required`", "prompt": "what the agent asks (input_required), or null"},
@@ -208,14 +265,82 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
     EventType.RUN_COMPLETED: ("Terminal: the agent finished.", {"output": "its result (also the run's `output`)"}),
     EventType.RUN_FAILED: (
         "Terminal: the run failed.",
-        {"code": "the end code", "reason": "a sentence for people", "error": "details as JSON, or null"},
+        {
+            "code": "the end code",
+            "reason": "a sentence for people",
+            "error": "details as JSON, or null",
+            PARTIAL_OUTPUT: PARTIAL_OUTPUT_MEANING,
+        },
     ),
     EventType.RUN_CANCELLED: (
         "Terminal: an explicit, authorised cancel (never a dropped connection).",
-        {"code": "the end code", "note": "the canceller's note (may be empty)", "by": "who cancelled"},
+        {
+            "code": "the end code",
+            "note": "the canceller's note (may be empty)",
+            "by": "who cancelled",
+            PARTIAL_OUTPUT: PARTIAL_OUTPUT_MEANING,
+        },
     ),
     EventType.RUN_STOPPED: (
         "Terminal: a policy end (staff, budgets, the deadline, a stopped parent).",
-        {"code": "the end code", "reason": "why", "by": "who or what stopped it"},
+        {
+            "code": "the end code",
+            "reason": "why",
+            "by": "who or what stopped it",
+            PARTIAL_OUTPUT: PARTIAL_OUTPUT_MEANING,
+        },
     ),
 }
+
+
+# What a stream or a page of events may be narrowed to (docs/design/streaming.md#types): `?types=`
+# lists exact types and `prefix.*`, comma-separated.
+TYPES_WILDCARD = ".*"
+TYPES_HELP = (
+    "only events of these types, comma-separated: exact names (`output.delta`) and prefixes (`run.*`), "
+    "the run's terminal event always included; seqs and cursors stay the run's"
+)
+
+
+class TypeSelection:
+    """The types a watcher asked for. The terminal events are always in it: a client must learn
+    that the run ended, whatever it chose."""
+
+    __slots__ = ("exact", "prefixes")
+
+    def __init__(self, exact: Iterable[str], prefixes: Iterable[str]) -> None:
+        self.exact: frozenset[str] = frozenset(exact) | TERMINAL_EVENT_TYPES
+        # Each with its dot ("run."), so "run.*" never takes "runner.x".
+        self.prefixes: tuple[str, ...] = tuple(sorted(set(prefixes)))
+
+    def __contains__(self, type_: str) -> bool:
+        return type_ in self.exact or type_.startswith(self.prefixes)
+
+
+def type_selection(spec: str, declared: Iterable[str] = ()) -> TypeSelection:
+    """`spec` (`output.delta,run.*`) as a selection, against the platform's types and the types of
+    its own the run's agent `declared`; a 400 naming every name that matches none."""
+    known = {member.value for member in EventType} | set(declared)
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names:
+        raise _bad_types("name at least one event type, or leave `types` out for every event")
+    exact: list[str] = []
+    prefixes: list[str] = []
+    unknown: list[str] = []
+    for name in names:
+        if name.endswith(TYPES_WILDCARD):
+            prefix = name[: -len(TYPES_WILDCARD)] + "."
+            prefixes.append(prefix)
+            found = any(type_.startswith(prefix) for type_ in known)
+        else:
+            exact.append(name)
+            found = name in known
+        if not found:
+            unknown.append(name)
+    if unknown:
+        raise _bad_types(f"unknown event types: {', '.join(unknown)}")
+    return TypeSelection(exact, prefixes)
+
+
+def _bad_types(message: str) -> ValidationFailed:
+    return ValidationFailed(message, detail={"types": [message]})

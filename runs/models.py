@@ -11,7 +11,16 @@ from django.db import models
 from django.db.models import Q
 
 from runs.conf import conf
+from runs.models_webhooks import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from runs.transitions import LIVE, TERMINAL, CancelCode, FailCode, Status, StopCode
+
+# The webhook models live in a module of their own; Django finds models through this one.
+__all__ = [
+    "DeliveryStatus",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+]
 
 
 def _default_max_attempts() -> int:
@@ -63,6 +72,13 @@ class Run(models.Model):
     # Budget usage, counted across attempts.
     steps_used = models.PositiveIntegerField(default=0)
     events_used = models.PositiveIntegerField(default=0)
+    # What the agent reported it used (`usage.reported`, and a stopped attempt's last report), its
+    # counters summed: counted in the append's own update of the run (docs/design/events.md#usage).
+    reported_usage = models.JSONField(default=dict, blank=True)
+    # The events stored that the agent's partial-output rule reads (output.delta by default): set
+    # in the append's update of the run, so that the end of a run says whether it has a partial
+    # output from the locked row alone (docs/design/execution.md#partial-output).
+    partial_events = models.PositiveIntegerField(default=0)
     # Bytes of JSON (compact UTF-8, `runs.storable.json_bytes`) of its input, output and error: a list
     # leaves out a big one without reading it (docs/design/fair-use.md#bounded-answers,
     # runs.selectors.run_list_values).

@@ -21,6 +21,9 @@ CONTROL = "runledger_control"
 # running runs may pass now)
 QUEUE = "runledger_queue"
 
+# payload "" — webhook deliveries were written or came due again (redelivered)
+WEBHOOKS = "runledger_webhooks"
+
 CHANNELS = (EVENTS, CONTROL, QUEUE)
 # payload "<user_id>" — a credential of the user was revoked (the user deactivated or deleted, a
 # token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams.
@@ -63,6 +66,10 @@ def credential_revoked(user_id: int) -> Note:
 
 def parse_revoked_payload(payload: str) -> int:
     return int(payload)
+
+
+def webhooks_due() -> Note:
+    return WEBHOOKS, ""
 
 
 def parse_events_payload(payload: str) -> tuple[str, int]:

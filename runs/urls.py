@@ -17,6 +17,7 @@ from runs import health
 from runs.metrics import views as metrics
 from runs.pages import run_list_page, run_watch_page
 from runs.streaming import views as streaming
+from runs.streaming import wait
 from runs.streaming.edge import hold
 
 app_name = "runs"
@@ -33,6 +34,8 @@ api: Patterns = [
     path("api/runs/<str:run_id>/stream/", streaming.run_stream, name="run-stream"),
     # Only Pushpin's fetches for the streams the edge holds (runs/streaming/edge/hold.py).
     path("api/runs/<str:run_id>/stream/link/", hold.recover, name="run-stream-link"),
+    # Async too: it waits on the streams' wake-ups (runs/streaming/wait.py).
+    path("api/runs/<str:run_id>/wait/", wait.run_wait, name="run-wait"),
     path("api/", include("runs.api.urls")),
 ]
 pages: Patterns = [

@@ -24,13 +24,14 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection, models
-from django.test import Client, RequestFactory
+from django.test import Client, RequestFactory, override_settings
 from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.admin.hardening import HardenedAdmin
-from runs.models import Run, RunEvent
-from tests.factories import running_run
+from runs.models import Run, RunEvent, WebhookDelivery, WebhookEndpoint
+from runs.services.webhook_endpoints import webhook_create
+from tests.factories import queued_run, running_run
 from tests.support.urls import routes
 
 # Each request on its own (autocommit): a database error in one must not hide the next ones.
@@ -120,6 +121,8 @@ class World:
     run: Run
     group: Group
     token_user: User
+    webhook: WebhookEndpoint
+    delivery: WebhookDelivery
 
 
 @pytest.fixture
@@ -129,7 +132,13 @@ def world(make_user: Callable[..., User]) -> World:
     services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": "x"})] * 3)
     running_run(owner, parent_id=run.pk)
     Token.objects.create(user=owner)
-    return World(run=run, group=Group.objects.create(name="oncall"), token_user=owner)
+    with override_settings(RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE=True):
+        webhook = webhook_create(owner=owner, url="http://127.0.0.1:9/in", events=["run.cancelled"])
+    services.run_cancel(run_id=queued_run(owner).pk, actor=owner)
+    delivery = WebhookDelivery.objects.get()
+    return World(
+        run=run, group=Group.objects.create(name="oncall"), token_user=owner, webhook=webhook, delivery=delivery
+    )
 
 
 @pytest.fixture
@@ -148,6 +157,8 @@ def _real_ids(world: World) -> dict[str, str]:
         "auth/user/": str(world.token_user.pk),
         "auth/group/": str(world.group.pk),
         "authtoken/tokenproxy/": str(world.token_user.pk),
+        "runs/webhookendpoint/": str(world.webhook.pk),
+        "runs/webhookdelivery/": str(world.delivery.pk),
     }
 
 
@@ -288,8 +299,13 @@ def logged_in(user: User) -> Client:
     return client
 
 
-@pytest.mark.parametrize("shard", range(SHARDS))
-@pytest.mark.parametrize("who", WHO)
+def swept(test: Callable[..., None]) -> Callable[..., None]:
+    """A sweep: for each of WHO, in SHARDS parts; slow (thousands of admin pages rendered), so
+    `bin/test --quick`, the inner loop, leaves it out, and the whole suite (and CI) runs it."""
+    return pytest.mark.slow(pytest.mark.parametrize("shard", range(SHARDS))(pytest.mark.parametrize("who", WHO)(test)))
+
+
+@swept
 def test_no_admin_url_or_query_parameter_answers_5xx_or_logs_an_error(
     world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str, shard: int
 ) -> None:
@@ -387,8 +403,7 @@ def command_forms(actions: list[str], selected: str, values: list[str]) -> Itera
         yield {**REFUSED, "code": "staff", "reason": reason, "action": "stop_selected", "_selected_action": selected}
 
 
-@pytest.mark.parametrize("shard", range(SHARDS))
-@pytest.mark.parametrize("who", WHO)
+@swept
 def test_hostile_posts_to_the_commands_and_actions_answer_no_5xx_and_write_nothing(
     world: World, superuser: User, viewer: User, error_log: ErrorLog, who: str, shard: int
 ) -> None:

@@ -39,6 +39,8 @@ RUN_KEYS = {
     "end_reason",
     "ended_by",
     "output",
+    "partial_output",
+    "usage",
     "error",
     "last_seq",
     "max_steps",

@@ -33,6 +33,7 @@ def _table(sql: str) -> str:
         "runs_runevent",
         "runs_runattempt",
         "runs_authfailure",
+        "runs_webhookendpoint",
         "runs_run",
         "auth_user",
         "pg_notify",
@@ -65,6 +66,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         "INSERT runs_runevent",
         "SELECT pg_notify",  # events and control, one statement
         "UPDATE runs_run",
+        "SELECT runs_webhookendpoint",  # any endpoint to notify? one index read (docs/design/webhooks.md#outbox)
         "SELECT runs_run",  # the unfinished children the cancel cascades to
         "COMMIT ",
     ]
@@ -76,6 +78,7 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         "SELECT pg_notify",
         "UPDATE runs_run",
         "UPDATE runs_runattempt",
+        "SELECT runs_webhookendpoint",
         "SELECT runs_run",
         "COMMIT ",
         "SELECT runs_runattempt",  # the answer shows the attempt

@@ -102,16 +102,16 @@ def test_the_python_client_lists_what_was_left_out_and_reads_pages_of_big_events
 ) -> None:
     big = services.run_create(owner=alice, agent="demo", input={"deltas": 1, "pad": "x" * 5000})
     with Client(web.url, token_for(alice)) as client:
-        (listed_run,) = list(client.list())
+        (listed_run,) = list(client.runs.list())
         assert (listed_run.id, listed_run["input"], listed_run.truncated) == (str(big.pk), None, ("input",))
-        whole = client.get(listed_run.id)
+        whole = client.runs.get(listed_run.id)
         assert (whole["input"]["pad"], whole.truncated) == ("x" * 5000, ())
-        client.cancel(listed_run.id)  # the next run claimed is the one below
+        client.runs.cancel(listed_run.id)  # the next run claimed is the one below
 
         run = big_events_run(alice, [30_000] * 5)
         pages, after = [], 0
         while not pages or not pages[-1].end_of_stream:
-            pages.append(client.events(str(run.pk), after_seq=after, limit=1000))
+            pages.append(client.runs.events(str(run.pk), after_seq=after, limit=1000))
             after = pages[-1].next_after_seq
     assert len(pages) > 1  # 20 kB a page on this web process
     assert [e.object for page in pages for e in page.events] == [e.as_dict() for e in RunEvent.objects.filter(run=run)]

@@ -27,7 +27,8 @@ def assert_stopped_by_budget(run: Run, budget: str, limit: int) -> None:
     assert run.end_reason == f"{budget} budget of {limit} exhausted"
     last = RunEvent.objects.get(run=run, seq=run.last_seq)
     assert (last.type, last.attempt) == ("run.stopped", None)
-    assert last.data == {"code": "budget_exhausted", "reason": run.end_reason, "by": "system"}
+    data = {"code": "budget_exhausted", "reason": run.end_reason, "by": "system"}
+    assert last.data == {**data, "partial_output": run.partial_events > 0}
     # Closed by the platform; the worker records its release once it has stopped.
     attempt = RunAttempt.objects.get(run=run, generation=run.generation)
     assert (attempt.outcome, attempt.released_at) == (AttemptOutcome.STOPPED, None)

@@ -316,3 +316,52 @@ def test_o_json_for_every_command_is_the_apis_json(alice: User, cli: Any) -> Non
     status, jsonl, _ = cli(token, "list", "-o", "jsonl")
     assert status == 0 and len(jsonl.splitlines()) == 4 and all(json.loads(line)["id"] for line in jsonl.splitlines())
     assert "k=v" in cli(token, "show", run["id"])[1]  # text: for people
+
+
+def test_webhooks_commands_answer_the_apis_json_and_another_users_endpoint_is_refused(
+    alice: User, bob: User, cli: Any
+) -> None:
+    token = token_for(alice)
+    url = f"http://127.0.0.1:{free_port()}/in"  # nothing listens: the delivery stays pending
+
+    def as_json(*args: str) -> Any:
+        status, out, err = cli(token, "webhooks", *args, "-o", "json")
+        assert status == 0, (args, err)
+        return json.loads(out)
+
+    hook = as_json("create", url, "--events", "run.completed", "--events", "run.failed", "--where", "k=v")
+    assert hook["secret"].startswith("whsec_") and hook["events"] == ["run.completed", "run.failed"]
+    assert hook["metadata"] == {"k": "v"} and hook["enabled"] is True
+    assert [h["id"] for h in as_json("list")] == [hook["id"]]
+    assert as_json("show", hook["id"])["url"] == url and "secret" not in as_json("show", hook["id"])
+    off = as_json("update", hook["id"], "--events", "run.cancelled", "--disable")
+    assert (off["events"], off["enabled"], off["metadata"]) == (["run.cancelled"], False, {"k": "v"})
+    assert as_json("update", hook["id"], "--enable", "--endpoint-url", url + "2")["url"] == url + "2"
+    assert as_json("rotate-secret", hook["id"])["secret"] not in ("", hook["secret"])
+
+    long = json.loads(
+        cli(token, "create", "demo", '{"deltas": 1000, "delay_ms": 50}', "--meta", "k=v", "-o", "json")[1]
+    )
+    assert cli(token, "cancel", long["id"])[0] == 0
+    [delivery] = as_json("deliveries", hook["id"])
+    assert (delivery["run_id"], delivery["event_type"], delivery["status"]) == (long["id"], "run.cancelled", "pending")
+    status, text, _ = cli(token, "webhooks", "show", hook["id"])
+    assert status == 0 and "events:      run.cancelled" in text.splitlines() and "secret" not in text
+    status, lines, _ = cli(token, "webhooks", "deliveries", hook["id"], "-o", "jsonl")
+    assert status == 0 and [json.loads(line)["id"] for line in lines.splitlines()] == [delivery["id"]]
+
+    for command in ("show", "delete", "rotate-secret"):  # hers, not bob's: a 404 to him
+        refused = cli(token_for(bob), "webhooks", command, hook["id"])
+        assert (refused[0], refused[1]) == (1, "") and "not_found" in refused[2], command
+    assert as_json("delete", hook["id"]) == {"id": hook["id"], "deleted": True}
+    assert cli(token, "webhooks", "show", hook["id"])[0] == 1
+    bad = cli(token, "webhooks", "create", "ftp://example.test/", "--events", "run.failed")
+    assert bad[0] == 1 and "url" in bad[2]
+    for usage in (
+        ["create", url],
+        ["create", url, "--events", "run.created"],
+        ["update", "ID", "--enable", "--disable"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli(token, "webhooks", *usage)
+        assert exited.value.code == 2, usage

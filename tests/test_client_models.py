@@ -9,11 +9,22 @@ import pytest
 from django.test import Client
 
 import runledger_client as rl
+from runledger_client._cli_args import WEBHOOK_EVENTS
 from runledger_client.models import api_fields
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
 
-MODELS: list[type[Any]] = [rl.Run, rl.Attempt, rl.Event, rl.Agent, rl.EventPage, rl.Page, rl.BulkResult]
+MODELS: list[type[Any]] = [
+    rl.Run,
+    rl.Attempt,
+    rl.Event,
+    rl.Agent,
+    rl.EventPage,
+    rl.Page,
+    rl.BulkResult,
+    rl.Webhook,
+    rl.WebhookDelivery,
+]
 
 
 def served_components() -> dict[str, Any]:
@@ -50,4 +61,13 @@ def test_every_object_the_api_answers_has_its_model() -> None:
         and not name.endswith("Request")
         and name != "ErrorDetail"
     }
-    assert sorted(answered - modelled) == []
+    # An open map of counters (steps, events and whatever the agent reports): Run.usage is its dict.
+    as_dicts = {"Usage"}
+    assert sorted(answered - modelled - as_dicts) == []
+
+
+def test_the_clis_webhook_events_are_those_the_api_takes() -> None:
+    # The CLI offers them as --events' choices (and completes them) without asking the server.
+    enum = served_components()["WebhookEndpoint"]["properties"]["events"]["items"]
+    taken = enum.get("enum") or served_components()[enum["$ref"].rsplit("/", 1)[-1]]["enum"]
+    assert sorted(WEBHOOK_EVENTS) == sorted(taken)

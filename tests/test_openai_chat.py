@@ -103,9 +103,12 @@ def test_an_answer_is_stored_delta_by_delta_as_sent_and_completes_with_its_text_
     assert stored_text(run) == run.output["text"]
     types = event_types(run)
     assert types == [EventType.RUN_CREATED, EventType.RUN_STARTED] + [EventType.OUTPUT_DELTA] * 30 + [
-        EventType.RUN_COMPLETED
+        EventType.USAGE_REPORTED,
+        EventType.RUN_COMPLETED,
     ]
     assert run.steps_used == 1  # one model turn
+    # What it used, reported before its end and summed into the run.
+    assert run.reported_usage == {"input_tokens": 8, "output_tokens": 30}
 
     # Cut short by max_tokens: a completion all the same, which says so.
     short = wait_status(chat_run(alice, "test+words-30", max_tokens=4), "completed")
@@ -128,7 +131,9 @@ def test_a_run_that_names_no_bound_is_sent_the_operators_max_tokens(
 
 @pytest.mark.sqlite
 @pytest.mark.parametrize(
-    ("behaviour", "streamed"), [("slow-20ms", 5), ("wait-60000ms", 0)], ids=["mid-stream", "before-the-first-chunk"]
+    ("behaviour", "streamed"),
+    [("slow-20ms+usage-each", 5), ("wait-60000ms", 0)],
+    ids=["mid-stream", "before-the-first-chunk"],
 )
 def test_a_cancel_closes_the_model_stream_within_the_grace_and_stores_nothing_after_it(
     procs: Procs, model: ModelServer, alice: User, behaviour: str, streamed: int
@@ -150,6 +155,14 @@ def test_a_cancel_closes_the_model_stream_within_the_grace_and_stores_nothing_af
     assert len(sent) == gone["chunks"] >= streamed
     assert delta_texts(run) == sent[: delta_count(run)]
     assert_nothing_after_terminal(run)
+    # The usage the server sent with its chunks until the close is the run's, added with the
+    # attempt's release; before any chunk, the agent says it could not learn it.
+    if streamed:
+        assert run.reported_usage["input_tokens"] == 8
+        assert delta_count(run) <= run.reported_usage["output_tokens"] <= gone["chunks"]
+        assert "incomplete" not in run.reported_usage
+    else:
+        assert run.reported_usage == {"incomplete": True}
 
 
 def test_a_stop_the_worker_finds_between_two_chunks_closes_the_model_stream_too(
@@ -218,6 +231,7 @@ def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_a
     )
     assert "incomplete chunked read" in dropped.end_reason
     assert stored_text(dropped) == answer_text(5)
+    assert dropped.reported_usage == {"incomplete": True}  # the usage comes last: it never came
     assert_nothing_after_terminal(dropped)
 
     for status in (500, 429):
@@ -325,5 +339,6 @@ def test_a_requeued_attempt_goes_on_from_the_stored_text_and_stores_nothing_twic
     assert delta_texts(run) == answer_words(WORDS) and stored_text(run) == answer_text(WORDS)
     assert run.output["text"] == answer_text(WORDS)
     assert run.output["usage"]["completion_tokens"] == billed
+    assert run.reported_usage["output_tokens"] == billed
     assert run.steps_used == 1
     assert_nothing_after_terminal(run)

@@ -1,7 +1,7 @@
 """The Python client (clients/python) against the real thing: a uvicorn web process and a worker
 on PostgreSQL (one pair for the module, tests/support/live.py), reached through a CuttableProxy
 that cuts streams server-side mid-frame and drops answers after the server sent them — and, for
-the 0.2 surface, directly: every method of `client.runs` and `client.agents`, sync and async, with
+the 0.2 surface, directly: every method of `client.runs`, `client.agents` and `client.webhooks`, sync and async, with
 typed models; streams as context managers that close their connection (the server's open-stream
 gauge drops); where `Client()` finds its server and token; the flat 0.1 names, deprecated.
 
@@ -100,6 +100,23 @@ def test_a_stream_ends_at_204_for_a_finished_run_read_to_its_end(client: rl.Clie
     assert [e.seq for e in tail] == [run.last_seq - 1, run.last_seq]
 
 
+def test_wait_is_the_servers_and_streams_and_pages_take_types(proxy: CuttableProxy, client: rl.Client) -> None:
+    run = client.runs.wait(client.runs.create("demo", {"deltas": 4, "delay_ms": 0}).id)
+    assert (run.status, run["wait_result"]) == ("completed", "ended")
+    waits = [r for r in list(proxy.requests) if r.path.startswith(f"/api/runs/{run.id}/wait/")]
+    assert waits and all("timeout=" in r.path for r in waits)
+    with client.runs.stream(run.id, types=["output.delta"]) as stream:
+        deltas = list(stream)
+    assert [e.type for e in deltas] == ["output.delta"] * 4 + ["run.completed"]
+    assert [e.type for e in client.runs.events(run.id, types="run.*").events] == [
+        "run.created",
+        "run.started",
+        "run.completed",
+    ]
+    with pytest.raises(rl.ValidationError):
+        client.runs.events(run.id, types=["nope.*"])
+
+
 def test_json_event_pages_are_the_stored_log(client: rl.Client) -> None:
     run = client.runs.wait(client.runs.create("demo", {"deltas": 7, "delay_ms": 0}).id)
     objects: list[Any] = []
@@ -149,6 +166,9 @@ def test_a_cancel_retried_across_a_dropped_answer_returns_the_cancelled_run_and_
     assert cancelled.status == "cancelled" and cancelled.end_code == "cancelled_by_user"
     assert event_types(Run.objects.get(pk=cancelled.id)).count("run.cancelled") == 1
     assert released.attempt is not None and released.attempt["released_at"] is not None
+    # What it produced before the tool began, kept: in the cancel's answer already.
+    assert cancelled.partial_output == released.partial_output == {"text": demo_text(1)}
+    assert released.usage == {"steps": released.steps_used, "events": released.events_used}
 
 
 # --- commands, wait, list -------------------------------------------------------------------------
@@ -380,6 +400,70 @@ def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
 # --- the 0.2 surface: namespaces, typed models, streams in `with`, configuration (issue 37) ----------
 
 LONG = {"deltas": 1000, "delay_ms": 50}
+
+
+def test_every_method_of_webhooks_answers_typed_models(live: Live, alice: User, bob: User) -> None:
+    url = f"http://127.0.0.1:{free_port()}/in"  # nothing listens: deliveries stay pending, listed all the same
+    with rl.Client(live.web.url, token_for(alice), retry=FAST) as client:
+        hook = client.webhooks.create(url, ["run.completed", "run.cancelled"], {"team": "a"})  # kept sorted
+        assert isinstance(hook, rl.Webhook) and hook.secret is not None and hook.secret.startswith("whsec_")
+        assert (hook.url, hook.events, hook.metadata, hook.enabled) == (
+            url,
+            ("run.cancelled", "run.completed"),
+            {"team": "a"},
+            True,
+        )
+        assert isinstance(hook.created_at, datetime) and hook.owner == alice.username
+        other = client.webhooks.create(url, ["run.failed"])
+        shown = client.webhooks.get(hook.id)
+        assert shown.secret is None and shown.events == hook.events  # the secret is shown once
+        assert [h.id for h in client.webhooks.list(page_size=1)] == [hook.id, other.id]
+        off = client.webhooks.update(hook.id, events=["run.completed"], metadata={"team": "b"}, enabled=False)
+        assert (off.events, off.metadata, off.enabled) == (("run.completed",), {"team": "b"}, False)
+        assert client.webhooks.update(hook.id, enabled=True).enabled
+        rotated = client.webhooks.rotate_secret(hook.id)
+        assert rotated.secret not in (None, hook.secret) and isinstance(rotated.previous_secret_expires_at, datetime)
+
+        done = client.runs.wait(client.runs.create("demo", {"deltas": 1, "delay_ms": 0}, metadata={"team": "b"}).id)
+        [delivery] = client.webhooks.deliveries(hook.id)  # written in the end's own transaction
+        assert isinstance(delivery, rl.WebhookDelivery) and isinstance(delivery.created_at, datetime)
+        assert (delivery.run_id, delivery.seq, delivery.event_type) == (done.id, done.last_seq, "run.completed")
+        assert delivery.status == "pending" and delivery.delivered_at is None
+
+        with pytest.raises(rl.ValidationError):
+            client.webhooks.create(url, ["run.created"])
+        with pytest.raises(rl.PermissionDenied):
+            client.webhooks.create(url, ["run.failed"], all_runs=True)
+        with rl.Client(live.web.url, token_for(bob), retry=FAST) as hers, pytest.raises(rl.NotFound):
+            hers.webhooks.get(hook.id)
+        client.webhooks.delete(hook.id)
+        with pytest.raises(rl.NotFound):
+            client.webhooks.get(hook.id)
+        assert [h.id for h in client.webhooks.list()] == [other.id]
+
+
+def test_the_async_client_has_the_same_webhooks(live: Live, alice: User) -> None:
+    url = f"http://127.0.0.1:{free_port()}/in"
+    token = token_for(alice)
+
+    async def scenario() -> tuple[rl.Webhook, rl.Webhook, rl.Webhook, list[str], rl.Run, list[Any], list[str]]:
+        async with rl.AsyncClient(live.web.url, token, retry=FAST) as client:
+            hook = await client.webhooks.create(url, ["run.cancelled"])
+            changed = await client.webhooks.update(hook.id, url=url + "2", events=["run.cancelled", "run.stopped"])
+            rotated = await client.webhooks.rotate_secret(hook.id)
+            listed = [h.id async for h in client.webhooks.list()]
+            run = await client.runs.create("demo", LONG)
+            cancelled = await client.runs.cancel(run.id)
+            deliveries = [(d.run_id, d.event_type) async for d in client.webhooks.deliveries(hook.id)]
+            shown = await client.webhooks.get(hook.id)
+            await client.webhooks.delete(hook.id)
+            after = [h.id async for h in client.webhooks.list()]
+            return changed, rotated, shown, listed, cancelled, deliveries, after
+
+    changed, rotated, shown, listed, cancelled, deliveries, after = run_async(scenario)
+    assert changed.url == url + "2" and changed.events == ("run.cancelled", "run.stopped")
+    assert rotated.secret is not None and shown.secret is None and listed == [shown.id] and after == []
+    assert deliveries == [(cancelled.id, "run.cancelled")]
 
 
 @pytest.fixture

@@ -148,6 +148,7 @@ def test_complete_and_fail_end_the_run_with_one_terminal_event(alice: User) -> N
         "code": "agent_error",
         "reason": "boom",
         "error": {"x": 1},
+        "partial_output": False,
     }
 
 
@@ -179,7 +180,7 @@ def test_cancel_ends_a_live_run_with_one_cancelled_event(alice: User, make: obje
     assert run.resume_ticket == ""
     last = RunEvent.objects.get(run=run, seq=run.last_seq)
     assert (last.type, last.attempt) == ("run.cancelled", None)
-    assert last.data == {"code": "cancelled_by_user", "note": "changed my mind", "by": "alice"}
+    assert last.data == {"code": "cancelled_by_user", "note": "changed my mind", "by": "alice", "partial_output": False}
     assert_log_is_sound(run)
 
 
@@ -246,6 +247,7 @@ def test_stop_records_code_reason_and_actor(alice: User, bob: User) -> None:
         "code": "policy",
         "reason": "too expensive",
         "by": "bob",
+        "partial_output": False,
     }
 
 

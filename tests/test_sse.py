@@ -16,10 +16,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from runs import services
+from runs.events import EventType
 from runs.models import Run, RunEvent
 from tests.factories import running_run
 from tests.support.db import token_for
 from tests.support.procs import Proc, Procs, subprocess_env
+from tests.support.runs import chosen_seqs, mixed_run
 from tests.support.sse import Event, Stream, auth_headers, request_once
 from tests.support.threads import in_thread
 
@@ -97,6 +99,42 @@ def test_stream_replays_stored_events_then_follows_live_ones_until_the_terminal_
     done = get(web, path(run, "after_seq=0"), auth_headers(token, last_event_id=str(run.last_seq)))
     assert done.status == 204
     assert done.body == b""
+
+
+def test_a_stream_of_chosen_types_sends_only_them_and_the_end_and_resumes_exactly(web: Proc, alice: User) -> None:
+    token = token_for(alice)
+    run = mixed_run(alice, complete=False)
+    started = EventType.TOOL_STARTED
+    last_replayed = chosen_seqs(run, started)[-1]
+    later = [(EventType.OUTPUT_DELTA, {"text": "live"}), (started, {"call_id": "live", "name": "t"})]
+
+    async def scenario() -> tuple[list[Event], list[Event]]:
+        # Replayed (a watcher reading the table), then live (the shared frames, picked per watcher).
+        stream = await Stream(web.url, path(run, f"types={started}"), auth_headers(token)).open()
+        got: list[Event] = []
+        async for event in stream.events():
+            got.append(event)
+            if event.seq == last_replayed:
+                await asyncio.to_thread(
+                    in_thread(
+                        lambda: services.run_events_append(run_id=run.pk, generation=run.generation, events=later)
+                    )
+                )
+                await asyncio.to_thread(
+                    in_thread(lambda: services.run_complete(run_id=run.pk, generation=run.generation, output="ok"))
+                )
+        # Resumed by Last-Event-ID from the middle: the rest, once.
+        again = await Stream(web.url, path(run, f"types={started}"), auth_headers(token, str(got[2].seq))).open()
+        return got, [event async for event in again.events()]
+
+    got, resumed = asyncio.run(asyncio.wait_for(scenario(), 60))
+    expected = chosen_seqs(run, started)
+    assert [e.seq for e in got] == expected
+    assert got[-1].event == EventType.RUN_COMPLETED
+    assert [e.seq for e in resumed] == expected[3:]
+    # An unknown name: a 400 naming it, before anything is streamed.
+    refused = get(web, path(run, "types=nope.*,output.delta"), auth_headers(token))
+    assert refused.status == 400 and "nope.*" in refused.json()["error"]["message"]
 
 
 def test_after_seq_skips_what_the_client_has_and_last_event_id_wins_over_it(web: Proc, alice: User) -> None:
@@ -231,7 +269,7 @@ def test_the_stream_is_in_the_openapi_schema() -> None:
     validate_schema(schema)  # still a valid OpenAPI document with the hook's addition
     operation = schema["paths"]["/api/runs/{run_id}/stream/"]["get"]
     params = {(p["in"], p["name"]) for p in operation["parameters"]}
-    assert params == {("path", "run_id"), ("query", "after_seq"), ("header", "Last-Event-ID")}
+    assert params == {("path", "run_id"), ("query", "after_seq"), ("header", "Last-Event-ID"), ("query", "types")}
     assert set(operation["responses"]) >= {"200", "204", "400", "401", "404"}
     assert "text/event-stream" in operation["responses"]["200"]["content"]
     assert {next(iter(s)) for s in operation["security"]} == {"tokenAuth", "cookieAuth"}

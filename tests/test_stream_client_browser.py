@@ -168,6 +168,31 @@ def test_the_client_delivers_every_event_once_in_seq_order_reading_as_many_pages
     assert site.page.locator("#output").text_content() == "done"
 
 
+def test_a_client_of_chosen_types_gets_only_them_and_the_end_with_no_gap_fill(site: Site) -> None:
+    run = running_run(site.user)
+    site.open(run)
+    site.wait_attr("connection", "live")
+    site.page.evaluate(
+        OPEN_PROBE.replace("afterSeq: 0,", "afterSeq: 0, types: ['output.delta'],"),
+        [f"/api/runs/{run.pk}/stream/", f"/api/runs/{run.pk}/events/"],
+    )
+    site.page.wait_for_function("probe.states.some(([state]) => state === 'live')", timeout=WAIT_MS)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for n in range(30):
+        calls += [("tool.started", {"call_id": f"c{n}", "name": "t"}), ("output.delta", {"text": f"{n} "})]
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=calls)
+    services.run_complete(run_id=run.pk, generation=run.generation, output={"text": "done"})
+
+    site.page.wait_for_function("probe.states.some(([state]) => state === 'ended')", timeout=WAIT_MS)
+    run.refresh_from_db()
+    probe = site.page.evaluate("probe")
+    types = event_types(run)
+    assert probe["seqs"] == [seq for seq, type_ in enumerate(types, 1) if type_ in ("output.delta", "run.completed")]
+    assert probe["states"][-1] == ["ended", "completed"]
+    assert any(f"/api/runs/{run.pk}/stream/?after_seq=0&types=output.delta" in url for url in site.requests)
+    assert not [url for url in site.requests if "/events/" in url and "types=" in url]  # no gap filled
+
+
 # A client of the module's own on the page, for a stream the server refuses.
 OPEN_REFUSED = """([streamUrl, eventsUrl]) => {
   window.refused = { states: [] };

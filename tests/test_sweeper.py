@@ -172,7 +172,8 @@ def test_live_runs_past_their_deadline_are_stopped_deadline_exceeded(alice: User
         assert run.end_reason == f"deadline {deadline.isoformat()} passed"
         last = RunEvent.objects.get(run=run, seq=run.last_seq)
         assert (last.type, last.attempt) == ("run.stopped", None)
-        assert last.data == {"code": "deadline_exceeded", "reason": run.end_reason, "by": "system"}
+        data = {"code": "deadline_exceeded", "reason": run.end_reason, "by": "system"}
+        assert last.data == {**data, "partial_output": False}
         assert_log_is_sound(run)
     # The running run's attempt is closed; its worker records the release once it has stopped.
     attempt = RunAttempt.objects.get(run=running)

@@ -144,14 +144,14 @@ def _api() -> str:
 
 
 def _cli() -> str:
+    from runledger_client._cli_args import every_command
     from runledger_client.cli import parser
 
     os.environ["COLUMNS"] = "100"
     top = parser()
     out = ["```text", top.format_help().rstrip(), "```", ""]
-    for action in top._subparsers._group_actions if top._subparsers else []:
-        for name, sub in getattr(action, "choices", {}).items():
-            out += [f"### `runledger {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    for name, sub in every_command(top).items():
+        out += [f"### `runledger {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
     return "\n".join(out)
 
 

@@ -6,7 +6,7 @@ again for `?figures=1` every few seconds (runs/static/runs/dashboard.js) and swa
 place: the same template, so the first paint and each refresh cannot differ.
 """
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin
@@ -24,6 +24,8 @@ from runs.conf import conf
 from runs.models import Dashboard, Run
 from runs.selectors.clock import db_now
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
+from runs.selectors.results import usage_by_agent
+from runs.selectors.webhooks import webhooks_failing
 
 # Upper edges of the latency histogram's buckets, in seconds (the last one is open): finer than
 # /metrics/'s at the low end, where a healthy cancel lands.
@@ -124,6 +126,31 @@ def figures(overview: Overview) -> dict[str, Any]:
     }
 
 
+def usage_rows(by_agent: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """The usage table: an agent a row, its counters as `name total` pairs."""
+    return [
+        {
+            "agent": agent,
+            "counters": [
+                (name, f"{total:,.0f}" if total % 1 == 0 else f"{total:,.2f}") for name, total in counters.items()
+            ],
+        }
+        for agent, counters in by_agent.items()
+    ]
+
+
+def failing_webhooks(now: datetime) -> list[dict[str, Any]]:
+    """Endpoints failing every attempt now, or disabled for it (docs/design/webhooks.md#operations)."""
+    return [
+        {
+            "endpoint": endpoint,
+            "url": reverse("admin:runs_webhookendpoint_change", args=[endpoint.pk]),
+            "since": format_duration(now - endpoint.failing_since) if endpoint.failing_since else "—",
+        }
+        for endpoint in webhooks_failing()
+    ]
+
+
 @admin.register(Dashboard)
 class DashboardAdmin(ViewOnly, admin.ModelAdmin):
     """The dashboard as the admin's page of `Dashboard`: one URL, for those who may see every run."""
@@ -144,7 +171,12 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
     # staff or not being the admin site's own gate (admin_view, before this).
     if not sees_every_run(request.user):
         raise PermissionDenied
-    context = figures(system_overview(now=db_now()))
+    now = db_now()
+    context = {
+        **figures(system_overview(now=now)),
+        "usage": usage_rows(usage_by_agent(since=now - timedelta(days=1))),
+        "failing_webhooks": failing_webhooks(now),
+    }
     if request.GET.get("figures") == "1":
         return TemplateResponse(request, "admin/runs/dashboard_figures.html", context)
     return TemplateResponse(

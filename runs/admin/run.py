@@ -48,6 +48,7 @@ from runs.admin.filters import (
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.admin.matching import MatchingMixin
 from runs.admin.rerun import RerunMixin
+from runs.admin.results import ResultsMixin
 from runs.admin.schedule import ScheduleMixin, schedule_buttons
 from runs.agents import declared_types
 from runs.conf import conf
@@ -146,7 +147,7 @@ class ViewOnly:
 
 
 @admin.register(Run)
-class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -325,8 +326,6 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, HardenedAdmin
 
     metadata_json = json_field("metadata", "metadata")
     input_json = json_field("input", "input")
-    output_json = json_field("output", "output")
-    error_json = json_field("error", "error")
 
     # --- run page: timeline, children, live tail, command buttons ---
 

@@ -5,6 +5,7 @@ fills the registry.
 """
 
 from runs.agents.base import (
+    TEXT_OF_DELTAS,
     Agent,
     AgentContext,
     CancellationToken,
@@ -14,6 +15,7 @@ from runs.agents.base import (
     Emit,
     Fail,
     InputCheck,
+    PartialOutput,
     Registered,
     Step,
     StoredEvent,
@@ -22,12 +24,15 @@ from runs.agents.base import (
     get_agent,
     input_problems,
     is_registered,
+    partial_output_rule,
+    partial_output_types,
     register,
     registered,
     registered_names,
 )
 
 __all__ = [
+    "TEXT_OF_DELTAS",
     "Agent",
     "AgentContext",
     "CancellationToken",
@@ -37,6 +42,7 @@ __all__ = [
     "Emit",
     "Fail",
     "InputCheck",
+    "PartialOutput",
     "Registered",
     "Step",
     "StoredEvent",
@@ -45,6 +51,8 @@ __all__ = [
     "get_agent",
     "input_problems",
     "is_registered",
+    "partial_output_rule",
+    "partial_output_types",
     "register",
     "registered",
     "registered_names",

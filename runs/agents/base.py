@@ -31,17 +31,27 @@ Once the attempt has stopped, these refuse to start anything (`Cancelled`).
 
 A new attempt gets the run's stored events in `ctx.events`, so it continues from them instead of
 re-emitting what is already stored.
+
+What an agent used (model tokens, …) it reports as a `usage.reported` event, summed into the run's
+`usage`. A run cancelled or stopped under it takes no more events; what it learnt of its usage
+until then it hands to `ctx.report_usage_at_stop(counters)` as it unwinds, and the attempt adds it
+to the run with its release (docs/design/events.md#usage).
+
+When a run ends other than `completed`, its JSON shows its `partial_output`, made of its events by
+the rule the agent registers (`partial_output=`; by default the text of its `output.delta` events,
+docs/design/execution.md#partial-output).
 """
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
-from runs.events import custom_type_problem
+from runs.events import EventType, custom_type_problem
 
 if TYPE_CHECKING:
     # Only worker processes load httpx; the web processes import this module too.
@@ -170,10 +180,21 @@ class AgentContext(Protocol):
         the attempt stops."""
         ...
 
+    def report_usage_at_stop(self, counters: dict[str, Any]) -> None:
+        """What the agent used and could not emit as `usage.reported` because the run was cancelled
+        or stopped under it (the data of such an event): added to the run when the attempt is
+        released. The last report wins; a report the event's rule refuses is logged and dropped."""
+        ...
+
 
 Agent = Callable[[AgentContext], AsyncIterator[Directive]]
 # Checks a new run's input before it is stored: {key: what is wrong with it}, empty when it is fine.
 InputCheck = Callable[[dict[str, Any]], dict[str, str]]
+
+# The rule of an agent's partial output (docs/design/execution.md#partial-output): each key of the
+# object, the text of one data key of one event type, concatenated in seq order.
+PartialOutput = Mapping[str, tuple[str, str]]
+TEXT_OF_DELTAS: PartialOutput = MappingProxyType({"text": (EventType.OUTPUT_DELTA.value, "text")})
 
 
 @dataclass(frozen=True)
@@ -184,6 +205,8 @@ class Registered:
     # need no declaring.
     event_types: frozenset[str]
     check_input: InputCheck | None = None
+    # None: the agent's output is never partial (its runs' partial_output is always null).
+    partial_output: PartialOutput | None = field(default_factory=lambda: TEXT_OF_DELTAS)
 
 
 _REGISTRY: dict[str, Registered] = {}
@@ -193,10 +216,16 @@ NAME_MAX = 64
 
 
 def register(
-    name: str, *, event_types: Iterable[str] = (), check_input: InputCheck | None = None
+    name: str,
+    *,
+    event_types: Iterable[str] = (),
+    check_input: InputCheck | None = None,
+    partial_output: PartialOutput | None = TEXT_OF_DELTAS,
 ) -> Callable[[Agent], Agent]:
-    """Register an agent under `name`, with the event types of its own it may emit, and the check
-    a new run's input must pass (a create that fails it is a 400 naming the keys).
+    """Register an agent under `name`, with the event types of its own it may emit, the check
+    a new run's input must pass (a create that fails it is a 400 naming the keys), and what its
+    partial output is made of: {key: (event type, data key)}, the type `output.delta` or one of
+    its own, e.g. `{"plan": ("plan.updated", "text")}`; None if it has none.
 
     A mistake here (a bad name or type, or a name another agent holds) raises at import, so the
     process that loads the module refuses to start instead of failing runs later."""
@@ -209,15 +238,32 @@ def register(
         problem = custom_type_problem(type_)
         if problem is not None:
             raise ValueError(f"agent {name!r} declares {problem}")
+    rule = None if partial_output is None else _partial_rule(name, partial_output, declared)
 
     def decorator(agent: Agent) -> Agent:
         held = _REGISTRY.get(name)
         if held is not None and _origin(held.agent) != _origin(agent):
             raise ValueError(f"agent name {name!r} is already registered by {'.'.join(_origin(held.agent))}")
-        _REGISTRY[name] = Registered(name=name, agent=agent, event_types=declared, check_input=check_input)
+        _REGISTRY[name] = Registered(
+            name=name, agent=agent, event_types=declared, check_input=check_input, partial_output=rule
+        )
         return agent
 
     return decorator
+
+
+def _partial_rule(name: str, rule: PartialOutput, declared: frozenset[str]) -> PartialOutput:
+    if not isinstance(rule, Mapping) or not rule:
+        raise ValueError(f"partial_output of agent {name!r} must be a non-empty mapping, or None")
+    for key, source in rule.items():
+        if not isinstance(key, str) or not key or not isinstance(source, tuple) or len(source) != 2:
+            raise ValueError(f"partial_output of agent {name!r}: {key!r} must map to (event type, data key)")
+        type_, field_ = source
+        if type_ != EventType.OUTPUT_DELTA and type_ not in declared:
+            raise ValueError(f"partial_output of agent {name!r} reads {type_!r}, neither output.delta nor its own")
+        if not isinstance(field_, str) or not field_:
+            raise ValueError(f"partial_output of agent {name!r}: the data key of {key!r} must be a string")
+    return MappingProxyType({key: (str(type_), field_) for key, (type_, field_) in rule.items()})
 
 
 def _origin(agent: Agent) -> tuple[str, str]:
@@ -237,6 +283,19 @@ def declared_types(name: str) -> frozenset[str]:
     """The event types of its own the agent `name` declared (none for an unknown name)."""
     held = _REGISTRY.get(name)
     return held.event_types if held is not None else frozenset()
+
+
+def partial_output_rule(name: str) -> PartialOutput | None:
+    """How the partial output of a run of agent `name` is made (None: it has none). An agent no
+    longer registered keeps the default: its runs' text is still there to show."""
+    held = _REGISTRY.get(name)
+    return held.partial_output if held is not None else TEXT_OF_DELTAS
+
+
+def partial_output_types(name: str) -> frozenset[str]:
+    """The event types whose appends make a partial output of a run of agent `name`."""
+    rule = partial_output_rule(name)
+    return frozenset(type_ for type_, _ in rule.values()) if rule else frozenset()
 
 
 def input_problems(name: str, input: dict[str, Any]) -> dict[str, str]:

@@ -10,6 +10,12 @@ before anything is sent, for a run created under other settings. Each streamed c
 {"text": the whole answer, "usage": what the server reported, "finish_reason": ...}. The stored
 text (the deltas, in order) is always exactly `text`.
 
+What the request used is a `usage.reported` event, {"input_tokens", "output_tokens"} (the
+server's `prompt_tokens` and `completion_tokens`), before the run's end, or `{"incomplete": true}`
+when the server did not say. A run cancelled or stopped mid-stream takes no more events: the usage
+the server sent until then — some send it with every chunk (vLLM's `continuous_usage_stats`) —
+goes to `ctx.report_usage_at_stop`, the same `incomplete` when it sent none.
+
 It speaks the streaming protocol itself, over `ctx.http_stream`, rather than through the official
 SDK: the attempt must be able to close the stream whatever the agent does — an agent abandoned
 for ignoring a cancellation included — and it can close only what it opened (runs/agents/base.py).
@@ -26,6 +32,7 @@ for the server to go on from — vLLM's `continue_final_message`; OpenAI's API c
 partial message. Otherwise it asks again and stores only what goes beyond the stored text.
 """
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -36,7 +43,7 @@ import httpx
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, register
 from runs.conf import conf
-from runs.events import EventType
+from runs.events import USAGE_INCOMPLETE, EventType
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +215,18 @@ def _refused(response: httpx.Response, body: Any) -> Fail:
     return Fail(f"the model server answered HTTP {response.status_code}: {reason}", {"body": body})
 
 
+def _usage_counters(usage: dict[str, Any] | None) -> dict[str, Any]:
+    """The data of `usage.reported` for what the server said the request used (its usage object,
+    or None when it said nothing): the tokens in and out, or `incomplete` for what it left out."""
+    usage = usage or {}
+    counters = {
+        ours: usage[theirs]
+        for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"))
+        if isinstance(usage.get(theirs), int) and not isinstance(usage[theirs], bool) and usage[theirs] >= 0
+    }
+    return counters if len(counters) == 2 else {**counters, USAGE_INCOMPLETE: True}
+
+
 class _Stream:
     """What the chunks said so far, beside the answer's text."""
 
@@ -268,19 +287,31 @@ async def openai_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
                     text = stream.read(data, answer)
                     if text:
                         yield Emit(EventType.OUTPUT_DELTA, {"text": text})
+    except (asyncio.CancelledError, GeneratorExit):
+        if ctx.token.tripped:
+            # Cancelled or stopped under it, the run takes no more events: the usage the server
+            # sent so far goes with the attempt's release.
+            ctx.report_usage_at_stop(_usage_counters(stream.usage))
+        raise
     except httpx.HTTPError as exc:
+        if ctx.token.tripped:  # the attempt closed the stream: see above
+            ctx.report_usage_at_stop(_usage_counters(stream.usage))
+            return
         why = f"{type(exc).__name__}: {exc}"
         if answer.chunks:
+            yield Emit(EventType.USAGE_REPORTED, _usage_counters(stream.usage))
             yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {why}")
         else:
             yield Fail(f"the model request to {url} failed: {why}")
         return
     except ValueError as exc:
+        yield Emit(EventType.USAGE_REPORTED, _usage_counters(stream.usage))
         yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {exc}")
         return
     if refused is not None:
         yield refused
         return
+    yield Emit(EventType.USAGE_REPORTED, _usage_counters(stream.usage))
     if stream.finish_reason is None:
         yield Fail(f"the model stream ended early, after {answer.chunks} chunks: it closed without a finish_reason")
         return

@@ -21,7 +21,7 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.agents import registered
+from runs.agents import declared_types, registered
 from runs.api.base import ApiView
 from runs.api.filters import (
     METADATA_PARAMETER,
@@ -43,6 +43,7 @@ from runs.api.serializers import (
     ScheduleInputSerializer,
 )
 from runs.conf import conf
+from runs.events import TYPES_HELP, type_selection
 from runs.exceptions import NotFound
 from runs.models import Run
 from runs.selectors import RUN_LIST_ORDER, run_get, run_is_visible, run_list, run_list_values
@@ -240,8 +241,8 @@ def _command_schema(
 
 # Base of the operations on one run: visibility (404), then the class's object permission (403).
 class RunObjectApi(RunApi):
-    def get_run(self, request: Request, run_id: str) -> Run:
-        run = run_get(run_id=run_id, user=_caller(request))
+    def get_run(self, request: Request, run_id: str, only: tuple[str, ...] = ()) -> Run:
+        run = run_get(run_id=run_id, user=_caller(request), only=only)
         self.check_object_permissions(request, run)
         return run
 
@@ -290,6 +291,7 @@ class RunEventsApi(RunObjectApi):
     class FilterSerializer(serializers.Serializer[Any]):
         after_seq = StrictIntegerField(min_value=0, required=False, default=0, help_text="at most the run's last_seq")
         limit = StrictIntegerField(min_value=1, max_value=1000, required=False, default=100)
+        types = serializers.CharField(required=False, help_text=TYPES_HELP)
 
     @extend_schema_serializer(component_name="RunEventsPage")
     class OutputSerializer(serializers.Serializer[Any]):
@@ -305,14 +307,17 @@ class RunEventsApi(RunObjectApi):
         description="Events with `seq > after_seq`, in order, at most `limit` (default 100, at most 1000) and at "
         "most RUNLEDGER_MAX_PAGE_BYTES (default 4 MB) of them — always one at least, however big: a page of "
         "big events is shorter than `limit` though more follow. A cursor past `last_seq` is a 400. Continue "
-        "from `next_after_seq` until `end_of_stream`.",
+        "from `next_after_seq` until `end_of_stream`. With `types`, only the events of those types (and the "
+        "terminal one), the first `limit` of them after the cursor.",
         parameters=[RUN_ID, FilterSerializer],
         responses=responses({200: OutputSerializer}, 400, 404),
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:
-        run = self.get_run(request, run_id)
+        run = self.get_run(request, run_id, only=("agent", "last_seq"))
         filters = _valid(self.FilterSerializer, request.query_params)
-        page = run_events_page(run=run, after_seq=filters["after_seq"], limit=filters["limit"])
+        types = filters.get("types")  # left out when empty: every event
+        chosen = None if not types else type_selection(types, declared_types(run.agent))
+        page = run_events_page(run=run, after_seq=filters["after_seq"], limit=filters["limit"], types=chosen)
         # The shape of OutputSerializer, written directly: the events are already JSON (the bytes
         # SSE sends), spliced in rather than decoded and serialised field by field again — that
         # took most of a 100k-event catch-up's time.

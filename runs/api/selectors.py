@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.db.models import F, Prefetch, QuerySet
 
 from runs.conf import conf
+from runs.events import TypeSelection
 from runs.exceptions import ValidationFailed
 from runs.models import Run, RunAttempt
 from runs.selectors.event_text import run_events_items
@@ -31,15 +32,16 @@ class EventsPage:
     end_of_stream: bool
 
 
-def run_events_page(*, run: Run, after_seq: int, limit: int) -> EventsPage:
+def run_events_page(*, run: Run, after_seq: int, limit: int, types: TypeSelection | None = None) -> EventsPage:
     """Events with seq > after_seq (docs/design/streaming.md#json-pages) of a run the caller may
-    see: at most `limit`, and at most RUNLEDGER_MAX_PAGE_BYTES of them (one at least)."""
+    see: at most `limit`, and at most RUNLEDGER_MAX_PAGE_BYTES of them (one at least); with
+    `types`, only those of the chosen types (docs/design/streaming.md#types)."""
     if after_seq > run.last_seq:
         raise ValidationFailed(
             f"after_seq {after_seq} is past the run's last event ({run.last_seq})",
             detail={"after_seq": [f"must be at most {run.last_seq}"]},
         )
-    page = run_events_items(run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=conf.MAX_PAGE_BYTES)
+    page = run_events_items(run_id=run.pk, after_seq=after_seq, limit=limit, max_bytes=conf.MAX_PAGE_BYTES, types=types)
     # The run's state is read with its events (one snapshot), else after them: either way last_seq
     # covers every event returned, and a terminal status means the terminal event is stored, so
     # end_of_stream is never early.

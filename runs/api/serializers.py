@@ -10,6 +10,7 @@ from rest_framework import serializers
 from runs.access import can_see_ticket
 from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run, RunAttempt
 from runs.selectors import run_current_attempt
+from runs.selectors.results import run_partial_output, run_usage
 from runs.transitions import Status
 
 # One choice set, one schema enum (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
@@ -51,6 +52,17 @@ class AttemptOutputSerializer(serializers.Serializer[RunAttempt]):
         return data
 
 
+class UsageSerializer(serializers.Serializer[Any]):
+    """What a run used (docs/design/events.md#usage): the platform's counts, then the agent's own
+    counters (any number of them, e.g. `input_tokens`, `output_tokens`), each summed over the run."""
+
+    steps = serializers.IntegerField(help_text="its steps_used")
+    events = serializers.IntegerField(help_text="its events_used")
+    incomplete = serializers.BooleanField(
+        required=False, help_text="present, true, when its agent could not learn all it used"
+    )
+
+
 class RunOutputSerializer(serializers.Serializer[Run]):
     id = serializers.UUIDField()
     agent = serializers.CharField()
@@ -65,6 +77,15 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     end_reason = serializers.CharField(allow_blank=True)
     ended_by = serializers.CharField(allow_blank=True, help_text="a username, or `system`")
     output = serializers.JSONField(allow_null=True)
+    partial_output = serializers.SerializerMethodField(
+        help_text="a failed, cancelled or stopped run's: what its agent's output was when it ended, by the rule "
+        'its agent declares (default: {"text": the text of its output.delta events}); null when there is none, '
+        "and for a completed run, whose `output` is its result (docs/design/execution.md#partial-output)"
+    )
+    usage = serializers.SerializerMethodField(
+        help_text="what the run used: its `steps` and `events` (steps_used, events_used) and the counters its agent "
+        "reported (usage.reported, summed; `incomplete` true when the agent could not learn them all)"
+    )
     error = serializers.JSONField(allow_null=True)
     last_seq = serializers.IntegerField()
     max_steps = serializers.IntegerField(allow_null=True)
@@ -89,6 +110,14 @@ class RunOutputSerializer(serializers.Serializer[Run]):
         help_text="present only for the owner and holders of runs.change_run; null unless waiting",
     )
     attempt = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField(), allow_null=True))
+    def get_partial_output(self, run: Run) -> dict[str, str] | None:
+        return run_partial_output(run=run)
+
+    @extend_schema_field(UsageSerializer)
+    def get_usage(self, run: Run) -> dict[str, Any]:
+        return run_usage(run=run)
 
     @extend_schema_field(AttemptOutputSerializer(allow_null=True))
     def get_attempt(self, run: Run) -> dict[str, Any] | None:
@@ -129,6 +158,8 @@ class RunListItemSerializer(RunOutputSerializer):
     end_reason = serializers.CharField(
         source="listed_end_reason", allow_blank=True, help_text="its beginning only when `truncated` names it"
     )
+    # Read with the run itself (an aggregate over its events): a page of runs does not carry it.
+    partial_output = None  # type: ignore[assignment]
     truncated = serializers.SerializerMethodField(
         help_text="the fields this item leaves out (null here) or cuts (end_reason); read the run itself for them"
     )

@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 from runs.models import LIVE_VALUES
 from runs.selectors.clock import db_now
 from runs.selectors.overview import leases_stale, queue_oldest_entered, status_counts
+from runs.selectors.webhooks import webhooks_oldest_pending
 from runs.transitions import TERMINAL, Status
 
 # Ended runs only accumulate (until purge_runs), and counting them reads every one of them (about
@@ -47,4 +48,10 @@ class DatabaseCollector(Collector):
         # Above 0 for longer than a few sweeps means nobody sweeps.
         yield GaugeMetricFamily(
             "runledger_leases_stale", "Open attempts whose lease has lapsed", value=leases_stale(now=now)
+        )
+        oldest = webhooks_oldest_pending()
+        yield GaugeMetricFamily(
+            "runledger_webhooks_oldest_pending_age_seconds",
+            "How long the oldest webhook notification still to deliver (to an enabled endpoint) has waited",
+            value=max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0,
         )

@@ -8,11 +8,14 @@ write has committed.
 """
 
 import functools
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from prometheus_client import Counter, Gauge, Histogram
 
+from runs.events import USAGE_INCOMPLETE
 from runs.metrics import store
 from runs.selectors.overview import cancel_release_seconds
 
@@ -38,6 +41,22 @@ CANCEL_RELEASE = Histogram(
 # livesum: the open streams of the processes alive now; a dead process's share is dropped at the
 # next scrape (`store.forget_dead`).
 SSE_STREAMS_OPEN = Gauge("runledger_sse_streams_open", "SSE streams open", multiprocess_mode="livesum", registry=None)
+# By agent and counter (`usage.reported`, docs/design/events.md#usage): both bounded, by the agents
+# registered and the counters each reports (runs.events.USAGE_COUNTERS_MAX).
+USAGE = Counter(
+    "runledger_usage",
+    "What agents reported they used (usage.reported), by counter",
+    ["agent", "counter"],
+    registry=None,
+)
+
+WEBHOOK_DELIVERIES = Counter(
+    "runledger_webhook_deliveries",
+    "Webhook delivery attempts, by outcome: success (a 2xx) or failure (any other answer, or none)",
+    ["outcome"],
+    registry=None,
+)
+_webhooks_by_outcome = {outcome: WEBHOOK_DELIVERIES.labels(outcome=outcome) for outcome in ("success", "failure")}
 HTTP_REQUESTS = Counter("runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None)
 
 # The statuses Runledger answers with, present (at 0) from the first scrape; others appear when used.
@@ -54,9 +73,21 @@ def attempts_lost(count: int) -> None:
         transaction.on_commit(functools.partial(ATTEMPTS_LOST.inc, count), robust=True)
 
 
+def usage_reported(agent: str, report: Mapping[str, Any]) -> None:
+    for counter, value in report.items():
+        if counter != USAGE_INCOMPLETE and value:
+            inc = USAGE.labels(agent=agent, counter=counter).inc
+            transaction.on_commit(functools.partial(inc, value), robust=True)
+
+
 def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:
     seconds = cancel_release_seconds(ended_at=ended_at, released_at=released_at)
     transaction.on_commit(functools.partial(CANCEL_RELEASE.observe, seconds), robust=True)
+
+
+def webhook_delivered(outcome: str) -> None:
+    # Counted when the answer came: its record may fail, and the request was still sent.
+    _webhooks_by_outcome[outcome].inc()
 
 
 def http_response(status: int) -> None:

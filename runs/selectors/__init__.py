@@ -35,6 +35,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Left, Length
 
 from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
+from runs.events import TypeSelection
 from runs.exceptions import NotFound
 from runs.models import Run, RunAttempt, RunEvent
 
@@ -80,15 +81,18 @@ def users_active(*, user_ids: Collection[int]) -> dict[int, bool]:
     return {int(pk): bool(sees) for pk, sees in rows}
 
 
-def run_get(*, run_id: UUID | str, user: AnyUser | None = None) -> Run:
-    """A run by id; with a user, only if visible to them (else NotFound, never a 403).
+def run_get(*, run_id: UUID | str, user: AnyUser | None = None, only: tuple[str, ...] = ()) -> Run:
+    """A run by id; with a user, only if visible to them (else NotFound, never a 403). With `only`,
+    just those fields (and no owner): for a read that needs a few, such as a page of events, which
+    would otherwise fetch and decode the run's input and output for every page.
 
     The rule of `run_visible`, checked on the row: an owner needs no permission lookup (two
     queries on every request of the API and of every stream opened)."""
     if user is not None and not user.is_authenticated:
         raise NotFound(f"run {run_id} not found")
+    runs = Run.objects.only("owner_id", *only) if only else Run.objects.select_related("owner")
     try:
-        run = Run.objects.select_related("owner").get(pk=run_id)
+        run = runs.get(pk=run_id)
     except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
     if user is not None and not run_is_visible(run, user=user):
@@ -303,12 +307,13 @@ class EventsRead:
 # process. The first event is always in, however big. `cut` is a CTE read twice, so computed once.
 # Each row also carries the run's status and last_seq, read in the statement's snapshot, so with
 # its events: an events page needs no statement of its own for them.
-_EVENTS_JSON_BOUNDED_SQL = f"""
+def _bounded_sql(scope: str, chosen: str) -> str:
+    return f"""
 WITH cut AS MATERIALIZED (
     SELECT COALESCE(MAX(seq) FILTER (WHERE upto <= %(bytes)s), MIN(seq)) AS last, MAX(seq) AS reached
     FROM (
         SELECT seq, SUM(COALESCE(data_bytes, octet_length(data::text)) + {EVENT_ENVELOPE_BYTES}) OVER (ORDER BY seq) AS upto
-        FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upper)s
+        FROM {scope}
     ) sized
 )
 SELECT {_EVENT_COLUMNS},
@@ -317,28 +322,55 @@ SELECT {_EVENT_COLUMNS},
     (SELECT reached FROM cut)
 FROM (
     SELECT seq, type, data::text AS data, data::text !~ %(not_plain)s AS plain, created_at, attempt
-    FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= (SELECT last FROM cut)
+    FROM {RunEvent._meta.db_table} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= (SELECT last FROM cut){chosen}
     OFFSET 0
 ) page
 ORDER BY seq
 """
 
 
-def run_events_json_bounded(*, run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None) -> EventsRead:
+_EVENTS = RunEvent._meta.db_table
+_EVENTS_JSON_BOUNDED_SQL = _bounded_sql(
+    f"{_EVENTS} WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upper)s", ""
+)
+# A page of chosen types (`?types=`) is not a range of seqs: the first `limit` events of those types
+# after the cursor, however far apart (the run's (run, seq) index, read as far as they reach).
+_CHOSEN = " AND (type = ANY(%(types)s) OR type LIKE ANY(%(prefixes)s))"
+_EVENTS_CHOSEN_JSON_BOUNDED_SQL = _bounded_sql(
+    f"(SELECT seq, data_bytes, data FROM {_EVENTS} WHERE run_id = %(run)s AND seq > %(after)s{_CHOSEN}"
+    " ORDER BY seq LIMIT %(limit)s) chosen",
+    _CHOSEN,
+)
+
+
+def run_events_json_bounded(
+    *, run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None, types: TypeSelection | None = None
+) -> EventsRead:
     """`run_events_json_after`, stopped before the event that would take the rows (with
-    `EVENT_ENVELOPE_BYTES` each) past `max_bytes` (None: no byte bound); at least one event."""
+    `EVENT_ENVELOPE_BYTES` each) past `max_bytes` (None: no byte bound); at least one event. With
+    `types`, only the events of those types, the first `limit` of them after `after_seq`."""
+    if types is not None and max_bytes is None:
+        max_bytes = 2**62  # one statement for chosen types, bounded or not
     if max_bytes is None:
         return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
     if connection.vendor == "postgresql":
-        params = {"run": run_id, "after": after_seq, "upper": after_seq + limit, "bytes": max_bytes}
+        params: dict[str, Any] = {"run": run_id, "after": after_seq, "upper": after_seq + limit, "bytes": max_bytes}
         params["not_plain"] = _NOT_PLAIN
+        sql = _EVENTS_JSON_BOUNDED_SQL
+        if types is not None:
+            sql = _EVENTS_CHOSEN_JSON_BOUNDED_SQL
+            params["limit"], params["types"] = limit, sorted(types.exact)
+            # LIKE's own wildcard `_` may be in a type; `\` is PostgreSQL's default escape.
+            params["prefixes"] = [prefix.replace("_", "\\_") + "%" for prefix in types.prefixes]
         with connection.cursor() as cursor:
-            cursor.execute(_EVENTS_JSON_BOUNDED_SQL, params)
+            cursor.execute(sql, params)
             fetched = cursor.fetchall()
         if not fetched:
             return EventsRead(rows=[], cut=False)
         status, last_seq, reached = fetched[-1][-3:]
         return EventsRead(rows=_json_rows(fetched), cut=fetched[-1][0] < reached, run_state=(status, last_seq))
+    if types is not None:
+        return _chosen_rows(run_id, after_seq, limit, max_bytes, types)
     in_range = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=after_seq + limit)
     sizes = in_range.order_by("seq").values_list("seq", Coalesce("data_bytes", Length("data")))
     last, total = None, 0
@@ -349,6 +381,21 @@ def run_events_json_bounded(*, run_id: UUID | str, after_seq: int, limit: int, m
             return EventsRead(rows=rows, cut=True)
         last = seq
     return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
+
+
+def _chosen_rows(run_id: UUID | str, after_seq: int, limit: int, max_bytes: int, types: TypeSelection) -> EventsRead:
+    """The events of `types` after `after_seq` off PostgreSQL (SQLite: the development database)."""
+    chosen = Q(type__in=types.exact)
+    for prefix in types.prefixes:
+        chosen |= Q(type__startswith=prefix)
+    rows: list[tuple[int, str, str]] = []
+    total = 0
+    for event in RunEvent.objects.filter(chosen, run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit]:
+        rows.append((event.seq, event.type, event_json(event)))
+        total += len(rows[-1][2]) + EVENT_ENVELOPE_BYTES
+        if len(rows) > 1 and total > max_bytes:
+            return EventsRead(rows=rows[:-1], cut=True)
+    return EventsRead(rows=rows, cut=False)
 
 
 def run_event_sizes(*, run_id: UUID | str, after_seq: int, limit: int) -> list[tuple[int, int]]:

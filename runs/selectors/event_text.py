@@ -7,7 +7,7 @@ that a replay moves one string per page instead of an object per event.
 from dataclasses import dataclass
 from uuid import UUID
 
-from runs.events import TERMINAL_EVENT_TYPES
+from runs.events import TERMINAL_EVENT_TYPES, TypeSelection
 from runs.selectors import run_events_json_bounded
 
 
@@ -36,8 +36,16 @@ class EventsText:
     run_state: tuple[str, int] | None = None
 
 
-def _page(run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None, *, frames: bool) -> EventsText:
-    read = run_events_json_bounded(run_id=run_id, after_seq=after_seq, limit=limit, max_bytes=max_bytes)
+def _page(
+    run_id: UUID | str,
+    after_seq: int,
+    limit: int,
+    max_bytes: int | None,
+    *,
+    frames: bool,
+    types: TypeSelection | None = None,
+) -> EventsText:
+    read = run_events_json_bounded(run_id=run_id, after_seq=after_seq, limit=limit, max_bytes=max_bytes, types=types)
     text = "".join([sse_frame(*row) for row in read.rows]) if frames else ",".join([row[2] for row in read.rows])
     last = read.rows[-1] if read.rows else None
     return EventsText(
@@ -56,6 +64,9 @@ def run_events_frames(*, run_id: UUID | str, after_seq: int, limit: int, max_byt
     return _page(run_id, after_seq, limit, max_bytes, frames=True)
 
 
-def run_events_items(*, run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None) -> EventsText:
-    """`run_events_frames` as the items of a JSON page: each event's JSON, joined by ","."""
-    return _page(run_id, after_seq, limit, max_bytes, frames=False)
+def run_events_items(
+    *, run_id: UUID | str, after_seq: int, limit: int, max_bytes: int | None, types: TypeSelection | None = None
+) -> EventsText:
+    """`run_events_frames` as the items of a JSON page: each event's JSON, joined by ","; with
+    `types`, only the events of those types."""
+    return _page(run_id, after_seq, limit, max_bytes, frames=False, types=types)

@@ -16,19 +16,30 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import F
 
 from runs import notify
+from runs.agents import partial_output_types
 from runs.conf import conf
-from runs.events import TERMINAL_EVENT, EventType, RequeueCause, ToolStatus, WaitReason
+from runs.events import (
+    PARTIAL_OUTPUT,
+    TERMINAL_EVENT,
+    USAGE_INCOMPLETE,
+    EventType,
+    RequeueCause,
+    ToolStatus,
+    WaitReason,
+)
 from runs.exceptions import BudgetExhausted, InvalidTransition, NotFound, StaleAttempt
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.services import webhooks
 from runs.storable import json_bytes
 from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
 # `ended_by` and `by` of what the platform itself does (docs/design/events.md#types).
 SYSTEM = "system"
 
-# The fields of the run that `append` changes, which its caller saves.
-APPENDED = ["last_seq", "stored_bytes"]
+# The fields of the run that `append` changes, which its caller saves (and `reported_usage`, when it
+# appends `usage.reported`: only the agent's appends do).
+APPENDED = ["last_seq", "stored_bytes", "partial_events"]
 
 
 def lock_run(run_id: UUID | str) -> Run:
@@ -82,11 +93,18 @@ def append(
     with the rest of its changes to the run (`APPENDED`). `notes` go out with the events' own
     notification."""
     rows = []
+    # What the run's end says of its partial output, and its usage, are counted here, on the row
+    # the caller saves anyway: never a statement of their own, never a read of the events.
+    partial_types = partial_output_types(run.agent)
     for type_, data in events:
         if type_ == EventType.TOOL_STARTED:
             run.open_tool_calls = [*run.open_tool_calls, [data["call_id"], data.get("name")]]
         elif type_ == EventType.TOOL_FINISHED:
             run.open_tool_calls = [call for call in run.open_tool_calls if call[0] != data["call_id"]]
+        elif type_ == EventType.USAGE_REPORTED:
+            add_usage(run, data)
+        if type_ in partial_types:
+            run.partial_events += 1
         run.last_seq += 1
         size = json_bytes(data)
         # Counted on the run row this transaction writes anyway: an owner's total is a sum over
@@ -99,6 +117,19 @@ def append(
     notify.send(notify.events_committed(run.id, run.last_seq), *notes)
     series.events_appended(len(rows))
     return rows
+
+
+def add_usage(run: Run, report: dict[str, Any]) -> None:
+    """Sum a usage report (the data of a checked `usage.reported`) into the run's
+    `reported_usage`, and count it by agent for /metrics/ once committed."""
+    summed = dict(run.reported_usage)
+    for key, value in report.items():
+        if key == USAGE_INCOMPLETE:
+            summed[key] = bool(summed.get(key)) or bool(value)
+        else:
+            summed[key] = summed.get(key, 0) + value
+    run.reported_usage = summed
+    series.usage_reported(run.agent, report)
 
 
 def close_attempt(run: Run, outcome: AttemptOutcome, *, now: datetime, released: bool) -> None:
@@ -161,6 +192,7 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
             "open_tool_calls",
         ]
     )
+    webhooks.enqueue(run, EventType.RUN_WAITING, now=now)
 
 
 def end(
@@ -198,14 +230,16 @@ def end(
     run.output_bytes = 0 if output is None else json_bytes(output)
     run.error_bytes = 0 if error is None else json_bytes(error)
     run.stored_bytes += run.output_bytes + run.error_bytes
+    # From the locked row (its `partial_events`): the text itself is read with the run's JSON.
+    partial = run.partial_events > 0
     if status == Status.COMPLETED:
         data: dict[str, Any] = {"output": output}
     elif status == Status.FAILED:
-        data = {"code": code, "reason": reason, "error": error}
+        data = {"code": code, "reason": reason, "error": error, PARTIAL_OUTPUT: partial}
     elif status == Status.CANCELLED:
-        data = {"code": code, "note": reason, "by": by}
+        data = {"code": code, "note": reason, "by": by, PARTIAL_OUTPUT: partial}
     else:
-        data = {"code": code, "reason": reason, "by": by}
+        data = {"code": code, "reason": reason, "by": by, PARTIAL_OUTPUT: partial}
     # One finish boundary: every open tool call ends, just before the terminal event.
     events = [*_seals(run), (TERMINAL_EVENT[status], data)]
     if status in (Status.CANCELLED, Status.STOPPED):
@@ -226,6 +260,8 @@ def end(
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
         close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
+    # After the attempt is closed: the notification carries the run as it ended.
+    webhooks.enqueue(run, TERMINAL_EVENT[status], now=now)
     if cascade:
         _end_descendants(run, now=now)
 

@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from runs.conf import conf
-from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
+from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason, usage_problem
 from runs.exceptions import BudgetExhausted, StaleAttempt, ValidationFailed
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
@@ -26,11 +26,13 @@ from runs.selectors.clock import db_now
 from runs.services.core import (
     APPENDED,
     SYSTEM,
+    add_usage,
     append,
     check,
     close_attempt,
     end,
     lock_current,
+    lock_run,
     park,
     requeue,
     stop_over_budget,
@@ -108,6 +110,10 @@ def run_events_append(
         if type_ in (EventType.TOOL_STARTED, EventType.TOOL_FINISHED) and not isinstance(data.get("call_id"), str):
             # The run's end seals open calls by it (`core.end`).
             raise ValidationFailed(f"{type_} events need a call_id")
+        # Summed into the run (`core.add_usage`): numbers only.
+        problem = usage_problem(data) if type_ == EventType.USAGE_REPORTED else None
+        if problem is not None:
+            raise ValidationFailed(problem)
     if not events:
         return []
     exhausted: StaleAttempt | None = None
@@ -120,7 +126,7 @@ def run_events_append(
         rows = append(run, events[:room], attempt=generation, now=now) if room else []
         run.events_used += len(rows)
         run.updated_at = now
-        run.save(update_fields=[*APPENDED, "events_used", "updated_at", "open_tool_calls"])
+        run.save(update_fields=[*APPENDED, "events_used", "updated_at", "open_tool_calls", "reported_usage"])
         if room < len(events):
             exhausted = _exhaust(run, "max_events", now=now)
     if exhausted is not None:
@@ -277,13 +283,37 @@ def run_attempt_release(
     generation: int,
     outcome: AttemptOutcome | None = None,
     released_at: datetime | None = None,
+    usage: dict[str, Any] | None = None,
 ) -> None:
     """Record that the worker has stopped executing the attempt (the run may have ended before).
 
     `released_at` is when it stopped, if that was before this call (a worker that stopped while
     the database was unreachable records it once it is back). Idempotent: a release is recorded once
     (only made more precise for a lost attempt).
+
+    `usage` is what the agent reported it used as the run was cancelled or stopped under it
+    (`AgentContext.report_usage_at_stop`): added to the run's `reported_usage` with the release's
+    first record, so a retried release adds it once.
     """
+    if usage:
+        problem = usage_problem(usage)
+        if problem is not None:
+            raise ValidationFailed(problem)
+        with transaction.atomic(durable=True):
+            # The run's lock first, as every write takes them (run, then its attempt).
+            run = lock_run(run_id)
+            unreleased = RunAttempt.objects.filter(run_id=run_id, generation=generation, released_at__isnull=True)
+            if unreleased.exists():
+                add_usage(run, usage)
+                run.save(update_fields=["reported_usage"])
+            _release(run_id=run_id, generation=generation, outcome=outcome, released_at=released_at)
+        return
+    _release(run_id=run_id, generation=generation, outcome=outcome, released_at=released_at)
+
+
+def _release(
+    *, run_id: UUID | str, generation: int, outcome: AttemptOutcome | None, released_at: datetime | None
+) -> None:
     released_at = released_at or timezone.now()
     # Read first, for runledger_cancel_release_seconds: when its run was cancelled or stopped
     # under it (once per attempt, never on the append path).

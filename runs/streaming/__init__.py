@@ -17,8 +17,10 @@ the bytes on the wire. Follow one request of `GET /api/runs/{id}/stream/` (runs/
     listener.py   the LISTEN connection that wakes the hub's feeds (the worker listens through it
                   too); the channels and payloads themselves are runs/notify.py's, shared with the
                   services that send them
-    schema.py     the stream's operation in the OpenAPI schema (drf-spectacular cannot see a plain
-                  view)
+    schema.py     the stream's and the wait's operations in the OpenAPI schema (drf-spectacular
+                  cannot see a plain view)
+    wait.py       `run_wait`, `GET /api/runs/{id}/wait/`: the run once it ends or waits, on the
+                  same checks, cap and wake-ups as a stream
     edge/         the Pushpin side (edge/__init__.py walks it): hold.py answers a connect with the
                   replay and hold instructions and Pushpin's fetches of the stream's link, the
                   publisher sends each committed event to Pushpin, which writes it to the clients

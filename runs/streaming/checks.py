@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 
+from runs.access import User
+from runs.agents import declared_types
 from runs.cursors import plain_int
-from runs.exceptions import NotFound, TooManyRequests
+from runs.events import TypeSelection, type_selection
+from runs.exceptions import NotFound, TooManyRequests, ValidationFailed
 from runs.http.authentication import request_credentials
 from runs.http.errors import error_response, error_response_for
+from runs.models import Run
 from runs.selectors import run_get
 from runs.streaming import hub
 
@@ -30,6 +34,8 @@ class Opened:
     user_id: int
     token_key: str | None
     session_key: str | None
+    # The types the stream sends (docs/design/streaming.md#types); None: every one.
+    types: TypeSelection | None = None
 
 
 def parse_cursor(name: str, value: str) -> int | HttpResponse:
@@ -50,8 +56,18 @@ def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
         connection.close()
 
 
-def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
-    """`open_checks`, leaving the connection to the caller (who reads on with it, then closes it)."""
+@dataclass(frozen=True)
+class Reader:
+    """Who asked to read a run, with what, and the run as read then."""
+
+    run: Run
+    user: User
+    token_key: str | None
+    session_key: str | None
+
+
+def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
+    """The first checks of a read that waits (a stream, a wait): authentication, visibility, method."""
     try:
         authenticated = request_credentials(request)
     except TooManyRequests as exc:
@@ -70,6 +86,21 @@ def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
         not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
         not_allowed["Allow"] = "GET"
         return not_allowed
+    return Reader(run=run, user=user, token_key=token_key, session_key=session_key)
+
+
+def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+    """`open_checks`, leaving the connection to the caller (who reads on with it, then closes it)."""
+    reader = read_checks(request, run_id)
+    if isinstance(reader, HttpResponse):
+        return reader
+    run, user = reader.run, reader.user
+    types = None
+    if spec := request.GET.get("types"):  # empty, as a form leaves it: every event
+        try:
+            types = type_selection(spec, declared_types(run.agent))
+        except ValidationFailed as exc:
+            return error_response_for(exc)
     cursor, cursor_name = 0, "after_seq"
     for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", last_event_id(request))):
         if value is not None:
@@ -93,8 +124,9 @@ def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
         last_seq=run.last_seq,
         terminal=run.is_terminal,
         user_id=int(user.pk),
-        token_key=token_key,
-        session_key=session_key,
+        token_key=reader.token_key,
+        session_key=reader.session_key,
+        types=types,
     )
 
 

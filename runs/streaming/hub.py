@@ -78,11 +78,12 @@ class Frame:
     seq: int
     data: bytes
     terminal: bool
+    type: str = ""  # the event's ("" for a page), for the watchers that chose types and for waits
 
 
 def make_frame(seq: int, type_: str, body: str) -> Frame:
     """The frame of the event `seq` of type `type_` whose JSON (`event_json`) is `body`."""
-    return Frame(seq=seq, data=sse_frame(seq, type_, body).encode(), terminal=type_ in TERMINAL_EVENT_TYPES)
+    return Frame(seq, sse_frame(seq, type_, body).encode(), type_ in TERMINAL_EVENT_TYPES, type_)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
-"""The SSE stream in the OpenAPI schema.
+"""The SSE stream and the wait in the OpenAPI schema.
 
-`run_stream` (views.py) is a plain async Django view (not DRF), so drf-spectacular cannot see it;
-this postprocessing hook (listed in `SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds the operation.
-A `text/event-stream` body has no JSON schema to fuzz, so contract tests leave this path out.
+`run_stream` (views.py) and `run_wait` (wait.py) are plain async Django views (not DRF), so
+drf-spectacular cannot see them; this postprocessing hook (listed in
+`SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds their operations. A `text/event-stream` body has
+no JSON schema to fuzz, and a wait lasts up to a minute, so contract tests leave both paths out.
 """
 
 from typing import Any
@@ -10,10 +11,12 @@ from typing import Any
 from django.conf import settings
 
 from runs.conf import conf
-from runs.events import EventType
+from runs.events import TYPES_HELP, EventType
+from runs.streaming import wait
 
 # Named like the DRF endpoints' paths (`<str:run_id>` in runs/urls.py).
 PATH = "/api/runs/{run_id}/stream/"
+WAIT_PATH = "/api/runs/{run_id}/wait/"
 
 _ERROR = {
     "type": "object",
@@ -32,6 +35,14 @@ _ERROR = {
 }
 
 _CURSOR = {"type": "integer", "minimum": 0, "format": "int64"}
+
+_RUN_ID = {
+    "name": "run_id",
+    "in": "path",
+    "required": True,
+    "description": "The run's id. A malformed id matches no run (404).",
+    "schema": {"type": "string", "format": "uuid"},
+}
 
 
 def _error(description: str, example_code: str, error_schema: dict[str, Any]) -> dict[str, Any]:
@@ -73,13 +84,7 @@ def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
         ),
         "tags": ["runs"],
         "parameters": [
-            {
-                "name": "run_id",
-                "in": "path",
-                "required": True,
-                "description": "The run's id. A malformed id matches no run (404).",
-                "schema": {"type": "string", "format": "uuid"},
-            },
+            _RUN_ID,
             {
                 "name": "after_seq",
                 "in": "query",
@@ -94,6 +99,13 @@ def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
                 "required": False,
                 "description": "The id (seq) of the last event received; wins over `after_seq`.",
                 "schema": _CURSOR,
+            },
+            {
+                "name": "types",
+                "in": "query",
+                "required": False,
+                "description": f"Send {TYPES_HELP}. Such a stream is served by the web process, not held by the edge.",
+                "schema": {"type": "string", "example": f"{delta},run.*"},
             },
         ],
         "responses": {
@@ -110,23 +122,92 @@ def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
                 "more will come (EventSource stops reconnecting)."
             },
             "400": _error(
-                "A cursor that is not an integer >= 0, or past the last event of a run that has not ended.",
+                "A cursor that is not an integer >= 0, or past the last event of a run that has not ended; "
+                "an unknown event type in `types`.",
                 "validation_error",
                 error_schema,
             ),
-            "401": _error("Not authenticated.", "not_authenticated", error_schema),
-            "404": _error("No such run, or not visible to the caller.", "not_found", error_schema),
-            "503": _error("The database is unavailable.", "database_unavailable", error_schema),
+            **_refusals(error_schema),
+        },
+    }
+
+
+def _refusals(error_schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "401": _error("Not authenticated.", "not_authenticated", error_schema),
+        "404": _error("No such run, or not visible to the caller.", "not_found", error_schema),
+        "429": _error(
+            f"The user holds {conf.MAX_STREAMS_PER_USER} streams and waits on this server already (its cap).",
+            "too_many_requests",
+            error_schema,
+        ),
+        "503": _error("The database is unavailable.", "database_unavailable", error_schema),
+    }
+
+
+def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) -> dict[str, Any]:
+    results = [member.value for member in wait.WaitResult]
+    waited = {
+        "type": "object",
+        "required": ["wait_result"],
+        "properties": {
+            "wait_result": {
+                "type": "string",
+                "enum": results,
+                "description": "`ended`: the run is terminal; `waiting`: it waits (paused, or for input) until "
+                "a resume; `timeout`: neither within `timeout`, the run as it is.",
+            }
+        },
+    }
+    return {
+        "operationId": "runs_wait",
+        "summary": "Wait for a run to end or wait",
+        "description": (
+            "Answers as soon as the run is terminal or waiting (at once if it already is), else after "
+            "`timeout` seconds: the run (as `GET /api/runs/{run_id}/` answers it) plus `wait_result`. For "
+            "programs without an SSE client; ask again after a `timeout`. While it waits it holds no "
+            "thread and no database connection on the server, and it counts against the user's cap of "
+            "streams (429). A wait that must wait sends its head at once and its body when it ends; one "
+            "that cannot answer after all (the database lost, or the caller's sight of the run) leaves its "
+            "body unfinished: ask again."
+        ),
+        "tags": ["runs"],
+        "parameters": [
+            _RUN_ID,
+            {
+                "name": "timeout",
+                "in": "query",
+                "required": False,
+                "description": f"Seconds to wait at most: more than 0, at most {wait.MAX_SECONDS:g} "
+                f"(default {wait.DEFAULT_SECONDS:g}).",
+                "schema": {
+                    "type": "number",
+                    "minimum": 0,
+                    "exclusiveMinimum": True,
+                    "maximum": wait.MAX_SECONDS,
+                    "default": wait.DEFAULT_SECONDS,
+                },
+            },
+        ],
+        "responses": {
+            "200": {
+                "description": "The run, and why the wait ended.",
+                "content": {"application/json": {"schema": {"allOf": [run_schema, waited]}}},
+            },
+            "400": _error("A `timeout` that is not a number in (0, 60].", "validation_error", error_schema),
+            "405": _error("A method other than GET.", "method_not_allowed", error_schema),
+            **_refusals(error_schema),
         },
     }
 
 
 def document_run_stream(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
-    """drf-spectacular postprocessing hook: add `GET /api/runs/{run_id}/stream/`."""
+    """drf-spectacular postprocessing hook: add `GET /api/runs/{run_id}/stream/` and `…/wait/`."""
     components = result.setdefault("components", {})
     # The one error shape: the API's own component when it has one, else the same shape inline.
     has_error = "Error" in components.get("schemas", {})
-    operation = _operation({"$ref": "#/components/schemas/Error"} if has_error else _ERROR)
+    error_schema = {"$ref": "#/components/schemas/Error"} if has_error else _ERROR
+    operation = _operation(error_schema)
     # The schemes spectacular itself derives from DRF's Token and Session authentication, under its
     # own names, so the stream shares them with the DRF endpoints (added if no DRF view has them yet).
     schemes = components.setdefault("securitySchemes", {})
@@ -142,4 +223,10 @@ def document_run_stream(result: dict[str, Any], generator: Any, **kwargs: Any) -
     schemes.setdefault("cookieAuth", {"type": "apiKey", "in": "cookie", "name": settings.SESSION_COOKIE_NAME})
     operation["security"] = [{"tokenAuth": []}, {"cookieAuth": []}]
     result.setdefault("paths", {}).setdefault(PATH, {})["get"] = operation
+    # The run as GET /api/runs/{run_id}/ documents it, when the schema has that component.
+    has_run = "RunOutput" in components.get("schemas", {})
+    run_schema = {"$ref": "#/components/schemas/RunOutput"} if has_run else {"type": "object"}
+    waits = _wait_operation(error_schema, run_schema)
+    waits["security"] = operation["security"]
+    result["paths"].setdefault(WAIT_PATH, {})["get"] = waits
     return result

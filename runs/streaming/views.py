@@ -4,7 +4,9 @@
 ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
 `EventSource` sends on reconnect), else `after_seq`, else 0, and each SSE `id:` is the bare seq,
 so a reconnect resumes exactly after the last event the client fully received. Where the frames
-come from, and how many watchers share one read, is hub.py.
+come from, and how many watchers share one read, is hub.py. With `?types=` (docs/design/streaming.md#types)
+a watcher sends only the frames of those types and the terminal one, picked from the shared frames
+as it sends them; its cursor still passes the others.
 
 Checks run in the order of docs/design/api.md#check-order (checks.py): authentication (401), visibility
 (404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
@@ -34,7 +36,7 @@ from runs.metrics import series
 from runs.streaming.checks import Opened, checked
 from runs.streaming.edge import hold
 from runs.streaming.guard import Watch, get_guard, too_many_streams
-from runs.streaming.hub import Frame, get_hub
+from runs.streaming.hub import Frame, get_hub, read_frames
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +49,10 @@ CHUNK_BYTES = 256_000
 # once authenticated and shown a visible run.
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    if conf.GRIP_URL:
+    if conf.GRIP_URL and not request.GET.get("types"):
         # Behind the edge (docs/design/edge.md#grip): a request Pushpin signed is answered with hold
-        # instructions instead of a stream; any other falls through to the stream below.
+        # instructions instead of a stream; any other falls through to the stream below. The edge
+        # sends a run's every event, so a stream of chosen types is served here, through it.
         held = await hold.respond(request, run_id)
         if held is not None:
             return held
@@ -66,15 +69,15 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request (guard.py says how, under each ASGI handler).
     at_request_end(request, watch.release)
-    stream = _Stream(watch, _stream(opened, watch), content_type="text/event-stream")
+    stream = WatchedResponse(watch, _stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
 
 
-class _Stream(StreamingHttpResponse):
-    """Gives its stream's slot back when closed: Django's own handler closes a response it sent or
-    began to send, however the client left."""
+class WatchedResponse(StreamingHttpResponse):
+    """Gives its stream's (or wait's) slot back when closed: Django's own handler closes a response
+    it sent or began to send, however the client left."""
 
     def __init__(self, watch: Watch, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -104,6 +107,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
     hub = get_hub()
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
+    types = opened.types
     series.SSE_STREAMS_OPEN.inc()
     try:
         yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
@@ -112,13 +116,19 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
             frames = feed.frames_after(cursor)
             if frames is None:
                 try:
-                    frames = await feed.read(cursor)
+                    # A page is one frame of many events; chosen types need them one by one.
+                    frames = await (feed.read(cursor) if types is None else _read_events(opened.run_id, cursor))
                 except DatabaseError as exc:
                     # End the stream cleanly: the client reconnects with its Last-Event-ID.
                     log.warning("run %s: stream read failed (%s); ending the stream", opened.run_id, exc)
                     return
             if frames:
                 done = False
+                # Chosen types are picked here, per watcher, from the frames every watcher shares;
+                # the cursor still passes the others, so a resume stays exact.
+                passed = frames[-1].seq
+                if types is not None:
+                    frames = [frame for frame in frames if frame.type in types]
                 for chunk, after, ended in _chunks(frames, cursor):
                     yield chunk
                     cursor, done = after, ended
@@ -126,7 +136,9 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
                 # however short the lifetime and however long the backlog.
                 if done or loop.time() >= ends_at:
                     return
-                next_keepalive = loop.time() + keepalive
+                if frames:
+                    next_keepalive = loop.time() + keepalive
+                cursor = max(cursor, passed)
                 continue
             now = loop.time()
             if now >= ends_at:
@@ -147,6 +159,10 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
         hub.unsubscribe(feed)
         series.SSE_STREAMS_OPEN.dec()
         watch.release()
+
+
+async def _read_events(run_id: str, cursor: int) -> list[Frame]:
+    return (await read_frames(run_id, cursor)).frames
 
 
 def _chunks(frames: list[Frame], cursor: int) -> Iterator[tuple[bytes, int, bool]]:

@@ -111,6 +111,10 @@ class _AttemptContext:
     ) -> AbstractAsyncContextManager[httpx.Response]:
         return self._execution.steps.http_stream(method, url, client=client, **kwargs)
 
+    def report_usage_at_stop(self, counters: dict[str, Any]) -> None:
+        if checks.usage_at_stop_kept(counters, label=repr(self._execution)):
+            self._execution.usage_at_stop = dict(counters)
+
 
 async def _next_directive(generator: AsyncIterator[Directive]) -> Directive:
     try:
@@ -167,6 +171,8 @@ class Execution:
         self._last_write = ""
         # How many events the agent emitted in this attempt: a refused one is named by its index.
         self._emitted = 0
+        # What the agent used and could not emit, the run having ended under it: its release adds it.
+        self.usage_at_stop: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<attempt {self.generation} of run {self.run_id}>"
@@ -430,6 +436,7 @@ class Execution:
                     generation=self.generation,
                     outcome=outcome,
                     released_at=released_at,
+                    usage=self.usage_at_stop,
                 )
                 return
             except TRANSIENT_DB_ERRORS as exc:

@@ -7,12 +7,15 @@ it fails the run `invalid_output`, with a reason naming what was wrong and where
 agent emitted before it are stored, nothing after it.
 """
 
+import logging
 from typing import Any
 
 from runs.agents.base import Complete, Emit, Fail, Wait
 from runs.conf import conf
-from runs.events import EventType, ToolStatus, WaitReason, agent_event_problem
+from runs.events import EventType, ToolStatus, WaitReason, agent_event_problem, usage_problem
 from runs.storable import storable_text, value_problem
+
+log = logging.getLogger(__name__)
 
 
 def _max_bytes() -> int:
@@ -29,6 +32,16 @@ def emit_problem(index: int, directive: Emit, declared: frozenset[str]) -> str |
         return f"{what}: {problem}"
     problem = value_problem(directive.data, max_bytes=_max_bytes())
     return None if problem is None else f"{what}: its data cannot be stored: {problem}"
+
+
+def usage_at_stop_kept(counters: Any, *, label: str) -> bool:
+    """Whether a usage report made at stop (`AgentContext.report_usage_at_stop`) passes the rule of
+    a `usage.reported` event's data; one that does not is logged and dropped (the run has ended:
+    there is nothing left to fail)."""
+    problem = usage_problem(counters) if isinstance(counters, dict) else "it is not a JSON object"
+    if problem is not None:
+        log.warning("%s: a usage report at stop was dropped: %s", label, problem)
+    return problem is None
 
 
 def event_data(directive: Emit) -> dict[str, Any]:

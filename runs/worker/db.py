@@ -118,6 +118,8 @@ class DbLane:
 
 CONTROL_THREADS = 2
 SWEEP_THREADS = 1
+# A claim and the records of a batch's outcomes: short statements, the requests run on the loop.
+WEBHOOK_THREADS = 1
 
 
 def without_pool() -> None:
@@ -134,17 +136,18 @@ def without_pool() -> None:
 
 class Db:
     """The worker's lanes: `control` for what cancellation latency and leases depend on, `sweep`
-    for the sweeper, `work` for the rest."""
+    for the sweeper, `webhooks` for webhook deliveries, `work` for the rest."""
 
     def __init__(self, *, work_threads: int) -> None:
         self.sqlite = connection.vendor == "sqlite"
         if self.sqlite:
-            self.work = self.control = self.sweep = DbLane("runledger-db", 1)
+            self.work = self.control = self.sweep = self.webhooks = DbLane("runledger-db", 1)
         else:
             self.work = DbLane("runledger-db-work", work_threads)
             self.control = DbLane("runledger-db-control", CONTROL_THREADS)
             self.sweep = DbLane("runledger-db-sweep", SWEEP_THREADS)
+            self.webhooks = DbLane("runledger-db-webhooks", WEBHOOK_THREADS)
 
     def stop(self) -> None:
-        for lane in {id(lane): lane for lane in (self.work, self.control, self.sweep)}.values():
+        for lane in {id(lane): lane for lane in (self.work, self.control, self.sweep, self.webhooks)}.values():
             lane.stop()

@@ -18,6 +18,9 @@ once are safe: each run is handled under its row lock, taken with SKIP LOCKED, a
 Before each sweep, and once when it starts (before it claims), it kills the tool processes that
 lost attempts left on its machine (`runs.worker.orphans`).
 
+Every worker also delivers webhooks (`runs.worker.webhooks`): a loop of its own, woken by
+`runledger_webhooks` (docs/design/webhooks.md#delivery).
+
 Claims are `FOR NO KEY UPDATE SKIP LOCKED` (`services.run_claim`); the agents run outside any
 lock. SIGTERM/SIGINT: stop claiming, let the attempts reach a safe boundary within
 RUNLEDGER_SHUTDOWN_GRACE_SECONDS and requeue them (`worker_shutdown`, not a lost attempt); then
@@ -48,6 +51,7 @@ from runs.worker.attempt import Execution
 from runs.worker.db import Db
 from runs.worker.orphans import Reaper, machine
 from runs.worker.registry import AttemptRegistry
+from runs.worker.webhooks import Deliverer
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +114,7 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._db: Db | None = None
         self._listener: Listener | None = None
+        self._deliverer: Deliverer | None = None
 
     def __repr__(self) -> str:
         return f"<worker {self.worker_id}>"
@@ -146,8 +151,10 @@ class Worker:
         logs.bind_worker(self.worker_id)
         self._wake = asyncio.Event()
         self._db = Db(work_threads=min(max(2, self.concurrency), 4))
+        self._deliverer = Deliverer(lane=self._db.webhooks, worker_id=self.worker_id, poll_seconds=self.poll_seconds)
         poller: asyncio.Task[None] | None = None
         sweeper: asyncio.Task[None] | None = None
+        delivering: asyncio.Task[None] | None = None
         listening: asyncio.Task[None] | None = None
         try:
             if install_signals:
@@ -158,7 +165,7 @@ class Worker:
                     role="worker",
                     on_notify=self._on_notify,
                     on_connect=self._on_listener_connect,
-                    channels=(notify.QUEUE, notify.CONTROL),
+                    channels=(notify.QUEUE, notify.CONTROL, notify.WEBHOOKS),
                 )
                 listening = asyncio.create_task(self._listener.run(), name="listener")
                 try:
@@ -179,10 +186,12 @@ class Worker:
                 self.on_ready(self)
             poller = asyncio.create_task(self._poll_loop(), name="poll")
             sweeper = asyncio.create_task(self._sweep_loop(), name="sweep")
+            delivering = asyncio.create_task(self._deliverer.run(), name="webhooks")
             await self._claim_loop()
             await self._shutdown()
         finally:
-            for task in (poller, sweeper):
+            # A request cut here is sent again once its claim's lease lapses (runs.services.webhooks).
+            for task in (poller, sweeper, delivering):
                 if task is not None:
                     task.cancel()
             if self._listener is not None:
@@ -291,6 +300,9 @@ class Worker:
         assert self._wake is not None
         if channel == notify.QUEUE:
             self._wake.set()
+        elif channel == notify.WEBHOOKS:
+            assert self._deliverer is not None
+            self._deliverer.wake()
         elif channel == notify.CONTROL:
             raw_id, status = notify.parse_control_payload(payload)
             try:
@@ -308,8 +320,9 @@ class Worker:
 
     def _on_listener_connect(self) -> None:
         # Whatever happened while the connection was down was not heard: re-read it all.
-        assert self._wake is not None
+        assert self._wake is not None and self._deliverer is not None
         self._wake.set()
+        self._deliverer.wake()
         held = [(h.run_id, h.generation) for h in self._registry]
         if held:
             self._spawn(self._recheck(held, via="reconnect"))

@@ -18,7 +18,9 @@ from runs.models import RunEvent
 from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.proxies import CuttableProxy
 
-LIVE_ENV = {"RUNLEDGER_SSE_RETRY_MS": "20"}
+# Webhook endpoints on 127.0.0.1 for the clients' webhooks tests (nothing listens: their
+# deliveries are listed, pending).
+LIVE_ENV = {"RUNLEDGER_SSE_RETRY_MS": "20", "RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE": "1"}
 
 
 @dataclass

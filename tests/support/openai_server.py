@@ -11,6 +11,8 @@ The model name chooses the behaviour, words joined by "+" (e.g. "test+words-200+
     wait-Nms      N ms before the response starts (a model slow to its first token)
     drop-after-N  the connection is closed after N content chunks, the response left unfinished
     status-N      an HTTP N answer with an OpenAI error body instead of a stream
+    usage-each    the usage so far in every chunk too (vLLM's `continuous_usage_stats`), so that a
+                  client that closes the stream mid-way knows what it used up to its close
 The answer depends on nothing else, so a request asked again gets the same text, as from a
 deterministic model. vLLM's `continue_final_message` (with `add_generation_prompt` false) takes the
 final assistant message as the start of the answer and streams only the rest.
@@ -64,6 +66,7 @@ class Behaviour:
     drop_after: int | None = None
     status: int | None = None
     wait: float = 0.0
+    usage_each: bool = False
 
     @classmethod
     def of(cls, model: str) -> "Behaviour":
@@ -79,6 +82,8 @@ class Behaviour:
                 found["drop_after"] = int(m[1])
             elif m := re.fullmatch(r"status-(\d+)", word):
                 found["status"] = int(m[1])
+            elif word == "usage-each":
+                found["usage_each"] = True
         return cls(**found)
 
 
@@ -202,6 +207,11 @@ class Connection:
         def choice(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
 
+        prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+
+        def usage(completion: int) -> dict[str, int]:
+            return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
         sent = 0
 
         def gone() -> bool:
@@ -220,14 +230,13 @@ class Connection:
                     return False
                 if self.client_gone(behaviour.pace):
                     return gone()
-                self.send_event(choice({"content": text}))
+                each = {"usage": usage(sent + 1)} if behaviour.usage_each else {}
+                self.send_event({**choice({"content": text}), **each})
                 self.log.write("chunk", conn=self.number, request=number, index=sent, text=text)
                 sent += 1
             self.send_event(choice({}, finish))
             if (body.get("stream_options") or {}).get("include_usage"):
-                prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-                usage = {"prompt_tokens": prompt, "completion_tokens": sent, "total_tokens": prompt + sent}
-                self.send_event({**base, "choices": [], "usage": usage})
+                self.send_event({**base, "choices": [], "usage": usage(sent)})
             self.send_frame(b"data: [DONE]\n\n")
             self.conn.sendall(b"0\r\n\r\n")
         except OSError:  # reset or broken pipe: the client went away while a send was under way

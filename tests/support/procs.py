@@ -223,12 +223,21 @@ def uvicorn_refusal(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def start_writer(
-    procs: Procs, run: "Run", *, count: int, seed: int, pause_ms: float, max_batch: int = 3, complete: bool = True
+    procs: Procs,
+    run: "Run",
+    *,
+    count: int,
+    seed: int,
+    pause_ms: float,
+    max_batch: int = 3,
+    complete: bool = True,
+    mixed: bool = False,
 ) -> Proc:
     """The stand-in worker (tests/support/sse_writer.py): appends through the services in its own process."""
     args = [sys.executable, "-m", sse_writer.__name__, str(run.pk), str(run.generation), "--count", str(count)]
     args += ["--seed", str(seed), "--pause-ms", str(pause_ms), "--max-batch", str(max_batch)]
     args += ["--complete"] if complete else []
+    args += ["--mixed"] if mixed else []
     return procs.start("sse-writer", args, subprocess_env())
 
 

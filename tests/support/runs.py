@@ -1,8 +1,14 @@
 """A run as the database holds it: its row, attempts and events, read afresh every time, so that
 a test sees what another process or thread committed."""
 
-from runs.events import EventType
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from runs import services
+from runs.events import TERMINAL_EVENT_TYPES, EventType
 from runs.models import Run, RunAttempt, RunEvent
+from tests.factories import running_run
 from tests.support.sse import Event
 
 
@@ -55,3 +61,26 @@ def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
     assert [e.seq for e in events] == [r.seq for r in rows]
     assert [e.event for e in events] == [r.type for r in rows]
     assert [e.json() for e in events] == [r.as_dict() for r in rows]
+
+
+def mixed_run(owner: User, *, complete: bool = True) -> Run:
+    """A running run of the owner's with seq 1 run.created, 2 run.started, then six turns of
+    output.delta, tool.started and tool.finished, then (`complete`) run.completed."""
+    run = running_run(owner)
+    events: list[tuple[str, dict[str, Any]]] = []
+    for i in range(6):
+        events.append((EventType.OUTPUT_DELTA, {"text": f"d{i}"}))
+        events.append((EventType.TOOL_STARTED, {"call_id": f"c{i}", "name": "t"}))
+        events.append((EventType.TOOL_FINISHED, {"call_id": f"c{i}", "name": "t"}))
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=events)
+    if complete:
+        services.run_complete(run_id=run.pk, generation=run.generation, output="ok")
+    run.refresh_from_db()
+    return run
+
+
+def chosen_seqs(run: Run, *types: str, prefixes: tuple[str, ...] = ()) -> list[int]:
+    """The seqs a selection of `types` and `prefixes` (`?types=`) takes of the stored events: the
+    terminal one always."""
+    rows = RunEvent.objects.filter(run=run).order_by("seq")
+    return [e.seq for e in rows if e.type in types or e.type.startswith(prefixes) or e.type in TERMINAL_EVENT_TYPES]

@@ -1,7 +1,7 @@
 """A stand-in worker for SSE tests: a separate process that appends events to a running run.
 
     python -m tests.support.sse_writer RUN_ID GENERATION --count N --seed S [--max-batch B]
-        [--pause-ms MS] [--complete]
+        [--pause-ms MS] [--complete] [--mixed]
 
 It appends `output.delta` events through `runs.services.run_events_append` (the worker's own write
 path: one transaction per batch, seq under the run's row lock, NOTIFY at commit) in random batches
@@ -26,6 +26,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-batch", type=int, default=3)
     parser.add_argument("--pause-ms", type=float, default=0)
     parser.add_argument("--complete", action="store_true")
+    # Half the events tool calls instead of deltas: for the streams of chosen types.
+    parser.add_argument("--mixed", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -40,7 +42,9 @@ def main(argv: list[str]) -> int:
     while written < args.count:
         n = min(rng.randint(1, args.max_batch), args.count - written)
         batch = [
-            (EventType.OUTPUT_DELTA, {"text": f"delta {written + i}", "pad": "x" * rng.randint(0, 300)})
+            (EventType.TOOL_STARTED, {"call_id": f"c{written + i}", "name": "t"})
+            if args.mixed and rng.random() < 0.5
+            else (EventType.OUTPUT_DELTA, {"text": f"delta {written + i}", "pad": "x" * rng.randint(0, 300)})
             for i in range(n)
         ]
         services.run_events_append(run_id=args.run_id, generation=args.generation, events=batch)

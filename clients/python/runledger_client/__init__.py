@@ -36,6 +36,8 @@ from runledger_client.models import (
     Page,
     Run,
     RunPage,
+    Webhook,
+    WebhookDelivery,
 )
 
 __all__ = [
@@ -77,5 +79,7 @@ __all__ = [
     "TransportError",
     "UnsupportedMediaType",
     "ValidationError",
+    "Webhook",
+    "WebhookDelivery",
     "__version__",
 ]

@@ -27,6 +27,8 @@ STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled", 
 OUTPUTS = ("text", "json", "jsonl")
 STOP_CODES = ("staff", "policy", "budget_exhausted", "deadline_exceeded")
 SHELLS = ("bash", "zsh", "fish")
+# What a webhook endpoint may be told (runs/events.py WEBHOOK_EVENTS; the client's tests compare the two).
+WEBHOOK_EVENTS = ("run.completed", "run.failed", "run.cancelled", "run.stopped", "run.waiting")
 
 
 def _json_value(text: str) -> Any:
@@ -120,17 +122,7 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
     )
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(
-            name,
-            help=help,
-            description=help,
-            parents=[connection],
-            epilog=EXIT_STATUSES,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        if name in handlers:
-            sub.set_defaults(handler=handlers[name])
-        return sub
+        return _command(commands, name, help, connection, handlers.get(name))
 
     create = command("create", "create a run; prints its id (-o json: the run)")
     create.add_argument("agent", help="the agent's name (runledger agents lists them)")
@@ -209,9 +201,111 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
     rerun.add_argument("--input", type=_json_object, metavar="JSON", help="default: the original's")
     _budget_arguments(rerun)
 
+    _webhooks_commands(
+        command("webhooks", "your webhook endpoints: told when your runs end or wait"), connection, handlers
+    )
+
     completion = command("completion", 'print a shell completion script: eval "$(runledger completion bash)"')
     completion.add_argument("shell", choices=SHELLS, help="the shell")
     return top
+
+
+def _command(
+    commands: Any, name: str, help: str, connection: argparse.ArgumentParser, handler: Callable[..., int] | None
+) -> argparse.ArgumentParser:
+    """A command of `commands` (a parser's subparsers), with the connection options and its handler."""
+    sub: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=help,
+        description=help,
+        parents=[connection],
+        epilog=EXIT_STATUSES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if handler is not None:
+        sub.set_defaults(handler=handler)
+    return sub
+
+
+def _webhooks_commands(
+    webhooks: argparse.ArgumentParser, connection: argparse.ArgumentParser, handlers: dict[str, Callable[..., int]]
+) -> None:
+    """`runledger webhooks COMMAND` (docs/design/webhooks.md#endpoints); handlers `webhooks <name>`."""
+    commands = webhooks.add_subparsers(
+        dest="webhooks_command",
+        required=True,
+        metavar="WEBHOOKS_COMMAND",
+        help="each with its own --help: runledger webhooks COMMAND --help",
+    )
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return _command(commands, name, help, connection, handlers.get(f"webhooks {name}"))
+
+    create = command(
+        "create", "register an endpoint; prints its id and its signing secret, shown only now (-o json: the endpoint)"
+    )
+    create.add_argument("endpoint_url", metavar="URL", help="where to POST: http(s), a public address")
+    _webhook_arguments(create, required=True)
+
+    command("list", "list your endpoints, oldest first")
+
+    show = command("show", "show an endpoint (-o json: its JSON)")
+    show.add_argument("id", help="the endpoint's id")
+
+    update = command("update", "change an endpoint: what is given; prints it (-o json: its JSON)")
+    update.add_argument("id", help="the endpoint's id")
+    update.add_argument("--endpoint-url", metavar="URL", help="where to POST now: http(s), a public address")
+    _webhook_arguments(update, required=False)
+    enabled = update.add_mutually_exclusive_group()
+    enabled.add_argument(
+        "--enable",
+        dest="enabled",
+        action="store_const",
+        const=True,
+        help="send to it again (clears why Runledger disabled it, and its failures so far)",
+    )
+    enabled.add_argument("--disable", dest="enabled", action="store_const", const=False, help="send nothing to it")
+
+    delete = command(
+        "delete", 'delete an endpoint and its deliveries; prints "deleted ID" (-o json: {"id", "deleted"})'
+    )
+    delete.add_argument("id", help="the endpoint's id")
+
+    rotate = command(
+        "rotate-secret",
+        "give an endpoint a new signing secret; prints it, shown only now (the old one signs too for a day)",
+    )
+    rotate.add_argument("id", help="the endpoint's id")
+
+    deliveries = command("deliveries", "list an endpoint's notifications, newest first, with their status")
+    deliveries.add_argument("id", help="the endpoint's id")
+    deliveries.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (0: all); default 50")
+
+
+def _webhook_arguments(sub: argparse.ArgumentParser, *, required: bool) -> None:
+    sub.add_argument(
+        "--events",
+        action="append",
+        choices=WEBHOOK_EVENTS,
+        required=required,
+        metavar="EVENT",
+        help=f"an event to be told of ({', '.join(WEBHOOK_EVENTS)}); repeatable"
+        + ("" if required else "; replaces the endpoint's"),
+    )
+    sub.add_argument(
+        "--where",
+        type=_pair,
+        action="append",
+        metavar="KEY=VALUE",
+        help="only runs with this metadata label; repeatable (all must match)"
+        + ("" if required else "; replaces the endpoint's"),
+    )
+    sub.add_argument(
+        "--all-runs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="every owner's runs, not only yours (needs runs.view_run)",
+    )
 
 
 def _budget_arguments(sub: argparse.ArgumentParser) -> None:
@@ -243,8 +337,18 @@ def _match_arguments(sub: argparse.ArgumentParser) -> None:
 
 
 def subcommands(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """A parser's commands (`runledger`'s, or `runledger webhooks`')."""
     for action in top._subparsers._group_actions if top._subparsers else []:
         choices = getattr(action, "choices", None)
         if isinstance(choices, dict):
             return dict(choices)
     return {}
+
+
+def every_command(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Every command, a group's own ones as `webhooks create`, after the group."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for name, sub in subcommands(top).items():
+        found[name] = sub
+        found.update({f"{name} {inner}": leaf for inner, leaf in subcommands(sub).items()})
+    return found

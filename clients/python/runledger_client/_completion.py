@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from runledger_client._cli_args import subcommands
+from runledger_client._cli_args import every_command, subcommands
 
 
 def _options(sub: argparse.ArgumentParser) -> list[str]:
@@ -17,7 +17,7 @@ def _options(sub: argparse.ArgumentParser) -> list[str]:
 def _choices(top: argparse.ArgumentParser) -> dict[str, list[str]]:
     """Each option that takes one of a set of values, with them."""
     found: dict[str, list[str]] = {}
-    for sub in [top, *subcommands(top).values()]:
+    for sub in [top, *every_command(top).values()]:
         for action in sub._actions:
             if action.option_strings and action.choices is not None:
                 for flag in action.option_strings:
@@ -34,7 +34,7 @@ def _valued(top: argparse.ArgumentParser) -> list[str]:
     return sorted(
         {
             flag
-            for sub in [top, *subcommands(top).values()]
+            for sub in [top, *every_command(top).values()]
             for action in sub._actions
             if action.option_strings and action.nargs != 0
             for flag in action.option_strings
@@ -42,11 +42,21 @@ def _valued(top: argparse.ArgumentParser) -> list[str]:
     )
 
 
+def _groups(top: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """The commands that have commands of their own (`webhooks`), with them."""
+    return {name: list(inner) for name, sub in subcommands(top).items() if (inner := subcommands(sub))}
+
+
 def bash(top: argparse.ArgumentParser) -> str:
     subs = subcommands(top)
     cases = "\n".join(
-        f"        {name}) words={shlex.quote(' '.join(_options(sub) + _positional_choices(sub)))} ;;"
-        for name, sub in subs.items()
+        f"        {shlex.quote(name)}) words={shlex.quote(' '.join(_options(sub) + _positional_choices(sub)))} ;;"
+        for name, sub in every_command(top).items()
+    )
+    # In a group, its command is the first word after it that is not an option.
+    inner = "\n".join(
+        f'                {group}) [[ " {" ".join(names)} " == *" $word "* ]] && command="$command $word" ;;'
+        for group, names in _groups(top).items()
     )
     values = "\n".join(
         f'        {flag}) COMPREPLY=($(compgen -W {shlex.quote(" ".join(choices))} -- "$cur")); return ;;'
@@ -64,7 +74,15 @@ _runledger() {{
     for ((i = 1; i < COMP_CWORD; i++)); do
         word="${{COMP_WORDS[i]}}"
         if [[ " $valued " == *" ${{COMP_WORDS[i-1]}} "* && $i -gt 1 ]]; then continue; fi
-        if [[ " $commands " == *" $word "* ]]; then command="$word"; break; fi
+        if [[ -z "$command" ]]; then
+            if [[ " $commands " == *" $word "* ]]; then command="$word"; fi
+            case "$command" in {"|".join(_groups(top)) or "''"}) ;; "") ;; *) break ;; esac
+        elif [[ "$word" != -* ]]; then
+            case "$command" in
+{inner}
+            esac
+            break
+        fi
     done
     case "$command" in
         "") if [[ "$cur" == -* ]]; then words={shlex.quote(" ".join(_options(top)))}; else words="$commands"; fi ;;
@@ -85,20 +103,39 @@ def zsh(top: argparse.ArgumentParser) -> str:
     )
 
 
-def fish(top: argparse.ArgumentParser) -> str:
-    subs = subcommands(top)
-    lines = ["# runledger completion for fish: runledger completion fish | source", "complete -c runledger -f"]
-    names = " ".join(subs)
+def _fish_offers(lines: list[str], condition: str, subs: dict[str, argparse.ArgumentParser]) -> None:
+    """Offer the commands `subs` (with their descriptions) where `condition` holds."""
     for name, sub in subs.items():
         lines.append(
-            f"complete -c runledger -n 'not __fish_seen_subcommand_from {names}' -a {name} "
-            f"-d {shlex.quote(sub.description or '')}"
+            f"complete -c runledger -n {shlex.quote(condition)} -a {name} -d {shlex.quote(sub.description or '')}"
         )
+
+
+def fish(top: argparse.ArgumentParser) -> str:
+    subs = subcommands(top)
+    groups = _groups(top)
+    lines = ["# runledger completion for fish: runledger completion fish | source", "complete -c runledger -f"]
+    names = " ".join(subs)
+    _fish_offers(lines, f"not __fish_seen_subcommand_from {names}", subs)
+    conditions = {}
+    for name in subs:
+        # A group's commands may share a name with a top-level one (`webhooks list`, `list`).
+        others = [group for group in groups if group != name]
+        conditions[name] = f"__fish_seen_subcommand_from {name}" + "".join(
+            f"; and not __fish_seen_subcommand_from {group}" for group in others
+        )
+    for group, inner in groups.items():
+        seen = f"__fish_seen_subcommand_from {group}"
+        _fish_offers(lines, f"{seen}; and not __fish_seen_subcommand_from {' '.join(inner)}", subcommands(subs[group]))
+        for leaf in inner:
+            conditions[f"{group} {leaf}"] = f"{seen}; and __fish_seen_subcommand_from {leaf}"
+    for name, sub in every_command(top).items():
+        condition = shlex.quote(conditions[name])
         for action in sub._actions:
             if not action.option_strings:
-                if action.choices is not None:
+                if action.choices is not None and name not in groups:
                     values = " ".join(str(c) for c in action.choices)
-                    lines.append(f"complete -c runledger -n '__fish_seen_subcommand_from {name}' -a '{values}'")
+                    lines.append(f"complete -c runledger -n {condition} -a '{values}'")
                 continue
             spec = " ".join(
                 f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}" for flag in action.option_strings
@@ -107,7 +144,7 @@ def fish(top: argparse.ArgumentParser) -> str:
             if action.choices is not None:
                 extra += " -a " + shlex.quote(" ".join(str(c) for c in action.choices))
             help = shlex.quote((action.help or "").replace("%%", "%"))
-            lines.append(f"complete -c runledger -n '__fish_seen_subcommand_from {name}' {spec}{extra} -d {help}")
+            lines.append(f"complete -c runledger -n {condition} {spec}{extra} -d {help}")
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,7 @@ import random
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Container, Generator, Mapping, Sequence
+from collections.abc import Callable, Container, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar
@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 
 from runledger_client.errors import TransportError, error_from, retry_after
-from runledger_client.models import Agent, BulkResult, EventPage, Page, Run, RunPage
+from runledger_client.models import Agent, BulkResult, EventPage, Page, Run, RunPage, Webhook, WebhookDelivery
 
 __version__ = "0.2.0"
 
@@ -171,6 +171,8 @@ class Call(Generic[T]):
     headers: dict[str, str] = field(default_factory=dict)
     ok: Container[int] = (200,)
     idempotent: bool = True
+    # Seconds the request may take, when not the client's `timeout` (a server-side wait).
+    timeout: float | None = None
 
     def result(self, response: httpx.Response) -> T:
         if response.status_code not in self.ok:
@@ -178,7 +180,8 @@ class Call(Generic[T]):
         return self.parse(response.json() if response.content else None)
 
     def request_args(self) -> dict[str, Any]:
-        return {"params": self.params, "json": self.json, "content": self.content, "headers": self.headers}
+        args = {"params": self.params, "json": self.json, "content": self.content, "headers": self.headers}
+        return args if self.timeout is None else args | {"timeout": self.timeout}
 
 
 class Attempts:
@@ -292,9 +295,46 @@ def get(run_id: object) -> Call[Run]:
     return Call("GET", run_path(run_id), Run.from_body)
 
 
-def events(run_id: object, after_seq: int, limit: int | None) -> Call[EventPage]:
-    params = {"after_seq": str(after_seq)} | ({} if limit is None else {"limit": str(limit)})
+def types_param(types: str | Iterable[str] | None) -> dict[str, str]:
+    """`?types=` of a stream or a page: event types and `prefix.*`, as a list or one comma-separated string."""
+    if types is None:
+        return {}
+    return {"types": types if isinstance(types, str) else ",".join(types)}
+
+
+def events(
+    run_id: object, after_seq: int, limit: int | None, types: str | Iterable[str] | None = None
+) -> Call[EventPage]:
+    params = {"after_seq": str(after_seq)} | ({} if limit is None else {"limit": str(limit)}) | types_param(types)
     return Call("GET", run_path(run_id, "events"), EventPage.from_body, params=params)
+
+
+class ServerWait:
+    """`wait()` through the server's wait (`GET /api/runs/{id}/wait/`): asked again after each
+    `timeout` answer, at most `WAIT_MAX` seconds a request, until the run is terminal or `deadline`."""
+
+    # The longest wait the server grants one request.
+    WAIT_MAX = 60.0
+
+    def __init__(self, run_id: object, deadline: float | None, request_timeout: float) -> None:
+        self.run_id = run_id
+        self.deadline = deadline
+        self.request_timeout = request_timeout
+
+    def next_call(self) -> Call[Run]:
+        if past(self.deadline):
+            raise TimeoutError(f"run {self.run_id} did not end in time")
+        seconds = max(0.001, remaining(self.deadline, self.WAIT_MAX))
+        params = {"timeout": f"{seconds:.3f}"}
+        return Call(
+            "GET", run_path(self.run_id, "wait"), Run.from_body, params=params, timeout=seconds + self.request_timeout
+        )
+
+    @staticmethod
+    def waits_for_resume(run: Run) -> bool:
+        """The run waits (paused, or for input): the server answers at once until it is resumed,
+        so the client follows its stream instead, through the resume to the end."""
+        return bool(run["wait_result"] == "waiting")
 
 
 def cancel(run_id: object, note: str) -> Call[Run]:
@@ -373,6 +413,50 @@ def agent_pages(filters: Mapping[str, Any]) -> Pages[Agent]:
     return Pages("/api/agents/", filters, Agent.from_body)
 
 
+# --- webhook endpoints (docs/design/webhooks.md#endpoints) ---
+
+
+def webhook_path(webhook_id: object, action: str = "") -> str:
+    return f"/api/webhooks/{quote(str(webhook_id), safe='')}/" + (f"{action}/" if action else "")
+
+
+def webhook_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields given (None: not given), as the API reads them: `events` a list."""
+    return {name: list(value) if name == "events" else value for name, value in fields.items() if value is not None}
+
+
+def webhook_create(fields: Mapping[str, Any]) -> Call[Webhook]:
+    # Not repeated after a lost answer: the API takes no Idempotency-Key here, and a second try
+    # would register a second endpoint.
+    return Call("POST", "/api/webhooks/", Webhook.from_body, json=webhook_fields(fields), ok=(201,), idempotent=False)
+
+
+def webhook_get(webhook_id: object) -> Call[Webhook]:
+    return Call("GET", webhook_path(webhook_id), Webhook.from_body)
+
+
+def webhook_update(webhook_id: object, fields: Mapping[str, Any]) -> Call[Webhook]:
+    return Call("PATCH", webhook_path(webhook_id), Webhook.from_body, json=webhook_fields(fields))
+
+
+def webhook_delete(webhook_id: object) -> Call[None]:
+    return Call("DELETE", webhook_path(webhook_id), lambda body: None, ok=(204,))
+
+
+def webhook_rotate_secret(webhook_id: object) -> Call[Webhook]:
+    # Not repeated: a second rotation would retire the secret whose answer was lost, and with it
+    # the overlap that lets receivers switch without failing a request.
+    return Call("POST", webhook_path(webhook_id, "rotate-secret"), Webhook.from_body, idempotent=False)
+
+
+def webhook_pages(page_size: int | None) -> Pages[Webhook]:
+    return Pages("/api/webhooks/", {"page_size": page_size}, Webhook.from_body)
+
+
+def webhook_delivery_pages(webhook_id: object, page_size: int | None) -> Pages[WebhookDelivery]:
+    return Pages(webhook_path(webhook_id, "deliveries"), {"page_size": page_size}, WebhookDelivery.from_body)
+
+
 @dataclass(frozen=True)
 class Sleep:
     seconds: float
@@ -392,15 +476,20 @@ class Follow:
 Step = Call[Any] | Follow | Sleep
 
 
-def wait(run_id: str, *, released: bool, timeout: float | None) -> Generator[Step, Any, Run]:
-    """`runs.wait()`, free of I/O, for both clients: the run once it is terminal (following its
-    stream meanwhile); with `released`, once its attempt has also recorded `released_at`.
-    TimeoutError after `timeout` seconds."""
+def wait(run_id: str, *, released: bool, timeout: float | None, request_timeout: float) -> Generator[Step, Any, Run]:
+    """`runs.wait()`, free of I/O, for both clients: the run once it is terminal, through the
+    server's wait (`ServerWait`; a run that waits for a resume is followed on its stream); with
+    `released`, once its attempt has also recorded `released_at`. TimeoutError after `timeout`
+    seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    run: Run = yield get(run_id)
-    if not run.is_terminal:
-        yield Follow(run_id, run.last_seq, deadline)
-        run = yield get(run_id)
+    waits = ServerWait(run_id, deadline, request_timeout)
+    run: Run = yield waits.next_call()
+    while not run.is_terminal:
+        if waits.waits_for_resume(run):
+            yield Follow(run_id, run.last_seq, deadline)
+            run = yield get(run_id)
+        else:
+            run = yield waits.next_call()
     poll = ReleasePoll(deadline)
     while released and not run.released:
         yield Sleep(poll.delay())

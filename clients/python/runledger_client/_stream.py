@@ -11,11 +11,12 @@ as `Last-Event-ID`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import httpx
 
-from runledger_client._core import Retry, jittered, past, remaining, run_path
+from runledger_client._core import Retry, jittered, past, remaining, run_path, types_param
 from runledger_client.errors import APIError, TransportError, error_from
 from runledger_client.models import Event
 
@@ -88,9 +89,16 @@ class StreamState:
     # Answers that say "not now": reconnect after a wait, as after a drop.
     TRANSIENT = frozenset({429, 502, 503, 504})
 
-    def __init__(self, run_id: object, after_seq: int, retry: Retry, deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        run_id: object,
+        after_seq: int,
+        retry: Retry,
+        deadline: float | None = None,
+        types: str | Iterable[str] | None = None,
+    ) -> None:
         self.path = run_path(run_id, "stream")
-        self.params = {"after_seq": str(after_seq)}
+        self.params = {"after_seq": str(after_seq)} | types_param(types)
         self.after_seq = after_seq
         self.cursor = after_seq  # the seq of the last event yielded
         self.retry = retry

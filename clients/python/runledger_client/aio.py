@@ -1,10 +1,11 @@
-"""The asyncio client: `Client`'s namespaces and methods, awaited (`runs.list`, `agents.list` and
-`runs.stream` are async iterators; a stream is an async context manager)."""
+"""The asyncio client: `Client`'s namespaces and methods, awaited (`runs.list`, `agents.list`,
+`runs.stream`, `webhooks.list` and `webhooks.deliveries` are async iterators; a stream is an async
+context manager)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -14,7 +15,7 @@ from runledger_client import _core
 from runledger_client._config import settings_for
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, BulkResult, Event, EventPage, Run
+from runledger_client.models import Agent, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
 
 T = TypeVar("T")
 
@@ -73,14 +74,18 @@ class AsyncRuns:
     def list(self, **filters: Unpack[_core.RunFilters]) -> AsyncIterator[Run]:
         return self._client._pages(_core.run_pages(filters))
 
-    async def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        return await self._client._send(_core.events(run_id, after_seq, limit))
+    async def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        return await self._client._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> AsyncStream:
-        return AsyncStream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry)))
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> AsyncStream:
+        return AsyncStream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
 
     async def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        return await self._client._drive(_core.wait(run_id, released=released, timeout=timeout))
+        return await self._client._drive(
+            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+        )
 
     async def cancel(self, run_id: str, note: str = "") -> Run:
         return await self._client._send(_core.cancel(run_id, note))
@@ -131,12 +136,54 @@ class AsyncAgents:
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
+class AsyncWebhooks:
+    """`client.webhooks` of `Client`, awaited; `list` and `deliveries` are async iterators."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(
+        self, url: str, events: Iterable[str], metadata: dict[str, str] | None = None, *, all_runs: bool = False
+    ) -> Webhook:
+        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs or None}
+        return await self._client._send(_core.webhook_create(fields))
+
+    def list(self, *, page_size: int | None = None) -> AsyncIterator[Webhook]:
+        return self._client._pages(_core.webhook_pages(page_size))
+
+    async def get(self, webhook_id: str) -> Webhook:
+        return await self._client._send(_core.webhook_get(webhook_id))
+
+    async def update(
+        self,
+        webhook_id: str,
+        *,
+        url: str | None = None,
+        events: Iterable[str] | None = None,
+        metadata: dict[str, str] | None = None,
+        all_runs: bool | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs, "enabled": enabled}
+        return await self._client._send(_core.webhook_update(webhook_id, fields))
+
+    async def delete(self, webhook_id: str) -> None:
+        await self._client._send(_core.webhook_delete(webhook_id))
+
+    async def rotate_secret(self, webhook_id: str) -> Webhook:
+        return await self._client._send(_core.webhook_rotate_secret(webhook_id))
+
+    def deliveries(self, webhook_id: str, *, page_size: int | None = None) -> AsyncIterator[WebhookDelivery]:
+        return self._client._pages(_core.webhook_delivery_pages(webhook_id, page_size))
+
+
 class AsyncClient:
     """`AsyncClient(url=None, token=None, *, profile=None, **options)`: `Client` for asyncio; see
     there."""
 
     runs: AsyncRuns
     agents: AsyncAgents
+    webhooks: AsyncWebhooks
 
     def __init__(
         self,
@@ -155,6 +202,7 @@ class AsyncClient:
         self.config = config
         self.runs = AsyncRuns(self)
         self.agents = AsyncAgents(self)
+        self.webhooks = AsyncWebhooks(self)
 
     def with_options(self, **options: Unpack[_core.ClientOptions]) -> AsyncClient:
         copy = object.__new__(AsyncClient)
@@ -197,7 +245,7 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, timeout=self.config.timeout, **call.request_args()
+                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
                 )
             except httpx.TransportError as exc:
                 await asyncio.sleep(attempts.after_error(exc))

@@ -5,7 +5,7 @@ awaited; both are thin drivers of the shared logic in `_core` (calls, retries, w
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -15,7 +15,7 @@ from runledger_client import _core
 from runledger_client._config import settings_for
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, BulkResult, Event, EventPage, Run
+from runledger_client.models import Agent, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
 
 T = TypeVar("T")
 
@@ -83,22 +83,28 @@ class Runs:
         once, whatever is created or ends meanwhile."""
         return self._client._pages(_core.run_pages(filters))
 
-    def events(self, run_id: str, after_seq: int = 0, limit: int | None = None) -> EventPage:
-        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000)."""
-        return self._client._send(_core.events(run_id, after_seq, limit))
+    def events(
+        self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
+    ) -> EventPage:
+        """One JSON page of events with seq > after_seq (at most `limit`, default 100, max 1000);
+        with `types` (`["output.delta", "run.*"]`), only those and the terminal event."""
+        return self._client._send(_core.events(run_id, after_seq, limit, types))
 
-    def stream(self, run_id: str, after_seq: int = 0) -> Stream:
+    def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> Stream:
         """The run's events with seq > after_seq, live, until its terminal event (or at once, for a
-        finished run already read to its end). Reconnects by itself after any drop, from the last
-        event yielded; never yields a seq twice. Raises NotAuthenticated, PermissionDenied, NotFound
-        or ValidationError when the server refuses the stream."""
-        return Stream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry)))
+        finished run already read to its end); with `types`, only those and the terminal event.
+        Reconnects by itself after any drop, from the last event yielded; never yields a seq twice.
+        Raises NotAuthenticated, PermissionDenied, NotFound or ValidationError when the server
+        refuses the stream."""
+        return Stream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
 
     def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
-        """The run once it is terminal (following its stream meanwhile); with `released`, once its
-        attempt has also recorded `released_at` (the worker stopped executing it). TimeoutError
-        after `timeout` seconds."""
-        return self._client._drive(_core.wait(run_id, released=released, timeout=timeout))
+        """The run once it is terminal (the server's wait; a run that waits for a resume is
+        followed on its stream); with `released`, once its attempt has also recorded `released_at`
+        (the worker stopped executing it). TimeoutError after `timeout` seconds."""
+        return self._client._drive(
+            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+        )
 
     def cancel(self, run_id: str, note: str = "") -> Run:
         """Cancel a queued, running or waiting run; a run already cancelled is returned as it is.
@@ -170,6 +176,61 @@ class Agents:
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
+class Webhooks:
+    """`client.webhooks`: your webhook endpoints, told when your runs end or wait
+    (docs/design/webhooks.md). Another user's endpoint is NotFound."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self, url: str, events: Iterable[str], metadata: dict[str, str] | None = None, *, all_runs: bool = False
+    ) -> Webhook:
+        """Register an endpoint for `events` (any of run.completed, run.failed, run.cancelled,
+        run.stopped, run.waiting) of your runs whose metadata holds all of `metadata` (every
+        owner's runs with `all_runs`, which needs runs.view_run). The answer's `secret` is shown
+        only here: keep it to verify the signatures. Not retried after a lost answer (it would
+        register a second endpoint)."""
+        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs or None}
+        return self._client._send(_core.webhook_create(fields))
+
+    def list(self, *, page_size: int | None = None) -> Iterator[Webhook]:
+        """Your endpoints, oldest first (staff with runs.change_run: everyone's), page by page."""
+        return self._client._pages(_core.webhook_pages(page_size))
+
+    def get(self, webhook_id: str) -> Webhook:
+        return self._client._send(_core.webhook_get(webhook_id))
+
+    def update(
+        self,
+        webhook_id: str,
+        *,
+        url: str | None = None,
+        events: Iterable[str] | None = None,
+        metadata: dict[str, str] | None = None,
+        all_runs: bool | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        """Change what is given; `enabled=True` on an endpoint Runledger disabled clears its
+        `disabled_reason` and its failures so far."""
+        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs, "enabled": enabled}
+        return self._client._send(_core.webhook_update(webhook_id, fields))
+
+    def delete(self, webhook_id: str) -> None:
+        """Delete the endpoint with its deliveries (pending ones are not sent). A retry after a
+        lost answer may find it gone: NotFound."""
+        self._client._send(_core.webhook_delete(webhook_id))
+
+    def rotate_secret(self, webhook_id: str) -> Webhook:
+        """A new signing secret (the answer's `secret`, shown only here); deliveries carry the old
+        secret's signature too until `previous_secret_expires_at`. Not retried after a lost answer."""
+        return self._client._send(_core.webhook_rotate_secret(webhook_id))
+
+    def deliveries(self, webhook_id: str, *, page_size: int | None = None) -> Iterator[WebhookDelivery]:
+        """The endpoint's notifications, newest first, with their status and attempts so far."""
+        return self._client._pages(_core.webhook_delivery_pages(webhook_id, page_size))
+
+
 class Client:
     """`Client(url=None, token=None, *, profile=None, **options)`: the Runledger API with a DRF
     token (`Authorization: Token <key>`). What is not given is read from the environment, then from
@@ -183,6 +244,7 @@ class Client:
 
     runs: Runs
     agents: Agents
+    webhooks: Webhooks
 
     def __init__(
         self,
@@ -201,6 +263,7 @@ class Client:
         self.config = config
         self.runs = Runs(self)
         self.agents = Agents(self)
+        self.webhooks = Webhooks(self)
 
     def with_options(self, **options: Unpack[_core.ClientOptions]) -> Client:
         """This client with other options (`timeout`, `max_retries`, …), sharing its connections:
@@ -247,7 +310,7 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, timeout=self.config.timeout, **call.request_args()
+                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
                 )
             except httpx.TransportError as exc:
                 time.sleep(attempts.after_error(exc))

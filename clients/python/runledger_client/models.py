@@ -1,5 +1,5 @@
-"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, and the pages
-and results that carry them.
+"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, `Webhook`,
+`WebhookDelivery`, and the pages and results that carry them.
 
 Each model has one attribute per field of its OpenAPI component (`SCHEMA`; the suite checks them
 against the schema the server serves), and keeps the JSON it was made from (`Run.data`,
@@ -90,6 +90,9 @@ class Run:
     owner: str
     input: dict[str, Any] | None
     output: Any
+    # What a run that ended failed, cancelled or stopped had produced (by default `{"text": ...}`,
+    # its deltas' text), or None; a run read by itself only (`get`), never in a list.
+    partial_output: dict[str, Any] | None
     error: Any
     metadata: dict[str, str]
     parent: str | None
@@ -108,6 +111,9 @@ class Run:
     steps_used: int
     max_events: int | None
     events_used: int
+    # What the run used: `steps`, `events`, and its agent's counters (e.g. `input_tokens`), summed;
+    # `incomplete` true when the agent could not learn them all.
+    usage: dict[str, Any]
     max_attempts: int | None
     lost_attempts: int
     # Present for the owner and holders of runs.change_run while the run is waiting.
@@ -141,6 +147,7 @@ class Run:
             owner=str(body.get("owner") or ""),
             input=body.get("input"),
             output=body.get("output"),
+            partial_output=partial if isinstance(partial := body.get("partial_output"), dict) else None,
             error=body.get("error"),
             metadata=dict(metadata) if isinstance(metadata, dict) else {},
             parent=_str_or_none(body.get("parent")),
@@ -159,6 +166,7 @@ class Run:
             steps_used=int(body.get("steps_used") or 0),
             max_events=_int_or_none(body.get("max_events")),
             events_used=int(body.get("events_used") or 0),
+            usage=dict(usage) if isinstance(usage := body.get("usage"), dict) else {},
             max_attempts=_int_or_none(body.get("max_attempts")),
             lost_attempts=int(body.get("lost_attempts") or 0),
             resume_ticket=_str_or_none(body.get("resume_ticket")),
@@ -251,10 +259,10 @@ class EventPage:
 
 @dataclass(frozen=True)
 class Page:
-    """A page of a list (`GET /api/runs/`, `/api/agents/`): its `results`, and the full URLs of
+    """A page of a list (`GET /api/runs/`, `/api/agents/`, `/api/webhooks/`, …): its `results`, and the full URLs of
     the pages after and before it (None at either end), each with an opaque `cursor`."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("RunPage", "AgentPage")
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunPage", "AgentPage", "WebhookEndpointPage", "WebhookDeliveryPage")
     LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     results: list[Any]
@@ -309,3 +317,94 @@ class BulkResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"matched": self.matched, "counts": self.counts, "ids": self.ids}
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook endpoint (docs/design/webhooks.md#endpoints): where Runledger POSTs a signed
+    notification when one of `events` happens to a run its owner (or, with `all_runs`, anyone) has,
+    whose metadata holds all of `metadata`. `secret` (`whsec_…`) is there only in the answer of
+    `create` and `rotate_secret`: the server never shows it again."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookEndpoint", "WebhookEndpointWithSecret")
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    id: str
+    url: str
+    events: tuple[str, ...]
+    metadata: dict[str, str]
+    all_runs: bool
+    enabled: bool
+    # Why Runledger disabled it (every delivery failing for long); empty otherwise.
+    disabled_reason: str
+    failing_since: datetime | None
+    owner: str
+    created_at: datetime | None
+    updated_at: datetime | None
+    # Until then deliveries are signed with the rotated-out secret too.
+    previous_secret_expires_at: datetime | None
+    secret: str | None
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Webhook:
+        metadata = body.get("metadata")
+        return cls(
+            id=str(body["id"]),
+            url=str(body.get("url") or ""),
+            events=tuple(str(event) for event in body.get("events") or ()),
+            metadata={str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {},
+            all_runs=bool(body.get("all_runs")),
+            enabled=bool(body.get("enabled")),
+            disabled_reason=str(body.get("disabled_reason") or ""),
+            failing_since=timestamp(body.get("failing_since")),
+            owner=str(body.get("owner") or ""),
+            created_at=timestamp(body.get("created_at")),
+            updated_at=timestamp(body.get("updated_at")),
+            previous_secret_expires_at=timestamp(body.get("previous_secret_expires_at")),
+            secret=_str_or_none(body.get("secret")),
+            data=body,
+        )
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One notification to an endpoint (docs/design/webhooks.md#delivery): its `id` is the
+    `webhook-id` of every attempt; `status` pending, delivered or failed (given up)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookDelivery",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    id: str
+    run_id: str
+    seq: int
+    event_type: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    created_at: datetime | None
+    delivered_at: datetime | None
+    last_error: str
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> WebhookDelivery:
+        return cls(
+            id=str(body["id"]),
+            run_id=str(body.get("run_id") or ""),
+            seq=int(body.get("seq") or 0),
+            event_type=str(body.get("event_type") or ""),
+            status=str(body.get("status") or ""),
+            attempts=int(body.get("attempts") or 0),
+            next_attempt_at=timestamp(body.get("next_attempt_at")),
+            created_at=timestamp(body.get("created_at")),
+            delivered_at=timestamp(body.get("delivered_at")),
+            last_error=str(body.get("last_error") or ""),
+            data=body,
+        )

@@ -158,3 +158,49 @@ def test_list_follows_each_pages_next_with_the_filters_as_the_server_reads_them(
     assert (first.host, first.params["metadata.customer"], first.params["end_code"]) == ("test", "42", "x")
     # The cursor's page is asked of this client's server, whatever host `next` names.
     assert (second.host, second.path, second.params["cursor"]) == ("test", "/api/runs/", "c2")
+
+
+def wait_server() -> tuple[Callable[[httpx.Request], httpx.Response], list[httpx.Request]]:
+    """The server's wait of a run that times out once, loses one answer mid-body (as a wait that
+    cannot answer after all does), then waits for a resume; its stream goes on from there to the end."""
+    answers = [
+        {**RUN, "status": "running", "last_seq": 2, "wait_result": "timeout"},
+        None,  # cut
+        {**RUN, "status": "waiting", "last_seq": 3, "wait_result": "waiting"},
+    ]
+    seen: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/api/runs/r1/wait/":
+            answer = answers.pop(0)
+            if answer is None:
+                return httpx.Response(200, headers={"Content-Type": "application/json"}, stream=Cut(b'{"id": "r1"', 5))
+            return httpx.Response(200, json=answer)
+        if request.url.path == "/api/runs/r1/stream/":
+            body = b"".join(frame(seq, 5) for seq in range(int(request.url.params["after_seq"]) + 1, 6))
+            return httpx.Response(200, headers={"Content-Type": "text/event-stream"}, content=body)
+        return httpx.Response(200, json={**RUN, "status": "completed", "last_seq": 5})
+
+    return handle, seen
+
+
+def test_wait_asks_the_servers_wait_again_and_follows_the_stream_of_a_run_that_waits() -> None:
+    for make in ("sync", "async"):
+        handle, seen = wait_server()
+        transport = httpx.MockTransport(handle)
+        if make == "sync":
+            with rl.Client("http://test", "t", retry=FAST, transport=transport) as client:
+                run = client.runs.wait("r1", timeout=30)
+        else:
+
+            async def wait(transport: httpx.MockTransport) -> rl.Run:
+                async with rl.AsyncClient("http://test", "t", retry=FAST, transport=transport) as client:
+                    return await client.runs.wait("r1", timeout=30)
+
+            run = asyncio.run(wait(transport))
+        assert run.status == "completed"
+        waits = [r for r in seen if r.url.path.endswith("/wait/")]
+        assert len(waits) == 3 and all(0 < float(r.url.params["timeout"]) <= 30 for r in waits)
+        streams = [r for r in seen if r.url.path.endswith("/stream/")]
+        assert [r.url.params["after_seq"] for r in streams] == ["3"]

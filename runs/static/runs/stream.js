@@ -6,6 +6,7 @@
 //     streamUrl: "/api/runs/<id>/stream/",  // opened with ?after_seq=<cursor>
 //     eventsUrl: "/api/runs/<id>/events/",  // JSON pages {"results": [...]} read to fill gaps
 //     afterSeq: 0,                          // the last seq the page already shows
+//     types: ["output.delta", "run.*"],     // optional: only these (and the terminal event)
 //     vocabulary: V,                        // default: RunledgerStream.vocabulary()
 //     retryClosedMs: 2000,                  // see below; null (default): report "disconnected"
 //     onEvent: (event) => {},               // {seq, type, data, created_at, attempt}
@@ -33,6 +34,9 @@
 // - EventSource resends Last-Event-ID on its own reconnects; once it has given up
 //   (readyState CLOSED, e.g. after an HTTP error) only a new EventSource retries, and its cursor
 //   is ?after_seq=<last delivered seq>.
+// - With `types` (docs/design/streaming.md#types) the stream and the pages carry only those: seq
+//   then has gaps of its own, so none is filled; an event the page could not hear is one of a type
+//   its agent never declared, which a worker refuses.
 // - EventSource never tells why it gave up. The client asks the events JSON (the same cursor):
 //   401, 403 and 404 will not change by retrying, so it stops and says why ("stopped"); a page
 //   that reaches the end of a finished run (the stream's 204) ends it; anything else is retried.
@@ -44,12 +48,13 @@ window.RunledgerStream = (function () {
     return JSON.parse(element.textContent);
   }
 
-  function afterSeq(url, seq) {
-    return url + (url.indexOf("?") === -1 ? "?" : "&") + "after_seq=" + seq;
-  }
-
   function open(options) {
     const V = options.vocabulary || vocabulary();
+    const types = options.types ? [].concat(options.types).join(",") : null;
+    function afterSeq(url, seq) {
+      const query = "after_seq=" + seq + (types ? "&types=" + encodeURIComponent(types) : "");
+      return url + (url.indexOf("?") === -1 ? "?" : "&") + query;
+    }
     const onEvent = options.onEvent;
     const onState = options.onState || function () {};
     const retryClosedMs = options.retryClosedMs === undefined ? null : options.retryClosedMs;
@@ -99,7 +104,7 @@ window.RunledgerStream = (function () {
         .then(async () => {
           if (done) return;
           const event = JSON.parse(message.data);
-          if (event.seq > lastSeq + 1) await fillGap(event.seq);
+          if (event.seq > lastSeq + 1 && !types) await fillGap(event.seq);
           deliver(event);
         })
         .catch((error) => report("trouble", error));

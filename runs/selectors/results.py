@@ -1,0 +1,85 @@
+"""What a run produced and used, for its JSON (docs/design/execution.md#partial-output,
+docs/design/events.md#usage): its partial output, read when asked for and never written by the
+commands that end a run, and its usage."""
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from runs.agents import partial_output_rule
+from runs.events import USAGE_PLATFORM
+from runs.models import Run, RunEvent
+from runs.transitions import Status
+
+# The ends whose run has a partial output; a completed run's `output` is its result.
+PARTIAL_STATUSES = frozenset({Status.FAILED, Status.CANCELLED, Status.STOPPED})
+
+
+def run_partial_output(*, run: Run) -> dict[str, str] | None:
+    """The run's partial output by its agent's rule, or None: the run did not end other than
+    completed, or stored no event the rule reads (`Run.partial_events`, counted as they were
+    appended, so that a run without one costs no statement). On PostgreSQL one aggregate over the
+    run's events of the rule's types, the text concatenated in the database."""
+    rule = partial_output_rule(run.agent)
+    if run.status not in PARTIAL_STATUSES or not run.partial_events or not rule:
+        return None
+    sources = list(rule.items())
+    if connection.vendor == "postgresql":
+        # Raw: django.contrib.postgres (StringAgg) needs psycopg to import, and a SQLite install has none.
+        texts = ", ".join(
+            "COALESCE(string_agg(data ->> %s, '' ORDER BY seq) FILTER (WHERE type = %s), '')" for _ in sources
+        )
+        params: list[Any] = [value for _, (type_, field) in sources for value in (field, type_)]
+        sql = f"SELECT {texts} FROM {RunEvent._meta.db_table} WHERE run_id = %s AND type = ANY(%s)"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, run.pk, sorted({type_ for _, (type_, _) in sources})])
+            found = cursor.fetchone()
+        return {key: found[i] for i, (key, _) in enumerate(sources)}
+    events = RunEvent.objects.filter(run_id=run.pk, type__in={type_ for _, (type_, _) in sources})
+    parts: dict[str, list[str]] = {key: [] for key, _ in sources}
+    for type_, data in events.order_by("seq").values_list("type", "data"):
+        for key, (source_type, field) in sources:
+            value = data.get(field) if source_type == type_ and isinstance(data, dict) else None
+            if value is not None:
+                parts[key].append(value if isinstance(value, str) else _json_text(value))
+    return {key: "".join(texts) for key, texts in parts.items()}
+
+
+def _json_text(value: Any) -> str:
+    # What PostgreSQL's ->> gives of a value that is not a string: its JSON text.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def run_usage(*, run: Run) -> dict[str, Any]:
+    """The run's `usage`: its steps and events used, and the counters its agent reported, summed."""
+    steps, events = USAGE_PLATFORM
+    return {steps: run.steps_used, events: run.events_used, **run.reported_usage}
+
+
+# The counters summed by agent over the runs ended since a time, in the database: each run's
+# `reported_usage` taken apart there, its numbers only (`incomplete` is a flag), over the ended
+# runs' index (`run_ended`).
+_USAGE_BY_AGENT_SQL = {
+    "postgresql": f"""
+        SELECT r.agent, u.key, SUM(u.value::text::numeric), COUNT(DISTINCT r.id)
+        FROM {Run._meta.db_table} r CROSS JOIN LATERAL jsonb_each(r.reported_usage) u
+        WHERE r.ended_at >= %s AND jsonb_typeof(u.value) = 'number'
+        GROUP BY r.agent, u.key ORDER BY r.agent, u.key""",
+    "sqlite": f"""
+        SELECT r.agent, u.key, SUM(u.value), COUNT(DISTINCT r.id)
+        FROM {Run._meta.db_table} r, json_each(r.reported_usage) u
+        WHERE r.ended_at >= %s AND u.type IN ('integer', 'real')
+        GROUP BY r.agent, u.key ORDER BY r.agent, u.key""",
+}
+
+
+def usage_by_agent(*, since: datetime) -> dict[str, dict[str, float]]:
+    """{agent: {counter: sum}} over the runs ended since `since` (the staff dashboard's table)."""
+    found: dict[str, dict[str, float]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(_USAGE_BY_AGENT_SQL[connection.vendor], [since])
+        for agent, counter, total, _runs in cursor.fetchall():
+            found.setdefault(agent, {})[counter] = float(total)
+    return found

@@ -1,0 +1,245 @@
+"""The webhook outbox (docs/design/webhooks.md#outbox): notifications written in the transaction of
+the event they report, claimed by the workers, and the outcome of each attempt.
+
+`enqueue` runs inside `core.end` and `core.park`, under the run's row lock: a notification exists
+if and only if its event committed. The claim is a lease: it moves the row's `next_attempt_at`
+past the time a request may take and commits, so the POST runs outside any transaction, and a
+worker killed mid-request (or a database restart) leaves the row to come due again, with the same
+id, for any worker. The outcome is written only by the claim that is still current (`attempts`
+fences it, as a generation fences an attempt's writes).
+"""
+
+import json
+import operator
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import reduce
+from typing import Any
+from uuid import UUID
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
+from django.db.models import F, Min, Q
+from django.utils import timezone
+
+from runs import notify
+from runs.access import sees_every_run
+from runs.conf import conf
+from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+
+# The run's JSON (docs/design/api.md#run-json), as the API renders it: set by the app's `ready`
+# (runs.apps), so that the write core does not import the API that imports it.
+run_json: Callable[[Run], dict[str, Any]] = lambda run: {"id": str(run.id), "status": run.status}  # noqa: E731
+
+
+def matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:
+    return event_type in endpoint.events and all(run.metadata.get(k) == v for k, v in endpoint.metadata.items())
+
+
+def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
+    """Write a notification of the run's last event to each enabled endpoint that wants it; the
+    caller holds the run's lock and has saved the run. With no endpoint: one indexed read."""
+    wanted = [
+        endpoint
+        for endpoint in WebhookEndpoint.objects.filter(Q(owner_id=run.owner_id) | Q(all_runs=True), enabled=True).only(
+            "id", "events", "metadata"
+        )
+        if matches(endpoint, run, event_type)
+    ]
+    if not wanted:
+        return 0
+    body = json.dumps(
+        {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": {"run": run_json(run)}},
+        cls=DjangoJSONEncoder,
+        separators=(",", ":"),
+    )
+    # Due at once; given up a day (RUNLEDGER_WEBHOOKS_GIVE_UP_SECONDS) after the event.
+    event = {"run_id": run.id, "seq": run.last_seq, "event_type": event_type, "body": body, "created_at": now}
+    timing = {"next_attempt_at": now, "give_up_at": now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)}
+    WebhookDelivery.objects.bulk_create(WebhookDelivery(endpoint=endpoint, **event, **timing) for endpoint in wanted)
+    notify.send(notify.webhooks_due())
+    return len(wanted)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: UUID
+    endpoint_id: UUID
+    webhook_id: str
+    number: int
+    url: str
+    body: str
+    secrets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    started_at: datetime
+    duration_ms: int
+    status_code: int | None = None
+    response_head: str = ""
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def lease_seconds() -> float:
+    """How long a claim keeps a delivery from other workers: past the request's own timeout."""
+    return 2 * conf.WEBHOOKS_TIMEOUT_SECONDS + 1
+
+
+def deliveries_claim(*, limit: int) -> tuple[list[Claimed], float | None]:
+    """Claim up to `limit` due deliveries; with them, the seconds until the next one comes due
+    (None: none pending)."""
+    now = timezone.now()
+    with transaction.atomic():
+        due = (
+            WebhookDelivery.objects.filter(
+                status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True
+            )
+            .select_related("endpoint__owner")
+            .order_by("next_attempt_at")
+        )
+        if connection.vendor == "postgresql":
+            # SKIP LOCKED: workers claiming at once take different rows instead of queueing on the
+            # same ones. (SQLite's IMMEDIATE transactions serialise the claims instead.)
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        rows = _still_allowed(list(due[:limit]), now=now)
+        if rows:
+            WebhookDelivery.objects.filter(id__in=[row.id for row in rows]).update(
+                next_attempt_at=now + timedelta(seconds=lease_seconds()), attempts=F("attempts") + 1
+            )
+    claimed = [
+        Claimed(
+            id=row.id,
+            endpoint_id=row.endpoint_id,
+            webhook_id=row.webhook_id,
+            number=row.attempts + 1,
+            url=row.endpoint.url,
+            body=row.body,
+            secrets=_signing_secrets(row.endpoint, now),
+        )
+        for row in rows
+    ]
+    return claimed, None if len(rows) == limit else _next_due_in(now)
+
+
+def _still_allowed(rows: list[WebhookDelivery], *, now: datetime) -> list[WebhookDelivery]:
+    """The rows whose endpoint may still be sent them. An endpoint sent every owner's runs whose
+    owner no longer sees every run is disabled, with the reason; its deliveries wait."""
+    revoked = {row.endpoint_id for row in rows if row.endpoint.all_runs and not sees_every_run(row.endpoint.owner)}
+    if revoked:
+        reason = "its owner no longer sees every run (runs.view_run), which all_runs needs"
+        WebhookEndpoint.objects.filter(id__in=revoked).update(enabled=False, disabled_reason=reason, updated_at=now)
+    return [row for row in rows if row.endpoint_id not in revoked]
+
+
+def _signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> tuple[str, ...]:
+    expires = endpoint.previous_secret_expires_at
+    if endpoint.previous_secret and expires is not None and expires > now:
+        return (endpoint.secret, endpoint.previous_secret)
+    return (endpoint.secret,)
+
+
+def _next_due_in(now: datetime) -> float | None:
+    pending = WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, endpoint__enabled=True)
+    first = pending.aggregate(first=Min("next_attempt_at"))["first"]
+    return None if first is None else max(0.0, (first - now).total_seconds())
+
+
+def retry_delay(number: int) -> float:
+    """The wait after failed attempt `number` (1, 2, …): doubling from the base, jittered so
+    that the retries of many deliveries that failed together spread out."""
+    base = conf.WEBHOOKS_RETRY_BASE_SECONDS * 2 ** min(number - 1, 30)
+    return min(conf.WEBHOOKS_RETRY_MAX_SECONDS, base) * random.uniform(0.5, 1.5)
+
+
+def deliveries_record(*, outcomes: Sequence[tuple[Claimed, Outcome]], worker: str) -> None:
+    """Log each attempt and settle its delivery: delivered, due again after a backoff, or failed
+    once past its give-up time; a batch's outcomes in one transaction, one commit for all. A claim
+    that is no longer current (its lease lapsed and another worker claimed the row) logs its
+    attempt and changes nothing else."""
+    now = timezone.now()
+    with transaction.atomic():
+        # A delivery deleted with its endpoint meanwhile has nothing left to log or settle.
+        kept = set(WebhookDelivery.objects.filter(id__in=[c.id for c, _ in outcomes]).values_list("id", flat=True))
+        outcomes = [(claimed, outcome) for claimed, outcome in outcomes if claimed.id in kept]
+        WebhookAttempt.objects.bulk_create(
+            WebhookAttempt(
+                delivery_id=claimed.id,
+                number=claimed.number,
+                started_at=outcome.started_at,
+                duration_ms=outcome.duration_ms,
+                status_code=outcome.status_code,
+                response_head=outcome.response_head,
+                error=outcome.error,
+                worker=worker,
+            )
+            for claimed, outcome in outcomes
+        )
+        # Endpoints in one order in every worker's batch: two batches touching the same endpoints'
+        # rows wait for each other instead of deadlocking.
+        ordered = sorted(outcomes, key=lambda pair: str(pair[0].endpoint_id))
+        for claimed, outcome in ordered:
+            if not outcome.ok:
+                _settle_failed(claimed, outcome, now=now)
+        delivered = [claimed for claimed, outcome in ordered if outcome.ok]
+        if delivered:
+            _settle_delivered(delivered, now=now)
+
+
+def delivery_record(*, claimed: Claimed, outcome: Outcome, worker: str) -> None:
+    deliveries_record(outcomes=[(claimed, outcome)], worker=worker)
+
+
+def _current(claimed: Sequence[Claimed]) -> Q:
+    # The claims still current: their number is the row's count of claims.
+    return reduce(operator.or_, (Q(id=c.id, attempts=c.number) for c in claimed)) & Q(status=DeliveryStatus.PENDING)
+
+
+def _settle_delivered(claimed: Sequence[Claimed], *, now: datetime) -> None:
+    WebhookDelivery.objects.filter(_current(claimed)).update(
+        status=DeliveryStatus.DELIVERED, delivered_at=now, last_error=""
+    )
+    # Written only when it was failing: the common success leaves the endpoint's row alone.
+    for endpoint_id in sorted({c.endpoint_id for c in claimed}, key=str):
+        WebhookEndpoint.objects.filter(id=endpoint_id, failing_since__isnull=False).update(failing_since=None)
+
+
+def _settle_failed(claimed: Claimed, outcome: Outcome, *, now: datetime) -> None:
+    current = WebhookDelivery.objects.select_for_update(no_key=True).filter(_current([claimed]))
+    delivery = current.first()
+    if delivery is None:
+        return
+    said = outcome.error or f"HTTP {outcome.status_code}"
+    if now >= delivery.give_up_at:
+        current.update(status=DeliveryStatus.FAILED, last_error=said)
+    else:
+        current.update(next_attempt_at=now + timedelta(seconds=retry_delay(claimed.number)), last_error=said)
+    endpoint = WebhookEndpoint.objects.filter(id=delivery.endpoint_id)
+    endpoint.filter(failing_since__isnull=True).update(failing_since=now)
+    since = now - timedelta(seconds=conf.WEBHOOKS_DISABLE_AFTER_SECONDS)
+    reason = "every delivery failed since {since}; the last: {said}"
+    failing = endpoint.filter(enabled=True, failing_since__lte=since)
+    for row in failing.only("failing_since"):
+        assert row.failing_since is not None
+        failing.update(enabled=False, disabled_reason=reason.format(since=row.failing_since.isoformat(), said=said))
+
+
+def deliveries_redeliver(*, ids: list[UUID]) -> int:
+    """Make these deliveries due now, with a new give-up time: an admin's redeliver. The same
+    `webhook-id`: a receiver that had it already may drop it."""
+    now = timezone.now()
+    with transaction.atomic():
+        count = WebhookDelivery.objects.filter(id__in=ids).update(
+            status=DeliveryStatus.PENDING,
+            next_attempt_at=now,
+            give_up_at=now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS),
+        )
+        if count:
+            notify.send(notify.webhooks_due())
+    return count

@@ -1,0 +1,237 @@
+"""A server-side wait (docs/design/streaming.md#wait): `GET /api/runs/{id}/wait/?timeout=S` answers
+the run's JSON (GET /api/runs/{id}/'s) plus `wait_result` as soon as the run has ended (`ended`) or
+waits (`waiting`: paused, or asking for input), else after S seconds (`timeout`, the run as it is).
+
+For a program with no SSE client (a cron job, a shell script) that needs only to know when. It
+waits as a stream does, on the hub's wake-ups (hub.py): its checks and its reads run on the hub's
+opening threads, each closing its connection, so while it waits it holds no thread and no database
+connection, only a place among its run's feed's waiters. It counts against its user's cap of
+streams (guard.py: 429), and the periodic re-check ends it as it ends a stream. The watchers of one
+run woken by the same advance of its feed share one read of the run (`_shared_answer`).
+
+A wait that must wait answers as a stream does: the head (200) at once, the body when the wait
+ends. So the middleware chain runs when the waiter arrives, not when the waiters of a run all
+answer at once (its synchronous steps are hops to one shared thread: 200 waiters answered in
+0.6-1 s that way, against a few ms). The price is that a wait which cannot answer after all (the
+database lost, the caller's sight of the run lost, the run deleted) leaves its body unfinished
+(`Unanswered`): the client's next try is answered as a new request (503, 401, 404).
+
+Checks, in the order of docs/design/api.md#check-order: authentication (401), visibility (404),
+method (405), `timeout` (400), then the cap (429).
+"""
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
+
+from runs.access import can_see_ticket
+from runs.api.selectors import run_with_current_attempt
+from runs.api.serializers import RunOutputSerializer
+from runs.events import EventType
+from runs.http.errors import error_response, error_response_for
+from runs.http.request_end import at_request_end
+from runs.models import Run
+from runs.streaming import hub
+from runs.streaming.checks import read_checks
+from runs.streaming.guard import Watch, get_guard, too_many_streams
+from runs.streaming.views import WatchedResponse
+from runs.transitions import Status, is_terminal
+
+# The longest wait one request may ask for, and the wait when it asks for none: a client that
+# needs longer asks again (proxies commonly cut idle requests after 60 s).
+MAX_SECONDS = 60.0
+DEFAULT_SECONDS = 30.0
+
+
+class WaitResult(StrEnum):
+    ENDED = "ended"
+    WAITING = "waiting"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The run as one read saw it: its JSON without the resume ticket, which only some callers see."""
+
+    data: dict[str, Any]
+    ticket: str | None
+    status: str
+    last_seq: int
+    # Its bytes by (ticket shown, result): the waiters an advance wakes encode it once.
+    encoded: dict[tuple[bool, WaitResult], bytes] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    answer: Answer
+    timeout: float
+    sees_ticket: bool
+    user_id: int
+    token_key: str | None
+    session_key: str | None
+
+
+def _answer_of(run: Run) -> Answer:
+    # Without a request, the serializer leaves the ticket out; the caller adds it if theirs to see.
+    data = dict(RunOutputSerializer(run).data)
+    return Answer(data=data, ticket=run.resume_ticket or None, status=run.status, last_seq=run.last_seq)
+
+
+def _timeout(value: str | None) -> float | HttpResponse:
+    if value is None:
+        return DEFAULT_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_SECONDS:  # NaN fails both
+        message = f"timeout must be a number of seconds, more than 0 and at most {MAX_SECONDS:g}"
+        return error_response(400, "validation_error", message, {"timeout": [f"{value!r}: {message}"]})
+    return seconds
+
+
+def _checks(request: HttpRequest, run_id: str) -> _Admitted | HttpResponse:
+    try:
+        reader = read_checks(request, run_id)
+        if isinstance(reader, HttpResponse):
+            return reader
+        timeout = _timeout(request.GET.get("timeout"))
+        if isinstance(timeout, HttpResponse):
+            return timeout
+        return _Admitted(
+            answer=_answer_of(reader.run),
+            timeout=timeout,
+            sees_ticket=can_see_ticket(reader.user, reader.run),
+            user_id=int(reader.user.pk),
+            token_key=reader.token_key,
+            session_key=reader.session_key,
+        )
+    finally:
+        connection.close()  # the wait must not hold it
+
+
+def _read_answer(run_id: str) -> Answer | None:
+    try:
+        run = run_with_current_attempt(runs=Run.objects.select_related("owner").filter(pk=run_id)).first()
+        return None if run is None else _answer_of(run)
+    finally:
+        connection.close()
+
+
+def _result(status: str) -> WaitResult | None:
+    if is_terminal(status):
+        return WaitResult.ENDED
+    return WaitResult.WAITING if status == Status.WAITING else None
+
+
+def _settled(feed: hub.RunFeed) -> bool:
+    """The feed says the run ended or waits: worth reading it again."""
+    return feed.ended or (bool(feed.frames) and feed.frames[-1].type == EventType.RUN_WAITING)
+
+
+# Reads of a run in flight by (run id, its feed's version): the waiters an advance wakes together
+# read it once.
+_reads = hub.loop_local(lambda loop: dict[tuple[str, int], "asyncio.Task[Answer | None]"]())
+
+
+async def _shared_answer(feed: hub.RunFeed) -> Answer | None:
+    reads = _reads()
+    key = (feed.run_id, feed.version)
+    task = reads.get(key)
+    if task is None:
+        task = reads[key] = hub.detached(feed.hub.loop, hub.run_open_check(_read_answer, feed.run_id))
+        task.add_done_callback(lambda done: reads.pop(key, None) if reads.get(key) is done else None)
+    return await asyncio.shield(task)
+
+
+def _answer_bytes(admitted: _Admitted, answer: Answer, result: WaitResult) -> bytes:
+    key = (admitted.sees_ticket, result)
+    if key not in answer.encoded:
+        data = dict(answer.data)
+        if admitted.sees_ticket:
+            data["resume_ticket"] = answer.ticket
+        data["wait_result"] = result.value
+        answer.encoded[key] = json.dumps(data, cls=DjangoJSONEncoder).encode()
+    return answer.encoded[key]
+
+
+class Unanswered(Exception):
+    """A wait whose 200 has begun cannot answer after all (its database lost, its caller's sight of
+    the run lost, the run deleted): its body is left unfinished, and the client's next try is
+    answered as a new request is (503, 401, 404)."""
+
+
+# Read-only whatever the method, as the stream: CSRF protects nothing here.
+@csrf_exempt
+async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    try:
+        admitted = await hub.run_open_check(_checks, request, run_id)
+    except (DatabaseError, TimeoutError):
+        return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+    if isinstance(admitted, HttpResponse):
+        return admitted
+    result = _result(admitted.answer.status)
+    if result is not None:
+        return HttpResponse(_answer_bytes(admitted, admitted.answer, result), content_type="application/json")
+    watch = get_guard().admit(
+        user_id=admitted.user_id, token_key=admitted.token_key, session_key=admitted.session_key, run_id=run_id
+    )
+    if watch is None:
+        return error_response_for(too_many_streams())
+    # As a stream's: the body gives the slot back when it ends, the request's end if it never ran.
+    at_request_end(request, watch.release)
+    # The head now, the body when the wait ends: the middleware chain runs at admission, not when
+    # the waiters of a run all answer at once (each of its steps a hop to one shared thread).
+    response = WatchedResponse(watch, _body(admitted, watch), content_type="application/json")
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+async def _body(admitted: _Admitted, watch: Watch) -> AsyncIterator[bytes]:
+    if not watch.start():
+        raise Unanswered("the wait's slot was given back before it began")
+    try:
+        yield await _wait(admitted, watch)
+    except (DatabaseError, TimeoutError) as exc:
+        raise Unanswered(f"the database failed the wait ({exc})") from exc
+    finally:
+        watch.release()
+
+
+async def _wait(admitted: _Admitted, watch: Watch) -> bytes:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + admitted.timeout
+    runs = hub.get_hub()
+    run_id = str(admitted.answer.data["id"])
+    feed = runs.subscribe(run_id, head=admitted.answer.last_seq, ended=False)
+    try:
+        read_at = -1  # the feed's version when the run was last read
+        while not watch.ended:
+            timed_out = loop.time() >= deadline
+            if timed_out or (_settled(feed) and feed.version != read_at):
+                read_at = feed.version
+                answer = await _shared_answer(feed)
+                if answer is None:
+                    raise Unanswered(f"run {run_id} was deleted")
+                result = _result(answer.status)
+                if result is not None or timed_out:
+                    return _answer_bytes(admitted, answer, result or WaitResult.TIMEOUT)
+                continue  # the read awaited: look at the feed again before waiting on it
+            # No await since looking at the feed: an advance cannot have fallen between.
+            waiter = feed.waiter()
+            try:
+                await watch.wait(waiter, deadline)
+            finally:
+                feed.drop(waiter)
+    finally:
+        runs.unsubscribe(feed)
+    raise Unanswered(f"run {run_id}: the re-check ended the wait (guard.py)")
