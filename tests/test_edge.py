@@ -312,8 +312,8 @@ def test_a_lost_publish_is_fetched_from_the_origin_and_leaves_no_gap(procs: Proc
 @pytest.mark.processes
 def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(procs: Procs, alice: User) -> None:
     with tapped_stack(procs) as (tap, web, edge):
-        # The new leader recovers Pushpin before its first publish (once Pushpin answers).
-        wait_log_line(web, "edge publisher recovered")
+        # The new leader syncs Pushpin before its first publish (once Pushpin answers).
+        wait_log_line(web, "edge publisher synced")
         recovers = tap.recovers
         procs.worker("edge-worker")
         run = queued_run(alice, input={"deltas": 40, "delay_ms": 40})
@@ -325,9 +325,68 @@ def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(pr
         assert tap.refused == 3
         for events in got:
             assert_exact_log(events, run)
-        # Sent again, not given up on: no recover, which would have every stream ask again.
-        assert tap.recovers == recovers
+        # Sent again, not given up on: no sync, and never Pushpin's recover (every stream asking again).
+        assert tap.recovers == recovers == 0
+        assert web.log().count("edge publisher synced") == 1
         assert "trying again" in web.log()
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_a_new_leader_has_only_the_streams_that_missed_an_event_fetch_it(procs: Procs, alice: User) -> None:
+    # No periodic link fetch within the test: every fetch seen is the takeover's doing.
+    control = control_socket()
+    tap = PublishTap(control).start()
+    try:
+        web, edge = stack(
+            procs, worker=False, control=control, RUNLEDGER_GRIP_URL=tap.url, RUNLEDGER_GRIP_LINK_SECONDS="600"
+        )
+        # Each with its first two events (run.created, run.started).
+        missed, current = running_run(alice), running_run(alice)
+        headers = [auth_headers(token_for(alice))] * 3
+
+        def append(run: Run) -> None:
+            services.run_events_append(
+                run_id=run.pk, generation=run.generation, events=[(EventType.OUTPUT_DELTA, {"text": "x"})]
+            )
+
+        async def scenario() -> float:
+            got_missed, _ = await watch_all(edge.url, stream_path(missed), headers)
+            got_current, _ = await watch_all(edge.url, stream_path(current), headers)
+            await until_each_has(got_missed + got_current, 2)
+            # The publish of `missed`'s third event is lost, and it stays idle after it.
+            tap.drop(3)
+            await asyncio.to_thread(append, missed)
+            await asyncio.to_thread(wait_until, lambda: tap.dropped == [3], 15, "the loss")
+            # The leader loses its database connection: it (or another) leads again and syncs.
+            taken_over = time.time()
+            await asyncio.to_thread(end_the_publishers_connection)
+            await asyncio.to_thread(
+                wait_until, lambda: web.log().count("edge publisher synced") == 2, 30, "a second sync"
+            )
+            # Only the streams behind fetch: `missed`'s get the event lost, with nothing new committed.
+            await until_each_has(got_missed, 3)
+            # `current`'s streams follow on, and never asked for their link.
+            await asyncio.to_thread(append, current)
+            await until_each_has(got_current, 3)
+            return taken_over
+
+        taken_over = asyncio.run(asyncio.wait_for(scenario(), 90))
+        assert any(at >= taken_over for at in link_requests(edge, missed))
+        assert [at for at in link_requests(edge, current) if at >= taken_over] == []
+        assert tap.recovers == 0
+    finally:
+        tap.stop()
+
+
+def end_the_publishers_connection() -> None:
+    """What a network cut or a restarted database does to the leading publisher's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            ["runledger-edge:%"],
+        )
+        assert cursor.fetchall(), "no publisher connected"
 
 
 @pytest.mark.edge

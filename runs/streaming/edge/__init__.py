@@ -7,7 +7,7 @@
     revocation.py the revocations sent to the publisher (a deactivated user, a deleted token, a
                   logout), which closes that user's streams at once
     control.py    its side of each Pushpin's control socket (only its user can reach it): publish
-                  in order, send again, recover
+                  in order, send again, sync
     pushpin.py    Pushpin's configuration and its foreground run (`bin/edge`, `manage.py runedge`)
 
 Without `RUNLEDGER_GRIP_URL` none of it runs: the stream view looks at that one setting and

@@ -130,6 +130,23 @@ def item(name: str, frames: list[Frame]) -> dict[str, Any]:
     }
 
 
+def sync_item(name: str, seq: int) -> dict[str, Any]:
+    """Where the streams of `name` should be: at `seq`. A stream there gets a comment (what a
+    keep-alive sends); one behind sees a previous id it does not have and fetches what it missed
+    from the web processes; any other is not there. What a new leader (or one that gave a Pushpin's
+    backlog up) sends each run instead of Pushpin's `recover`, after which every stream it holds
+    fetches its link at once (publisher.py).
+
+    Its id is `seq` too, so a stream's position stays the seq it has; Pushpin drops an id it saw
+    in the last `id_cache_ttl` seconds, which costs nothing: it then had that publish."""
+    return {
+        "channel": name,
+        "id": str(seq),
+        "prev-id": str(seq),
+        "formats": {"http-stream": {"content": ": sync\n\n"}},
+    }
+
+
 def close_user_item(user_id: int) -> dict[str, Any]:
     """End every stream of the user, wherever it is: their reconnects are checked as new connects."""
     return {"channel": user_channel(user_id), "formats": {"http-stream": {"action": "close"}}}

@@ -10,7 +10,7 @@ stream's end.
   hold's link is `…/stream/link/`, with a token minted for this run, this user and this
   credential, until the stream's lifetime (link.py), which Pushpin returns with each fetch
   (`grip.LINK_CHANNEL`).
-- **Pushpin's fetch of that link** (`recover`: after a gap, a recover, or every link timeout,
+- **Pushpin's fetch of that link** (`recover`: after a gap, or every link timeout,
   busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
   with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
   nothing (401 or 404 unless signed, `_not_pushpins`; an empty end if signed). Each fetch
