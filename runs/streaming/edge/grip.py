@@ -79,16 +79,18 @@ def last_id(request: HttpRequest, name: str) -> str | None:
 
 def link_timeout(*, seconds_left: float | None, first: bool) -> int:
     """Seconds until Pushpin fetches a held stream's link again: `RUNLEDGER_GRIP_LINK_SECONDS`, or
-    after a connect (`first`) `RUNLEDGER_GRIP_LINK_FIRST_SECONDS` if shorter, spread to half as
-    long again, and no later than the link's expiry (`seconds_left`), so the stream ends at its
-    lifetime.
+    after a connect (`first`) `RUNLEDGER_GRIP_LINK_FIRST_SECONDS` if shorter and streams are
+    capped, spread to half as long again, and no later than the link's expiry (`seconds_left`),
+    so the stream ends at its lifetime.
 
     The first fetch comes sooner because until it the stream counts against its user's cap
     whether or not its client is still there (guard.EdgeStreams): a client that leaves soon after
     connecting — one that reconnects often — stops counting as soon as with a short interval, and
-    only a stream that stayed past its first fetch waits the long one."""
+    only a stream that stayed past its first fetch waits the long one. Without a cap nothing
+    counts, and the first fetch would only cost: each costs Pushpin about as much as ten
+    deliveries, and the web process and the database more (docs/benchmarks.md)."""
     link_seconds = max(1, conf.GRIP_LINK_SECONDS)
-    if first:
+    if first and conf.MAX_STREAMS_PER_USER is not None:
         link_seconds = min(link_seconds, max(1, conf.GRIP_LINK_FIRST_SECONDS))
     # Spread: streams connected together (a reconnect storm after a restart) would otherwise all
     # ask the web processes again in the same second, and every one after that.
