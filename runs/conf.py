@@ -244,7 +244,8 @@ class AppSettings(Registry):
     # Until then a stream counts against its user's cap whether or not its client is still there.
     GRIP_LINK_FIRST_SECONDS = Whole(
         120,
-        "when Pushpin first fetches an edge stream's link after its connect (1 to 1.5 times that), if sooner",
+        "when Pushpin first fetches an edge stream's link after its connect (1 to 1.5 times that), if sooner"
+        " and streams are capped",
         (WEB,),
         unit="seconds",
     )
