@@ -15,7 +15,8 @@
 2. **edge** — through Runledger: a web process (uvicorn) with RUNLEDGER_GRIP_URL behind bin/edge,
    the watchers' connects checked by it, each run's events committed one per transaction by a
    writer (`--writer`, the workers' stand-in) and published by the web process's publisher; with
-   Pushpin's fetches of each stream's link (RUNLEDGER_GRIP_LINK_SECONDS, default 120 s, x1-1.5).
+   Pushpin's fetches of each stream's link (the first after RUNLEDGER_GRIP_LINK_FIRST_SECONDS,
+   default 120 s, then every RUNLEDGER_GRIP_LINK_SECONDS, default 600 s; each x1-1.5).
 
 In each phase the watchers connect first (not measured); the CPU meter runs from the first event
 to the last stream's end. Counted: every part of Pushpin (condure, zurl, proxy, handler, runner,
@@ -38,8 +39,10 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.edge_watchers import pushpin_pids, raise_open_files, start_clients, web_pids, write_report
 from bench.lib import RESULTS, CpuMeter, bench_database, durable_cluster, log, machine_facts, summary
 from bench.profile import top
+from runs.conf import AppSettings
 from tests.support.procs import ROOT, Proc, Procs, free_port, wait_log_line
 
 WEB_APP_NAME = "bench-edge-web"
@@ -86,12 +90,27 @@ def paced(plan: list[tuple[float, int, int]]) -> Any:
 # --- phase 1: a plain GRIP origin and a publisher ---------------------------------------------------
 
 
-def origin_main(port: int) -> int:
+# The holds the phase-1 origin can give (`--direct-hold`), to tell what in Runledger's hold costs
+# Pushpin more per delivery: "plain" is the run's channel alone, fetched only after a gap;
+# "channels" adds the two channels Runledger's hold carries (a per-stream link token as a
+# never-published channel's previous id, a channel shared by every stream of the user); "timeout"
+# adds a link timeout (fetched every RUNLEDGER_GRIP_LINK_SECONDS, the first after
+# RUNLEDGER_GRIP_LINK_FIRST_SECONDS, each x1-1.5, as Runledger's); "runledger" both.
+DIRECT_HOLDS = ("plain", "channels", "timeout", "runledger")
+
+
+def origin_main(port: int, hold: str = "plain", first: int = 0, every: int = 0) -> int:
     """An HTTP/1.1 server (keep-alive) that holds every GET /runs/<n>/ on channel `run-<n>` at id 0.
 
-    Pushpin takes a previous id only with a next link (without it, it ends the stream): the link
-    is given without a timeout, so Pushpin fetches it only after a gap (none, unless an item is
-    lost), and the fetch is held again at the id Pushpin has."""
+    Pushpin takes a previous id only with a next link (without it, it ends the stream): with
+    `hold` "plain" or "channels" the link is given without a timeout, so Pushpin fetches it only
+    after a gap (none, unless an item is lost); any fetch is held again at the id Pushpin has,
+    with nothing to send (the items published meanwhile wait in Pushpin's queue of the stream)."""
+    channels = hold in ("channels", "runledger")
+    timed = hold in ("timeout", "runledger")
+
+    def timeout(seconds: int) -> str:
+        return f"; timeout={seconds + random.randrange(seconds // 2 + 1)}" if timed else ""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
@@ -101,10 +120,15 @@ def origin_main(port: int) -> int:
                 run = path.strip("/").split("/")[1]
                 last = re.search(rf"run-{run}; last-id=(\d+)", head)
                 body = b"" if last else b"retry: 3000\n\n"
+                held = f"run-{run}; prev-id={last[1] if last else 0}"
+                if channels:
+                    token = re.search(r"runledger-link; last-id=([\w-]+)", head)
+                    held += f", runledger-link; prev-id={token[1] if token else secrets.token_urlsafe(86)}"
+                    held += ", runledger-user-1"
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    + f"Grip-Hold: stream\r\nGrip-Channel: run-{run}; prev-id={last[1] if last else 0}\r\n".encode()
-                    + f"Grip-Link: </runs/{run}/next/>; rel=next\r\n".encode()
+                    + f"Grip-Hold: stream\r\nGrip-Channel: {held}\r\n".encode()
+                    + f"Grip-Link: </runs/{run}/next/>; rel=next{timeout(every if last else first)}\r\n".encode()
                     + b"Grip-Keep-Alive: : keep-alive\\n\\n; format=cstring; timeout=15\r\n"
                     + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
                 )
@@ -300,7 +324,7 @@ def run_phase(
     series = CpuSeries(pids, names, SERIES_SECONDS)
     series.start()
     stop_watching = watch() if watch else None
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     out, _ = emitting.communicate()
     assert emitting.returncode == 0, f"the emitter exited with {emitting.returncode}"
     emitted_seconds = time.monotonic() - started
@@ -324,6 +348,7 @@ def run_phase(
     complete = failed = deliveries = retries = 0
     refused: Counter[str] = Counter()
     failures: list[str] = []
+    short: list[tuple[str, int, float | None, str]] = []
     for popen, result_file in client_procs:
         assert popen.returncode == 0, f"a client process exited with {popen.returncode}"
         result = json.loads(result_file.read_text())
@@ -331,6 +356,10 @@ def run_phase(
         refused.update(result["connects_refused"])
         failed += result["failed"]
         failures += result["failures"]
+        short += [
+            (path, last, None if closed is None else round(closed - started_wall, 1), tail)
+            for path, last, closed, tail in result["short"]
+        ]
         for path, lengths in result["exact"].items():
             complete += lengths.get(str(last_seq[run_of[path]]), 0)
         for path, by_seq in result["received"].items():
@@ -350,6 +379,9 @@ def run_phase(
         "watchers_with_every_event_once_in_order": complete,
         "failed_watchers": failed,
         "failures": failures[:10],
+        # The streams that ended short: (path, last seq, seconds from the first event to their
+        # close, their last bytes).
+        "short_streams": short,
         "connect_all_seconds": round(connect_seconds, 1),
         "connect_retries": retries,
         "connects_refused": dict(refused),
@@ -380,13 +412,20 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4, help="client processes holding the watchers")
     parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N behind the edge")
     parser.add_argument("--profile", action="store_true", help="py-spy on the web process in phase 2 (a diagnosis)")
-    parser.add_argument("--origin", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--edge-log-level", type=int, default=1, help="Pushpin's (3: debug, a diagnosis)")
+    parser.add_argument("--keep-logs", type=Path, help="copy every process's log here at the end (a diagnosis)")
+    parser.add_argument(
+        "--direct-hold", choices=DIRECT_HOLDS, default="plain", help="the phase-1 origin's hold (a diagnosis)"
+    )
+    parser.add_argument("--direct-only", action="store_true", help="phase 1 only (a diagnosis)")
+    parser.add_argument("--origin", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--publisher", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     if args.origin:
-        return origin_main(args.origin)
+        port, hold, first, every = args.origin
+        return origin_main(int(port), hold, int(first), int(every))
     if args.publisher:
         control, runs, events, interval = args.publisher
         return publisher_main(control, int(runs), int(events), float(interval))
@@ -397,13 +436,22 @@ def main() -> int:
     raise_open_files()
     machine = machine_facts(idle_seconds=2)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    link_seconds = int(os.environ.get("RUNLEDGER_GRIP_LINK_SECONDS", "120"))
+    # The web process's own reading of them (the environment, else the defaults).
+    link_seconds = int(os.environ.get("RUNLEDGER_GRIP_LINK_SECONDS", AppSettings.GRIP_LINK_SECONDS.default))
+    first_seconds = int(
+        os.environ.get("RUNLEDGER_GRIP_LINK_FIRST_SECONDS", AppSettings.GRIP_LINK_FIRST_SECONDS.default)
+    )
     edge_seconds = args.edge_seconds or 1.25 * link_seconds
     events = {"pushpin": round(args.pushpin_seconds / args.interval), "edge": round(edge_seconds / args.interval)}
     with ExitStack() as stack:
         url = stack.enter_context(durable_cluster()).url
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="runledger-bench-evp-")))
         procs = Procs(work)
+        if args.keep_logs:
+            # Not the control sockets (a socket is no file to copy).
+            stack.callback(
+                shutil.copytree, work, args.keep_logs, ignore=shutil.ignore_patterns("control"), dirs_exist_ok=True
+            )
         stack.callback(procs.stop_all, timeout=20)
         env, user, token = bench_database(url)
         phases: dict[str, Any] = {}
@@ -411,15 +459,16 @@ def main() -> int:
         def start_edge(upstream: int, control: Path) -> Proc:
             port = free_port()
             edge_args = [str(ROOT / "bin" / "edge"), "--port", f"127.0.0.1:{port}", "--control", str(control)]
-            # Warnings only: at its default level Pushpin logs every request and publish.
-            edge_args += ["--upstream", f"127.0.0.1:{upstream}", "--log-level", "1"]
+            # Warnings only by default: at its own default level Pushpin logs every request and publish.
+            edge_args += ["--upstream", f"127.0.0.1:{upstream}", "--log-level", str(args.edge_log_level)]
             edge = procs.start(f"edge-{control.parent.name}", edge_args, {**env, "PYTHON": sys.executable}, port=port)
             wait_log_line(edge, "Pushpin ready", timeout=60)
             return edge
 
         # Phase 1: Pushpin alone.
         origin_port = free_port()
-        origin = procs.start("origin", [sys.executable, __file__, "--origin", str(origin_port)], env, port=origin_port)
+        origin_args = [str(origin_port), args.direct_hold, str(first_seconds), str(link_seconds)]
+        origin = procs.start("origin", [sys.executable, __file__, "--origin", *origin_args], env, port=origin_port)
         wait_log_line(origin, "listening", timeout=30)
         control = work / "pushpin-control" / "control"
         edge = start_edge(origin_port, control)
@@ -437,6 +486,12 @@ def main() -> int:
         )
         edge.stop(timeout=20)
         origin.stop(timeout=10)
+        if args.direct_only:
+            phase = phases["pushpin"]
+            log(
+                f"direct ({args.direct_hold} hold): {phase['us_per_delivery']} µs per delivery, {phase['cpu_seconds_by_process']}"
+            )
+            return write_report("edge_vs_pushpin_direct", {"direct_hold": args.direct_hold, "phases": phases})
 
         # Phase 2: through Runledger.
         from runs import services
@@ -485,6 +540,8 @@ def main() -> int:
         "watchers_per_run": args.per_run,
         "interval_seconds": args.interval,
         "link_seconds": link_seconds,
+        "link_first_seconds": first_seconds,
+        "direct_hold": args.direct_hold,
         "client_processes": args.clients,
         "web_processes": args.web_processes,
         "phases": phases,
@@ -502,7 +559,8 @@ def print_table(r: dict[str, Any]) -> None:
     print(f"\nmachine: {m['nproc']} cores of {m['cpu']}, {m['memory_gib']} GiB; {r['when']}")
     print(
         f"{r['runs']} runs x {r['watchers_per_run']} watchers, an event per run every {r['interval_seconds']} s; "
-        f"link timeout {r['link_seconds']} s; {r['client_processes']} client processes"
+        f"link timeout {r['link_seconds']} s (the first {r.get('link_first_seconds', '-')} s); "
+        f"{r['client_processes']} client processes"
     )
     names = list(r["phases"])
     rows: list[tuple[str, ...]] = [("", *names)]

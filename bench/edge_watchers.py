@@ -90,6 +90,7 @@ class Watcher(asyncio.Protocol):
         self.connected = connected
         self.ended = ended
         self.chunks: list[tuple[float, bytes]] = []
+        self.closed_at: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, but write as one.
@@ -102,6 +103,7 @@ class Watcher(asyncio.Protocol):
             self.connected.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed_at = time.time()
         self.connected.set()  # a refused one must not hold up the others' start
         if not self.ended.done():
             self.ended.set_result(None)
@@ -151,6 +153,9 @@ async def client_main(base: str, paths: list[str], token: str, out: Path) -> Non
     received: dict[str, dict[int, list[float]]] = {}
     exact: dict[str, Counter[int]] = {}
     failures = []
+    # The streams that ended short: (path, last seq received, when the connection closed, its last
+    # bytes), to say when and how they ended.
+    short: list[tuple[str, int, float | None, str]] = []
     for path, watcher in watchers:
         head = b"".join(c for _, c in watcher.chunks[:2])[:12]
         if not head.startswith(b"HTTP/1.1 200"):
@@ -164,6 +169,8 @@ async def client_main(base: str, paths: list[str], token: str, out: Path) -> Non
             exact.setdefault(path, Counter())[len(seqs)] += 1
         else:
             failures.append(f"got {len(seqs)} events, first {seqs[:3]}, last {seqs[-3:]}")
+            tail = b"".join(c for _, c in watcher.chunks)[-120:].decode(errors="replace")
+            short.append((path, seqs[-1] if seqs else 0, watcher.closed_at, tail))
         for event in events:
             received.setdefault(path, {}).setdefault(event.seq, []).append(event.received_at)
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -173,6 +180,7 @@ async def client_main(base: str, paths: list[str], token: str, out: Path) -> Non
                 "exact": exact,
                 "failed": len(failures),
                 "failures": failures[:10],
+                "short": short,
                 "received": received,
                 "cpu_seconds": usage.ru_utime + usage.ru_stime,
                 "connect_retries": retries,

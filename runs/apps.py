@@ -12,6 +12,7 @@ class RunsConfig(AppConfig):
         from runs.api.serializers import RunOutputSerializer
         from runs.conf import check_database, check_settings
         from runs.services import webhooks
+        from runs.streaming.edge import revocation
 
         # The webhook body's run is the API's run JSON; the write core must not import the API.
         webhooks.run_json = lambda run: RunOutputSerializer(run).data
@@ -19,3 +20,4 @@ class RunsConfig(AppConfig):
         checks.register(check_agents)
         checks.register(check_settings)
         checks.register(check_database)
+        revocation.connect()

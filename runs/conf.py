@@ -234,11 +234,20 @@ class AppSettings(Registry):
         must="at least 32 characters of A-Z a-z 0-9 . _ ~ + / = - (HS256 wants 32 bytes)",
         secret=True,
     )
-    # The safety net for a publish that never arrived, and the re-check of the stream's user (a revoked
-    # one keeps an edge stream at most 1.5 times this). Pushpin's default, 120: each fetch is a request
-    # to the web processes, so 10,000 streams cost about 70 a second.
+    # The safety net for a publish that never arrived, and the re-check of the stream's user when the
+    # publisher's close of a revoked one did not come (docs/design/edge.md#revocation). Each fetch is
+    # a request to the web processes and costs Pushpin about as much as a hundred deliveries: 10,000
+    # streams fetched every 120 s (Pushpin's default) cost more than delivering them an event each 2 s.
     GRIP_LINK_SECONDS = Whole(
-        120, "how often Pushpin fetches each edge stream's link again (1 to 1.5 times that)", (WEB,), unit="seconds"
+        600, "how often Pushpin fetches each edge stream's link again (1 to 1.5 times that)", (WEB,), unit="seconds"
+    )
+    # Until then a stream counts against its user's cap whether or not its client is still there.
+    GRIP_LINK_FIRST_SECONDS = Whole(
+        120,
+        "when Pushpin first fetches an edge stream's link after its connect (1 to 1.5 times that), if sooner"
+        " and streams are capped",
+        (WEB,),
+        unit="seconds",
     )
     GRIP_PUBLISH_TIMEOUT_SECONDS = Seconds(5, "how long one publish to Pushpin may take", (WEB,))
     # Webhooks (docs/design/webhooks.md)

@@ -25,6 +25,10 @@ QUEUE = "runledger_queue"
 WEBHOOKS = "runledger_webhooks"
 
 CHANNELS = (EVENTS, CONTROL, QUEUE)
+# payload "<user_id>" — a credential of the user was revoked (the user deactivated or deleted, a
+# token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams.
+# Not in CHANNELS: only the publisher listens to it.
+REVOKED = "runledger_revoked"
 
 
 # (channel, payload)
@@ -54,6 +58,14 @@ def run_queued(run_id: UUID) -> Note:
 
 def slot_freed(run_id: UUID) -> Note:
     return QUEUE, str(run_id)
+
+
+def credential_revoked(user_id: int) -> Note:
+    return REVOKED, str(user_id)
+
+
+def parse_revoked_payload(payload: str) -> int:
+    return int(payload)
 
 
 def webhooks_due() -> Note:

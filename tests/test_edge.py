@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -33,12 +34,16 @@ import jwt
 import pytest
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.test import Client, RequestFactory
+from django.test.utils import CaptureQueriesContext
 
 from runs import services
 from runs.conf import conf
 from runs.events import EventType
 from runs.models import Run
+from runs.selectors import run_events_json_after
+from runs.selectors.published import runs_events_after_heads
 from runs.streaming.edge import grip
 from runs.streaming.edge.control import (
     bodies,
@@ -307,8 +312,8 @@ def test_a_lost_publish_is_fetched_from_the_origin_and_leaves_no_gap(procs: Proc
 @pytest.mark.processes
 def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(procs: Procs, alice: User) -> None:
     with tapped_stack(procs) as (tap, web, edge):
-        # The new leader recovers Pushpin before its first publish (once Pushpin answers).
-        wait_log_line(web, "edge publisher recovered")
+        # The new leader syncs Pushpin before its first publish (once Pushpin answers).
+        wait_log_line(web, "edge publisher synced")
         recovers = tap.recovers
         procs.worker("edge-worker")
         run = queued_run(alice, input={"deltas": 40, "delay_ms": 40})
@@ -320,9 +325,68 @@ def test_refused_publishes_are_sent_again_in_order_without_recovering_pushpin(pr
         assert tap.refused == 3
         for events in got:
             assert_exact_log(events, run)
-        # Sent again, not given up on: no recover, which would have every stream ask again.
-        assert tap.recovers == recovers
+        # Sent again, not given up on: no sync, and never Pushpin's recover (every stream asking again).
+        assert tap.recovers == recovers == 0
+        assert web.log().count("edge publisher synced") == 1
         assert "trying again" in web.log()
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_a_new_leader_has_only_the_streams_that_missed_an_event_fetch_it(procs: Procs, alice: User) -> None:
+    # No periodic link fetch within the test: every fetch seen is the takeover's doing.
+    control = control_socket()
+    tap = PublishTap(control).start()
+    try:
+        web, edge = stack(
+            procs, worker=False, control=control, RUNLEDGER_GRIP_URL=tap.url, RUNLEDGER_GRIP_LINK_SECONDS="600"
+        )
+        # Each with its first two events (run.created, run.started).
+        missed, current = running_run(alice), running_run(alice)
+        headers = [auth_headers(token_for(alice))] * 3
+
+        def append(run: Run) -> None:
+            services.run_events_append(
+                run_id=run.pk, generation=run.generation, events=[(EventType.OUTPUT_DELTA, {"text": "x"})]
+            )
+
+        async def scenario() -> float:
+            got_missed, _ = await watch_all(edge.url, stream_path(missed), headers)
+            got_current, _ = await watch_all(edge.url, stream_path(current), headers)
+            await until_each_has(got_missed + got_current, 2)
+            # The publish of `missed`'s third event is lost, and it stays idle after it.
+            tap.drop(3)
+            await asyncio.to_thread(append, missed)
+            await asyncio.to_thread(wait_until, lambda: tap.dropped == [3], 15, "the loss")
+            # The leader loses its database connection: it (or another) leads again and syncs.
+            taken_over = time.time()
+            await asyncio.to_thread(end_the_publishers_connection)
+            await asyncio.to_thread(
+                wait_until, lambda: web.log().count("edge publisher synced") == 2, 30, "a second sync"
+            )
+            # Only the streams behind fetch: `missed`'s get the event lost, with nothing new committed.
+            await until_each_has(got_missed, 3)
+            # `current`'s streams follow on, and never asked for their link.
+            await asyncio.to_thread(append, current)
+            await until_each_has(got_current, 3)
+            return taken_over
+
+        taken_over = asyncio.run(asyncio.wait_for(scenario(), 90))
+        assert any(at >= taken_over for at in link_requests(edge, missed))
+        assert [at for at in link_requests(edge, current) if at >= taken_over] == []
+        assert tap.recovers == 0
+    finally:
+        tap.stop()
+
+
+def end_the_publishers_connection() -> None:
+    """What a network cut or a restarted database does to the leading publisher's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            ["runledger-edge:%"],
+        )
+        assert cursor.fetchall(), "no publisher connected"
 
 
 @pytest.mark.edge
@@ -659,6 +723,67 @@ def test_a_revoked_users_edge_stream_ends_within_a_link_refresh_on_a_busy_run(
 
 @pytest.mark.edge
 @pytest.mark.processes
+def test_a_revocation_closes_the_users_edge_streams_at_once_without_waiting_for_a_link_fetch(
+    procs: Procs, make_user: Callable[..., User]
+) -> None:
+    # Links are fetched only after 10 minutes here: what ends the streams is the publisher's close.
+    _web, edge = stack(procs, RUNLEDGER_GRIP_LINK_SECONDS="600", RUNLEDGER_GRIP_LINK_FIRST_SECONDS="600")
+    sees_all = ("runs.view_run",)
+    carol, dave, staff, other = (
+        make_user(),
+        make_user(perms=sees_all),
+        make_user(perms=sees_all),
+        make_user(perms=sees_all),
+    )
+    run = queued_run(carol, input={"deltas": 400, "delay_ms": 50})  # 20 s of events, 20 a second
+    browser = Client()
+    browser.force_login(staff)
+    carol_token, dave_token = token_for(carol), token_for(dave)
+    headers = [
+        auth_headers(carol_token),
+        auth_headers(carol_token),
+        auth_headers(dave_token),
+        {"Cookie": f"sessionid={browser.cookies['sessionid'].value}"},
+        auth_headers(token_for(other)),  # a user nothing happens to: watches on
+    ]
+
+    def revoke() -> None:
+        from rest_framework.authtoken.models import Token
+
+        Token.objects.filter(key=carol_token).delete()  # her token deleted
+        dave.is_active = False
+        dave.save()  # deactivated
+        browser.logout()  # the staff member logged out
+
+    async def scenario() -> tuple[list[list[Event]], list[float], bool]:
+        got, tasks = await watch_all(edge.url, stream_path(run), headers)
+        await until_each_has(got, 5)
+        bystander = tasks.pop()
+        revoked = time.monotonic()
+        await asyncio.to_thread(in_thread(revoke))
+        ended: list[float] = []
+        for task in tasks:
+            await asyncio.wait_for(task, 20)
+            ended.append(time.monotonic() - revoked)
+        still_watching = not bystander.done()
+        bystander.cancel()
+        return got, ended, still_watching
+
+    got, ended, still_watching = asyncio.run(scenario())
+    print(f"streams ended {', '.join(f'{s:.1f}' for s in ended)} s after the revocation")
+    assert all(seconds < 5 for seconds in ended)
+    assert still_watching
+    assert fresh(run).status == "running"
+    for events in got[:-1]:
+        assert events[-1].event != EventType.RUN_COMPLETED
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    # Their reconnects are refused as any new stream would be.
+    for revoked_headers in headers[:-1]:
+        assert request_once(edge.url, stream_path(run), revoked_headers).status == 401
+
+
+@pytest.mark.edge
+@pytest.mark.processes
 def test_an_edge_stream_ends_at_its_lifetime_and_the_client_resumes_without_a_gap(procs: Procs, alice: User) -> None:
     _web, edge = stack(procs, RUNLEDGER_SSE_MAX_SECONDS="2")
     token = token_for(alice)
@@ -862,6 +987,50 @@ def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> Non
     assert len(small) == 1
     # The publishers of one set of Pushpins share a lock, whatever order the set is given in.
     assert lock_key(["ipc:///a", "ipc:///b"]) == lock_key(["ipc:///b", "ipc:///a"]) != lock_key(["ipc:///a"])
+
+
+@pytest.mark.sqlite
+def test_the_publisher_reads_every_run_named_in_one_statement(alice: User) -> None:
+    first, second, ended = running_run(alice), running_run(alice), running_run(alice)
+    for run, n in ((first, 3), (second, 2)):
+        deltas = [(EventType.OUTPUT_DELTA, {"text": str(i)}) for i in range(n)]
+        services.run_events_append(run_id=run.pk, generation=fresh(run).generation, events=deltas)
+    services.run_complete(run_id=ended.pk, generation=fresh(ended).generation, output="done")
+    last = fresh(first).last_seq
+    heads: dict[str, int | None] = {str(first.pk): last - 2, str(second.pk): None, str(ended.pk): None}
+    heads[str(uuid.uuid4())] = 0  # a run deleted since it was named
+    with CaptureQueriesContext(connection) as queries:
+        news = runs_events_after_heads(heads=heads, limit=2)
+    if connection.vendor == "postgresql":
+        assert len(queries) == 1
+    assert set(news) == {str(first.pk), str(second.pk), str(ended.pk)}
+    # After the head, at most `limit`, in seq order, the bytes every stream sends.
+    assert [row[0] for row in news[str(first.pk)].rows] == [last - 1, last]
+    assert news[str(first.pk)].rows == run_events_json_after(run_id=first.pk, after_seq=last - 2, limit=2)
+    # A run not seen yet: from its first event while live; only its state once ended.
+    assert [row[0] for row in news[str(second.pk)].rows] == [1, 2]
+    assert news[str(ended.pk)].rows == [] and news[str(ended.pk)].status == "completed"
+    assert news[str(ended.pk)].last_seq == fresh(ended).last_seq
+
+
+def test_the_first_link_fetch_comes_sooner_and_every_hold_is_on_its_users_channel(settings: Any) -> None:
+    settings.RUNLEDGER_GRIP_LINK_SECONDS = 600
+    settings.RUNLEDGER_GRIP_LINK_FIRST_SECONDS = 120
+    settings.RUNLEDGER_MAX_STREAMS_PER_USER = 20
+    first = {grip.link_timeout(seconds_left=None, first=True) for _ in range(300)}
+    later = {grip.link_timeout(seconds_left=None, first=False) for _ in range(300)}
+    assert first <= set(range(120, 181)) and later <= set(range(600, 901))
+    # Sooner only for the cap's sake: with streams uncapped, nothing counts until a fetch.
+    settings.RUNLEDGER_MAX_STREAMS_PER_USER = 0
+    assert {grip.link_timeout(seconds_left=None, first=True) for _ in range(300)} <= set(range(600, 901))
+    settings.RUNLEDGER_MAX_STREAMS_PER_USER = 20
+    assert grip.link_timeout(seconds_left=30.5, first=False) == 31  # never past the link's expiry
+    settings.RUNLEDGER_GRIP_LINK_SECONDS = 2  # the first is never later than the others
+    assert {grip.link_timeout(seconds_left=None, first=True) for _ in range(50)} <= {2, 3}
+    headers = grip.hold_headers(name="run-x", prev_id=4, user_id=7, link="/l/", token="t", timeout=9)
+    assert headers["Grip-Channel"] == "run-x; prev-id=4, runledger-link; prev-id=t, runledger-user-7"
+    # A revocation closes that channel, with no id: every stream on it ends, wherever it is.
+    assert grip.close_user_item(7) == {"channel": "runledger-user-7", "formats": {"http-stream": {"action": "close"}}}
 
 
 def test_a_link_is_sealed_for_its_run_and_carries_its_credential_unreadable() -> None:

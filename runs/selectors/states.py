@@ -34,6 +34,13 @@ def run_last_seqs_live() -> dict[str, int]:
     return {str(pk): last_seq for pk, last_seq in rows}
 
 
+def run_last_seqs_ended_since(*, since: datetime) -> dict[str, int]:
+    """The seq of the last event of every run that ended at or after `since`, through the
+    ended-runs partial index."""
+    rows = Run.objects.filter(ended_at__gte=since).values_list("pk", "last_seq")
+    return {str(pk): last_seq for pk, last_seq in rows}
+
+
 def run_status_last_seq(*, run_id: str) -> tuple[str, int] | None:
     """A run's status and the seq of its last event; None once it is deleted."""
     return Run.objects.filter(pk=run_id).values_list("status", "last_seq").first()

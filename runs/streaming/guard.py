@@ -21,7 +21,8 @@ re-check of who holds each open stream — those it holds itself, and those the 
 - **The edge's streams** (`EdgeStreams`) count against the same cap, in the process that answered
   their connect or last fetched their link: from the connect until their run ended, their link
   expired, or Pushpin stopped fetching it (`EDGE_MARGIN` seconds after the fetch it was due) — a
-  client that left is noticed only then, as Pushpin does not say. Each fetch of the link runs the
+  client that left is noticed only then, as Pushpin does not say; the first fetch after a connect
+  comes sooner than the others for that reason (grip.link_timeout). Each fetch of the link runs the
   same re-check for that stream (`EdgeStreams.allowed`, its answer kept for
   `RUNLEDGER_SSE_RECHECK_SECONDS` so the watchers of one run by one user cost one).
 """

@@ -1,9 +1,9 @@
 """The publisher's side of each Pushpin's control socket: publish in order, send again what was
-refused, and recover a Pushpin given up on (publisher.py says when).
+refused, and sync a Pushpin given up on (publisher.py says when).
 
 **Who may publish.** Pushpin 1.36's HTTP control port has no authentication: anyone who reaches it
 (any local user, on loopback) could publish into any stream. bin/edge turns it off and serves
-publish and recover on the handler's ZeroMQ command socket instead (ZRPC: a tnetstring
+publish on the handler's ZeroMQ command socket instead (ZRPC: a tnetstring
 `{id, method, args}` answered `{id, success, value|condition}`), bound as a file in a folder only
 its user may enter — the user the web processes run as. The kernel then decides who publishes:
 that user (and root), nobody else. Before connecting, a web process checks that the folder is its
@@ -12,11 +12,12 @@ events (`private_folder`).
 
 A refused publish (Pushpin down or busy, an error answer, a timeout) is sent again at the next
 try, not given up on at once: a Pushpin busy sending one item to ten thousand streams can take
-longer than the timeout to answer the next publish, and recovering it would have every stream it
-holds ask the web processes again. A publish it took after all comes again with an id it has seen,
-and it drops it. Only after `GIVE_UP_AFTER` publish timeouts of refusals is the backlog dropped
-and the Pushpin recovered (method `recover`) once it answers: every stream it holds then fetches
-what it missed.
+longer than the timeout to answer the next publish. A publish it took after all comes again with
+an id it has seen, and it drops it. Only after `GIVE_UP_AFTER` publish timeouts of refusals is the
+backlog dropped and the Pushpin synced once it answers: the publisher's sync items (where each
+run's streams should be, `grip.sync_item`) are published before anything else, and only the
+streams that missed something fetch it. Never Pushpin's own `recover`, which has every stream it
+holds fetch its link at once.
 """
 
 import asyncio
@@ -24,6 +25,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 # Items per request stay around this many bytes: one huge request would hold up every other
 # Pushpin's turn and the handler's loop (an event larger than this goes alone).
 BODY_MAX = 512 * 1024
-# Publish timeouts' worth of refusals after which a Pushpin's backlog is dropped and it is recovered.
+# Publish timeouts' worth of refusals after which a Pushpin's backlog is dropped and it is synced.
 GIVE_UP_AFTER = 6
 
 
@@ -189,7 +191,7 @@ class Target:
     """One Pushpin's control socket."""
 
     url: str
-    # Given up on (or not yet recovered by this leader): a recover comes before any publish.
+    # Given up on (or not yet synced by this leader): a sync comes before any publish.
     lost: bool = True
     # Encoded publish arguments not yet taken, in order, and since when they have been refused.
     backlog: list[bytes] = field(default_factory=list)
@@ -200,9 +202,11 @@ class Target:
 class Pushpins:
     """Every Pushpin the publisher publishes to, each on its own: one that refuses holds up no other."""
 
-    def __init__(self, urls: list[str], *, timeout: float) -> None:
+    def __init__(self, urls: list[str], *, timeout: float, sync: Callable[[], list[dict[str, Any]]]) -> None:
         self.targets = [Target(url) for url in urls]
         self.timeout = timeout
+        # The items that tell a Pushpin where every stream should be (the publisher's, at the time).
+        self.sync = sync
         self.context = zmq.asyncio.Context()
 
     @property
@@ -211,7 +215,7 @@ class Pushpins:
 
     @property
     def behind(self) -> bool:
-        """Whether some Pushpin waits for a recover or a publish sent again: try again soon."""
+        """Whether some Pushpin waits for a sync or a publish sent again: try again soon."""
         return any(target.lost or target.backlog for target in self.targets)
 
     def lose_all(self) -> None:
@@ -233,12 +237,21 @@ class Pushpins:
         await self._drain_all()
 
     async def catch_up(self) -> None:
-        """Recover what was given up on, and send again what was refused."""
+        """Sync what was given up on, and send again what was refused."""
         for target in self.targets:
-            if target.lost and await self._call(target, "recover") is None:
-                target.lost = False
-                log.info("edge publisher recovered %s", target.url)
+            if target.lost:
+                items = self.sync()
+                if await self._send_all(target, bodies(items)):
+                    target.lost = False
+                    log.info("edge publisher synced %s (%d items)", target.url, len(items))
         await self._drain_all()
+
+    async def _send_all(self, target: Target, found: list[bytes]) -> bool:
+        """Publish `found` to `target` in order; False at the first refusal (all are sent again)."""
+        for body in found:
+            if await self._call(target, "publish", body) is not None:
+                return False
+        return True
 
     async def _drain_all(self) -> None:
         await asyncio.gather(*(self._drain(target) for target in self.targets if target.backlog))
@@ -257,7 +270,7 @@ class Pushpins:
                 log.warning("edge publish to %s failed (%s); trying again", target.url, failure)
             if now - target.failing_since >= GIVE_UP_AFTER * self.timeout:
                 log.warning(
-                    "edge publish to %s refused for %.0f s (%s); recovering it",
+                    "edge publish to %s refused for %.0f s (%s); syncing it",
                     target.url,
                     now - target.failing_since,
                     failure,

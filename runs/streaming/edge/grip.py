@@ -32,6 +32,13 @@ def channel(run_id: str) -> str:
     return f"run-{run_id}"
 
 
+def user_channel(user_id: int) -> str:
+    """A third channel every held stream is on, with no id: the publisher closes it when a
+    credential of the user is revoked (docs/design/edge.md#revocation). Published to only then, so
+    it puts off no link timeout either."""
+    return f"runledger-user-{user_id}"
+
+
 def signed_by_pushpin(request: HttpRequest) -> bool:
     """Whether the request came through a Pushpin that holds our key: it strips any Grip-Sig a
     client sent and signs every request it passes on (a JWT, HS256, issuer "pushpin", an hour
@@ -70,11 +77,21 @@ def last_id(request: HttpRequest, name: str) -> str | None:
     return None
 
 
-def link_timeout(*, seconds_left: float | None) -> int:
-    """Seconds until Pushpin fetches a held stream's link again: `RUNLEDGER_GRIP_LINK_SECONDS`,
-    spread to half as long again, and no later than the link's expiry (`seconds_left`), so the
-    stream ends at its lifetime."""
+def link_timeout(*, seconds_left: float | None, first: bool) -> int:
+    """Seconds until Pushpin fetches a held stream's link again: `RUNLEDGER_GRIP_LINK_SECONDS`, or
+    after a connect (`first`) `RUNLEDGER_GRIP_LINK_FIRST_SECONDS` if shorter and streams are
+    capped, spread to half as long again, and no later than the link's expiry (`seconds_left`),
+    so the stream ends at its lifetime.
+
+    The first fetch comes sooner because until it the stream counts against its user's cap
+    whether or not its client is still there (guard.EdgeStreams): a client that leaves soon after
+    connecting — one that reconnects often — stops counting as soon as with a short interval, and
+    only a stream that stayed past its first fetch waits the long one. Without a cap nothing
+    counts, and the first fetch would only cost: each costs Pushpin about as much as ten
+    deliveries, and the web process and the database more (docs/benchmarks.md)."""
     link_seconds = max(1, conf.GRIP_LINK_SECONDS)
+    if first and conf.MAX_STREAMS_PER_USER is not None:
+        link_seconds = min(link_seconds, max(1, conf.GRIP_LINK_FIRST_SECONDS))
     # Spread: streams connected together (a reconnect storm after a restart) would otherwise all
     # ask the web processes again in the same second, and every one after that.
     link_seconds += random.randrange(link_seconds // 2 + 1)
@@ -83,8 +100,9 @@ def link_timeout(*, seconds_left: float | None) -> int:
     return link_seconds
 
 
-def hold_headers(*, name: str, prev_id: int, link: str, token: str, timeout: int) -> dict[str, str]:
-    """Hold the client's stream on channel `name`, whose last event it has is `prev_id`.
+def hold_headers(*, name: str, prev_id: int, user_id: int, link: str, token: str, timeout: int) -> dict[str, str]:
+    """Hold the client's stream on channel `name`, whose last event it has is `prev_id`, and on the
+    channel of its user (`user_channel`).
 
     Pushpin then sends it each item published with that previous id (and the next, and so on), and
     on any other — a publish lost, or made before this hold — GETs `link` itself with Grip-Last to
@@ -94,7 +112,7 @@ def hold_headers(*, name: str, prev_id: int, link: str, token: str, timeout: int
     keepalive = max(1, round(conf.SSE_KEEPALIVE_SECONDS))
     return {
         "Grip-Hold": "stream",
-        "Grip-Channel": f"{name}; prev-id={prev_id}, {LINK_CHANNEL}; prev-id={token}",
+        "Grip-Channel": f"{name}; prev-id={prev_id}, {LINK_CHANNEL}; prev-id={token}, {user_channel(user_id)}",
         # The comment the streams a web process holds send too, as a C string (a header holds no line break).
         "Grip-Keep-Alive": f": keep-alive\\n\\n; format=cstring; timeout={keepalive}",
         "Grip-Link": f"<{link}>; rel=next; timeout={timeout}",
@@ -112,6 +130,28 @@ def item(name: str, frames: list[Frame]) -> dict[str, Any]:
         "prev-id": str(frames[0].seq - 1),
         "formats": {"http-stream": {"content": b"".join(frame.data for frame in frames).decode()}},
     }
+
+
+def sync_item(name: str, seq: int) -> dict[str, Any]:
+    """Where the streams of `name` should be: at `seq`. A stream there gets a comment (what a
+    keep-alive sends); one behind sees a previous id it does not have and fetches what it missed
+    from the web processes; any other is not there. What a new leader (or one that gave a Pushpin's
+    backlog up) sends each run instead of Pushpin's `recover`, after which every stream it holds
+    fetches its link at once (publisher.py).
+
+    Its id is `seq` too, so a stream's position stays the seq it has; Pushpin drops an id it saw
+    in the last `id_cache_ttl` seconds, which costs nothing: it then had that publish."""
+    return {
+        "channel": name,
+        "id": str(seq),
+        "prev-id": str(seq),
+        "formats": {"http-stream": {"content": ": sync\n\n"}},
+    }
+
+
+def close_user_item(user_id: int) -> dict[str, Any]:
+    """End every stream of the user, wherever it is: their reconnects are checked as new connects."""
+    return {"channel": user_channel(user_id), "formats": {"http-stream": {"action": "close"}}}
 
 
 def close_item(name: str, last_seq: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ stream's end.
   hold's link is `…/stream/link/`, with a token minted for this run, this user and this
   credential, until the stream's lifetime (link.py), which Pushpin returns with each fetch
   (`grip.LINK_CHANNEL`).
-- **Pushpin's fetch of that link** (`recover`: after a gap, a recover, or every link timeout,
+- **Pushpin's fetch of that link** (`recover`: after a gap, or every link timeout,
   busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
   with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
   nothing (401 or 404 unless signed, `_not_pushpins`; an empty end if signed). Each fetch
@@ -77,8 +77,14 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
 
 
 @csrf_exempt
-async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
-    """Pushpin's fetch of a held stream's link."""
+def recover(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Pushpin's fetch of a held stream's link.
+
+    Synchronous, unlike the connect: runs.asgi then runs it as it runs the API, the middleware
+    chain and the view in one call on a request thread, where an async view pays a hop between
+    the event loop and a thread for each synchronous middleware step (about a dozen). Fetches are
+    short reads, and ten thousand streams make one every few milliseconds; Pushpin retries a
+    failed one by itself."""
     position = grip.last_id(request, grip.channel(run_id))
     token = grip.last_id(request, grip.LINK_CHANNEL)
     if (
@@ -89,14 +95,14 @@ async def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         or not grip.signed_by_pushpin(request)
     ):
         return _not_pushpins(request)
-    publisher.start()
+    publisher.start_from_thread()
     found = read(run_id=run_id, token=token)
     if found is None:
         log.warning("run %s: a link fetch signed by Pushpin with a token not minted for this run", run_id)
         return _end()
     try:
-        return await hub.run_open_check(_recover_sync, found, token, position, request.path)
-    except (DatabaseError, TimeoutError):
+        return _recover_sync(found, token, position, request.path)
+    except DatabaseError:
         # Pushpin retries a failed fetch by itself (five times, backing off).
         return _unavailable()
 
@@ -139,7 +145,7 @@ def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> Htt
         expires=math.ceil(now + lifetime) if lifetime > 0 else 0,
     )
     token = mint(held)
-    timeout = grip.link_timeout(seconds_left=_seconds_left(held, now))
+    timeout = grip.link_timeout(seconds_left=_seconds_left(held, now), first=True)
     # Counted first, before the replay is read: a refused connect costs no read. A finished run's
     # stream ends with its replay, so it holds nothing.
     counted = not opened.terminal
@@ -191,7 +197,7 @@ def _recover(found: Link, token: str, position: str, link: str) -> HttpResponse:
     body = _body(frames, first=False)
     if not complete or (frames and frames[-1].terminal):
         return body
-    timeout = grip.link_timeout(seconds_left=left)
+    timeout = grip.link_timeout(seconds_left=left, first=False)
     edge_streams.seen(user_id=found.user_id, link=token, run_id=found.run_id, until=_until(timeout))
     return _hold(body, found, last=frames[-1].seq if frames else cursor, link=link, token=token, timeout=timeout)
 
@@ -218,7 +224,10 @@ def _body(frames: list[hub.Frame], *, first: bool) -> HttpResponse:
 
 def _hold(response: HttpResponse, held: Link, *, last: int, link: str, token: str, timeout: int) -> HttpResponse:
     channel = grip.channel(held.run_id)
-    for name, value in grip.hold_headers(name=channel, prev_id=last, link=link, token=token, timeout=timeout).items():
+    headers = grip.hold_headers(
+        name=channel, prev_id=last, user_id=held.user_id, link=link, token=token, timeout=timeout
+    )
+    for name, value in headers.items():
         response[name] = value
     return response
 

@@ -13,20 +13,31 @@ process of its own to start; one of them publishes at a time:
 - **From the table, after a NOTIFY.** The leader LISTENs on `runledger_events`; a notification
   only says "look at run R", and the leader reads R's events after the last one it published
   (`head`), in seq order, and publishes them — the events one read found as one item, whose `id`
-  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). A run the leader
+  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). Every run named
+  since the last read is read in one statement (runs.selectors.published), reads start
+  `PUMP_GAP` apart, and what one read found goes out in one publish command (control.py splits
+  only a huge one). A run the leader
   has not seen is read from its first event: on taking the lead it reads the
   `last_seq` of every live run (after LISTEN, so nothing committed in between is missed), and any
   other run is new since. The terminal event is followed by a `close`, which ends the held streams.
+- **Revocations, pushed.** It LISTENs on `runledger_revoked` too (revocation.py sends it): a user
+  whose credential was revoked has their channel closed before the next read is published, which
+  ends every stream the edge holds for them; their reconnects are checked anew (hold.py).
 - **Gaps are Pushpin's to repair.** Pushpin holds each stream at the id it has, so an event that
   never arrives (a publish lost, a leader that died between a commit and its publish) shows as
   a `prev-id` that does not follow, and Pushpin then fetches what is missing from the web
-  processes (hold.py); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`.
+  processes (hold.py); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`
+  (the first time after `RUNLEDGER_GRIP_LINK_FIRST_SECONDS`).
   A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
   order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
-  up, and that Pushpin recovered (`recover`: every stream it holds fetches what it missed)
-  before anything more is sent to it (control.py). A new leader recovers every Pushpin
-  before its first publish. Publish and recover go to each Pushpin's command socket, which only
-  this user can reach (control.py).
+  up, and that Pushpin synced before anything more is sent to it (control.py). A new leader syncs
+  every Pushpin before its first publish: each live run, and each run that ended in the last
+  `ENDED_TTL`, gets an item saying where its streams should be (`grip.sync_item`, plus the close
+  of an ended run), so only the streams that missed something fetch it. Not Pushpin's `recover`,
+  which has every stream it holds fetch its link at once: ten thousand of them after a leader's
+  restart or a lost database connection, more than Pushpin can hand to the web processes (its
+  proxy answers 502 to what it cannot, and a stream whose fetch fails five times ends).
+  Publishes go to each Pushpin's command socket, which only this user can reach (control.py).
 """
 
 import asyncio
@@ -39,17 +50,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connection, connections
+from django.utils import timezone
 
 from runs import notify
 from runs.conf import conf
 from runs.models import LIVE_VALUES
-from runs.selectors import run_events_json_after
-from runs.selectors.states import run_last_seqs_live, run_status_last_seq
+from runs.selectors.published import runs_events_after_heads
+from runs.selectors.states import run_last_seqs_ended_since, run_last_seqs_live
 from runs.streaming import hub
 from runs.streaming.edge import grip
 from runs.streaming.listener import conninfo
@@ -65,7 +78,16 @@ APPLICATION_NAME_PREFIX = "runledger-edge"
 # to many streams, the next publish waits for it, the events committed meanwhile are read together,
 # and go out as one item — the busier Pushpin, the fewer and larger the items.
 GROUP_MAX = 64 * 1024
-# Runs that ended are remembered this long, so a late notification does not publish them again.
+# Seconds between the starts of two reads: events committed within them go out in one read and one
+# publish. Each read and publish costs the web process about a millisecond whatever it carries, and
+# a hundred runs each emitting every two seconds would otherwise make fifty of them a second.
+PUMP_GAP = 0.05
+# Seconds the leader's probe of its connection may take before the connection counts as lost and
+# the lead is given up: a loop busy with thousands of link fetches, or a saturated database, can
+# take seconds to answer, and each change of leader costs a sync of every Pushpin.
+PROBE_TIMEOUT = 10.0
+# Runs that ended are remembered this long, so a late notification does not publish them again,
+# and a sync closes the streams of those whose close a previous leader may not have sent.
 ENDED_TTL = 300.0
 
 T = TypeVar("T")
@@ -118,28 +140,29 @@ async def _in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T
     return await sync_to_async(fn, thread_sensitive=False, executor=_executor)(*args, **kwargs)
 
 
-def _live_heads_sync() -> dict[str, int]:
+def _heads_sync() -> tuple[dict[str, int], dict[str, int]]:
+    """The last seq of every live run, and of every run that ended in the last ENDED_TTL."""
     try:
-        return run_last_seqs_live()
+        since = timezone.now() - timedelta(seconds=ENDED_TTL)
+        return run_last_seqs_live(), run_last_seqs_ended_since(since=since)
     finally:
         connection.close()
 
 
 def _read_sync(wanted: dict[str, int | None]) -> list[_Read]:
-    """For each run, the events after its head (None: a run the leader has not seen)."""
+    """For each run, the events after its head (None: a run the leader has not seen), every run in
+    one statement."""
     try:
+        news = runs_events_after_heads(heads=wanted, limit=hub.PAGE)
         found = []
         for run_id, head in wanted.items():
-            if head is None:
-                row = run_status_last_seq(run_id=run_id)
-                if row is None:
-                    continue  # deleted since
-                if row[0] not in LIVE_VALUES:
-                    found.append(_Read(run_id, ended_at=row[1]))
-                    continue
-                head = 0
-            rows = run_events_json_after(run_id=run_id, after_seq=head, limit=hub.PAGE)
-            found.append(_Read(run_id, frames=[hub.make_frame(*row) for row in rows]))
+            one = news.get(run_id)
+            if one is None:
+                continue  # deleted since
+            if head is None and one.status not in LIVE_VALUES:
+                found.append(_Read(run_id, ended_at=one.last_seq))
+                continue
+            found.append(_Read(run_id, frames=[hub.make_frame(*row) for row in one.rows]))
         return found
     finally:
         connection.close()
@@ -170,16 +193,19 @@ class Publisher:
     def __init__(self, urls: list[str]) -> None:
         from runs.streaming.edge import control
 
-        self.pushpins = control.Pushpins(urls, timeout=conf.GRIP_PUBLISH_TIMEOUT_SECONDS)
+        self.pushpins = control.Pushpins(urls, timeout=conf.GRIP_PUBLISH_TIMEOUT_SECONDS, sync=self._sync_items)
         self.key = lock_key(urls)
         self.poll_seconds = conf.POLL_SECONDS
         self.retry_seconds = conf.LISTEN_RECONNECT_SECONDS
         # Run id -> seq of the last event published; only the pump changes it once leading.
         self.heads: dict[str, int] = {}
-        # Run id -> when it ended (time.monotonic()).
-        self.ended: dict[str, float] = {}
+        # Run id -> when it ended (time.monotonic()) and the seq of its terminal event.
+        self.ended: dict[str, tuple[float, int]] = {}
         # Run id -> the last seq a notification announced, not yet read.
         self.dirty: dict[str, int] = {}
+        # Users whose edge streams are to be closed: a credential of theirs was revoked.
+        self.revoked: set[int] = set()
+        self._pumped_at = 0.0
         self.leading = asyncio.Event()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -224,10 +250,14 @@ class Publisher:
                 break
             await asyncio.sleep(self.poll_seconds)
         await conn.execute(f'LISTEN "{notify.EVENTS}"')
+        await conn.execute(f'LISTEN "{notify.REVOKED}"')
         # After LISTEN: whatever commits from now on is announced, whatever committed before is here.
-        self.heads = await _in_thread(_live_heads_sync)
+        self.heads, ended = await _in_thread(_heads_sync)
+        now = time.monotonic()
+        self.ended = {run_id: (now, last_seq) for run_id, last_seq in ended.items()}
         self.dirty.clear()
-        self.pushpins.lose_all()  # what the previous leader did not publish, Pushpin fetches
+        self.revoked.clear()
+        self.pushpins.lose_all()  # synced first: what the previous leader did not publish, Pushpin fetches
         self.leading.set()
         log.info(
             "edge publisher %s leads: %d live runs, publishing to %s",
@@ -240,9 +270,12 @@ class Publisher:
         try:
             while not self._stopping:
                 async for note in conn.notifies(timeout=probe):
-                    self._on_notify(note.payload)
+                    if note.channel == notify.REVOKED:
+                        self._on_revoked(note.payload)
+                    else:
+                        self._on_notify(note.payload)
                 # A silent peer (a network cut) is found by a probe left unanswered.
-                await asyncio.wait_for(conn.execute("SELECT 1"), timeout=max(2 * probe, 2.0))
+                await asyncio.wait_for(conn.execute("SELECT 1"), timeout=max(2 * probe, PROBE_TIMEOUT))
         finally:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -260,6 +293,14 @@ class Publisher:
         if head is not None and last_seq <= head:
             return
         self.dirty[run_id] = max(self.dirty.get(run_id, 0), last_seq)
+        self._wake.set()
+
+    def _on_revoked(self, payload: str) -> None:
+        try:
+            self.revoked.add(notify.parse_revoked_payload(payload))
+        except ValueError:
+            log.warning("ignoring malformed %s payload %r", notify.REVOKED, payload)
+            return
         self._wake.set()
 
     async def _pump(self) -> None:
@@ -281,7 +322,16 @@ class Publisher:
                 await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
         else:
             await self._wake.wait()
+        loop = asyncio.get_running_loop()
+        if (gap := self._pumped_at + PUMP_GAP - loop.time()) > 0:
+            await asyncio.sleep(gap)  # pacing: what commits meanwhile is read with it
+        self._pumped_at = loop.time()
         self._wake.clear()
+        if self.revoked:
+            # Rare, and first: a revoked user's streams end before anything more reaches them.
+            closes = [grip.close_user_item(user_id) for user_id in sorted(self.revoked)]
+            self.revoked.clear()
+            await self.pushpins.publish(closes)
         if not self.dirty:
             return
         dirty, self.dirty = self.dirty, {}
@@ -306,13 +356,13 @@ class Publisher:
             name = grip.channel(read.run_id)
             if read.ended_at is not None:
                 items.append(grip.close_item(name, read.ended_at))
-                self._ended(read.run_id)
+                self._ended(read.run_id, read.ended_at)
                 continue
             frames = _up_to_terminal(read.frames)
             items += [grip.item(name, group) for group in _groups(frames)]
             if frames and frames[-1].terminal:
                 items.append(grip.close_item(name, frames[-1].seq))
-                self._ended(read.run_id)
+                self._ended(read.run_id, frames[-1].seq)
                 continue
             if frames:
                 self.heads[read.run_id] = frames[-1].seq
@@ -322,15 +372,26 @@ class Publisher:
                 self._wake.set()
         return items
 
-    def _ended(self, run_id: str) -> None:
+    def _ended(self, run_id: str, last_seq: int) -> None:
         self.heads.pop(run_id, None)
-        self.ended[run_id] = time.monotonic()
+        self.ended[run_id] = (time.monotonic(), last_seq)
+
+    def _sync_items(self) -> list[dict[str, Any]]:
+        """Where every stream should be (`grip.sync_item`): at the head of each live run, and at
+        the end of each run that ended within ENDED_TTL, whose streams are then closed."""
+        items = [grip.sync_item(grip.channel(run_id), head) for run_id, head in self.heads.items()]
+        cutoff = time.monotonic() - ENDED_TTL
+        for run_id, (at, last_seq) in self.ended.items():
+            if at >= cutoff:
+                name = grip.channel(run_id)
+                items += [grip.sync_item(name, last_seq), grip.close_item(name, last_seq)]
+        return items
 
     def _forget_ended(self) -> None:
         if len(self.ended) < 1000:
             return
         cutoff = time.monotonic() - ENDED_TTL
-        for run_id in [run_id for run_id, at in self.ended.items() if at < cutoff]:
+        for run_id in [run_id for run_id, (at, _) in self.ended.items() if at < cutoff]:
             del self.ended[run_id]
 
 
@@ -346,6 +407,17 @@ def start() -> Publisher | None:
     task = hub.detached(asyncio.get_running_loop(), publisher.run())
     _running.append((publisher, task))
     return publisher
+
+
+def start_from_thread() -> None:
+    """`start` from a synchronous view (the link fetch): under Django's own ASGI handler, whose
+    request threads know the server's event loop, on that loop; under runs.asgi the lifespan has
+    started it already."""
+    if not conf.GRIP_URL or _running:
+        return
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    if loop is not None and loop.is_running():
+        loop.call_soon_threadsafe(start)
 
 
 async def stop() -> None:

@@ -1,0 +1,53 @@
+"""Revocations the edge's streams must not wait for (docs/design/edge.md#revocation): a user
+deactivated or deleted, a token of theirs deleted, or a session of theirs ended (logout).
+
+Each sends `runledger_revoked` with the user's id, inside the transaction that revokes, so it is
+delivered when that commits; the edge's leading publisher then closes the user's channel, which
+every stream the edge holds for them is on (grip.user_channel), and each client's reconnect is
+checked as a new connect. Sent whether or not this process has an edge: the admin or a command
+may revoke where only the web processes publish. A notification lost (no leader at that moment)
+or a revocation not listed here (a permission taken away, a session that expired) waits for the
+stream's next link fetch instead, the bound the design page states.
+"""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.signals import user_logged_out
+from django.db.models.signals import post_delete, post_save
+from rest_framework.authtoken.models import Token
+
+from runs import notify
+
+
+def _revoked(user_id: int | None) -> None:
+    if user_id is not None:
+        notify.send(notify.credential_revoked(user_id))
+
+
+def _token_deleted(sender: Any, instance: Token, **kwargs: Any) -> None:
+    _revoked(instance.user_id)
+
+
+def _user_saved(sender: Any, instance: Any, created: bool, **kwargs: Any) -> None:
+    if not created and not instance.is_active:
+        _revoked(instance.pk)
+
+
+def _user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _revoked(instance.pk)
+
+
+def _logged_out(sender: Any, user: Any, **kwargs: Any) -> None:
+    # Sent before the session is flushed, in the same request; the clients' reconnects come a
+    # `retry:` later, checked against the flushed session.
+    _revoked(getattr(user, "pk", None))
+
+
+def connect() -> None:
+    """Hook the revocations (runs.apps, once)."""
+    user = get_user_model()
+    post_delete.connect(_token_deleted, sender=Token, dispatch_uid="runledger-edge-token-deleted")
+    post_save.connect(_user_saved, sender=user, dispatch_uid="runledger-edge-user-saved")
+    post_delete.connect(_user_deleted, sender=user, dispatch_uid="runledger-edge-user-deleted")
+    user_logged_out.connect(_logged_out, dispatch_uid="runledger-edge-logged-out")
