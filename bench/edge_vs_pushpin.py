@@ -91,12 +91,29 @@ def paced(plan: list[tuple[float, int, int]]) -> Any:
 
 
 # The holds the phase-1 origin can give (`--direct-hold`), to tell what in Runledger's hold costs
-# Pushpin more per delivery: "plain" is the run's channel alone, fetched only after a gap;
-# "channels" adds the two channels Runledger's hold carries (a per-stream link token as a
-# never-published channel's previous id, a channel shared by every stream of the user); "timeout"
-# adds a link timeout (fetched every RUNLEDGER_GRIP_LINK_SECONDS, the first after
-# RUNLEDGER_GRIP_LINK_FIRST_SECONDS, each x1-1.5, as Runledger's); "runledger" both.
-DIRECT_HOLDS = ("plain", "channels", "timeout", "runledger")
+# Pushpin more per delivery: "plain" is the run's channel alone, fetched only after a gap; "link"
+# adds a per-stream link token as a never-published channel's previous id, "user" a channel shared
+# by every stream of the user, "channels" both; "timeout" adds a link timeout (fetched every
+# RUNLEDGER_GRIP_LINK_SECONDS, the first after RUNLEDGER_GRIP_LINK_FIRST_SECONDS, each x1-1.5, as
+# Runledger's, over its few values; "fine": over a value per second, as before); "runledger" all three.
+# Parts join with "+" ("link+timeout", "runledger+fine").
+DIRECT_HOLDS = ("plain", "user", "link", "channels", "timeout", "fine", "runledger")
+HOLD_PARTS = {
+    "plain": set(),
+    "channels": {"user", "link"},
+    "fine": {"timeout", "fine"},
+    "runledger": {"user", "link", "timeout"},
+}
+
+
+def hold_parts(hold: str) -> set[str]:
+    """The parts of a `--direct-hold` ("user", "link", "timeout")."""
+    parts: set[str] = set()
+    for name in hold.split("+"):
+        if name not in DIRECT_HOLDS:
+            raise argparse.ArgumentTypeError(f"--direct-hold: {name!r} is none of {', '.join(DIRECT_HOLDS)}")
+        parts |= HOLD_PARTS.get(name, {name})
+    return parts
 
 
 def origin_main(port: int, hold: str = "plain", first: int = 0, every: int = 0) -> int:
@@ -106,11 +123,19 @@ def origin_main(port: int, hold: str = "plain", first: int = 0, every: int = 0) 
     `hold` "plain" or "channels" the link is given without a timeout, so Pushpin fetches it only
     after a gap (none, unless an item is lost); any fetch is held again at the id Pushpin has,
     with nothing to send (the items published meanwhile wait in Pushpin's queue of the stream)."""
-    channels = hold in ("channels", "runledger")
-    timed = hold in ("timeout", "runledger")
+    import django
+
+    django.setup()
+    from runs.streaming.edge.grip import spread
+
+    parts = hold_parts(hold)
+    timed = "timeout" in parts
 
     def timeout(seconds: int) -> str:
-        return f"; timeout={seconds + random.randrange(seconds // 2 + 1)}" if timed else ""
+        if not timed:
+            return ""
+        # "fine": the spread Runledger gave before 2026-12-03, a value per second.
+        return f"; timeout={seconds + random.randrange(seconds // 2 + 1) if 'fine' in parts else spread(seconds)}"
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
@@ -121,9 +146,10 @@ def origin_main(port: int, hold: str = "plain", first: int = 0, every: int = 0) 
                 last = re.search(rf"run-{run}; last-id=(\d+)", head)
                 body = b"" if last else b"retry: 3000\n\n"
                 held = f"run-{run}; prev-id={last[1] if last else 0}"
-                if channels:
+                if "link" in parts:
                     token = re.search(r"runledger-link; last-id=([\w-]+)", head)
                     held += f", runledger-link; prev-id={token[1] if token else secrets.token_urlsafe(86)}"
+                if "user" in parts:
                     held += ", runledger-user-1"
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -415,13 +441,17 @@ def main() -> int:
     parser.add_argument("--edge-log-level", type=int, default=1, help="Pushpin's (3: debug, a diagnosis)")
     parser.add_argument("--keep-logs", type=Path, help="copy every process's log here at the end (a diagnosis)")
     parser.add_argument(
-        "--direct-hold", choices=DIRECT_HOLDS, default="plain", help="the phase-1 origin's hold (a diagnosis)"
+        "--direct-hold", default="plain", help="the phase-1 origin's hold, parts joined by + (a diagnosis)"
     )
     parser.add_argument("--direct-only", action="store_true", help="phase 1 only (a diagnosis)")
     parser.add_argument("--origin", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--publisher", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    try:
+        hold_parts(args.direct_hold)
+    except argparse.ArgumentTypeError as error:
+        parser.error(str(error))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     if args.origin:
         port, hold, first, every = args.origin

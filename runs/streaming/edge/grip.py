@@ -28,6 +28,10 @@ ISSUER = "pushpin"
 LINK_CHANNEL = "runledger-link"
 
 
+# The link timeouts a stream can get: 1, 1⅙, 1⅓ and 1½ times the interval (link_timeout).
+LINK_TIMEOUT_STEPS = 4
+
+
 def channel(run_id: str) -> str:
     return f"run-{run_id}"
 
@@ -80,8 +84,8 @@ def last_id(request: HttpRequest, name: str) -> str | None:
 def link_timeout(*, seconds_left: float | None, first: bool) -> int:
     """Seconds until Pushpin fetches a held stream's link again: `RUNLEDGER_GRIP_LINK_SECONDS`, or
     after a connect (`first`) `RUNLEDGER_GRIP_LINK_FIRST_SECONDS` if shorter and streams are
-    capped, spread to half as long again, and no later than the link's expiry (`seconds_left`),
-    so the stream ends at its lifetime.
+    capped, spread (`spread`), and no later than the link's expiry (`seconds_left`), so the stream
+    ends at its lifetime.
 
     The first fetch comes sooner because until it the stream counts against its user's cap
     whether or not its client is still there (guard.EdgeStreams): a client that leaves soon after
@@ -92,12 +96,21 @@ def link_timeout(*, seconds_left: float | None, first: bool) -> int:
     link_seconds = max(1, conf.GRIP_LINK_SECONDS)
     if first and conf.MAX_STREAMS_PER_USER is not None:
         link_seconds = min(link_seconds, max(1, conf.GRIP_LINK_FIRST_SECONDS))
-    # Spread: streams connected together (a reconnect storm after a restart) would otherwise all
-    # ask the web processes again in the same second, and every one after that.
-    link_seconds += random.randrange(link_seconds // 2 + 1)
+    link_seconds = spread(link_seconds)
     if seconds_left is not None:
         link_seconds = min(link_seconds, max(1, math.ceil(seconds_left)))
     return link_seconds
+
+
+def spread(seconds: int) -> int:
+    """`seconds` to half as long again, in one of LINK_TIMEOUT_STEPS values.
+
+    Spread: streams connected together (a reconnect storm after a restart) would otherwise all ask
+    the web processes again in the same second, and every one after that. Over a few values only:
+    Pushpin (1.36) keeps a Qt timer per link path and timeout, and each restart of any timer of
+    its own (a stream's keep-alive, at every delivery) walks the list of them, so a value per
+    second made one per stream and, at 10,000 streams, doubled its cost per delivery."""
+    return seconds + random.randrange(LINK_TIMEOUT_STEPS) * (seconds // 2) // (LINK_TIMEOUT_STEPS - 1)
 
 
 def hold_headers(*, name: str, prev_id: int, user_id: int, link: str, token: str, timeout: int) -> dict[str, str]:
