@@ -14,6 +14,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -21,7 +22,7 @@ from rest_framework.test import APIClient
 
 from runs import services
 from runs.events import EventType
-from runs.models import Run, RunEvent
+from runs.models import Run, RunEvent, Status
 from runs.selectors.clock import db_now
 from runs.selectors.overview import queue_oldest_entered
 from runs.selectors.states import queue_next_start_in
@@ -301,12 +302,22 @@ def test_rescheduling_a_run_later_takes_it_out_of_the_line_until_then(alice: Use
 
 
 def test_the_claim_reads_each_of_its_rows_through_a_partial_index_of_the_queue(
-    alice: User, bob: User, staff: User
+    alice: User, bob: User, staff: User, make_user: Callable[..., User]
 ) -> None:
     """PostgreSQL: with sequential scans off, every statement of a claim and of the worker's
-    next-start read has a plan on the queue's partial indexes; the picks keep SKIP LOCKED."""
+    next-start read has a plan on the queue's partial indexes; the picks keep SKIP LOCKED. The
+    table is analyzed as it stands, mostly ended runs and a queue, so the plans follow the test's
+    rows, not the statistics another test's rows left behind (those once had the planner pick
+    another tiny partial index for the urgent pick)."""
+    others = [make_user(f"owner{i}") for i in range(10)]
+    ended = [queued_run(others[i % 10]).pk for i in range(200)]
+    Run.objects.filter(pk__in=ended).update(status=Status.COMPLETED, ended_at=Now())
+    for i in range(50):
+        queued_run(others[i % 10])
     queued_run(alice), queued_run(alice, priority=5), queued_run(bob, start_after=db_now() + timedelta(hours=1))
     queued_run(staff, priority=200)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_run")  # inside the test's transaction: its own rows, rolled back after
     with CaptureQueriesContext(connection) as urgent_claim:
         claimed_id()
     with CaptureQueriesContext(connection) as fair_claim:
