@@ -46,6 +46,35 @@ def _fast_password_hasher() -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _flush_retried_when_a_deadlocks_victim() -> Iterator[None]:
+    """A transactional test ends with Django's flush: one TRUNCATE of every table, which locks them
+    in the order of a Python set (so of the process's hash seed) while a module's live web process
+    or worker may still be reading and writing the test's runs. When the two take tables in
+    opposite orders PostgreSQL aborts one of them: mostly the live process's statement (it retries),
+    but the flush whenever its wait closed the cycle, and then the next test found the last one's
+    rows. The aborted flush has released its locks, so the other transaction ends and a second try
+    goes through."""
+    import psycopg
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    handle = flush.Command.handle
+
+    def retried(self: flush.Command, *args: Any, **options: Any) -> None:
+        for attempt in range(5):
+            try:
+                return handle(self, *args, **options)
+            except CommandError as error:
+                cause = getattr(error.__cause__, "__cause__", None)
+                if attempt == 4 or not isinstance(cause, psycopg.errors.DeadlockDetected):
+                    raise
+
+    flush.Command.handle = retried  # type: ignore[method-assign]
+    yield
+    flush.Command.handle = handle  # type: ignore[method-assign]
+
+
 @pytest.fixture
 def make_user(db: None) -> Callable[..., User]:
     counter = iter(range(1_000_000))
