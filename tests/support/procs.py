@@ -196,8 +196,15 @@ class Procs:
         env: dict[str, str] | None = None,
         timeout: float = 30,
     ) -> Proc:
-        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL)."""
-        cmd = [sys.executable, "manage.py", "runworker", "--worker-id", worker_id, "--concurrency", str(concurrency)]
+        """Start `manage.py runworker` and wait until it is ready (listening, on PostgreSQL).
+
+        Without Django's system checks: they import every URL module and check every model and
+        admin, 0.3 to 0.4 s of CPU at each of the suite's few hundred worker starts, and decide
+        nothing a worker does. What a worker requires of its settings and agents it checks itself,
+        with or without them (tests/test_settings.py); tests/test_deploy.py and the host's tests
+        start it as operators do."""
+        cmd = [sys.executable, "manage.py", "runworker", "--skip-checks", "--worker-id", worker_id]
+        cmd += ["--concurrency", str(concurrency)]
         proc = self.start(f"worker-{worker_id}", cmd + (args or []), env or subprocess_env())
         wait_log_line(proc, f"runworker {worker_id} ready", timeout=timeout)
         return proc
