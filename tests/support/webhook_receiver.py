@@ -5,8 +5,8 @@ request with the `standardwebhooks` package and appends what it got to a JSON-li
 
 SECRETS is a file of a JSON list of `whsec_` secrets, read at each request (a test rotates one and
 writes it); a request verifies if any of them verifies it. `--fail-every N` answers 500 to every
-Nth request; `--hold-first` holds each id's first request open (for a worker killed mid-delivery)
-until the test writes LOG.release. `/redirect` answers 302 to `/in`. Each log line:
+Nth request; `--hold-first` holds each id's first request open, unanswered, until the receiver stops
+(for a worker killed mid-delivery). `/redirect` answers 302 to `/in`. Each log line:
 {"id", "path", "status", "verified", "type", "run_id", "run_status", "at"}.
 """
 
@@ -31,7 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     lock = threading.Lock()
     state = {"count": 0, "seen": set()}
-    release = args.log.with_suffix(".release")
+    never = threading.Event()  # what a held request waits for: the receiver's end (its threads are daemons)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -44,10 +44,7 @@ def main() -> None:
                 state["seen"].add(webhook_id)  # type: ignore[attr-defined]
             if args.hold_first and first:
                 self._log({"id": webhook_id, "path": self.path, "status": None, "held": True})
-                while not release.exists():
-                    time.sleep(0.05)  # held open until the test says; the worker that sent it is killed meanwhile
-                self.close_connection = True
-                return
+                never.wait()  # the worker that sent it is killed meanwhile
             if self.path == "/redirect":
                 self._answer(302, {"Location": "/in"})
                 self._log({"id": webhook_id, "path": self.path, "status": 302})
