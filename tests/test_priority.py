@@ -321,7 +321,7 @@ def test_the_claim_reads_each_of_its_rows_through_a_partial_index_of_the_queue(
     with CaptureQueriesContext(connection) as urgent_claim:
         claimed_id()
     with CaptureQueriesContext(connection) as fair_claim:
-        claimed_id()  # Alice's priority-5 run, taking her older run's turn
+        claimed_id()  # the pick of the owner whose turn comes first (owner0, queued before Alice)
     with CaptureQueriesContext(connection) as next_start:
         queue_next_start_in()
     plans = []
