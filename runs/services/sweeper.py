@@ -105,7 +105,7 @@ def runs_sweep(*, as_of: datetime | None = None, batch_size: int = 100) -> Sweep
     Every worker sweeps, so any number may run this at once: candidates are read without locks,
     then each run is handled in its own short transaction under its row lock, taken with SKIP
     LOCKED, and re-checked there. However many sweepers find a run, it is requeued or stopped once.
-    `as_of` replaces the database clock (tests).
+    `as_of` replaces the database clock: the reading the worker's reap judged by (or a test's).
     """
     requeued: list[UUID] = []
     failed: list[UUID] = []

@@ -38,6 +38,7 @@ import select
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 
 from runs import services
@@ -194,10 +195,11 @@ class Reaper:
     _watched: set[int] = field(default_factory=set)
     _scanned_lost: bool = False
 
-    def sweep(self) -> int:
-        """Kill what is left of the lost attempts' process groups; how many processes were killed."""
+    def sweep(self, *, as_of: datetime | None = None) -> int:
+        """Kill what is left of the lost attempts' process groups, judging leases at `as_of` (the
+        database's clock when None); how many processes were killed."""
         found = services.attempt_groups_orphaned(
-            machine=self.machine, watched=self._watched, all_lost=not self._scanned_lost
+            machine=self.machine, watched=self._watched, all_lost=not self._scanned_lost, as_of=as_of
         )
         self._scanned_lost = True
         # Kept until forgotten, in case forgetting fails.

@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -44,6 +45,7 @@ from django.db import DatabaseError, connection
 from runs import logs, notify, services
 from runs.conf import conf
 from runs.models import Run
+from runs.selectors.clock import db_now
 from runs.selectors.states import queue_next_start_in, run_worker_states
 from runs.streaming.listener import Listener
 from runs.transitions import TERMINAL, Status
@@ -360,34 +362,44 @@ class Worker:
 
     # --- the sweeper -----------------------------------------------------------------------------
 
-    async def _reap(self) -> None:
+    async def _reap(self, *, as_of: datetime | None = None) -> None:
         assert self._db is not None
         try:
-            await self._db.sweep.call(self._reaper.sweep)
+            await self._db.sweep.call(self._reaper.sweep, as_of=as_of)
         except (DatabaseError, OSError) as exc:
             log.warning("%s: could not look for lost attempts' processes (%s)", self, exc)
 
     async def _sweep_loop(self) -> None:
-        assert self._db is not None
         while True:
-            # First: the sweep may requeue a run whose lost attempt's tool still runs here.
-            await self._reap()
-            try:
-                swept = await self._db.sweep.call(services.runs_sweep)
-            except DatabaseError as exc:
-                log.warning("%s: could not sweep (%s)", self, exc)
-            else:
-                if swept:
-                    log.info(
-                        "%s swept: requeued %s, failed (worker_lost) %s, stopped (deadline) %s",
-                        self,
-                        [str(r) for r in swept.requeued],
-                        [str(r) for r in swept.failed],
-                        [str(r) for r in swept.stopped],
-                        extra={"event": "swept"},
-                    )
+            await self._sweep()
             # Jittered, so the sweeps of workers started together spread out.
             await asyncio.sleep(self.sweep_seconds * random.uniform(0.8, 1.2))
+
+    async def _sweep(self) -> None:
+        assert self._db is not None
+        try:
+            # The reap and the sweep judge leases at one reading of the clock: a lease that lapsed
+            # between the two would otherwise be requeued before this machine looked for its tool.
+            as_of = await self._db.sweep.call(db_now)
+        except DatabaseError as exc:
+            log.warning("%s: could not sweep (%s)", self, exc)
+            return
+        # First: the sweep may requeue a run whose lost attempt's tool still runs here.
+        await self._reap(as_of=as_of)
+        try:
+            swept = await self._db.sweep.call(services.runs_sweep, as_of=as_of)
+        except DatabaseError as exc:
+            log.warning("%s: could not sweep (%s)", self, exc)
+            return
+        if swept:
+            log.info(
+                "%s swept: requeued %s, failed (worker_lost) %s, stopped (deadline) %s",
+                self,
+                [str(r) for r in swept.requeued],
+                [str(r) for r in swept.failed],
+                [str(r) for r in swept.stopped],
+                extra={"event": "swept"},
+            )
 
     # --- stopping --------------------------------------------------------------------------------
 
