@@ -73,7 +73,7 @@ def client_address(request: HttpRequest) -> str:
     nginx uvicorn listens on a Unix socket only nginx's group may reach, and takes it from the
     X-Forwarded-For nginx sets ($remote_addr, never a client's); so REMOTE_ADDR is the client, never
     the proxy, and nobody can forge it. On a TCP port uvicorn trusts no forwarded header, or only
-    a remote proxy's (FORWARDED_ALLOW_IPS), since any local user reaches loopback; behind the edge
+    a remote proxy's (--forwarded-allow-ips), since any local user reaches loopback; behind the edge
     the stream takes it from Pushpin's signed request (runs/streaming/views.py `edge_client`). A
     socket whose server trusts no header gives every client the key ""."""
     return str(request.META.get("REMOTE_ADDR") or "")
