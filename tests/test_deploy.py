@@ -1,6 +1,8 @@
 """Production (docs/design/operations.md#deploy, deploy/): settings that refuse an unsafe start, a
-real nginx started from deploy/nginx.conf.template in front of uvicorn and a worker, the app's own
-body limit without it, and the systemd units.
+real nginx started from deploy/nginx.conf.template in front of uvicorn and a worker in the front
+door's layout (docs/how-to/deploy.md#front-door: uvicorn on a Unix socket in the folder
+deploy/tmpfiles.d/runledger.conf makes, nginx the only way in, the SSE edge on a socket beside it),
+the app's own body limit without it, and the systemd units.
 
 The settings proofs start processes with nothing of the suite's environment: only PATH and the
 variables an operator sets, on the embedded default database (no DATABASE_URL).
@@ -8,6 +10,7 @@ variables an operator sets, on the embedded default database (no DATABASE_URL).
 
 import asyncio
 import contextlib
+import grp
 import json
 import os
 import re
@@ -31,19 +34,35 @@ from uvicorn.main import main as uvicorn_command
 from runs import services
 from runs.conf import conf
 from runs.models import Run, RunAttempt, RunEvent
+from tests.factories import queued_run
+from tests.support.browser import give_password
 from tests.support.db import token_for
+from tests.support.edge import control_socket, edge_env, listening_tcp_ports, start_edge, wait_leading
 from tests.support.nginx import (
     TEMPLATE,
     TEMPLATE_VARIABLES,
+    TMPFILES,
     Nginx,
     fill_template,
+    front_door,
     shared_folder,
     start_nginx,
     template_variables,
 )
-from tests.support.procs import ROOT, Proc, Procs, free_port, subprocess_env, wait_log_line
+from tests.support.procs import (
+    ROOT,
+    Proc,
+    Procs,
+    descendants,
+    free_port,
+    python_as,
+    require_root,
+    subprocess_env,
+    wait_log_line,
+)
 from tests.support.raw_http import request, trickle_headers, upload
 from tests.support.runs import assert_exact_log, status_of
+from tests.support.signin import sign_in_over_http, signed_in_over_http
 from tests.support.sse import Event, Stream, auth_headers
 from tests.support.threads import DbThread
 from tests.support.waiting import wait_until
@@ -147,33 +166,58 @@ def test_the_template_names_exactly_its_four_variables_and_repeats_the_body_limi
     filled = fill_template(**values)
     assert "${" not in filled
     # nginx's own variables survive the filling.
-    assert "$remote_addr" in filled and "$proxy_add_x_forwarded_for" in filled and "$host" in filled
+    assert "$remote_addr" in filled and "$host" in filled
+    # The client is the address nginx saw: X-Forwarded-For is set to it, never appended to what a
+    # client sent (uvicorn behind the socket takes the header's first entry).
+    assert re.findall(r"proxy_set_header X-Forwarded-For (\S+);", filled) == ["$remote_addr"]
+    assert "$proxy_add_x_forwarded_for" not in filled
 
 
 @dataclass
 class Front:
     nginx: Nginx
-    web: Proc  # uvicorn behind nginx, access log on, not serving /static/
+    web: Proc  # uvicorn behind nginx on the front door's socket, access log on, not serving /static/
     worker: Proc
     static_root: Path
+    door: Path  # the front door's folder, as deploy/tmpfiles.d/runledger.conf makes it
+
+
+def unit_uvicorn(name: str) -> dict[str, Any]:
+    """The options of the uvicorn that unit `name` starts, as uvicorn's own parser reads them."""
+    program, args = exec_start(unit_settings(ROOT / "deploy" / name)["Service"])
+    assert program == "uvicorn", name
+    return dict(uvicorn_command.make_context("uvicorn", args).params)
+
+
+def web_unit_listener(door: Path) -> tuple[Path, list[str]]:
+    """Where runledger-web.service's uvicorn listens, moved into `door` (the test's front door),
+    and the options that decide whom it trusts."""
+    options = unit_uvicorn("runledger-web.service")
+    return door / Path(options["uds"]).name, ["--forwarded-allow-ips", options["forwarded_allow_ips"]]
 
 
 @pytest.fixture(scope="module")
 def front(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
-    """nginx from the template in front of one uvicorn and one worker on the test database, with
-    the static files collected for it, for the whole module (each test makes its own users and runs)."""
+    """The production layout for the whole module (each test makes its own users and runs): the
+    front door's folder made by systemd-tmpfiles, one uvicorn in it on the web unit's socket and
+    with its trust, nginx from the template in front (its workers `www-data`), one worker, all on
+    the test database, with the static files collected for nginx."""
+    require_root("to run nginx's workers as www-data, the front door's group")
     registry = Procs(Path(tmp_path_factory.mktemp("deploy")))
     folder = shared_folder("runledger-deploy-")
     try:
         static_root = folder / "static"
+        door = front_door(folder / "root")
         with django_db_blocker.unblock():
             env = subprocess_env(RUNLEDGER_SERVE_STATIC="0", RUNLEDGER_STATIC_ROOT=str(static_root))
         collected = run_to_end([sys.executable, "manage.py", "collectstatic", "--noinput"], env)
         assert collected.returncode == 0, collected.stdout + collected.stderr
-        web = registry.uvicorn(env=env, access_log=True)
+        socket_path, trust = web_unit_listener(door)
+        # Two processes, as the unit's several: uvicorn's supervisor then binds the socket itself.
+        web = registry.uvicorn(env=env, access_log=True, uds=socket_path, options=trust, workers=2)
         worker = registry.worker("deploy", env=env)
         nginx = start_nginx(registry, upstream=web, static_root=static_root, prefix=folder / "nginx")
-        yield Front(nginx=nginx, web=web, worker=worker, static_root=static_root)
+        yield Front(nginx=nginx, web=web, worker=worker, static_root=static_root, door=door)
     finally:
         registry.stop_all()
         shutil.rmtree(folder, ignore_errors=True)
@@ -307,21 +351,21 @@ def test_static_files_come_from_nginx_and_not_from_the_web_process(front: Front)
     assert through_nginx.body == (front.static_root / "admin" / "css" / "base.css").read_bytes()
     assert through_nginx.headers["content-type"].startswith("text/css")
     # The web process does not serve them (RUNLEDGER_SERVE_STATIC=0), and logged only this request.
-    assert front.web.port is not None
-    direct = request(("127.0.0.1", front.web.port), path)
+    assert front.web.uds is not None
+    direct = request(front.web.uds, path)
     assert direct.status == 404
     access_line(front.web, f'"GET {path} HTTP/1.1" 404')
     assert front.web.log().count(f'"GET {path} ') == 1
 
 
 def test_the_web_process_sees_the_client_address_through_nginx(front: Front) -> None:
-    # From another loopback address, with a forged X-Forwarded-For of its own: nginx appends the
-    # address it saw, and uvicorn (trusting 127.0.0.1, nginx) takes that last one.
+    # From another loopback address, with a forged X-Forwarded-For of its own: nginx sets the header
+    # to the address it saw, and uvicorn, behind the socket, takes that.
     answer = request(
         front.nginx.address,
         "/healthz/?probe=client-address",
         source="127.0.0.2",
-        headers={"X-Forwarded-For": "203.0.113.9"},
+        headers={"X-Forwarded-For": "203.0.113.9, 127.0.0.1"},
     )
     assert answer.status == 200
     line = access_line(front.web, "probe=client-address")
@@ -330,20 +374,165 @@ def test_the_web_process_sees_the_client_address_through_nginx(front: Front) -> 
     wait_until(lambda: "127.0.0.2 - " in front.nginx.access_log(), 10, "nginx logging the client's address")
 
 
-def test_failed_token_attempts_through_nginx_are_counted_per_client_not_per_proxy(front: Front, alice: User) -> None:
+def test_failed_token_attempts_through_nginx_are_counted_per_client_whatever_it_forwards(
+    front: Front, alice: User
+) -> None:
     # Every request reaches the web process from nginx; counted per proxy, one guesser would lock
-    # every client out. uvicorn takes the address nginx saw, which a client cannot forge.
+    # every client out; counted per forwarded address, a guesser would name a new one each time.
     bad = {"Authorization": "Token " + "0" * 40}
-    for _ in range(10):  # RUNLEDGER_AUTH_FAILURES_MAX's default
-        assert request(front.nginx.address, "/api/runs/", source="127.0.0.2", headers=bad).status == 401
+    for i in range(10):  # RUNLEDGER_AUTH_FAILURES_MAX's default
+        forged = {**bad, "X-Forwarded-For": f"203.0.113.{i}"}
+        assert request(front.nginx.address, "/api/runs/", source="127.0.0.2", headers=forged).status == 401
     good = {"Authorization": f"Token {token_for(alice)}"}
     blocked = request(front.nginx.address, "/api/runs/", source="127.0.0.2", headers=good)
     assert blocked.status == 429 and int(blocked.headers["retry-after"]) >= 1
     forged = request(
-        front.nginx.address, "/api/runs/", source="127.0.0.2", headers={**good, "X-Forwarded-For": "203.0.113.9"}
+        front.nginx.address, "/api/runs/", source="127.0.0.2", headers={**good, "X-Forwarded-For": "203.0.113.99"}
     )
     assert forged.status == 429
     assert request(front.nginx.address, "/api/runs/", source="127.0.0.3", headers=good).status == 200
+
+
+def test_failed_sign_ins_through_nginx_are_counted_per_client_whatever_it_forwards(front: Front) -> None:
+    give_password(User.objects.create_user("frontdoor"), "the-right-one")
+    page = "/accounts/login/"
+
+    def sign_in(password: str, source: str, forged: str) -> Any:
+        headers = {"X-Forwarded-For": forged, "X-Real-IP": forged}
+        return sign_in_over_http(front.nginx.url, page, "frontdoor", password, source=source, headers=headers)
+
+    for i in range(10):
+        assert sign_in("a-guess", "127.0.0.4", f"198.51.100.{i}").status_code == 200  # the form again
+    # Were each failure counted for the address it forwarded, this one (a new address, which never
+    # failed for the username) would sign in: the username is blocked only from those addresses.
+    refused = sign_in("the-right-one", "127.0.0.4", "198.51.100.200")
+    assert refused.status_code == 429 and not signed_in_over_http(refused)
+    # The account's owner, from an address of her own, still signs in (no lockout by strangers).
+    assert signed_in_over_http(sign_in("the-right-one", "127.0.0.5", "198.51.100.1"))
+
+
+AS_ANOTHER_USER = r"""
+import json, socket, sys
+probe, found = sys.argv[1], {}
+for target in sys.argv[2:]:
+    try:
+        if target.startswith("/"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            sock.connect(target)
+        else:
+            sock = socket.create_connection(("127.0.0.1", int(target)), timeout=10)
+        with sock:
+            sock.sendall(b"GET /healthz/?probe=%s HTTP/1.1\r\nHost: localhost\r\nX-Forwarded-For: 192.0.2.1\r\n"
+                         b"Connection: close\r\n\r\n" % probe.encode())
+            found[target] = sock.recv(64).decode(errors="replace").split("\r\n")[0]
+    except OSError as exc:
+        found[target] = type(exc).__name__
+print(json.dumps(found))
+"""
+
+
+def connect_as(user: str, probe: str, *targets: Path | int) -> list[str]:
+    """What a process of local user `user` (with its own groups only) got from a GET /healthz/?probe=
+    `probe` with a forged X-Forwarded-For to each of `targets` (a Unix socket, or a loopback port):
+    the answer's status line, or the error that refused its connection."""
+    found = json.loads(python_as(user, AS_ANOTHER_USER, probe, *map(str, targets)))
+    return [found[str(target)] for target in targets]
+
+
+def test_only_nginx_reaches_the_web_processes(front: Front) -> None:
+    # The folder as systemd-tmpfiles made it from the shipped line: nginx's group may enter, others not.
+    door = front.door.stat()
+    assert (stat.S_IMODE(door.st_mode), door.st_gid) == (0o750, grp.getgrnam("www-data").gr_gid)
+    # uvicorn listens on no TCP port at all: there is no loopback port to forge X-Forwarded-For on.
+    assert front.web.uds is not None and front.web.port is None
+    assert listening_tcp_ports([front.web.pid, *descendants(front.web.pid)]) == set()
+    # Its socket is open to all (uvicorn's chmod): the folder is what decides. Another local user is
+    # refused by it; nginx's workers' user gets in, as nginx does.
+    assert stat.S_IMODE(front.web.uds.stat().st_mode) == 0o666
+    assert connect_as("www-data", "as-nginx", front.web.uds) == ["HTTP/1.1 200 OK"]
+    # nobody's one way in is nginx's port, as any client, under its own address.
+    assert connect_as("nobody", "as-nobody", front.web.uds, front.nginx.address[1]) == [
+        "PermissionError",
+        "HTTP/1.1 200 OK",
+    ]
+    line = access_line(front.web, "probe=as-nobody")
+    assert line.split()[1].startswith("127.0.0.1:") and "192.0.2.1" not in line, line
+
+
+@pytest.mark.edge
+def test_behind_the_edges_socket_the_client_is_the_one_nginx_saw_whatever_anyone_forwards(
+    procs: Procs, alice: User
+) -> None:
+    """The edge's layout (docs/how-to/edge.md#front-door): nginx sends the streams to Pushpin on a
+    socket in the front door's folder, Pushpin to the edge's web processes on loopback (it reaches
+    no Unix socket), which trust no forwarded header but on a request Pushpin signed."""
+    require_root("to run nginx's workers as www-data, the front door's group, and to connect as nobody")
+    folder = shared_folder("runledger-edge-door-")
+    try:
+        door = front_door(folder / "root")
+        control = control_socket()
+        # As runledger-edge-origin.service starts it (test_the_systemd_units_...): no forwarded header trusted.
+        origin = procs.uvicorn(env=edge_env(control), options=["--no-proxy-headers"])
+        wait_leading(origin)
+        socket_path, trust = web_unit_listener(door)
+        web = procs.uvicorn(env=edge_env(control), uds=socket_path, options=trust)
+        edge = start_edge(procs, upstream=origin, control=control, port=door / "stream.sock")
+        (folder / "static").mkdir()
+        nginx = start_nginx(
+            procs, upstream=web, stream_upstream=edge.proc, static_root=folder / "static", prefix=folder / "nginx"
+        )
+        procs.worker("door-worker")
+        run = wait_status(queued_run(alice, input={"deltas": 2, "delay_ms": 1}), "completed")
+        path = f"/api/runs/{run.pk}/stream/?after_seq=0"
+        good = {"Authorization": f"Token {token_for(alice)}"}
+        bad = {"Authorization": "Token " + "0" * 40}
+
+        # Pushpin's socket is open to all once ready; the folder keeps other local users out.
+        assert edge.proc.uds is not None and stat.S_IMODE(edge.proc.uds.stat().st_mode) == 0o666
+        assert connect_as("nobody", "edge-as-nobody", edge.proc.uds) == ["PermissionError"]
+
+        # Through nginx and the edge, ten bad tokens from one client, each forwarding another
+        # address: counted for the client, whose good token is then refused too; another client's is not.
+        for i in range(10):
+            forged = {**bad, "X-Forwarded-For": f"203.0.113.{i}"}
+            assert request(nginx.address, path, source="127.0.1.2", headers=forged).status == 401
+        assert request(nginx.address, path, source="127.0.1.2", headers=good).status == 429
+        assert request(nginx.address, path, source="127.0.1.3", headers=good).status == 200
+        assert f"/api/runs/{run.pk}/stream/" in edge.log()  # they went through Pushpin
+
+        # A local user straight to the loopback port, forwarding the address of a client of nginx's:
+        # counted for itself, the peer, not for the client it named.
+        assert origin.port is not None
+        for _ in range(10):
+            forged = {**bad, "X-Forwarded-For": "127.0.1.4"}
+            assert request(("127.0.0.1", origin.port), path, source="127.0.1.5", headers=forged).status == 401
+        assert request(nginx.address, path, source="127.0.1.4", headers=good).status == 200
+        assert request(("127.0.0.1", origin.port), path, source="127.0.1.5", headers=good).status == 429
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.edge
+def test_runedge_takes_a_socket_for_clients_in_a_closed_folder_and_never_one_upstream(tmp_path: Path) -> None:
+    control = tmp_path / "control" / "socket"
+    open_folder = shared_folder("runledger-open-")
+    try:
+        runedge = [sys.executable, "manage.py", "runedge", "--control", str(control)]
+        # A socket open to all in a folder others may enter would let any local user through Pushpin,
+        # which signs what it passes on: refused before Pushpin starts.
+        done = run_to_end(
+            [*runedge, "--port", f"unix:{open_folder}/s.sock", "--upstream", "127.0.0.1:1"], subprocess_env()
+        )
+        assert done.returncode != 0 and "would be open to others" in done.stderr, done.stderr
+        assert "chmod 750" in done.stderr and not (open_folder / "s.sock").exists()
+        # Pushpin 1.36 reaches no Unix socket: said so, not started.
+        done = run_to_end(
+            [*runedge, "--port", "127.0.0.1:1", "--upstream", "unix:/run/runledger/web.sock"], subprocess_env()
+        )
+        assert done.returncode != 0 and "reaches the web processes over TCP only" in done.stderr, done.stderr
+    finally:
+        shutil.rmtree(open_folder, ignore_errors=True)
 
 
 # --- without nginx --------------------------------------------------------------------------------
@@ -442,9 +631,16 @@ def test_without_nginx_a_body_under_the_limit_is_served(bare: BareWeb, alice: Us
 
 # --- the systemd units ----------------------------------------------------------------------------
 
-UNITS = {"runledger-web.service", "runledger-worker@.service", "runledger-edge.service"}
+UNITS = {
+    "runledger-web.service",
+    "runledger-worker@.service",
+    "runledger-edge.service",
+    "runledger-edge-origin.service",
+}
 # The units whose processes count metrics (GET /metrics/ adds up every process's counters).
-COUNTING = {"runledger-web.service", "runledger-worker@.service"}
+COUNTING = {"runledger-web.service", "runledger-worker@.service", "runledger-edge-origin.service"}
+# The front door's folder, and its line in deploy/tmpfiles.d/runledger.conf.
+DOOR = "/run/runledger"
 CHECKOUT = "/srv/runledger"  # where the units expect the project
 
 
@@ -527,16 +723,22 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
         assert service["RuntimeDirectoryMode"] == ["0700"], name
         assert "RUNLEDGER_METRICS_DIR=/run/runledger-metrics" in service["Environment"], name
 
-    # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's.
+    # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's. It
+    # listens on a socket in the front door's folder and nowhere else, and believes the
+    # X-Forwarded-For of whoever connects there: only nginx may (test_only_nginx_reaches_the_web_processes).
     web = units["runledger-web.service"]["Service"]
-    program, args = exec_start(web)
-    assert program == "uvicorn"
-    options = uvicorn_command.make_context("uvicorn", args).params
+    _, args = exec_start(web)
+    options = unit_uvicorn("runledger-web.service")
     assert options["app"] == "config.asgi:application"
     assert re.search(r"^application\b", (ROOT / "config" / "asgi.py").read_text(), re.MULTILINE)
-    assert (options["host"], options["port"]) == ("127.0.0.1", 8000)
+    assert str(Path(options["uds"]).parent) == DOOR and not {"--host", "--port", "--fd"} & set(args)
+    assert options["forwarded_allow_ips"] == "*" and options["proxy_headers"]
+    assert web["ReadWritePaths"] == [DOOR] and web["ExecStartPre"] == [f"-/usr/bin/rm -f {options['uds']}"]
     assert options["workers"] > 1
     assert options["timeout_graceful_shutdown"] < int(web["TimeoutStopSec"][0])
+    (door,) = [line.split() for line in TMPFILES.read_text().splitlines() if line and not line.startswith("#")]
+    assert door == ["d", DOOR, "0750", "runledger", "www-data", "-"]
+    assert re.search(r"^user www-data www-data;$", TEMPLATE.read_text(), re.MULTILINE)  # nginx's workers: the group
 
     # The worker unit: manage.py runworker, whose own parser takes its arguments; systemd waits
     # longer than the worker's shutdown grace before it kills a worker still requeueing its runs.
@@ -547,19 +749,31 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
     load_command_class("runs", "runworker").create_parser("manage.py", "runworker").parse_args(args[2:])
     assert int(worker["TimeoutStopSec"][0]) > conf.SHUTDOWN_GRACE_SECONDS + 5
 
-    # The edge unit: what bin/edge runs, manage.py runedge, whose own parser takes its arguments; in
-    # front of the web unit's uvicorn, its control socket in a folder only its user enters. SIGTERM to
-    # runedge alone (KillMode=mixed, above), which passes it on to Pushpin once (tests/test_edge.py).
+    # The edge unit: what bin/edge runs, manage.py runedge, whose own parser takes its arguments;
+    # nginx reaches it through a socket in the front door's folder, and it reaches the edge's own
+    # web processes on loopback (Pushpin 1.36 reaches no Unix socket), which trust no forwarded
+    # header; its control socket in a folder only its user enters. SIGTERM to runedge alone
+    # (KillMode=mixed, above), which passes it on to Pushpin once (tests/test_edge.py).
     edge = units["runledger-edge.service"]["Service"]
     program, args = exec_start(edge)
     assert program == "python"
     assert args[:2] == ["manage.py", "runedge"] and "manage.py runedge" in (ROOT / "bin" / "edge").read_text()
     parser = load_command_class("runs", "runedge").create_parser("manage.py", "runedge")
     edge_options = vars(parser.parse_args(args[2:]))
-    assert edge_options["upstream"] == f"{options['host']}:{options['port']}"
+    origin = unit_uvicorn("runledger-edge-origin.service")
+    assert edge_options["upstream"] == f"{origin['host']}:{origin['port']}" and origin["host"] == "127.0.0.1"
+    assert origin["proxy_headers"] is False and origin["app"] == "config.asgi:application"
+    assert str(Path(edge_options["port"].removeprefix("unix:")).parent) == DOOR and edge["ReadWritePaths"] == [DOOR]
     assert edge_options["control"] == "/run/runledger-edge/control"
     assert edge["RuntimeDirectory"] == ["runledger-edge"] and edge["RuntimeDirectoryMode"] == ["0700"]
-    assert edge_options["port"].rpartition(":")[2] != str(options["port"])
+
+    # bin/run, for development on loopback, trusts no forwarded header either (its shell's defaults
+    # filled in).
+    (command,) = re.findall(
+        r"\.venv/bin/uvicorn (config\.asgi:.*?) &$", (ROOT / "bin" / "run").read_text(), re.S | re.M
+    )
+    args = re.sub(r'"\$\{\w+:-([^}]*)\}"', r"\1", command.replace("\\\n", " ")).split()
+    assert uvicorn_command.make_context("uvicorn", args).params["proxy_headers"] is False
 
 
 @pytest.mark.sqlite

@@ -69,10 +69,13 @@ class LoginAttempt:
 
 
 def client_address(request: HttpRequest) -> str:
-    """The client's address as the web process sees it. Behind nginx (deploy/nginx.conf.template)
-    uvicorn takes it from X-Forwarded-For, trusting that header from 127.0.0.1 only (its
-    --forwarded-allow-ips, FORWARDED_ALLOW_IPS); so REMOTE_ADDR is the client, never the proxy,
-    and a client cannot forge it. Without one (a Unix socket), every client shares the key ""."""
+    """The client's address as the web process sees it (docs/how-to/deploy.md#front-door). Behind
+    nginx uvicorn listens on a Unix socket only nginx's group may reach, and takes it from the
+    X-Forwarded-For nginx sets ($remote_addr, never a client's); so REMOTE_ADDR is the client, never
+    the proxy, and nobody can forge it. On a TCP port uvicorn trusts no forwarded header, or only
+    a remote proxy's (--forwarded-allow-ips), since any local user reaches loopback; behind the edge
+    the stream takes it from Pushpin's signed request (runs/streaming/views.py `edge_client`). A
+    socket whose server trusts no header gives every client the key ""."""
     return str(request.META.get("REMOTE_ADDR") or "")
 
 

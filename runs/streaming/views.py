@@ -34,7 +34,7 @@ from runs.http.errors import error_response_for
 from runs.http.request_end import at_request_end
 from runs.metrics import series
 from runs.streaming.checks import Opened, checked
-from runs.streaming.edge import hold
+from runs.streaming.edge import grip, hold
 from runs.streaming.guard import Watch, get_guard, too_many_streams
 from runs.streaming.hub import Frame, get_hub, read_frames
 
@@ -49,6 +49,8 @@ CHUNK_BYTES = 256_000
 # once authenticated and shown a visible run.
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    if conf.GRIP_URL:
+        edge_client(request)
     if conf.GRIP_URL and not request.GET.get("types"):
         # Behind the edge (docs/design/edge.md#grip): a request Pushpin signed is answered with hold
         # instructions instead of a stream; any other falls through to the stream below. The edge
@@ -73,6 +75,17 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
+
+
+def edge_client(request: HttpRequest) -> None:
+    """The client of a request Pushpin signed is the last X-Forwarded-For entry: what the hop in
+    front of Pushpin saw (runs/streaming/edge/pushpin.py `client_lines`), which no client can
+    forge. The web processes Pushpin reaches on loopback trust no forwarded header, since any local
+    user reaches that port too (docs/how-to/edge.md#front-door); so the address is taken here, for
+    the throttle of token attempts, and only from a request whose signature holds."""
+    forwarded = request.headers.get("X-Forwarded-For", "").rpartition(",")[2].strip()
+    if forwarded and grip.signed_by_pushpin(request):
+        request.META["REMOTE_ADDR"] = forwarded
 
 
 class WatchedResponse(StreamingHttpResponse):

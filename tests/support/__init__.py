@@ -1,7 +1,8 @@
 """Every helper the tests share, each in one place; test files import them from here.
 
-    procs.py       real processes: `Procs` and the `procs` fixture (uvicorn, workers, the SSE writer),
-                   the environment they get, waits for their readiness, /proc figures
+    procs.py       real processes: `Procs` and the `procs` fixture (uvicorn on a port or a Unix
+                   socket, workers, the SSE writer), the environment they get, waits for their
+                   readiness, /proc figures, a script run as another local user
     waiting.py     wait_until: poll a condition against a deadline
     threads.py     race and in_thread: real threads on their own database connections
     runs.py        a run as the database holds it: fresh, attempt, event_types, stored_text, ...
@@ -21,11 +22,13 @@
     sse_writer.py  a stand-in worker process that appends events (procs.start_writer starts it)
     proxies.py     loopback proxies a test can cut: browser -> uvicorn, one process -> PostgreSQL
     nginx.py       Debian's nginx started from deploy/nginx.conf.template in front of a web process
+                   (on a port or a Unix socket), and the front door's folder as systemd-tmpfiles makes it
     edge.py        Debian's Pushpin started by bin/edge in front of web processes, a tap on its
                    control socket that loses a chosen publish, and an attacker's tools (a real
                    Grip-Sig, its TCP ports, a forger run as another user, a stalled body)
     raw_http.py    clients over raw sockets: a large upload that notes when the answer came, a
                    slowloris that never finishes its headers, a request from another loopback address
+                   or to a Unix socket
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
     package.py     the checkout's wheel and sdist as `python -m build` makes them, and their contents;

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +32,7 @@ from tests.support.procs import (
     descendants,
     free_port,
     process_gone,
+    python_as,
     subprocess_env,
     wait_http_ok,
     wait_log_line,
@@ -71,7 +71,7 @@ def wait_leading(web: Proc, timeout: float = 20) -> None:
 class Edge:
     proc: Proc
     control: str  # the control socket's URL (ipc://…)
-    url: str  # bin/edge's client port: where clients connect
+    url: str  # bin/edge's client side: where clients connect (http://127.0.0.1:PORT, or unix:PATH)
 
     def log(self) -> str:
         return self.proc.log()
@@ -86,23 +86,25 @@ class Edge:
 
 
 def start_edge(
-    procs: Procs, *, upstream: Proc | int, control: str, port: int | None = None, log_level: int = 2
+    procs: Procs, *, upstream: Proc | int, control: str, port: int | Path | None = None, log_level: int = 2
 ) -> Edge:
-    """`bin/edge` on `port` (a free one by default) in front of `upstream` (a web process, or a
-    port); ready once it says so (a stream held by its handler, its control socket answering) and
-    a request through it reaches the web process."""
-    port = port or free_port()
+    """`bin/edge` on `port` (a free one by default, or a Unix socket) in front of `upstream` (a web
+    process, or a port); ready once it says so (a stream held by its handler, its control socket
+    answering) and a request through it reaches the web process."""
+    uds = port if isinstance(port, Path) else None
+    port = None if uds is not None else port or free_port()
+    client_side = f"unix:{uds}" if uds is not None else f"127.0.0.1:{port}"
     upstream_port = upstream if isinstance(upstream, int) else upstream.port
-    args = [str(ROOT / "bin" / "edge"), "--port", f"127.0.0.1:{port}", "--control", control.removeprefix("ipc://")]
+    args = [str(ROOT / "bin" / "edge"), "--port", client_side, "--control", control.removeprefix("ipc://")]
     args += ["--upstream", f"127.0.0.1:{upstream_port}", "--log-level", str(log_level)]
     # The test's interpreter (the project's); the same environment as the web processes', so the
     # same signing key.
-    proc = procs.start("edge", args, subprocess_env(PYTHON=sys.executable), port=port)
+    proc = procs.start("edge", args, subprocess_env(PYTHON=sys.executable), port=port, uds=uds)
     wait_log_line(proc, "Pushpin ready", timeout=30)
     if not isinstance(upstream, int):
         wait_http_ok(proc, "/healthz/", timeout=30)
     proc.companions = wait_until(lambda: len(found := descendants(proc.pid)) >= 5 and found, 10, "Pushpin's parts")
-    return Edge(proc=proc, control=control, url=proc.url)
+    return Edge(proc=proc, control=control, url=client_side if uds is not None else proc.url)
 
 
 # --- what an attacker has -----------------------------------------------------------------------
@@ -191,19 +193,8 @@ print(json.dumps(found))
 def forge_as_nobody(control: str, ports: list[int], item: dict[str, Any]) -> dict[str, str]:
     """A process of another local user (nobody) trying to publish `item`: through the control
     socket, and as a POST /publish/ to each of `ports`. What each attempt got."""
-    done = subprocess.run(
-        ["/usr/bin/python3", "-c", FORGER, control.removeprefix("ipc://"), json.dumps(ports), json.dumps(item)],
-        user=65534,
-        group=65534,
-        extra_groups=[],
-        cwd="/",
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+    found = python_as("nobody", FORGER, control.removeprefix("ipc://"), json.dumps(ports), json.dumps(item))
+    return dict(json.loads(found))
 
 
 def stall_body(address: tuple[str, int], path: str, *, timeout: float = 30) -> Trickled:

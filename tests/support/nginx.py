@@ -2,11 +2,12 @@
 deploy/nginx.conf.template as an operator would: the template filled by `envsubst` naming its variables, then `nginx -p PREFIX -c
 PREFIX/nginx.conf`, in the foreground (the template says `daemon off`) under `Procs`.
 
-Started as root (as in CI), nginx runs its workers as `nobody`, who must be able to enter its folder
-and read the static files: `shared_folder()` makes one outside pytest's tmp_path, which only its
-owner may enter."""
+Started as root (as in CI), nginx runs its workers as `www-data`, who must be able to enter its
+folder and read the static files: `shared_folder()` makes one outside pytest's tmp_path, which only
+its owner may enter. Upstreams on a Unix socket it reaches as `unix:PATH`."""
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from tests.support.procs import ROOT, Proc, Procs, free_port, wait_http_ok
 
 TEMPLATE = ROOT / "deploy" / "nginx.conf.template"
+TMPFILES = ROOT / "deploy" / "tmpfiles.d" / "runledger.conf"
 TEMPLATE_VARIABLES = ("LISTEN_PORT", "UPSTREAM", "STREAM_UPSTREAM", "STATIC_ROOT", "NGINX_PREFIX")
 
 
@@ -31,11 +33,30 @@ def template_variables() -> set[str]:
 
 
 def shared_folder(prefix: str) -> Path:
-    """A new folder that every user may enter and read (nginx's workers run as `nobody`); the
+    """A new folder that every user may enter and read (nginx's workers run as `www-data`); the
     caller removes it."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     folder.chmod(0o755)
     return folder
+
+
+def front_door(root: Path) -> Path:
+    """The front door's folder (/run/runledger) made under `root` by systemd-tmpfiles from
+    deploy/tmpfiles.d/runledger.conf, as at boot: `root` holds the users it names, `runledger` as
+    this process's user and `www-data` as this machine's (nginx's workers). Its path."""
+    www = pwd.getpwnam("www-data")
+    (root / "etc").mkdir(parents=True)
+    me = os.getuid(), os.getgid()
+    (root / "etc" / "passwd").write_text(
+        f"runledger:x:{me[0]}:{me[1]}::/srv/runledger:/bin/false\nwww-data:x:{www.pw_uid}:{www.pw_gid}::/:/bin/false\n"
+    )
+    (root / "etc" / "group").write_text(f"runledger:x:{me[1]}:\nwww-data:x:{www.pw_gid}:\n")
+    made = subprocess.run(
+        ["systemd-tmpfiles", "--create", f"--root={root}", str(TMPFILES)], capture_output=True, text=True, timeout=30
+    )
+    assert made.returncode == 0, made.stderr
+    (line,) = [line for line in TMPFILES.read_text().splitlines() if line and not line.startswith("#")]
+    return root / line.split()[1].lstrip("/")
 
 
 def fill_template(**values: str) -> str:
@@ -70,6 +91,11 @@ class Nginx:
         return (self.prefix / "logs" / "access.log").read_text(errors="replace")
 
 
+def upstream_of(proc: Proc) -> str:
+    """How nginx's template names the server `proc`: its Unix socket, else its loopback port."""
+    return f"unix:{proc.uds}" if proc.uds is not None else f"127.0.0.1:{proc.port}"
+
+
 def start_nginx(
     procs: Procs,
     *,
@@ -91,8 +117,8 @@ def start_nginx(
     conf.write_text(
         fill_template(
             LISTEN_PORT=str(port),
-            UPSTREAM=f"127.0.0.1:{upstream.port}",
-            STREAM_UPSTREAM=f"127.0.0.1:{(stream_upstream or upstream).port}",
+            UPSTREAM=upstream_of(upstream),
+            STREAM_UPSTREAM=upstream_of(stream_upstream or upstream),
             STATIC_ROOT=str(static_root),
             NGINX_PREFIX=str(prefix),
         )

@@ -6,6 +6,7 @@ processes with `Procs` too, with an environment of its own (production intervals
 """
 
 import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -90,6 +91,7 @@ class Proc:
     popen: subprocess.Popen[bytes]
     log_path: Path
     port: int | None = None
+    uds: Path | None = None  # a Unix socket it listens on, instead of `port`
     stopped: bool = field(default=False)
     # Processes it started in process groups of their own (Pushpin's runner puts each of its parts
     # in one), which a signal to its group does not reach: `stop` makes sure they are gone too.
@@ -153,13 +155,21 @@ class Procs:
         self.log_dir = log_dir
         self.started: list[Proc] = []
 
-    def start(self, name: str, args: list[str], env: dict[str, str], port: int | None = None, cwd: Path = ROOT) -> Proc:
+    def start(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        port: int | None = None,
+        cwd: Path = ROOT,
+        uds: Path | None = None,
+    ) -> Proc:
         log_path = self.log_dir / f"{name}-{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             popen = subprocess.Popen(
                 args, cwd=cwd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
             )
-        proc = Proc(name=name, popen=popen, log_path=log_path, port=port)
+        proc = Proc(name=name, popen=popen, log_path=log_path, port=port, uds=uds)
         self.started.append(proc)
         return proc
 
@@ -172,18 +182,24 @@ class Procs:
         timeout: float = 30,
         access_log: bool = False,
         app: str = "config.asgi:application",
+        uds: Path | None = None,
+        options: list[str] | None = None,
     ) -> Proc:
         """Start a uvicorn web process and wait until it answers /healthz/. With `workers` > 1 it
         is uvicorn's supervisor, which serves through that many child processes (in its process
         group, so `Proc.stop` signals them too). With `access_log`, its log has a line for every
         request it answered (`127.0.0.1:40000 - "GET /healthz/ HTTP/1.1" 200`). `app`: the site's
-        application, or another (tests.support.stock_asgi: Django's own handler, unwrapped)."""
-        port = port or free_port()
-        args = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
-        args += ["--port", str(port)]
+        application, or another (tests.support.stock_asgi: Django's own handler, unwrapped). With
+        `uds`, it listens on that Unix socket and on no port. `options`: more of uvicorn's own."""
+        args = [sys.executable, "-m", "uvicorn", app]
+        if uds is None:
+            port = port or free_port()
+            args += ["--host", "127.0.0.1", "--port", str(port)]
+        else:
+            args += ["--uds", str(uds)]
         args += ["--log-level", "info"] if access_log else ["--no-access-log", "--log-level", "warning"]
         args += ["--workers", str(workers)] if workers > 1 else []
-        proc = self.start("uvicorn", args, env or subprocess_env(), port=port)
+        proc = self.start("uvicorn", args + (options or []), env or subprocess_env(), port=port, uds=uds)
         wait_http_ok(proc, "/healthz/", timeout=timeout)
         return proc
 
@@ -248,15 +264,39 @@ def start_writer(
     return procs.start("sse-writer", args, subprocess_env())
 
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client's connection, to a server on a Unix socket."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(str(self.socket_path))
+
+
+def _status_of(proc: Proc, path: str) -> int:
+    if proc.uds is None:
+        with urllib.request.urlopen(proc.url + path, timeout=2) as response:
+            return int(response.status)
+    connection = UnixHTTPConnection(proc.uds, timeout=2)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
 def wait_http_ok(proc: Proc, path: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while True:
         if proc.popen.poll() is not None:
             raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
         try:
-            with urllib.request.urlopen(proc.url + path, timeout=2) as response:
-                if response.status == 200:
-                    return
+            if _status_of(proc, path) == 200:
+                return
         except OSError:
             pass
         if time.monotonic() > deadline:
@@ -370,6 +410,21 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
         yield registry
     finally:
         registry.stop_all()
+
+
+def python_as(user: str, script: str, *args: str) -> str:
+    """What `script` printed, run by Debian's Python as local user `user` with that user's own groups
+    (runuser: root only), in an environment of nothing but PATH; it must exit 0."""
+    done = subprocess.run(
+        ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/python3", "-c", script, *args],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def require_root(why: str) -> None:

@@ -1,12 +1,13 @@
 """HTTP/1.1 clients over raw sockets that behave as ordinary clients cannot: one that uploads a large
 body and notes how much of it was sent when the answer came, one that sends its headers a line at a
-time and never finishes them (slowloris), one that connects from another loopback address."""
+time and never finishes them (slowloris), one that connects from another loopback address or to a Unix socket."""
 
 import contextlib
 import select
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 CHUNK = 64 * 1024
 FILLER = b"x" * CHUNK
@@ -127,7 +128,7 @@ def upload(
 
 
 def request(
-    address: tuple[str, int],
+    address: tuple[str, int] | Path,
     path: str,
     *,
     source: str = "127.0.0.1",
@@ -138,8 +139,10 @@ def request(
     timeout: float = 15,
 ) -> Answer:
     """One request on a connection of its own, made from the loopback address `source` (any of
-    127.0.0.0/8 reaches this machine); with `chunked`, its body goes as one chunk."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {address[0]}:{address[1]}", "Connection: close"]
+    127.0.0.0/8 reaches this machine), or to the Unix socket `address`; with `chunked`, its body
+    goes as one chunk."""
+    host = "localhost" if isinstance(address, Path) else f"{address[0]}:{address[1]}"
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
     size = len(body)
     if chunked:
         lines += ["Transfer-Encoding: chunked"]
@@ -148,10 +151,13 @@ def request(
         lines += [f"Content-Length: {len(body)}"]
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with socket.socket(socket.AF_UNIX if isinstance(address, Path) else socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
-        sock.bind((source, 0))
-        sock.connect(address)
+        if isinstance(address, Path):
+            sock.connect(str(address))
+        else:
+            sock.bind((source, 0))
+            sock.connect(address)
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         started = time.monotonic()
         status, answer_headers, answer_body, closed = _read_answer(sock, b"", deadline, CLOSE_WAIT)

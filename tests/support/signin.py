@@ -8,9 +8,13 @@ import httpx
 CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 
 
-def sign_in_over_http(base_url: str, path: str, username: str, password: str, *, source: str) -> httpx.Response:
-    """POST the login form at `path` from `source` (127.x.y.z); the answer, not followed."""
-    with httpx.Client(base_url=base_url, transport=httpx.HTTPTransport(local_address=source), timeout=30) as client:
+def sign_in_over_http(
+    base_url: str, path: str, username: str, password: str, *, source: str, headers: dict[str, str] | None = None
+) -> httpx.Response:
+    """POST the login form at `path` from `source` (127.x.y.z), `headers` with each request; the
+    answer, not followed."""
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(base_url=base_url, transport=transport, headers=headers, timeout=30) as client:
         page = client.get(path)
         found = CSRF_FIELD.search(page.text)
         assert page.status_code == 200 and found is not None, (page.status_code, page.text[:500])

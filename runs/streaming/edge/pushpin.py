@@ -2,9 +2,11 @@
 
 Debian's Pushpin 1.36 expects system services (zurl's sockets under /var/run/zurl, fixed ZeroMQ
 ports 5560-5563, logs in /var/log): the configuration written here starts every part of it under
-its runner from one private folder instead — its own zurl, ZeroMQ sockets as files in that folder,
-only the client port on TCP — so any user can run any number of them side by side
-(its main file's keys override Debian's internal.conf). Its HTTP control port, which has no authentication,
+its runner from one private folder instead — its own zurl, ZeroMQ sockets as files in that folder
+— so any user can run any number of them side by side (its main file's keys override Debian's
+internal.conf). Clients reach it on a TCP port or on a Unix socket (`unix:PATH`) in nginx's folder
+(docs/how-to/deploy.md#front-door); it reaches the web processes over TCP only (its routes take
+HOST:PORT or a ZeroMQ target). Its HTTP control port, which has no authentication,
 is off: publish and recover go to the handler's command socket, a file in the control folder only
 this user may enter (control.py). Its key is `RUNLEDGER_GRIP_KEY`, read from the settings
 as the web processes read it.
@@ -13,10 +15,12 @@ as the web processes read it.
 import contextlib
 import ctypes
 import http.server
+import os
 import resource
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import threading
@@ -34,11 +38,24 @@ MAX_CONNECTIONS = 50_000
 # Connections from Pushpin's proxy to its zurl (see zurl_out_specs below).
 ZURL_PIPES = 8
 ZURL_OUT_SPECS = ",".join(["ipc://{rundir}/{ipc_prefix}zurl-in"] * ZURL_PIPES)
+# The prefix of a client side that is a Unix socket.
+UNIX = "unix:"
+
+
+def client_lines(port: str) -> tuple[str, str]:
+    """The [runner] line of the client side, `port` as [address:]port or unix:PATH, and what Pushpin
+    does with X-Forwarded-For. Behind the socket, only nginx reaches Pushpin: the address nginx
+    put there ($remote_addr) passes on unchanged. Any local user reaches a TCP port, loopback too:
+    the header is replaced with the address of the peer, so nothing a client says passes on."""
+    if port.startswith(UNIX):
+        return f"local_ports={port.removeprefix(UNIX)}", ""
+    return f"http_port={port}", "truncate:0,append"
 
 
 def config_text(*, port: str, control: Path, run_dir: Path, key: str, log_level: int) -> str:
-    """pushpin.conf: everything under `run_dir` but the command socket, `control`; `port` as
-    [address:]port."""
+    """pushpin.conf: everything under `run_dir` but the command socket, `control`, and the client
+    side, `port` ([address:]port or unix:PATH)."""
+    listen, forwarded_for = client_lines(port)
     return f"""\
 [global]
 include={{libdir}}/internal.conf
@@ -48,7 +65,7 @@ ipc_prefix=edge-
 [runner]
 # zurl too: Debian's Pushpin expects a system one, which an unprivileged run does not have.
 services=condure,zurl,pushpin-proxy,pushpin-handler
-http_port={port}
+{listen}
 logdir={run_dir}/log
 log_level={log_level}
 client_buffer_size=8192
@@ -58,9 +75,9 @@ client_maxconn={MAX_CONNECTIONS}
 routesfile=routes
 sig_iss=pushpin
 sig_key={key}
-# The client's address for the web processes (uvicorn reads X-Forwarded-For from 127.0.0.1), and
-# the scheme a TLS proxy in front of this one saw.
-x_forwarded_for=append
+# The client's address for the web processes, which take it from a request Pushpin signed
+# (client_lines), and the scheme a TLS proxy in front of this one saw.
+x_forwarded_for={forwarded_for}
 accept_x_forwarded_protocol=true
 set_x_forwarded_protocol=proto-only
 updates_check=off
@@ -145,14 +162,45 @@ PROBE_ANSWER_HEADERS = (
 )
 
 
-def _probe_once(host: str, port: int) -> bool:
+def _connect(port: str) -> socket.socket:
+    """A connection to the client side `port`, as a client would make it."""
+    if port.startswith(UNIX):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(2)
+        try:
+            sock.connect(port.removeprefix(UNIX))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    address, _, number = port.rpartition(":")
+    host = address if address not in ("", "0.0.0.0", "*") else "127.0.0.1"
+    return socket.create_connection((host.strip("[]"), int(number)), timeout=2)
+
+
+def _probe_once(port: str) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=2) as sock:
-            sock.sendall(f"GET {PROBE_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+        with _connect(port) as sock:
+            sock.sendall(f"GET {PROBE_PATH} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
             head = sock.recv(4096)
         return head.startswith(b"HTTP/1.1 200")
     except OSError:
         return False
+
+
+def front_folder_problem(folder: Path) -> str | None:
+    """Why `folder` cannot hold the client socket, which is open to all (as uvicorn's is): the
+    folder decides who reaches it, so it must be a real folder that others may not enter and its
+    group (nginx's) may not change. None when it can."""
+    try:
+        found = folder.lstat()
+    except FileNotFoundError:
+        return f"{folder} does not exist"
+    if not stat.S_ISDIR(found.st_mode):
+        return f"{folder} is not a folder"
+    if found.st_mode & 0o027:
+        return f"{folder}: its mode is {stat.S_IMODE(found.st_mode):04o}: anyone may reach the socket (chmod 750 it)"
+    return None
 
 
 def _die_with_parent() -> None:
@@ -172,12 +220,15 @@ def run(*, port: str, control: Path, upstream: str, key: str, log_level: int = 2
     front of clients after that line.
 
     `control` is the command socket's path; its folder is made (mode 700) if missing, and refused
-    (PermissionError) unless it is this user's alone.
+    (PermissionError) unless it is this user's alone. A client socket (`port` unix:PATH) is open to
+    all once ready, and refused (PermissionError) in a folder others may reach.
     """
     binary = shutil.which("pushpin")
     if binary is None:
         raise FileNotFoundError("pushpin is not installed (Debian: apt-get install pushpin; bin/edge does it)")
     private_folder(control.parent)
+    if port.startswith(UNIX) and (problem := front_folder_problem(Path(port.removeprefix(UNIX)).parent)):
+        raise PermissionError(f"the edge's client socket would be open to others: {problem}")
     probe = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ProbeAnswer)
     threading.Thread(target=probe.serve_forever, daemon=True).start()
     probe_port = int(probe.server_address[1])
@@ -197,15 +248,16 @@ def run(*, port: str, control: Path, upstream: str, key: str, log_level: int = 2
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, pass_on)
-        address, _, number = port.rpartition(":")
-        host = address if address not in ("", "0.0.0.0", "*") else "127.0.0.1"
-        while child.poll() is None and not _probe_once(host.strip("[]"), int(number)):
+        while child.poll() is None and not _probe_once(port):
             time.sleep(0.05)  # polling for readiness; ends when the probe passes or Pushpin exits
         while child.poll() is None and call(f"ipc://{control}", "get-zmq-uris", timeout=1) is not None:
             time.sleep(0.05)  # the same, for the command socket
-        # The probe's origin is done: nothing but Pushpin's client port stays open on TCP.
+        # The probe's origin is done: nothing but Pushpin's client side stays open.
         probe.shutdown()
         probe.server_close()
+        if port.startswith(UNIX) and child.poll() is None:
+            # condure made it with this process's umask: nginx's group may connect once it may write.
+            os.chmod(port.removeprefix(UNIX), 0o666)
         if child.poll() is None:
             print(f"Pushpin ready on {port}, control socket {control}, in front of {upstream}", flush=True)
         status = child.wait()
