@@ -406,9 +406,10 @@ def test_a_link_fetch_at_a_streams_lifetime_sends_what_it_missed_before_its_end(
     # first on a run's channel), and at no other time within the test.
     with tapped_stack(procs, RUNLEDGER_SSE_MAX_SECONDS="5", RUNLEDGER_GRIP_LINK_SECONDS="600") as (tap, _web, edge):
         run = running_run(alice)
+        token = token_for(alice)
 
         async def scenario() -> tuple[list[Event], float, bool]:
-            stream = await Stream(edge.url, stream_path(run), auth_headers(token_for(alice))).open()
+            stream = await Stream(edge.url, stream_path(run), auth_headers(token)).open()
             connected = time.monotonic()
             got: list[Event] = []
 
