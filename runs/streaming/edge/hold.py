@@ -17,8 +17,9 @@ stream's end.
   re-checks the token's holder as the web processes re-check their own streams: a deactivated or
   deleted user, a deleted token, an ended session, or a run no longer visible ends the stream
   with nothing more, and the token's expiry — the lifetime plain streams have — with the events
-  it missed. Ending is a 2xx without hold instructions: Pushpin ends the client's stream, whose reconnect (with Last-Event-ID) is checked
-  as a new connect. The position is `Grip-Last`'s (never the link's, fixed at the connect).
+  it missed. Ending is a 2xx without hold instructions: Pushpin ends the client's stream, whose
+  reconnect (with Last-Event-ID) is checked as a new connect. The position is `Grip-Last`'s (never
+  the link's, fixed at the connect).
 
 The answer is an ordinary finite response — the events after the position, read from the table,
 at most REPLAY_MAX of them and about REPLAY_MAX_BYTES — plus, while the run is live and the replay

@@ -35,10 +35,10 @@ process of its own to start; one of them publishes at a time:
   up, and that Pushpin synced before anything more is sent to it (control.py). A new leader syncs
   every Pushpin before its first publish: each live run gets an item saying where its streams
   should be (`grip.sync_item`), and each run that ended in the last `ENDED_TTL` its close, so only
-  the streams that missed something fetch it. Not Pushpin's `recover`,
-  which has every stream it holds fetch its link at once: ten thousand of them after a leader's
-  restart or a lost database connection, more than Pushpin can hand to the web processes (its
-  proxy answers 502 to what it cannot, and a stream whose fetch fails five times ends).
+  the streams that missed something fetch it. Not Pushpin's `recover`, which has every stream it
+  holds fetch its link at once: ten thousand of them after a leader's restart or a lost database
+  connection, more than Pushpin can hand to the web processes (its proxy answers 502 to what it
+  cannot, and a stream whose fetch fails five times ends).
   Publishes go to each Pushpin's command socket, which only this user can reach (control.py).
 """
 
