@@ -175,6 +175,12 @@ def publishes(edge: Edge, run: Run) -> int:
     return edge.log().count(f"publish channel={grip.channel(str(run.pk))} ")
 
 
+def published(edge: Edge, run: Run, seq: int) -> bool:
+    """Whether Pushpin took the item that ends with the run's event `seq`, by its debug log (log_level=3)."""
+    channel, item_id = f'"channel": "{grip.channel(str(run.pk))}"', f'"id": "{seq}"'
+    return any(channel in line and item_id in line for line in edge.log().splitlines() if "IN command: publish" in line)
+
+
 def signed(key: str, **claims: Any) -> str:
     """A Grip-Sig as Pushpin makes it, with `claims` changed."""
     body = {"iss": "pushpin", "exp": int(time.time()) + 3600, **claims}
@@ -327,9 +333,13 @@ def test_a_hold_that_reaches_pushpin_after_its_runs_close_gets_the_rest_and_the_
     # Between Pushpin and the web process: a proxy that keeps chosen answers until the test says.
     proxy = CuttableProxy(web.port).start()
     try:
-        edge = start_edge(procs, upstream=proxy.port, control=control)
+        # Debug: Pushpin's log then shows each item it takes.
+        edge = start_edge(procs, upstream=proxy.port, control=control, log_level=3)
         run = running_run(alice)  # run.created, run.started
         token = token_for(alice)
+        # Both published before any stream holds the channel, so that nothing but Pushpin's own
+        # fetch a second after the channel's first subscription makes the first stream fetch its link.
+        wait_until(lambda: published(edge, run, 2), 15, "the run's events published")
 
         def is_link_fetch(seen: SeenRequest) -> bool:
             return seen.path.endswith("/stream/link/")
@@ -354,7 +364,8 @@ def test_a_hold_that_reaches_pushpin_after_its_runs_close_gets_the_rest_and_the_
             keeper = await Stream(edge.url, stream_path(run), auth_headers(token)).open()
             kept: list[Event] = []
             keeper_ended = asyncio.create_task(until_ended(keeper, kept))
-            # Pushpin fetches a new channel's links a second after it subscribes: the keeper's.
+            # Pushpin fetches a new channel's links a second after it subscribes: the keeper's is
+            # kept, and no other stream will be fetched that way.
             await asyncio.to_thread(withheld, 1)
             # Two connects whose replay is read now (to seq 2), their holds kept from Pushpin.
             proxy.withhold(is_late_connect)
