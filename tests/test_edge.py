@@ -96,26 +96,29 @@ from tests.support.workers import wait_status
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def stack(procs: Procs, *, worker: bool = True, control: str = "", **env: str) -> tuple[Proc, Edge]:
+def stack(procs: Procs, *, worker: bool = True, control: str = "", log_level: int = 2, **env: str) -> tuple[Proc, Edge]:
     """A web process behind bin/edge, leading the publishing, and a worker unless told not to
     (tests that claim runs themselves)."""
     control = control or control_socket()
     web = procs.uvicorn(env=edge_env(control, **env))
     wait_leading(web)
-    edge = start_edge(procs, upstream=web, control=control)
+    edge = start_edge(procs, upstream=web, control=control, log_level=log_level)
     if worker:
         procs.worker("edge-worker", concurrency=4)
     return web, edge
 
 
 @contextmanager
-def tapped_stack(procs: Procs, **env: str) -> Iterator[tuple[PublishTap, Proc, Edge]]:
+def tapped_stack(procs: Procs, log_level: int = 2, **env: str) -> Iterator[tuple[PublishTap, Proc, Edge]]:
     """`stack` without its worker, the publishes going to Pushpin through a tap that can lose or
     refuse them."""
     control = control_socket()
     tap = PublishTap(control).start()
     try:
-        yield (tap, *stack(procs, worker=False, control=control, **env, RUNLEDGER_GRIP_URL=tap.url))
+        yield (
+            tap,
+            *stack(procs, worker=False, control=control, log_level=log_level, **env, RUNLEDGER_GRIP_URL=tap.url),
+        )
     finally:
         tap.stop()
 
@@ -414,10 +417,14 @@ def complete(run: Run) -> None:
 @pytest.mark.processes
 def test_a_link_fetch_at_a_streams_lifetime_sends_what_it_missed_before_its_end(procs: Procs, alice: User) -> None:
     # Each stream lives 5 s; its link is fetched at its end, and a second after its connect (the
-    # first on a run's channel), and at no other time within the test.
-    with tapped_stack(procs, RUNLEDGER_SSE_MAX_SECONDS="5", RUNLEDGER_GRIP_LINK_SECONDS="600") as (tap, _web, edge):
+    # first on a run's channel), and at no other time within the test. Debug: Pushpin's log shows
+    # each item it takes.
+    lifetime = {"RUNLEDGER_SSE_MAX_SECONDS": "5", "RUNLEDGER_GRIP_LINK_SECONDS": "600"}
+    with tapped_stack(procs, log_level=3, **lifetime) as (tap, _web, edge):
         run = running_run(alice)
         token = token_for(alice)
+        # Both its events published before the stream connects: no gap makes it fetch sooner.
+        wait_until(lambda: published(edge, run, 2), 15, "the run's events published")
 
         async def scenario() -> tuple[list[Event], float, bool]:
             stream = await Stream(edge.url, stream_path(run), auth_headers(token)).open()
