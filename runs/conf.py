@@ -250,6 +250,12 @@ class AppSettings(Registry):
         unit="seconds",
     )
     GRIP_PUBLISH_TIMEOUT_SECONDS = Seconds(5, "how long one publish to Pushpin may take", (WEB,))
+    # A stream whose hold reached Pushpin after its run's close is told by the close sent again
+    # (docs/design/edge.md#late-holds): the longer, the later a hold it catches, and the longer such a
+    # stream waits for its end.
+    GRIP_CLOSE_AGAIN_SECONDS = Seconds(
+        5, "how long after a run's end the publisher closes its edge streams again, for streams held late", (WEB,)
+    )
     # Webhooks (docs/design/webhooks.md)
     WEBHOOKS_TIMEOUT_SECONDS = Seconds(5, "how long one webhook request may take, connecting included", (WORKER,))
     WEBHOOKS_RETRY_BASE_SECONDS = Seconds(

@@ -84,6 +84,7 @@ from tests.support.procs import (
     uvicorn_refusal,
     wait_log_line,
 )
+from tests.support.proxies import CuttableProxy, SeenRequest
 from tests.support.raw_http import request, trickle_headers
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.seed import SEED
@@ -95,26 +96,29 @@ from tests.support.workers import wait_status
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
-def stack(procs: Procs, *, worker: bool = True, control: str = "", **env: str) -> tuple[Proc, Edge]:
+def stack(procs: Procs, *, worker: bool = True, control: str = "", log_level: int = 2, **env: str) -> tuple[Proc, Edge]:
     """A web process behind bin/edge, leading the publishing, and a worker unless told not to
     (tests that claim runs themselves)."""
     control = control or control_socket()
     web = procs.uvicorn(env=edge_env(control, **env))
     wait_leading(web)
-    edge = start_edge(procs, upstream=web, control=control)
+    edge = start_edge(procs, upstream=web, control=control, log_level=log_level)
     if worker:
         procs.worker("edge-worker", concurrency=4)
     return web, edge
 
 
 @contextmanager
-def tapped_stack(procs: Procs) -> Iterator[tuple[PublishTap, Proc, Edge]]:
+def tapped_stack(procs: Procs, log_level: int = 2, **env: str) -> Iterator[tuple[PublishTap, Proc, Edge]]:
     """`stack` without its worker, the publishes going to Pushpin through a tap that can lose or
     refuse them."""
     control = control_socket()
     tap = PublishTap(control).start()
     try:
-        yield (tap, *stack(procs, worker=False, control=control, RUNLEDGER_GRIP_URL=tap.url))
+        yield (
+            tap,
+            *stack(procs, worker=False, control=control, log_level=log_level, **env, RUNLEDGER_GRIP_URL=tap.url),
+        )
     finally:
         tap.stop()
 
@@ -167,6 +171,17 @@ def link_requests(edge: Edge, run: Run) -> list[float]:
         for line in edge.log().splitlines()
         if link in line
     ]
+
+
+def publishes(edge: Edge, run: Run) -> int:
+    """How many items Pushpin took on the run's channel, by its log."""
+    return edge.log().count(f"publish channel={grip.channel(str(run.pk))} ")
+
+
+def published(edge: Edge, run: Run, seq: int) -> bool:
+    """Whether Pushpin took the item that ends with the run's event `seq`, by its debug log (log_level=3)."""
+    channel, item_id = f'"channel": "{grip.channel(str(run.pk))}"', f'"id": "{seq}"'
+    return any(channel in line and item_id in line for line in edge.log().splitlines() if "IN command: publish" in line)
 
 
 def signed(key: str, **claims: Any) -> str:
@@ -306,6 +321,140 @@ def test_a_lost_publish_is_fetched_from_the_origin_and_leaves_no_gap(procs: Proc
             15,
             f"Pushpin's GET of the link after the loss at {tap.dropped_at}",
         )
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_a_hold_that_reaches_pushpin_after_its_runs_close_gets_the_rest_and_the_end_within_seconds(
+    procs: Procs, alice: User
+) -> None:
+    control = control_socket()
+    # No link fetch of its own within the test: what ends a late stream is the close, or the close again.
+    env = edge_env(control, RUNLEDGER_GRIP_LINK_SECONDS="600", RUNLEDGER_GRIP_CLOSE_AGAIN_SECONDS="4")
+    web = procs.uvicorn(env=env)
+    wait_leading(web)
+    # Between Pushpin and the web process: a proxy that keeps chosen answers until the test says.
+    proxy = CuttableProxy(web.port).start()
+    try:
+        # Debug: Pushpin's log then shows each item it takes.
+        edge = start_edge(procs, upstream=proxy.port, control=control, log_level=3)
+        run = running_run(alice)  # run.created, run.started
+        token = token_for(alice)
+        # Both published before any stream holds the channel, so that nothing but Pushpin's own
+        # fetch a second after the channel's first subscription makes the first stream fetch its link.
+        wait_until(lambda: published(edge, run, 2), 15, "the run's events published")
+
+        def is_link_fetch(seen: SeenRequest) -> bool:
+            return seen.path.endswith("/stream/link/")
+
+        def is_late_connect(seen: SeenRequest) -> bool:
+            return seen.headers.get("last-event-id") == "1"
+
+        def withheld(n: int) -> list[SeenRequest]:
+            return wait_until(lambda: len(proxy.withheld) >= n and proxy.withheld, 20, f"{n} answers withheld")
+
+        async def until_ended(stream: Stream, got: list[Event]) -> float:
+            async for event in stream.events():
+                got.append(event)
+            assert stream.finished, "the stream broke instead of ending"
+            return time.monotonic()
+
+        async def scenario() -> tuple[list[Event], list[Event], list[Event], float, float, float]:
+            # A watcher whose link fetch is kept: it stays on the run's channel past the close, so
+            # Pushpin never subscribes the channel anew (which would have the late holds fetch
+            # their link a second later by itself) — as the thousands of watchers of a herd do.
+            proxy.withhold(is_link_fetch)
+            keeper = await Stream(edge.url, stream_path(run), auth_headers(token)).open()
+            kept: list[Event] = []
+            keeper_ended = asyncio.create_task(until_ended(keeper, kept))
+            # Pushpin fetches a new channel's links a second after it subscribes: the keeper's is
+            # kept, and no other stream will be fetched that way.
+            await asyncio.to_thread(withheld, 1)
+            # Two connects whose replay is read now (to seq 2), their holds kept from Pushpin.
+            proxy.withhold(is_late_connect)
+            late = [Stream(edge.url, stream_path(run), auth_headers(token, "1")) for _ in range(2)]
+            opening = [asyncio.create_task(stream.open(timeout=60)) for stream in late]
+            await asyncio.to_thread(withheld, 3)
+            got: list[list[Event]] = []
+            # The run ends; the publisher publishes its last event and the close.
+            before = publishes(edge, run)
+            await asyncio.to_thread(complete, run)
+            await asyncio.to_thread(wait_until, lambda: publishes(edge, run) >= before + 2, 15, "the close")
+            closed = time.monotonic()
+            # The first hold reaches Pushpin after the close: the close's id tells it at once.
+            ends = []
+            for answer, within in ((proxy.withheld[1], 10), (proxy.withheld[2], 15)):
+                proxy.release(answer)
+                opened, _ = await asyncio.wait(
+                    [o for o in opening if not o.done()], return_when=asyncio.FIRST_COMPLETED
+                )
+                stream = opened.pop().result()
+                got.append([])
+                ends.append(await asyncio.wait_for(until_ended(stream, got[-1]), within))
+                # The second, after the first's conflict made Pushpin forget that id: the close sent again.
+            assert publishes(edge, run) == before + 3  # the last event, the close, the close again
+            proxy.release(proxy.withheld[0])  # the keeper's fetch: the rest of the run, and its end
+            await asyncio.wait_for(keeper_ended, 15)
+            return kept, got[0], got[1], closed, ends[0], ends[1]
+
+        kept, first_got, second_got, closed, first, second = asyncio.run(asyncio.wait_for(scenario(), 100))
+        run = wait_status(run, "completed")
+        assert_exact_log(kept, run)
+        assert_exact_log(first_got, run, after=1)
+        assert_exact_log(second_got, run, after=1)
+        # Within seconds, not at a link fetch ten minutes on: at once, and at the close sent again.
+        assert first - closed < 3, first - closed
+        assert second - closed < 4 + 3, second - closed
+    finally:
+        proxy.stop()
+
+
+def complete(run: Run) -> None:
+    services.run_complete(run_id=run.pk, generation=fresh(run).generation, output="done")
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_a_link_fetch_at_a_streams_lifetime_sends_what_it_missed_before_its_end(procs: Procs, alice: User) -> None:
+    # Each stream lives 5 s; its link is fetched at its end, and a second after its connect (the
+    # first on a run's channel), and at no other time within the test. Debug: Pushpin's log shows
+    # each item it takes.
+    lifetime = {"RUNLEDGER_SSE_MAX_SECONDS": "5", "RUNLEDGER_GRIP_LINK_SECONDS": "600"}
+    with tapped_stack(procs, log_level=3, **lifetime) as (tap, _web, edge):
+        run = running_run(alice)
+        token = token_for(alice)
+        # Both its events published before the stream connects: no gap makes it fetch sooner.
+        wait_until(lambda: published(edge, run, 2), 15, "the run's events published")
+
+        async def scenario() -> tuple[list[Event], float, bool]:
+            stream = await Stream(edge.url, stream_path(run), auth_headers(token)).open()
+            connected = time.monotonic()
+            got: list[Event] = []
+
+            async def read() -> None:
+                async for event in stream.events():
+                    got.append(event)
+
+            reading = asyncio.create_task(read())
+            await asyncio.to_thread(wait_until, lambda: link_requests(edge, run), 15, "the first link fetch")
+            # The publish of the next event is lost, and the run stays idle: only the fetch at
+            # the stream's end can see the gap.
+            tap.drop(3)
+            await asyncio.to_thread(
+                services.run_events_append,
+                run_id=run.pk,
+                generation=run.generation,
+                events=[(EventType.OUTPUT_DELTA, {"text": "x"})],
+            )
+            await asyncio.to_thread(wait_until, lambda: tap.dropped == [3], 15, "the loss")
+            await asyncio.wait_for(reading, 30)
+            return got, time.monotonic() - connected, stream.finished
+
+        got, lived, finished = asyncio.run(asyncio.wait_for(scenario(), 60))
+        # The event it missed, then its end (the client would reconnect after it): the run goes on.
+        assert finished and lived >= 4.5, (finished, lived)
+        assert_exact_log(got, fresh(run))
+        assert fresh(run).status == "running"
 
 
 @pytest.mark.edge
@@ -971,11 +1120,21 @@ def test_publish_items_carry_string_ids_and_bodies_stay_under_the_limit() -> Non
     several = grip.item("run-x", [make_frame(n, EventType.OUTPUT_DELTA, "{}") for n in (4, 5, 6)])
     assert (several["id"], several["prev-id"]) == ("6", "3")
     assert several["formats"]["http-stream"]["content"].count("\nid: ") == 2
+    # The close follows the terminal event, with an id no hold can have (Pushpin keeps the channel's
+    # last id); sent again, it carries none (Pushpin would drop an id it saw) and skips the sequencer.
     assert grip.close_item("run-x", 9) == {
         "channel": "run-x",
+        "id": "9-end",
         "prev-id": "9",
         "formats": {"http-stream": {"action": "close"}},
     }
+    assert grip.close_again_item("run-x", 9) == {
+        "channel": "run-x",
+        "prev-id": "9",
+        "no-seq": True,
+        "formats": {"http-stream": {"action": "close"}},
+    }
+    assert tnetstring(grip.close_again_item("run-x", 9)).count(b"4:true!") == 1
     frames = [make_frame(n, EventType.OUTPUT_DELTA, '"' + "x" * 100_000 + '"') for n in range(1, 21)]
     groups = _groups(frames)
     assert [f.seq for group in groups for f in group] == list(range(1, 21))

@@ -20,7 +20,8 @@
     pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture
     sse.py         an SSE client over raw sockets that parses streams as EventSource does
     sse_writer.py  a stand-in worker process that appends events (procs.start_writer starts it)
-    proxies.py     loopback proxies a test can cut: browser -> uvicorn, one process -> PostgreSQL
+    proxies.py     loopback proxies a test can cut: browser (or Pushpin) -> uvicorn, which can also
+                   keep chosen answers until released; one process -> PostgreSQL
     nginx.py       Debian's nginx started from deploy/nginx.conf.template in front of a web process
                    (on a port or a Unix socket), and the front door's folder as systemd-tmpfiles makes it
     edge.py        Debian's Pushpin started by bin/edge in front of web processes, a tap on its

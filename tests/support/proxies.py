@@ -1,5 +1,5 @@
-"""Loopback proxies that a test can cut: `CuttableProxy` between a browser and uvicorn (HTTP),
-`PartitionableProxy` between one process and PostgreSQL (TCP)."""
+"""Loopback proxies that a test can cut: `CuttableProxy` between a browser (or Pushpin) and
+uvicorn (HTTP), `PartitionableProxy` between one process and PostgreSQL (TCP)."""
 
 import asyncio
 import contextlib
@@ -29,6 +29,9 @@ class CuttableProxy:
     answer never reaches the client. `cut_streams_after(budget)` cuts every stream answer after
     `budget()` bytes of its body, anywhere in a frame (`cut_tails` keeps the last bytes each cut
     let through, to tell where it fell, and `cut_times` its time.monotonic()).
+    `withhold(match)` keeps the answers to the requests `match` picks — each served by uvicorn, its
+    answer read whole and not passed on — until `release(request)`: in front of a web process
+    behind Pushpin, it decides when Pushpin learns of a hold or of what a link fetch found.
     """
 
     def __init__(self, upstream_port: int) -> None:
@@ -43,6 +46,10 @@ class CuttableProxy:
         self._budget: Callable[[], int] | None = None
         self.cut_tails: list[bytes] = []
         self.cut_times: list[float] = []
+        self._withhold: Callable[[SeenRequest], bool] | None = None
+        # The requests whose answers are kept, in the order they were read, each with its release.
+        self.withheld: list[SeenRequest] = []
+        self._releases: dict[int, asyncio.Event] = {}
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -77,6 +84,15 @@ class CuttableProxy:
         (as sent: HTTP chunk framing included), and its connection is then closed, server side;
         None stops cutting. `budget` runs on the proxy's thread."""
         self._call(setattr, self, "_budget", budget)
+
+    def withhold(self, match: Callable[[SeenRequest], bool] | None) -> None:
+        """From now on keep the answer to each request `match` picks (on the proxy's thread) until
+        `release`; None picks no more."""
+        self._call(setattr, self, "_withhold", match)
+
+    def release(self, request: SeenRequest) -> None:
+        """Pass on the answer kept for `request` (one of `withheld`)."""
+        self._call(lambda: self._releases[id(request)].set())
 
     def stream_requests(self) -> list[SeenRequest]:
         return [r for r in list(self.requests) if "/stream/" in r.path]
@@ -143,7 +159,8 @@ class CuttableProxy:
                 name, value = line.split(":", 1)
                 headers[name.strip().lower()] = value.strip()
         is_stream = "/stream/" in path
-        self.requests.append(SeenRequest(method, path, headers))
+        seen = SeenRequest(method, path, headers)
+        self.requests.append(seen)
         if is_stream and self._hold_streams:
             client_w.transport.abort()
             return
@@ -167,12 +184,36 @@ class CuttableProxy:
             client_w.transport.abort()
             up_w.close()
             return
+        if self._withhold is not None and self._withhold(seen):
+            await self._pass_on_release(seen, client_r, client_w, up_r, up_w)
+            return
 
         if is_stream and self._budget is not None:
             answer = self._pipe_cut(up_r, client_w, self._budget())
         else:
             answer = self._pipe(up_r, client_w)
         await asyncio.gather(self._pipe(client_r, up_w), answer)
+        self._streams.discard(client_w)
+
+    async def _pass_on_release(
+        self,
+        seen: SeenRequest,
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        up_r: asyncio.StreamReader,
+        up_w: asyncio.StreamWriter,
+    ) -> None:
+        released = self._releases[id(seen)] = asyncio.Event()
+        body = asyncio.ensure_future(self._pipe(client_r, up_w))
+        answer = await up_r.read()  # the whole answer: the server closes after it (Connection: close)
+        self.withheld.append(seen)
+        await released.wait()
+        body.cancel()
+        up_w.close()
+        client_w.write(answer)
+        with contextlib.suppress(ConnectionError):
+            await client_w.drain()
+        client_w.close()
         self._streams.discard(client_w)
 
     async def _pipe_cut(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, budget: int) -> None:

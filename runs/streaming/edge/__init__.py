@@ -8,6 +8,8 @@
                   logout), which closes that user's streams at once
     control.py    its side of each Pushpin's control socket (only its user can reach it): publish
                   in order, send again, sync
+    endings.py    the runs whose end it published: remembered a while, and closed again a few
+                  seconds later for a stream held after the first close
     pushpin.py    Pushpin's configuration and its foreground run (`bin/edge`, `manage.py runedge`)
 
 Without `RUNLEDGER_GRIP_URL` none of it runs: the stream view looks at that one setting and

@@ -169,5 +169,30 @@ def close_user_item(user_id: int) -> dict[str, Any]:
 
 def close_item(name: str, last_seq: int) -> dict[str, Any]:
     """End the streams held on `name` once they have the terminal event `last_seq`: a stream
-    without it sees a gap and fetches it from the web processes, which then end it."""
-    return {"channel": name, "prev-id": str(last_seq), "formats": {"http-stream": {"action": "close"}}}
+    without it sees a gap and fetches it from the web processes, which then end it.
+
+    Its id is no seq (`…-end`), so Pushpin remembers the channel ended where no hold can be: a hold
+    that reaches it afterwards at an older position conflicts at once and fetches what it missed.
+    Without an id Pushpin would forget the channel's last id, and such a hold would wait for the
+    next item, of which there is none (docs/design/edge.md#late-holds)."""
+    return {
+        "channel": name,
+        "id": f"{last_seq}-end",
+        "prev-id": str(last_seq),
+        "formats": {"http-stream": {"action": "close"}},
+    }
+
+
+def close_again_item(name: str, last_seq: int) -> dict[str, Any]:
+    """`close_item` once more, for the streams held on `name` since: each one at an older position
+    sees a gap and fetches the rest of the run, which ends it (docs/design/edge.md#late-holds).
+
+    Without an id, which Pushpin would drop as seen, and outside its sequencer (`no-seq`), which
+    would otherwise hold it a second for the item it seems to follow; delivered at once to every
+    stream on the channel."""
+    return {
+        "channel": name,
+        "prev-id": str(last_seq),
+        "no-seq": True,
+        "formats": {"http-stream": {"action": "close"}},
+    }

@@ -15,10 +15,11 @@ stream's end.
   with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
   nothing (401 or 404 unless signed, `_not_pushpins`; an empty end if signed). Each fetch
   re-checks the token's holder as the web processes re-check their own streams: a deactivated or
-  deleted user, a deleted token, an ended session, or a run no longer visible ends the stream,
-  and so does the token's expiry — the lifetime plain streams have. Ending is a 2xx without hold
-  instructions: Pushpin ends the client's stream, whose reconnect (with Last-Event-ID) is checked
-  as a new connect. The position is `Grip-Last`'s (never the link's, fixed at the connect).
+  deleted user, a deleted token, an ended session, or a run no longer visible ends the stream
+  with nothing more, and the token's expiry — the lifetime plain streams have — with the events
+  it missed. Ending is a 2xx without hold instructions: Pushpin ends the client's stream, whose
+  reconnect (with Last-Event-ID) is checked as a new connect. The position is `Grip-Last`'s (never
+  the link's, fixed at the connect).
 
 The answer is an ordinary finite response — the events after the position, read from the table,
 at most REPLAY_MAX of them and about REPLAY_MAX_BYTES — plus, while the run is live and the replay
@@ -177,8 +178,6 @@ def _recover_sync(found: Link, token: str, position: str, link: str) -> HttpResp
 def _recover(found: Link, token: str, position: str, link: str) -> HttpResponse:
     now = time.time()
     left = _seconds_left(found, now)
-    if left is not None and left <= 0:
-        return _end()  # the stream's lifetime: the client reconnects, checked anew
     if not edge_streams.allowed(found.holder):
         log.info("run %s: ending an edge stream of user %s, who may no longer hold it", found.run_id, found.user_id)
         return _end()
@@ -195,7 +194,9 @@ def _recover(found: Link, token: str, position: str, link: str) -> HttpResponse:
         return _end()
     frames, complete = _replay(found.run_id, cursor) if cursor < last_seq else ([], True)
     body = _body(frames, first=False)
-    if not complete or (frames and frames[-1].terminal):
+    # At the stream's lifetime too, what it missed goes first (a fetch at expiry can be the first
+    # to see a gap, docs/design/edge.md#late-holds), then its end: the client reconnects, checked anew.
+    if not complete or (frames and frames[-1].terminal) or (left is not None and left <= 0):
         return body
     timeout = grip.link_timeout(seconds_left=left, first=False)
     edge_streams.seen(user_id=found.user_id, link=token, run_id=found.run_id, until=_until(timeout))

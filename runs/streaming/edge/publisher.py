@@ -19,7 +19,9 @@ process of its own to start; one of them publishes at a time:
   only a huge one). A run the leader
   has not seen is read from its first event: on taking the lead it reads the
   `last_seq` of every live run (after LISTEN, so nothing committed in between is missed), and any
-  other run is new since. The terminal event is followed by a `close`, which ends the held streams.
+  other run is new since. The terminal event is followed by a `close`, which ends the held streams,
+  and the same close is sent again `RUNLEDGER_GRIP_CLOSE_AGAIN_SECONDS` later, for a stream whose
+  hold reached Pushpin after the first (endings.py).
 - **Revocations, pushed.** It LISTENs on `runledger_revoked` too (revocation.py sends it): a user
   whose credential was revoked has their channel closed before the next read is published, which
   ends every stream the edge holds for them; their reconnects are checked anew (hold.py).
@@ -31,12 +33,12 @@ process of its own to start; one of them publishes at a time:
   A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
   order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
   up, and that Pushpin synced before anything more is sent to it (control.py). A new leader syncs
-  every Pushpin before its first publish: each live run, and each run that ended in the last
-  `ENDED_TTL`, gets an item saying where its streams should be (`grip.sync_item`, plus the close
-  of an ended run), so only the streams that missed something fetch it. Not Pushpin's `recover`,
-  which has every stream it holds fetch its link at once: ten thousand of them after a leader's
-  restart or a lost database connection, more than Pushpin can hand to the web processes (its
-  proxy answers 502 to what it cannot, and a stream whose fetch fails five times ends).
+  every Pushpin before its first publish: each live run gets an item saying where its streams
+  should be (`grip.sync_item`), and each run that ended in the last `ENDED_TTL` its close, so only
+  the streams that missed something fetch it. Not Pushpin's `recover`, which has every stream it
+  holds fetch its link at once: ten thousand of them after a leader's restart or a lost database
+  connection, more than Pushpin can hand to the web processes (its proxy answers 502 to what it
+  cannot, and a stream whose fetch fails five times ends).
   Publishes go to each Pushpin's command socket, which only this user can reach (control.py).
 """
 
@@ -46,7 +48,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ from runs.selectors.published import runs_events_after_heads
 from runs.selectors.states import run_last_seqs_ended_since, run_last_seqs_live
 from runs.streaming import hub
 from runs.streaming.edge import grip
+from runs.streaming.edge.endings import ENDED_TTL, Endings
 from runs.streaming.listener import conninfo
 
 if TYPE_CHECKING:
@@ -86,9 +88,6 @@ PUMP_GAP = 0.05
 # the lead is given up: a loop busy with thousands of link fetches, or a saturated database, can
 # take seconds to answer, and each change of leader costs a sync of every Pushpin.
 PROBE_TIMEOUT = 10.0
-# Runs that ended are remembered this long, so a late notification does not publish them again,
-# and a sync closes the streams of those whose close a previous leader may not have sent.
-ENDED_TTL = 300.0
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -199,8 +198,8 @@ class Publisher:
         self.retry_seconds = conf.LISTEN_RECONNECT_SECONDS
         # Run id -> seq of the last event published; only the pump changes it once leading.
         self.heads: dict[str, int] = {}
-        # Run id -> when it ended (time.monotonic()) and the seq of its terminal event.
-        self.ended: dict[str, tuple[float, int]] = {}
+        # The runs that ended, and their closes due again.
+        self.endings = Endings(again_after=conf.GRIP_CLOSE_AGAIN_SECONDS)
         # Run id -> the last seq a notification announced, not yet read.
         self.dirty: dict[str, int] = {}
         # Users whose edge streams are to be closed: a credential of theirs was revoked.
@@ -253,8 +252,7 @@ class Publisher:
         await conn.execute(f'LISTEN "{notify.REVOKED}"')
         # After LISTEN: whatever commits from now on is announced, whatever committed before is here.
         self.heads, ended = await _in_thread(_heads_sync)
-        now = time.monotonic()
-        self.ended = {run_id: (now, last_seq) for run_id, last_seq in ended.items()}
+        self.endings.reset(ended)
         self.dirty.clear()
         self.revoked.clear()
         self.pushpins.lose_all()  # synced first: what the previous leader did not publish, Pushpin fetches
@@ -287,7 +285,7 @@ class Publisher:
         except ValueError:
             log.warning("ignoring malformed %s payload %r", notify.EVENTS, payload)
             return
-        if run_id in self.ended:
+        if run_id in self.endings:
             return
         head = self.heads.get(run_id)
         if head is not None and last_seq <= head:
@@ -314,14 +312,10 @@ class Publisher:
                 self._wake.set()
 
     async def _pump_once(self) -> None:
-        """Wait for a wake-up (or for the next try at a Pushpin that refused), then read and publish."""
+        """Wait for a wake-up (or for the next try at a Pushpin that refused, or the next close due
+        again), then read and publish."""
         await self.pushpins.catch_up()
-        if self.pushpins.behind:
-            # Try again at the next poll, or sooner if something is committed meanwhile.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
-        else:
-            await self._wake.wait()
+        await self._wait()
         loop = asyncio.get_running_loop()
         if (gap := self._pumped_at + PUMP_GAP - loop.time()) > 0:
             await asyncio.sleep(gap)  # pacing: what commits meanwhile is read with it
@@ -332,8 +326,27 @@ class Publisher:
             closes = [grip.close_user_item(user_id) for user_id in sorted(self.revoked)]
             self.revoked.clear()
             await self.pushpins.publish(closes)
-        if not self.dirty:
+        # Ended runs only, which no read below includes.
+        items = [grip.close_again_item(grip.channel(run_id), last_seq) for run_id, last_seq in self.endings.due()]
+        if self.dirty:
+            items += await self._read_dirty()
+        if items:
+            await self.pushpins.publish(items)
+        self.endings.forget_old()
+
+    async def _wait(self) -> None:
+        timeout = self.endings.due_in()
+        if self.pushpins.behind:
+            # Try again at the next poll, or sooner if something is committed meanwhile.
+            timeout = self.poll_seconds if timeout is None else min(timeout, self.poll_seconds)
+        if timeout is None:
+            await self._wake.wait()
             return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _read_dirty(self) -> list[dict[str, Any]]:
+        """The items of what the runs named since the last read committed."""
         dirty, self.dirty = self.dirty, {}
         try:
             reads = await _in_thread(_read_sync, {run_id: self.heads.get(run_id) for run_id in dirty})
@@ -343,11 +356,8 @@ class Publisher:
                 self.dirty[run_id] = max(self.dirty.get(run_id, 0), last_seq)
             await asyncio.sleep(self.retry_seconds)
             self._wake.set()
-            return
-        items = self._items(reads, dirty)
-        if items:
-            await self.pushpins.publish(items)
-        self._forget_ended()
+            return []
+        return self._items(reads, dirty)
 
     def _items(self, reads: list[_Read], dirty: dict[str, int]) -> list[dict[str, Any]]:
         """The publish items of what was read; moves the heads and marks the runs that ended."""
@@ -374,25 +384,17 @@ class Publisher:
 
     def _ended(self, run_id: str, last_seq: int) -> None:
         self.heads.pop(run_id, None)
-        self.ended[run_id] = (time.monotonic(), last_seq)
+        self.endings.add(run_id, last_seq)
 
     def _sync_items(self) -> list[dict[str, Any]]:
-        """Where every stream should be (`grip.sync_item`): at the head of each live run, and at
-        the end of each run that ended within ENDED_TTL, whose streams are then closed."""
+        """Where every stream should be (`grip.sync_item`): at the head of each live run; and each
+        run that ended within ENDED_TTL closed both ways (the second is never dropped as seen, and
+        reaches a stream held after the first)."""
         items = [grip.sync_item(grip.channel(run_id), head) for run_id, head in self.heads.items()]
-        cutoff = time.monotonic() - ENDED_TTL
-        for run_id, (at, last_seq) in self.ended.items():
-            if at >= cutoff:
-                name = grip.channel(run_id)
-                items += [grip.sync_item(name, last_seq), grip.close_item(name, last_seq)]
+        for run_id, last_seq in self.endings.recent():
+            name = grip.channel(run_id)
+            items += [grip.close_item(name, last_seq), grip.close_again_item(name, last_seq)]
         return items
-
-    def _forget_ended(self) -> None:
-        if len(self.ended) < 1000:
-            return
-        cutoff = time.monotonic() - ENDED_TTL
-        for run_id in [run_id for run_id, (at, _) in self.ended.items() if at < cutoff]:
-            del self.ended[run_id]
 
 
 # This process's publisher, while it runs (runs.asgi starts and stops it with the process).
