@@ -1,5 +1,5 @@
 """Webhook delivery inside the worker (docs/design/webhooks.md#delivery): claim due notifications,
-POST each, signed as Standard Webhooks says, and record the outcome.
+POST each on a client of its own, signed as Standard Webhooks says, and record each outcome.
 
 The loop waits on *a notification OR the next delivery's due time OR the poll interval*, like the
 claim loop. Requests run outside any transaction: the claim is a lease (runs.services.webhooks),
@@ -9,11 +9,11 @@ loses it. On SQLite (one worker) the claim takes no SKIP LOCKED: its transaction
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import hmac
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import httpx
@@ -46,7 +46,10 @@ def sign(secrets: Sequence[str], webhook_id: str, timestamp: int, body: str) -> 
     return " ".join(signatures)
 
 
-async def post(http: httpx.AsyncClient, claimed: Claimed, *, timeout: float) -> Outcome:
+async def post(claimed: Claimed, *, timeout: float) -> Outcome:
+    """One attempt, on a client of its own, within `timeout` in all: resolving, connecting,
+    sending, and reading the answer's head. A receiver that answers a byte at a time is cut there
+    as one that never answers is."""
     started_at = timezone.now()
     began = time.monotonic()
     timestamp = int(time.time())
@@ -62,18 +65,23 @@ async def post(http: httpx.AsyncClient, claimed: Claimed, *, timeout: float) -> 
         return Outcome(started_at=started_at, duration_ms=int((time.monotonic() - began) * 1000), **said)  # type: ignore[arg-type]
 
     try:
-        async with asyncio.timeout(timeout):
-            async with http.stream("POST", claimed.url, content=claimed.body.encode(), headers=headers) as answer:
-                head = b""
-                async for chunk in answer.aiter_raw():
-                    head += chunk
-                    if len(head) >= RESPONSE_HEAD_BYTES:
-                        break
-                text = head[:RESPONSE_HEAD_BYTES].decode("utf-8", "replace")
-                if answer.is_redirect:
-                    said = f"a redirect to {answer.headers.get('location', '?')!r}, not followed"
-                    return done(status_code=answer.status_code, response_head=text, error=said)
-                return done(status_code=answer.status_code, response_head=text)
+        # The client's one connection is closed with it, inside the deadline: nothing a cut request
+        # leaves half done outlives its attempt.
+        async with (
+            asyncio.timeout(timeout),
+            client(timeout=timeout) as http,
+            http.stream("POST", claimed.url, content=claimed.body.encode(), headers=headers) as answer,
+        ):
+            head = b""
+            async for chunk in answer.aiter_raw():
+                head += chunk
+                if len(head) >= RESPONSE_HEAD_BYTES:
+                    break
+            text = head[:RESPONSE_HEAD_BYTES].decode("utf-8", "replace")
+            if answer.is_redirect:
+                said = f"a redirect to {answer.headers.get('location', '?')!r}, not followed"
+                return done(status_code=answer.status_code, response_head=text, error=said)
+            return done(status_code=answer.status_code, response_head=text)
     except RefusedAddress as exc:
         return done(error=f"refused: {exc}")
     except TimeoutError:
@@ -83,7 +91,12 @@ async def post(http: httpx.AsyncClient, claimed: Claimed, *, timeout: float) -> 
 
 
 class Deliverer:
-    """The worker's delivery loop; `wake()` when a notification says rows were written."""
+    """The worker's delivery loop; `wake()` when a notification says rows were written.
+
+    Up to RUNLEDGER_WEBHOOKS_BATCH attempts are in flight at once, each a task of its own: a freed
+    slot is claimed again at once, fairly (the claim ranks owners by what they have in flight
+    here), and each outcome is recorded as soon as it is known, with whatever others ended with it,
+    never held for a slower one (docs/design/webhooks.md#delivery)."""
 
     def __init__(self, *, lane: DbLane, worker_id: str, poll_seconds: float) -> None:
         self.lane = lane
@@ -91,38 +104,57 @@ class Deliverer:
         self.poll_seconds = poll_seconds
         self.delivered = 0
         self._wake = asyncio.Event()
+        self._flying: dict[asyncio.Task[Outcome], Claimed] = {}
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run(self) -> None:
         timeout = conf.WEBHOOKS_TIMEOUT_SECONDS
-        async with client(timeout=timeout) as http:
+        slots = conf.WEBHOOKS_BATCH
+        try:
             while True:
                 self._wake.clear()
-                try:
-                    claimed, next_in = await self.lane.call(deliveries_claim, limit=conf.WEBHOOKS_BATCH)
-                except DatabaseError as exc:
-                    log.warning("could not claim webhook deliveries (%s); retrying later", exc)
-                    claimed, next_in = [], None
-                if claimed:
-                    await self._deliver(http, claimed, timeout)
-                    if next_in is None or next_in <= 0:
-                        continue  # a full batch: there may be more due
+                next_in: float | None = None
+                if len(self._flying) < slots:
+                    claimed, next_in = await self._claim(slots - len(self._flying))
+                    for one in claimed:
+                        self._flying[asyncio.create_task(post(one, timeout=timeout))] = one
+                # Slots full, or nothing due: an attempt's end or a notification wakes the loop first.
                 wait = self.poll_seconds if next_in is None else min(self.poll_seconds, next_in + 0.01)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                await self._wait(wait)
+                await self._record_ended()
+        finally:
+            # A request cut here is sent again once its claim's lease lapses (runs.services.webhooks).
+            for task in self._flying:
+                task.cancel()
 
-    async def _deliver(self, http: httpx.AsyncClient, claimed: list[Claimed], timeout: float) -> None:
-        outcomes = await asyncio.gather(*(post(http, one, timeout=timeout) for one in claimed))
-        for outcome in outcomes:
+    async def _claim(self, limit: int) -> tuple[list[Claimed], float | None]:
+        busy = Counter(claimed.owner_id for claimed in self._flying.values())
+        try:
+            return await self.lane.call(deliveries_claim, limit=limit, busy=busy)
+        except DatabaseError as exc:
+            log.warning("could not claim webhook deliveries (%s); retrying later", exc)
+            return [], None
+
+    async def _wait(self, seconds: float) -> None:
+        """Until an attempt ends, a notification wakes the loop, or `seconds` pass."""
+        waking = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait([waking, *self._flying], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waking.cancel()
+
+    async def _record_ended(self) -> None:
+        ended = [(self._flying.pop(task), task.result()) for task in [t for t in self._flying if t.done()]]
+        if not ended:
+            return
+        for _, outcome in ended:
             series.webhook_delivered("success" if outcome.ok else "failure")
         try:
-            await self.lane.call(
-                deliveries_record, outcomes=list(zip(claimed, outcomes, strict=True)), worker=self.worker_id
-            )
+            await self.lane.call(deliveries_record, outcomes=ended, worker=self.worker_id)
         except DatabaseError as exc:
             # The claims' lease lapses and the deliveries come due again, with the same ids.
-            log.warning("could not record %d webhook deliveries (%s); they will be sent again", len(claimed), exc)
+            log.warning("could not record %d webhook deliveries (%s); they will be sent again", len(ended), exc)
             return
-        self.delivered += sum(1 for outcome in outcomes if outcome.ok)
+        self.delivered += sum(1 for _, outcome in ended if outcome.ok)
