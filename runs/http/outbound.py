@@ -212,6 +212,6 @@ def client(*, timeout: float) -> httpx.AsyncClient:
     transport = httpx.AsyncHTTPTransport(verify=_tls())
     # httpx's transport takes no network backend; its pool is rebuilt with the checking one.
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=_tls(), network_backend=_CheckedBackend(), max_connections=1, max_keepalive_connections=0
+        ssl_context=_tls(), network_backend=_CheckedBackend(), max_connections=10
     )
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False)
