@@ -298,3 +298,21 @@ def test_the_console_lists_deliveries_per_endpoint_and_per_run_and_redelivers(
     metrics = client.get("/metrics/").content.decode()  # type: ignore[attr-defined]
     assert "runledger_webhooks_oldest_pending_age_seconds" in metrics
     assert 'runledger_webhook_deliveries_total{outcome="failure"}' in metrics
+
+
+def test_a_claim_serves_owners_in_turns_counting_what_they_have_in_flight(alice: User, bob: User) -> None:
+    alices = [register(alice, events=["run.cancelled"]) for _ in range(5)]
+    for _ in range(4):
+        services.run_cancel(run_id=queued_run(alice).pk, actor=alice)  # 20 of hers due, oldest first
+    register(bob, events=["run.cancelled"])
+    services.run_cancel(run_id=queued_run(bob).pk, actor=bob)  # his, due last
+    # Alice's first turn is her oldest, then Bob's first, then her second (on another endpoint).
+    first = deliveries_claim(limit=3)[0]
+    assert [c.owner_id for c in first] == [alice.pk, bob.pk, alice.pk]
+    assert first[0].endpoint_id != first[2].endpoint_id and {str(c.endpoint_id) for c in first} & {
+        str(e["id"]) for e in alices
+    }
+    # Bob's taken: a worker with Alice's in flight serves whoever has fewer, even with one slot.
+    services.run_cancel(run_id=queued_run(bob).pk, actor=bob)
+    (next_one,), _ = deliveries_claim(limit=1, busy={alice.pk: 2})
+    assert next_one.owner_id == bob.pk

@@ -161,7 +161,7 @@ def url_problem(url: str) -> str | None:
         parts.port  # noqa: B018  # raises on a port out of range
     except ValueError:
         return "has a port that is not a number from 0 to 65535"
-    host = parts.hostname
+    host = parts.hostname.rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
         # Loopback by definition (RFC 6761), whatever a resolver would say.
         return None if conf.WEBHOOKS_ALLOW_PRIVATE else f"{host} is a loopback name"
