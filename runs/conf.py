@@ -274,7 +274,9 @@ class AppSettings(Registry):
     WEBHOOKS_ROTATION_OVERLAP_SECONDS = Seconds(
         86_400, "how long a rotated-out signing secret still signs deliveries beside the new one", (WEB,)
     )
-    WEBHOOKS_BATCH = Whole(20, "webhook deliveries one worker claims and sends at once", (WORKER,))
+    WEBHOOKS_BATCH = Whole(
+        20, "webhook requests one worker has in flight at once; a slot freed is claimed again at once", (WORKER,)
+    )
     WEBHOOKS_ALLOW_PRIVATE = Flag(
         False,
         "whether webhooks may go to loopback, private, link-local and metadata addresses (tests, private networks)",
@@ -290,8 +292,8 @@ class AppSettings(Registry):
         must="a list of CIDR ranges (10.0.0.0/8, fd00::/8)",
         item=_is_network,
     )
-    # 20: a user's services and their environments, while one user's hanging endpoints take at most
-    # 20 of a worker's deliveries in flight (docs/design/webhooks.md#delivery).
+    # 20: a user's services and their environments; it bounds the delivery rows one event of theirs
+    # writes, and the endpoints one user can point at receivers that hang (docs/design/webhooks.md).
     MAX_WEBHOOKS_PER_USER = Limit(20, "webhook endpoints one user may register; the next is a 429", (WEB,))
     # A week: long enough to answer "was it sent?" about a run already purged.
     WEBHOOKS_KEEP_DAYS = Whole(
