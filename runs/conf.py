@@ -14,6 +14,7 @@ renders the docs' table from the declarations.
 
 import hashlib
 import hmac
+import ipaddress
 import os
 import tempfile
 from pathlib import Path
@@ -56,6 +57,14 @@ def socket_path(url: str) -> Path:
 def _is_socket_url(url: str) -> bool:
     try:
         socket_path(url)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
     except ValueError:
         return False
     return True
@@ -271,11 +280,34 @@ class AppSettings(Registry):
     WEBHOOKS_ROTATION_OVERLAP_SECONDS = Seconds(
         86_400, "how long a rotated-out signing secret still signs deliveries beside the new one", (WEB,)
     )
-    WEBHOOKS_BATCH = Whole(20, "webhook deliveries one worker claims and sends at once", (WORKER,))
+    WEBHOOKS_BATCH = Whole(
+        20, "webhook requests one worker has in flight at once; a slot freed is claimed again at once", (WORKER,)
+    )
     WEBHOOKS_ALLOW_PRIVATE = Flag(
         False,
         "whether webhooks may go to loopback, private, link-local and metadata addresses (tests, private networks)",
         SERVING,
+    )
+    # Applied whatever WEBHOOKS_ALLOW_PRIVATE says: a private deployment still keeps its own ranges
+    # (its database's subnet, the metadata address) out of reach (docs/design/webhooks.md#safe-requests).
+    WEBHOOKS_DENY = Names(
+        [],
+        "CIDR ranges webhooks never go to, checked with the IPv4 address an IPv6 one embeds, even when "
+        "RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE is on",
+        SERVING,
+        must="a list of CIDR ranges (10.0.0.0/8, fd00::/8)",
+        item=_is_network,
+    )
+    # 20: a user's services and their environments; it bounds the delivery rows one event of theirs
+    # writes, and the endpoints one user can point at receivers that hang (docs/design/webhooks.md).
+    MAX_WEBHOOKS_PER_USER = Limit(20, "webhook endpoints one user may register; the next is a 429", (WEB,))
+    # A week: long enough to answer "was it sent?" about a run already purged.
+    WEBHOOKS_KEEP_DAYS = Whole(
+        7,
+        "days purge_runs keeps a delivered notification after its delivery, even when its run is purged",
+        (WEB,),
+        minimum=0,
+        unit="days",
     )
     # Stands in for DNS where a test needs a name to resolve, and to change, as it says.
     WEBHOOKS_RESOLVE_OVERRIDES = Names(

@@ -11,7 +11,13 @@ from django.db import models
 from django.db.models import Q
 
 from runs.conf import conf
-from runs.models_webhooks import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from runs.models_webhooks import (
+    DeliveryStatus,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookNotification,
+)
 from runs.transitions import LIVE, TERMINAL, CancelCode, FailCode, Status, StopCode
 
 # The webhook models live in a module of their own; Django finds models through this one.
@@ -20,6 +26,7 @@ __all__ = [
     "WebhookAttempt",
     "WebhookDelivery",
     "WebhookEndpoint",
+    "WebhookNotification",
 ]
 
 

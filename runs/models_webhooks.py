@@ -53,9 +53,31 @@ class WebhookEndpoint(models.Model):
         return self.url
 
 
+class WebhookNotification(models.Model):
+    """One event's notification: the request body, made once in the event's own transaction and
+    sent to every endpoint it matched (their deliveries point at it). Its bytes count against the
+    run's owner, on the run (docs/design/webhooks.md#outbox)."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No foreign key: a purge of the run leaves what was promised to be delivered.
+    run_id = models.UUIDField()
+    seq = models.BigIntegerField()
+    event_type = models.CharField(max_length=64)
+    # Every attempt sends the same bytes, the run as the event left it.
+    body = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run_id", "seq"], name="webhooknotification_once_per_event")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} of run {self.run_id} (seq {self.seq})"
+
+
 class WebhookDelivery(models.Model):
     """One notification of one event to one endpoint: the outbox row, written in the event's own
-    transaction. Its id is the `webhook-id` of every attempt to deliver it."""
+    transaction. Its id is the `webhook-id` of every attempt to deliver it. The body is its
+    notification's, shared with the event's other endpoints."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
@@ -63,9 +85,7 @@ class WebhookDelivery(models.Model):
     run_id = models.UUIDField()
     seq = models.BigIntegerField()
     event_type = models.CharField(max_length=64)
-    # The request body, made once in the event's transaction: every attempt sends the same bytes,
-    # the run as the event left it.
-    body = models.TextField()
+    notification = models.ForeignKey(WebhookNotification, on_delete=models.CASCADE, related_name="deliveries")
     status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
     # When it is due. A claim moves it past the claim's lease, so the delivery of a worker that
     # died mid-request comes due again by itself (runs.services.webhooks.deliveries_claim).

@@ -15,7 +15,6 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from runs import services
-from runs.http.outbound import client
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from runs.services.webhooks import Outcome, deliveries_claim, deliveries_redeliver, delivery_record, retry_delay
 from runs.worker.webhooks import post, sign
@@ -98,7 +97,7 @@ def test_an_end_writes_a_notification_in_its_own_transaction(alice: User, bob: U
     delivery = WebhookDelivery.objects.get()
     run.refresh_from_db()
     assert (str(delivery.endpoint_id), delivery.run_id, delivery.seq) == (endpoint["id"], run.pk, run.last_seq)
-    body = json.loads(delivery.body)
+    body = json.loads(delivery.notification.body)
     assert body["type"] == "run.cancelled" and body["data"]["run"]["id"] == str(run.pk)
     assert body["data"]["run"]["status"] == "cancelled" and body["data"]["run"]["attempt"]["outcome"] == "cancelled"
     assert "resume_ticket" not in body["data"]["run"]
@@ -177,7 +176,20 @@ def test_the_first_retry_comes_within_ten_seconds_and_later_ones_back_off() -> N
     first = [retry_delay(1) for _ in range(1000)]
     assert min(first) >= 2.5 and max(first) <= 7.5  # RUNLEDGER_WEBHOOKS_RETRY_BASE_SECONDS 5, jittered
     assert len(set(first)) > 990  # jittered: retries that failed together spread out
-    assert min(retry_delay(5) for _ in range(100)) >= 40 and max(retry_delay(30) for _ in range(100)) <= 5400
+    assert min(retry_delay(5) for _ in range(100)) >= 40
+
+
+@pytest.mark.parametrize(("base", "most"), [(5, 3600), (0.2, 1), (7, 10), (1000, 600)])
+def test_no_retry_waits_longer_than_the_maximum_at_any_attempt(settings: object, base: float, most: float) -> None:
+    settings.RUNLEDGER_WEBHOOKS_RETRY_BASE_SECONDS = base  # type: ignore[attr-defined]
+    settings.RUNLEDGER_WEBHOOKS_RETRY_MAX_SECONDS = most  # type: ignore[attr-defined]
+    # Every attempt a delivery can reach (the exponent stops growing at 30), many draws each: the
+    # jitter is applied before the cap, so the cap is never passed, and waits below it still spread.
+    waits = {number: [retry_delay(number) for _ in range(200)] for number in range(1, 40)}
+    assert max(max(each) for each in waits.values()) <= most
+    assert min(min(each) for each in waits.values()) >= min(base, most) / 2
+    below = [wait for wait in waits[1] if wait < most]
+    assert len(set(below)) == len(below)
 
 
 def test_past_its_give_up_time_a_delivery_fails_and_a_long_failing_endpoint_is_disabled(
@@ -238,19 +250,19 @@ def test_a_name_that_resolves_to_a_private_address_after_registration_is_refused
         settings.RUNLEDGER_WEBHOOKS_RESOLVE_OVERRIDES = [f"hooks.example.test={private}"]  # type: ignore[attr-defined]
 
         async def send() -> Outcome:
-            async with client(timeout=2) as http:
-                return await post(http, claimed, timeout=2)
+            return await post(claimed, timeout=2)
 
         outcome = asyncio.run(send())
         assert outcome.status_code is None and outcome.error.startswith("refused:"), outcome
-        assert private in outcome.error
+        # The owner of the URL is not told what the name resolves to inside the network.
+        assert private not in outcome.error and "hooks.example.test resolves to a refused address" in outcome.error
 
 
 def test_a_run_waiting_is_notified(alice: User) -> None:
     register(alice, events=["run.waiting"])
     run = running_run(alice)
     services.run_wait(run_id=run.pk, generation=run.generation, reason="input_required", prompt="name?")
-    body = json.loads(WebhookDelivery.objects.get().body)
+    body = json.loads(WebhookDelivery.objects.get().notification.body)
     assert body["type"] == "run.waiting" and body["data"]["run"]["status"] == "waiting"
     assert Run.objects.get(pk=run.pk).status == "waiting"
 
@@ -286,3 +298,21 @@ def test_the_console_lists_deliveries_per_endpoint_and_per_run_and_redelivers(
     metrics = client.get("/metrics/").content.decode()  # type: ignore[attr-defined]
     assert "runledger_webhooks_oldest_pending_age_seconds" in metrics
     assert 'runledger_webhook_deliveries_total{outcome="failure"}' in metrics
+
+
+def test_a_claim_serves_owners_in_turns_counting_what_they_have_in_flight(alice: User, bob: User) -> None:
+    alices = [register(alice, events=["run.cancelled"]) for _ in range(5)]
+    for _ in range(4):
+        services.run_cancel(run_id=queued_run(alice).pk, actor=alice)  # 20 of hers due, oldest first
+    register(bob, events=["run.cancelled"])
+    services.run_cancel(run_id=queued_run(bob).pk, actor=bob)  # his, due last
+    # Alice's first turn is her oldest, then Bob's first, then her second (on another endpoint).
+    first = deliveries_claim(limit=3)[0]
+    assert [c.owner_id for c in first] == [alice.pk, bob.pk, alice.pk]
+    assert first[0].endpoint_id != first[2].endpoint_id and {str(c.endpoint_id) for c in first} & {
+        str(e["id"]) for e in alices
+    }
+    # Bob's taken: a worker with Alice's in flight serves whoever has fewer, even with one slot.
+    services.run_cancel(run_id=queued_run(bob).pk, actor=bob)
+    (next_one,), _ = deliveries_claim(limit=1, busy={alice.pk: 2})
+    assert next_one.owner_id == bob.pk

@@ -4,8 +4,6 @@ status and a wait, a rotation's overlap, a redirect not followed, the receiver d
 worker SIGKILLed mid-request, PostgreSQL restarted mid-load, and 2,000 runs ending while the
 receiver fails every third request (docs/design/webhooks.md)."""
 
-import json
-import sys
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
@@ -25,9 +23,9 @@ from runs.services.webhook_endpoints import webhook_create, webhook_rotate_secre
 from runs.transitions import CancelCode, FailCode, Status
 from tests.factories import queued_run, running_run
 from tests.support.pg import PgCluster
-from tests.support.procs import Proc, Procs, free_port, subprocess_env, wait_log_line
+from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.waiting import wait_until
-from tests.support.webhook_receiver import received
+from tests.support.webhooks import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -46,29 +44,6 @@ LATER = timedelta(hours=1)
 @pytest.fixture(autouse=True)
 def _private_allowed(settings: object) -> None:
     settings.RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE = True  # type: ignore[attr-defined]
-
-
-class Receiver:
-    def __init__(self, procs: Procs, tmp: Path, port: int | None = None) -> None:
-        self.procs, self.port = procs, port or free_port()
-        self.secrets, self.log = tmp / "secrets.json", tmp / "received.jsonl"
-        self.proc: Proc | None = None
-
-    def start(self, secrets: list[str], *args: str) -> "Receiver":
-        self.trust(secrets)
-        cmd = [sys.executable, "-m", "tests.support.webhook_receiver", str(self.port), str(self.secrets)]
-        self.proc = self.procs.start("receiver", [*cmd, str(self.log), *args], subprocess_env())
-        wait_log_line(self.proc, "receiver ready", timeout=20)
-        return self
-
-    def trust(self, secrets: list[str]) -> None:
-        self.secrets.write_text(json.dumps(secrets))
-
-    def url(self, path: str = "/in") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def got(self) -> list[dict[str, object]]:
-        return received(self.log)
 
 
 def worker(procs: Procs, name: str, **extra: str) -> Proc:

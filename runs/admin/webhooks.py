@@ -1,7 +1,8 @@
 """Webhook endpoints and their deliveries in the console (docs/design/webhooks.md#operations):
 each endpoint with its state, each delivery with its attempts' log, found by endpoint or by run
 (`?run_id=<uuid>`), and "redeliver" for staff who may change deliveries. View only, as the runs
-are: staff with runs.change_run change or delete endpoints through the API, as their owners do."""
+are: staff with runs.change_run change or delete endpoints through the API, as their owners do.
+A delivery's body (the run's JSON) is shown only to staff who may see runs."""
 
 from typing import Any
 
@@ -10,6 +11,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from runs.access import sees_every_run
 from runs.admin.hardening import HardenedAdmin
 from runs.admin.run import ViewOnly
 from runs.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
@@ -47,14 +49,22 @@ class WebhookDeliveryAdmin(ViewOnly, HardenedAdmin):
     # The run page's link, and any "deliveries of this run" URL.
     extra_lookups = ("run_id",)
     list_select_related = ["endpoint"]
-    exclude = ["body"]
-    readonly_fields = ["body_text"]
+    exclude = ["notification"]
     inlines = [AttemptInline]
     actions = ["redeliver"]
 
     @admin.display(description="body")
     def body_text(self, delivery: WebhookDelivery) -> str:
-        return delivery.body
+        return delivery.notification.body
+
+    @admin.display(description="body")
+    def body_withheld(self, delivery: WebhookDelivery) -> str:
+        return "(withheld: it is the run's JSON, shown to those who may see runs — runs.view_run)"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # The body carries the run's input: for those who may see the runs (as the run list
+        # decides), not for every holder of view_webhookdelivery.
+        return ["body_text"] if sees_every_run(request.user) else ["body_withheld"]
 
     @admin.action(description="Redeliver the selected deliveries (same webhook-id)", permissions=["redeliver"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:

@@ -79,7 +79,10 @@ def _out(endpoint: WebhookEndpoint, *, secret: bool = False) -> dict[str, Any]:
 
 
 class _ChangeSerializer(serializers.Serializer[Any]):
-    url = serializers.URLField(max_length=2000, help_text="http(s); a public address (checked again at each delivery)")
+    url = serializers.URLField(
+        max_length=2000,
+        help_text="http(s); a public address (a name is checked at each delivery, on what it resolves to)",
+    )
     events = serializers.ListField(child=serializers.ChoiceField(choices=list(WEBHOOK_EVENTS)), help_text=EVENTS_HELP)
     metadata = serializers.DictField(required=False, help_text=METADATA_HELP)
     all_runs = serializers.BooleanField(required=False, help_text=ALL_RUNS_HELP)
@@ -116,8 +119,9 @@ DeliveryPageSerializer = _page_of(DeliveryOutputSerializer, "WebhookDeliveryPage
 
 CREATE_DOC = (
     "201 with the endpoint and its signing `secret` (`whsec_…`), shown only here. A URL that is not http(s), or "
-    "whose host is or resolves to a loopback, private, link-local or metadata address, is a 400 naming `url` "
-    "(unless RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE). `all_runs` without runs.view_run is a 403."
+    "whose host is written as a loopback, private, link-local or metadata address, is a 400 naming `url` (unless "
+    "RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE); a name is not resolved here, but at each delivery. `all_runs` without "
+    "runs.view_run is a 403. A user with RUNLEDGER_MAX_WEBHOOKS_PER_USER endpoints is refused another: 429."
 )
 UPDATE_DOC = (
     "Any of `url`, `events`, `metadata`, `all_runs`, `enabled`; enabling it again clears its `disabled_reason` "
@@ -160,6 +164,7 @@ class WebhookCollectionApi(ApiView):
         403,
         413,
         415,
+        429,
         description=CREATE_DOC,
         request=CreateInput,
         parameters=[],

@@ -181,6 +181,8 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
     run.events_used += len(events)
     # The control note: a worker that held the run lets go of it (or re-reads, finds nothing to do).
     append(run, events, attempt=attempt, now=now, notes=[notify.control_changed(run.id, run.status)])
+    # Its notification's body is stored for the owner like an event: counted on the run.
+    run.stored_bytes += webhooks.enqueue(run, EventType.RUN_WAITING, now=now)
     run.save(
         update_fields=[
             "status",
@@ -192,7 +194,6 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
             "open_tool_calls",
         ]
     )
-    webhooks.enqueue(run, EventType.RUN_WAITING, now=now)
 
 
 def end(
@@ -252,16 +253,17 @@ def end(
         # whose slot this frees (the others would wait for their poll).
         notes.append(notify.slot_freed(run.id))
     append(run, events, attempt=attempt, now=now, notes=notes)
-    # Final now: nothing is appended after the terminal event.
-    run.ended_bytes = run.stored_bytes
-    sizes = ["output_bytes", "error_bytes", "ended_bytes"]
-    run.save(update_fields=[*ended, *APPENDED, *sizes, "open_tool_calls", "events_used"])
     if was_running:
         # The worker learns of it through the control notification (or its re-read) and records
         # released_at itself once it has actually stopped.
         close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
-    # After the attempt is closed: the notification carries the run as it ended.
-    webhooks.enqueue(run, TERMINAL_EVENT[status], now=now)
+    # After the attempt is closed: the notification carries the run as it ended. Its body is
+    # stored for the owner like an event: counted on the run, before the run's bytes are final.
+    run.stored_bytes += webhooks.enqueue(run, TERMINAL_EVENT[status], now=now)
+    # Final now: nothing is appended after the terminal event.
+    run.ended_bytes = run.stored_bytes
+    sizes = ["output_bytes", "error_bytes", "ended_bytes"]
+    run.save(update_fields=[*ended, *APPENDED, *sizes, "open_tool_calls", "events_used"])
     if cascade:
         _end_descendants(run, now=now)
 

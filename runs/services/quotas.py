@@ -1,6 +1,6 @@
 """Per-owner limits (docs/design/fair-use.md#caps), enforced where runs are made and claimed: the
-active-runs cap and the caps on runs and bytes kept at create (and resume), and the running cap with
-a fair share of the workers at claim.
+active-runs cap and the caps on runs and bytes kept at create (and resume), the running cap with
+a fair share of the workers at claim, and the cap on webhook endpoints at registration.
 
 A count and the write it allows must not race another of the same owner's (two creates at 999 of
 1,000 would both pass), so each check first takes a transaction-scoped advisory lock — a create
@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run
+from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, WebhookEndpoint
 from runs.transitions import Status
 
 
@@ -29,6 +29,7 @@ class OwnerLock(IntEnum):
     # The first key of pg_advisory_xact_lock(int, int); the second is the owner's id (0: every owner).
     CREATE = 0x524C0001
     CLAIM = 0x524C0002
+    WEBHOOKS = 0x524C0003
 
 
 def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
@@ -127,6 +128,23 @@ def _check_bytes(*, stored: int, adding: int, cap: int | None) -> None:
             "(RUNLEDGER_MAX_STORED_BYTES_PER_USER); finished runs count until they are purged",
             stored_bytes=stored,
             adding_bytes=adding,
+            limit=cap,
+        )
+
+
+def check_webhooks(owner_id: int) -> None:
+    """Refuse (429) a new webhook endpoint to an owner who has RUNLEDGER_MAX_WEBHOOKS_PER_USER:
+    under a lock on the owner, so two registrations at once never pass it."""
+    cap = conf.MAX_WEBHOOKS_PER_USER
+    if cap is None:
+        return
+    lock_owner(owner_id, OwnerLock.WEBHOOKS)
+    count = WebhookEndpoint.objects.filter(owner_id=owner_id).count()
+    if count >= cap:
+        raise _refused(
+            f"you have {count} webhook endpoints, the most allowed (RUNLEDGER_MAX_WEBHOOKS_PER_USER); "
+            "delete one to register another",
+            webhooks=count,
             limit=cap,
         )
 

@@ -1,5 +1,6 @@
-"""Retention: deleting old terminal runs with their events and attempts, idempotency records past
-their TTL, and failed sign-ins and token attempts past their window (`manage.py purge_runs`)."""
+"""Retention: deleting old terminal runs with their events and attempts, the webhook deliveries of
+purged runs once they are over, idempotency records past their TTL, and failed sign-ins and token
+attempts past their window (`manage.py purge_runs`, docs/design/webhooks.md#outbox)."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -7,12 +8,21 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from runs.conf import conf
 from runs.exceptions import ValidationFailed
 from runs.http.throttles import auth_failures_purge
-from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
+from runs.models import (
+    DeliveryStatus,
+    IdempotencyRecord,
+    Run,
+    RunAttempt,
+    RunEvent,
+    WebhookDelivery,
+    WebhookNotification,
+)
 from runs.transitions import TERMINAL
 
 # Rows one transaction deletes at most: a run with a long history goes in several.
@@ -31,6 +41,9 @@ class PurgeResult:
     # Failed sign-ins and token attempts older than RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS: they no
     # longer count (each failure deletes a few as it goes; this takes whatever is left).
     auth_failures: int = 0
+    # Webhook deliveries of purged runs that are over: given up, or delivered more than
+    # RUNLEDGER_WEBHOOKS_KEEP_DAYS ago (pending ones stay until they end).
+    webhook_deliveries: int = 0
 
 
 def _purge_blocked(*, ended_before: datetime) -> set[UUID]:
@@ -77,6 +90,7 @@ def runs_purge(
             events=RunEvent.objects.filter(run_id__in=selected).count(),
             attempts=RunAttempt.objects.filter(run_id__in=selected).count(),
             batches=0,
+            webhook_deliveries=_deliveries_over().count(),
         )
     runs = events = attempts = batches = 0
     while True:
@@ -101,6 +115,7 @@ def runs_purge(
         batches=batches,
         idempotency_records=_purge_idempotency(),
         auth_failures=auth_failures_purge(),
+        webhook_deliveries=_purge_deliveries(),
     )
 
 
@@ -132,4 +147,34 @@ def _purge_idempotency() -> int:
             count, _ = IdempotencyRecord.objects.filter(pk__in=list(chunk)).delete()
         deleted += count
         if count < 1000:
+            return deleted
+
+
+def _deliveries_over() -> QuerySet[WebhookDelivery]:
+    """Deliveries of runs no longer kept that are over: given up, or delivered more than
+    RUNLEDGER_WEBHOOKS_KEEP_DAYS ago. (A dry run counts those whose run is already gone.)"""
+    kept_since = timezone.now() - timedelta(days=conf.WEBHOOKS_KEEP_DAYS)
+    over = Q(status=DeliveryStatus.FAILED) | Q(status=DeliveryStatus.DELIVERED, delivered_at__lt=kept_since)
+    return WebhookDelivery.objects.filter(over).exclude(run_id__in=Run.objects.values("pk"))
+
+
+def _purge_deliveries() -> int:
+    """Delete the deliveries `_deliveries_over` finds, with their attempts' log, then the
+    notifications no delivery points at any more (their bodies), a thousand a transaction. Runs
+    go first: a delivery outlives its run only while it is pending or kept."""
+    deleted = 0
+    while True:
+        with transaction.atomic(durable=True):
+            chunk = list(_deliveries_over().values_list("pk", flat=True)[:1000])
+            _, per_model = WebhookDelivery.objects.filter(pk__in=chunk).delete()
+        deleted += per_model.get(WebhookDelivery._meta.label, 0)
+        if len(chunk) < 1000:
+            break
+    while True:
+        with transaction.atomic(durable=True):
+            bodies = list(
+                WebhookNotification.objects.filter(deliveries__isnull=True).values_list("pk", flat=True)[:1000]
+            )
+            WebhookNotification.objects.filter(pk__in=bodies).delete()
+        if len(bodies) < 1000:
             return deleted

@@ -1,6 +1,7 @@
 """Webhook endpoints registered, changed, rotated and deleted (docs/design/webhooks.md#endpoints).
 
-Bad input is a ValidationFailed naming the field, before anything is written.
+Bad input is a ValidationFailed naming the field, before anything is written. A URL is checked as
+written, never resolved (runs.http.outbound.url_problem).
 """
 
 import base64
@@ -20,6 +21,7 @@ from runs.exceptions import NotFound, PermissionDenied, ValidationFailed
 from runs.http.outbound import url_problem
 from runs.metadata import check_metadata
 from runs.models import WebhookEndpoint
+from runs.services.quotas import check_webhooks
 
 URL_MAX = 2000
 SECRET_PREFIX = "whsec_"
@@ -60,12 +62,15 @@ def _checked(changes: dict[str, Any], owner: User) -> dict[str, Any]:
 
 
 def webhook_create(*, owner: User, url: str, events: list[str], **optional: Any) -> WebhookEndpoint:
-    """A new endpoint of `owner`; its `secret` is shown once, in the answer to this."""
+    """A new endpoint of `owner`; its `secret` is shown once, in the answer to this. The cap on
+    endpoints is checked last, after the input (docs/design/fair-use.md#refusals)."""
     fields = _checked({"url": url, "events": events, **optional}, owner)
     now = timezone.now()
-    return WebhookEndpoint.objects.create(
-        owner_id=owner.pk, secret=new_secret(), created_at=now, updated_at=now, **fields
-    )
+    with transaction.atomic():
+        check_webhooks(owner.pk)
+        return WebhookEndpoint.objects.create(
+            owner_id=owner.pk, secret=new_secret(), created_at=now, updated_at=now, **fields
+        )
 
 
 def webhook_of(*, endpoint_id: UUID | str, user: User) -> WebhookEndpoint:

@@ -12,7 +12,7 @@ fences it, as a generation fences an attempt's writes).
 import json
 import operator
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
@@ -27,7 +27,7 @@ from django.utils import timezone
 from runs import notify
 from runs.access import sees_every_run
 from runs.conf import conf
-from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookNotification
 
 # The run's JSON (docs/design/api.md#run-json), as the API renders it: set by the app's `ready`
 # (runs.apps), so that the write core does not import the API that imports it.
@@ -40,9 +40,11 @@ def matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:
 
 def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
     """Write a notification of the run's last event to each enabled endpoint that wants it; the
-    caller holds the run's lock and has saved the run. With no endpoint: one indexed read."""
+    caller holds the run's lock. Its body is made and stored once, whatever the number of endpoints
+    (each delivery row points at it); the caller counts the bytes returned on the run, as it counts
+    an event's (0: nothing written). With no endpoint: one indexed read."""
     wanted = [
-        endpoint
+        endpoint.id
         for endpoint in WebhookEndpoint.objects.filter(Q(owner_id=run.owner_id) | Q(all_runs=True), enabled=True).only(
             "id", "events", "metadata"
         )
@@ -50,23 +52,29 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
     ]
     if not wanted:
         return 0
+    # ASCII (json.dumps escapes the rest): its length is its size in bytes.
     body = json.dumps(
         {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": {"run": run_json(run)}},
         cls=DjangoJSONEncoder,
         separators=(",", ":"),
     )
+    event = {"run_id": run.id, "seq": run.last_seq, "event_type": event_type, "created_at": now}
+    notification = WebhookNotification.objects.create(body=body, **event)
     # Due at once; given up a day (RUNLEDGER_WEBHOOKS_GIVE_UP_SECONDS) after the event.
-    event = {"run_id": run.id, "seq": run.last_seq, "event_type": event_type, "body": body, "created_at": now}
     timing = {"next_attempt_at": now, "give_up_at": now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)}
-    WebhookDelivery.objects.bulk_create(WebhookDelivery(endpoint=endpoint, **event, **timing) for endpoint in wanted)
+    WebhookDelivery.objects.bulk_create(
+        WebhookDelivery(endpoint_id=endpoint_id, notification_id=notification.pk, **event, **timing)
+        for endpoint_id in wanted
+    )
     notify.send(notify.webhooks_due())
-    return len(wanted)
+    return len(body)
 
 
 @dataclass(frozen=True)
 class Claimed:
     id: UUID
     endpoint_id: UUID
+    owner_id: int
     webhook_id: str
     number: int
     url: str
@@ -92,40 +100,75 @@ def lease_seconds() -> float:
     return 2 * conf.WEBHOOKS_TIMEOUT_SECONDS + 1
 
 
-def deliveries_claim(*, limit: int) -> tuple[list[Claimed], float | None]:
-    """Claim up to `limit` due deliveries; with them, the seconds until the next one comes due
-    (None: none pending)."""
+def deliveries_claim(*, limit: int, busy: Mapping[int, int] | None = None) -> tuple[list[Claimed], float | None]:
+    """Claim up to `limit` due deliveries, fairly (`_fair_order`: `busy` says how many of each
+    owner's this worker has in flight); with them, the seconds until the next one comes due (None:
+    as many as asked were claimed, or none is pending)."""
     now = timezone.now()
     with transaction.atomic():
-        due = (
-            WebhookDelivery.objects.filter(
-                status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True
-            )
-            .select_related("endpoint__owner")
-            .order_by("next_attempt_at")
-        )
+        order = _fair_order(now=now, limit=limit, busy=busy or {})
+        due = WebhookDelivery.objects.filter(
+            id__in=order, status=DeliveryStatus.PENDING, next_attempt_at__lte=now, endpoint__enabled=True
+        ).select_related("endpoint__owner")
         if connection.vendor == "postgresql":
             # SKIP LOCKED: workers claiming at once take different rows instead of queueing on the
             # same ones. (SQLite's IMMEDIATE transactions serialise the claims instead.)
             due = due.select_for_update(skip_locked=True, of=("self",))
-        rows = _still_allowed(list(due[:limit]), now=now)
+        found = {row.id: row for row in due} if order else {}
+        rows = _still_allowed([found[pk] for pk in order if pk in found][:limit], now=now)
         if rows:
             WebhookDelivery.objects.filter(id__in=[row.id for row in rows]).update(
                 next_attempt_at=now + timedelta(seconds=lease_seconds()), attempts=F("attempts") + 1
             )
+        # Each body read once, however many of the batch's deliveries share it.
+        bodies = dict(
+            WebhookNotification.objects.filter(id__in={row.notification_id for row in rows}).values_list("id", "body")
+        )
     claimed = [
         Claimed(
             id=row.id,
             endpoint_id=row.endpoint_id,
+            owner_id=row.endpoint.owner_id,
             webhook_id=row.webhook_id,
             number=row.attempts + 1,
             url=row.endpoint.url,
-            body=row.body,
+            body=bodies[row.notification_id],
             secrets=_signing_secrets(row.endpoint, now),
         )
         for row in rows
     ]
     return claimed, None if len(rows) == limit else _next_due_in(now)
+
+
+# The due deliveries in turns: each endpoint's in the order they fell due, interleaved so that an
+# owner's turns go round their endpoints; each owner's numbered 1, 2, … (`per_owner`). Only the
+# first `limit` of an owner can be claimed at once, so no more are read.
+_FAIR_SQL = f"""
+WITH due AS (
+    SELECT d.id, e.owner_id, d.next_attempt_at,
+           ROW_NUMBER() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS per_endpoint
+    FROM {WebhookDelivery._meta.db_table} d JOIN {WebhookEndpoint._meta.db_table} e ON e.id = d.endpoint_id
+    WHERE d.status = %s AND d.next_attempt_at <= %s AND e.enabled
+), ranked AS (
+    SELECT id, owner_id, next_attempt_at,
+           ROW_NUMBER() OVER (PARTITION BY owner_id ORDER BY per_endpoint, next_attempt_at, id) AS per_owner
+    FROM due
+)
+SELECT id, owner_id, per_owner, next_attempt_at FROM ranked WHERE per_owner <= %s
+"""
+
+
+def _fair_order(*, now: datetime, limit: int, busy: Mapping[int, int]) -> list[UUID]:
+    """The ids of at most twice `limit` due deliveries, in the order a claim takes them: an owner's
+    n-th turn counts from the deliveries of theirs this worker already has in flight, and turns go
+    first, the earliest due among equal turns. So an owner with nothing in flight is served at the
+    next free slot, whatever another owner's endpoints hold (docs/design/webhooks.md#delivery).
+    Twice: the rows another worker locked meanwhile are skipped, and the next ones taken."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FAIR_SQL, [DeliveryStatus.PENDING.value, connection.ops.adapt_datetimefield_value(now), limit])
+        rows = cursor.fetchall()
+    rows.sort(key=lambda row: (busy.get(row[1], 0) + row[2], str(row[3]), str(row[0])))
+    return [pk if isinstance(pk, UUID) else UUID(str(pk)) for pk, *_ in rows[: 2 * limit]]
 
 
 def _still_allowed(rows: list[WebhookDelivery], *, now: datetime) -> list[WebhookDelivery]:
@@ -153,9 +196,10 @@ def _next_due_in(now: datetime) -> float | None:
 
 def retry_delay(number: int) -> float:
     """The wait after failed attempt `number` (1, 2, …): doubling from the base, jittered so
-    that the retries of many deliveries that failed together spread out."""
+    that the retries of many deliveries that failed together spread out, never past the maximum."""
     base = conf.WEBHOOKS_RETRY_BASE_SECONDS * 2 ** min(number - 1, 30)
-    return min(conf.WEBHOOKS_RETRY_MAX_SECONDS, base) * random.uniform(0.5, 1.5)
+    # Jittered first, capped after: no wait is longer than RUNLEDGER_WEBHOOKS_RETRY_MAX_SECONDS.
+    return min(conf.WEBHOOKS_RETRY_MAX_SECONDS, base * random.uniform(0.5, 1.5))
 
 
 def deliveries_record(*, outcomes: Sequence[tuple[Claimed, Outcome]], worker: str) -> None:

@@ -1,5 +1,5 @@
 """Webhook delivery inside the worker (docs/design/webhooks.md#delivery): claim due notifications,
-POST each, signed as Standard Webhooks says, and record the outcome.
+POST each on a client of its own, signed as Standard Webhooks says, and record each outcome.
 
 The loop waits on *a notification OR the next delivery's due time OR the poll interval*, like the
 claim loop. Requests run outside any transaction: the claim is a lease (runs.services.webhooks),
@@ -9,11 +9,11 @@ loses it. On SQLite (one worker) the claim takes no SKIP LOCKED: its transaction
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import hmac
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import httpx
@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 # hostile one cannot make the worker read more.
 RESPONSE_HEAD_BYTES = 1024
 USER_AGENT = "Runledger-Webhooks/1"
+# How long the loop waits, once an attempt has ended, for others to end with it: a burst's outcomes
+# go in one record and one claim. Small beside the bound a delivery is held to (the timeout + 5 s).
+GATHER_SECONDS = 0.02
 
 
 def sign(secrets: Sequence[str], webhook_id: str, timestamp: int, body: str) -> str:
@@ -46,7 +49,10 @@ def sign(secrets: Sequence[str], webhook_id: str, timestamp: int, body: str) -> 
     return " ".join(signatures)
 
 
-async def post(http: httpx.AsyncClient, claimed: Claimed, *, timeout: float) -> Outcome:
+async def post(claimed: Claimed, *, timeout: float) -> Outcome:
+    """One attempt, on a client of its own, within `timeout` in all: resolving, connecting,
+    sending, and reading the answer's head. A receiver that answers a byte at a time is cut there
+    as one that never answers is."""
     started_at = timezone.now()
     began = time.monotonic()
     timestamp = int(time.time())
@@ -62,28 +68,41 @@ async def post(http: httpx.AsyncClient, claimed: Claimed, *, timeout: float) -> 
         return Outcome(started_at=started_at, duration_ms=int((time.monotonic() - began) * 1000), **said)  # type: ignore[arg-type]
 
     try:
-        async with asyncio.timeout(timeout):
-            async with http.stream("POST", claimed.url, content=claimed.body.encode(), headers=headers) as answer:
-                head = b""
-                async for chunk in answer.aiter_raw():
-                    head += chunk
-                    if len(head) >= RESPONSE_HEAD_BYTES:
-                        break
-                text = head[:RESPONSE_HEAD_BYTES].decode("utf-8", "replace")
-                if answer.is_redirect:
-                    said = f"a redirect to {answer.headers.get('location', '?')!r}, not followed"
-                    return done(status_code=answer.status_code, response_head=text, error=said)
-                return done(status_code=answer.status_code, response_head=text)
+        # The client's one connection is closed with it, inside the deadline: nothing a cut request
+        # leaves half done outlives its attempt.
+        async with (
+            asyncio.timeout(timeout),
+            client(timeout=timeout) as http,
+            http.stream("POST", claimed.url, content=claimed.body.encode(), headers=headers) as answer,
+        ):
+            head = b""
+            async for chunk in answer.aiter_raw():
+                head += chunk
+                if len(head) >= RESPONSE_HEAD_BYTES:
+                    break
+            text = head[:RESPONSE_HEAD_BYTES].decode("utf-8", "replace")
+            if answer.is_redirect:
+                said = f"a redirect to {answer.headers.get('location', '?')!r}, not followed"
+                return done(status_code=answer.status_code, response_head=text, error=said)
+            return done(status_code=answer.status_code, response_head=text)
     except RefusedAddress as exc:
         return done(error=f"refused: {exc}")
     except TimeoutError:
         return done(error=f"no answer within {timeout}s")
     except (httpx.HTTPError, OSError) as exc:
         return done(error=f"{type(exc).__name__}: {exc}"[:500])
+    except Exception as exc:  # anything else is this attempt's failure, never the delivery loop's end
+        log.exception("webhook attempt %s failed unexpectedly", claimed.webhook_id)
+        return done(error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 class Deliverer:
-    """The worker's delivery loop; `wake()` when a notification says rows were written."""
+    """The worker's delivery loop; `wake()` when a notification says rows were written.
+
+    Up to RUNLEDGER_WEBHOOKS_BATCH attempts are in flight at once, each a task of its own: a freed
+    slot is claimed again at once, fairly (the claim ranks owners by what they have in flight
+    here), and each outcome is recorded as soon as it is known, with whatever others ended with it,
+    never held for a slower one (docs/design/webhooks.md#delivery)."""
 
     def __init__(self, *, lane: DbLane, worker_id: str, poll_seconds: float) -> None:
         self.lane = lane
@@ -91,38 +110,61 @@ class Deliverer:
         self.poll_seconds = poll_seconds
         self.delivered = 0
         self._wake = asyncio.Event()
+        self._flying: dict[asyncio.Task[Outcome], Claimed] = {}
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run(self) -> None:
         timeout = conf.WEBHOOKS_TIMEOUT_SECONDS
-        async with client(timeout=timeout) as http:
+        slots = conf.WEBHOOKS_BATCH
+        try:
             while True:
                 self._wake.clear()
-                try:
-                    claimed, next_in = await self.lane.call(deliveries_claim, limit=conf.WEBHOOKS_BATCH)
-                except DatabaseError as exc:
-                    log.warning("could not claim webhook deliveries (%s); retrying later", exc)
-                    claimed, next_in = [], None
-                if claimed:
-                    await self._deliver(http, claimed, timeout)
-                    if next_in is None or next_in <= 0:
-                        continue  # a full batch: there may be more due
+                next_in: float | None = None
+                if len(self._flying) < slots:
+                    claimed, next_in = await self._claim(slots - len(self._flying))
+                    for one in claimed:
+                        self._flying[asyncio.create_task(post(one, timeout=timeout))] = one
+                # Slots full, or nothing due: an attempt's end or a notification wakes the loop first.
                 wait = self.poll_seconds if next_in is None else min(self.poll_seconds, next_in + 0.01)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                await self._wait(wait)
+                await self._record_ended()
+        finally:
+            # A request cut here is sent again once its claim's lease lapses (runs.services.webhooks).
+            for task in self._flying:
+                task.cancel()
 
-    async def _deliver(self, http: httpx.AsyncClient, claimed: list[Claimed], timeout: float) -> None:
-        outcomes = await asyncio.gather(*(post(http, one, timeout=timeout) for one in claimed))
-        for outcome in outcomes:
+    async def _claim(self, limit: int) -> tuple[list[Claimed], float | None]:
+        busy = Counter(claimed.owner_id for claimed in self._flying.values())
+        try:
+            return await self.lane.call(deliveries_claim, limit=limit, busy=busy)
+        except DatabaseError as exc:
+            log.warning("could not claim webhook deliveries (%s); retrying later", exc)
+            return [], None
+
+    async def _wait(self, seconds: float) -> None:
+        """Until an attempt ends, a notification wakes the loop, or `seconds` pass; after an end,
+        GATHER_SECONDS more for the attempts ending with it, so that a burst's outcomes are
+        recorded and their slots claimed again in a few transactions, not one each."""
+        waking = asyncio.ensure_future(self._wake.wait())
+        try:
+            done, _ = await asyncio.wait([waking, *self._flying], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            if done - {waking}:
+                await asyncio.wait(list(self._flying), timeout=GATHER_SECONDS)
+        finally:
+            waking.cancel()
+
+    async def _record_ended(self) -> None:
+        ended = [(self._flying.pop(task), task.result()) for task in [t for t in self._flying if t.done()]]
+        if not ended:
+            return
+        for _, outcome in ended:
             series.webhook_delivered("success" if outcome.ok else "failure")
         try:
-            await self.lane.call(
-                deliveries_record, outcomes=list(zip(claimed, outcomes, strict=True)), worker=self.worker_id
-            )
+            await self.lane.call(deliveries_record, outcomes=ended, worker=self.worker_id)
         except DatabaseError as exc:
             # The claims' lease lapses and the deliveries come due again, with the same ids.
-            log.warning("could not record %d webhook deliveries (%s); they will be sent again", len(claimed), exc)
+            log.warning("could not record %d webhook deliveries (%s); they will be sent again", len(ended), exc)
             return
-        self.delivered += sum(1 for outcome in outcomes if outcome.ok)
+        self.delivered += sum(1 for _, outcome in ended if outcome.ok)

@@ -36,6 +36,10 @@
                    core_install: a process where the extras cannot be imported (core_install.py),
                    under a host's settings on SQLite (bare_host_settings.py), noting who tries
     schedule.py    the order the parallel workers take the tests in: process modules first
+    webhooks.py    webhook receivers, each a process: Receiver (webhook_receiver.py, which verifies every
+                   request with the standardwebhooks package and logs it) and Hostile
+                   (hostile_receiver.py: a receiver that hangs, or drips its answer a byte at a time)
+    blackhole_dns.py  a DNS server that never answers, and a command run with it as its only nameserver
 
 procs.py, browser.py, pg.py, live.py and schedule.py are pytest plugins (conftest.py lists them).
 bench/ uses procs, waiting, sse, db and openai_server too; procs, waiting, sse and openai_server import nothing of

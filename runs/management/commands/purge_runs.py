@@ -21,7 +21,7 @@ def parse_age(text: str) -> timedelta:
 class Command(BaseCommand):
     help = (
         "Delete terminal runs (completed, failed, cancelled, stopped) that ended longer ago than "
-        "--older-than, with their events and attempts, in batches. Live runs are never touched; a run "
+        "--older-than, with their events and attempts, in batches, and their webhook deliveries once over. Live runs are never touched; a run "
         "goes only together with its whole subtree of child runs, so one whose descendant must stay stays."
     )
 
@@ -55,8 +55,8 @@ class Command(BaseCommand):
         else:
             self.stdout.write(
                 self.style.SUCCESS(
-                    f"Deleted {what} in {result.batches} batches, {result.idempotency_records} "
-                    f"idempotency records past their TTL, and {result.auth_failures} failed sign-ins and "
-                    "token attempts past their window."
+                    f"Deleted {what} in {result.batches} batches, {result.webhook_deliveries} webhook deliveries "
+                    f"of purged runs, {result.idempotency_records} idempotency records past their TTL, and "
+                    f"{result.auth_failures} failed sign-ins and token attempts past their window."
                 )
             )
