@@ -2,6 +2,7 @@
 (docs/design/api.md#metadata, #lists), and paging by cursor (docs/design/api.md#paging), on
 PostgreSQL and SQLite. The race against paging uses real threads on their own connections."""
 
+import datetime as dt
 import queue
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from runs import services
@@ -204,6 +207,49 @@ def test_a_forged_cursor_of_the_right_shape_with_bad_values_is_a_400(api: APICli
             "cursor"
             in assert_error(api.get("/api/runs/", {"cursor": cursor}), 400, "validation_error")["error"]["detail"]
         )
+
+
+# Every offset Python accepts: PostgreSQL holds none past ±15:59, and at either end of the calendar
+# one moves the moment past the first or last datetime (year 9999 at -23:59: a 500 on both databases).
+OFFSETS = st.integers(-(24 * 60 - 1), 24 * 60 - 1).map(lambda minutes: dt.timezone(dt.timedelta(minutes=minutes)))
+
+
+def in_utc(moment: dt.datetime) -> dt.datetime | None:
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        return None
+
+
+@pytest.fixture
+def three_runs(alice: User) -> None:
+    for _ in range(3):
+        queued_run(alice)
+
+
+@pytest.mark.django_db
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(moment=st.datetimes(timezones=OFFSETS), back=st.booleans())
+@example(moment=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, dt.timezone(-dt.timedelta(hours=23, minutes=59))), back=False)
+@example(moment=dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=23, minutes=59))), back=True)
+@example(moment=dt.datetime(2024, 1, 1, tzinfo=dt.timezone(-dt.timedelta(hours=20))), back=False)
+def test_a_cursor_at_any_moment_with_any_offset_is_a_page_or_a_400_never_a_500(
+    api: APIClient, alice: User, three_runs: None, moment: dt.datetime, back: bool
+) -> None:
+    from runs.api.pagination import Position
+
+    cursor = Position((moment.isoformat(), "00000000-0000-0000-0000-000000000000"), back=back).encode()
+    response = api.get("/api/runs/", {"cursor": cursor})
+
+    utc = in_utc(moment)
+    if utc is None:
+        assert "cursor" in assert_error(response, 400, "validation_error")["error"]["detail"]
+        return
+    assert response.status_code == 200, response.content
+    created = Run.objects.filter(owner=alice).values_list("created_at", flat=True)
+    # The page holds the runs on the cursor's side of the moment, compared in UTC.
+    beyond = [at for at in created if (at > utc if back else at < utc)]
+    assert len(response.json()["results"]) == len(beyond)
 
 
 # --- paging -----------------------------------------------------------------------------------
