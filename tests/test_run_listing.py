@@ -192,6 +192,49 @@ def test_one_metadata_key_given_twice_is_a_400(api: APIClient) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/runs/", "status=queued&status=running"),
+        ("/api/runs/", "agent=a&agent=b"),
+        ("/api/runs/", "end_code=agent_error&end_code=worker_lost"),
+        ("/api/runs/", "parent=00000000-0000-0000-0000-000000000001&parent=00000000-0000-0000-0000-000000000002"),
+        ("/api/runs/", "created_after=2024-01-01T00:00:00Z&created_after=2025-01-01T00:00:00Z"),
+        ("/api/runs/", "created_before=2024-01-01T00:00:00Z&created_before=2025-01-01T00:00:00Z"),
+        ("/api/runs/", "page_size=1&page_size=2"),
+        ("/api/runs/", "cursor=a&cursor=b"),
+        ("/api/agents/", "page_size=1&page_size=2"),
+        ("/api/webhooks/", "page_size=1&page_size=1"),
+        ("/api/runs/{run}/events/", "after_seq=0&after_seq=1"),
+        ("/api/runs/{run}/events/", "limit=5&limit=5"),
+        ("/api/runs/{run}/events/", "types=output.delta&types=run.*"),
+    ],
+)
+def test_a_list_filter_given_twice_is_a_400_naming_it(api: APIClient, alice: User, path: str, query: str) -> None:
+    run = queued_run(alice)
+    key = query.split("=", 1)[0]
+
+    response = api.get(path.format(run=run.pk) + "?" + query)
+
+    detail = assert_error(response, 400, "validation_error")["error"]["detail"]
+    assert detail == {key: [detail[key][0]]} and detail[key][0].startswith("given more than once"), detail
+    # The key once is no such refusal (a bad value is refused for what it is).
+    once = api.get(path.format(run=run.pk) + "?" + query.split("&", 1)[0])
+    assert "given more than once" not in once.content.decode()
+
+
+@pytest.mark.django_db
+def test_several_statuses_are_one_comma_list_and_the_400_says_so(api: APIClient, alice: User) -> None:
+    running = running_run(alice)
+    queued = queued_run(alice)
+
+    refused = assert_error(api.get("/api/runs/?status=queued&status=running"), 400, "validation_error")
+
+    assert "comma list" in refused["error"]["detail"]["status"][0]
+    assert ids(api, status="queued,running") == {str(queued.pk), str(running.pk)}
+
+
+@pytest.mark.django_db
 def test_a_forged_cursor_of_the_right_shape_with_bad_values_is_a_400(api: APIClient, alice: User) -> None:
     from runs.api.pagination import Position
 

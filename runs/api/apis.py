@@ -26,6 +26,7 @@ from runs.api.base import ApiView
 from runs.api.filters import (
     METADATA_PARAMETER,
     PageFilterSerializer,
+    QuerySerializer,
     RunListFilterSerializer,
     StrictIntegerField,
     metadata_filter,
@@ -288,7 +289,7 @@ class RunDetailApi(RunObjectApi):
 
 class RunEventsApi(RunObjectApi):
     @extend_schema_serializer(component_name="RunEventsFilter")
-    class FilterSerializer(serializers.Serializer[Any]):
+    class FilterSerializer(QuerySerializer):
         after_seq = StrictIntegerField(min_value=0, required=False, default=0, help_text="at most the run's last_seq")
         limit = StrictIntegerField(min_value=1, max_value=1000, required=False, default=100)
         types = serializers.CharField(required=False, help_text=TYPES_HELP)
