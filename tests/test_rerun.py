@@ -16,7 +16,7 @@ from runs.agents.demo import TOOL_CALL_ID, demo_text
 from runs.conf import conf
 from runs.events import EventType, WaitReason
 from runs.models import Run, RunEvent
-from tests.factories import assert_log_is_sound, running_run
+from tests.factories import assert_log_is_sound, queued_run, running_run
 from tests.support.api import api_for, assert_error
 from tests.support.procs import Procs
 from tests.support.runs import stored_text
@@ -131,6 +131,23 @@ def test_who_may_rerun_and_who_owns_the_rerun(make_user: Callable[..., User], al
 
 
 @pytest.mark.sqlite
+def test_a_priority_above_100_is_copied_only_to_a_caller_who_may_give_it(make_user: Callable[..., User]) -> None:
+    urgent = make_user("urgent", perms=("runs.prioritize_run", "runs.change_run"))
+    oncall = make_user("oncall", perms=("runs.change_run",))
+    original, ranked = queued_run(urgent, priority=900), queued_run(oncall, priority=42)
+    services.run_cancel(run_id=original.pk, actor=urgent)
+    services.run_cancel(run_id=ranked.pk, actor=oncall)
+
+    # Without runs.prioritize_run the rerun keeps the original's rank as far as its caller may
+    # give one (docs/design/fair-use.md#priority): 100, never a jump over fair share.
+    assert rerun(oncall, original).json()["priority"] == 100
+    assert rerun(oncall, original, from_seq=1).json()["priority"] == 100
+    assert rerun(urgent, original).json()["priority"] == 900
+    assert rerun(oncall, ranked).json()["priority"] == 42
+    assert sorted(Run.objects.filter(rerun_of__isnull=False).values_list("priority", flat=True)) == [42, 100, 100, 900]
+
+
+@pytest.mark.sqlite
 def test_a_fork_copies_the_agent_events_up_to_from_seq_with_their_original_seq(alice: User) -> None:
     original = eventful_run(alice)
 
@@ -179,6 +196,7 @@ def test_a_fork_copies_the_types_its_agent_declared(alice: User, agent_named: Ca
         ({"from_seq": 11}, "from_seq", "started at seq 11"),
         ({"from_seq": 10, "max_events": 3}, "from_seq", "more than its max_events of 3"),
         ({"from_seq": 10, "agent": "openai_chat"}, "agent", "continues the original's agent"),
+        ({"from_seq": 10, "agent": "demo"}, "agent", "continues the original's agent"),
         ({"from_seq": 0}, "from_seq", "greater than or equal to 1"),
         ({"from_seq": "ten"}, "from_seq", "valid integer"),
         ({"input": [1]}, "input", "dictionary"),

@@ -18,7 +18,7 @@ from runs.agents import declared_types
 from runs.conf import conf
 from runs.events import FORKED_FROM_SEQ, EventType, forkable_types
 from runs.exceptions import InvalidTransition, ValidationFailed
-from runs.models import Run, RunEvent
+from runs.models import PRIORITY_MAX, Run, RunEvent
 from runs.services.commands import Admit
 from runs.services.core import lock_run
 from runs.services.creation import Rerun, RunSpec, insert_run
@@ -57,8 +57,9 @@ def run_rerun(
         original = lock_run(run_id)
         if admit is not None:
             admit(original)
-        spec = _spec(original, overrides)
-        if from_seq is not None and spec.agent != original.agent:
+        spec = _spec(original, overrides, owner)
+        # Even the original's own: a fork has no agent to choose (docs/design/commands.md#fork).
+        if from_seq is not None and overrides.agent is not None:
             message = "a fork continues the original's agent; leave agent out, or rerun without from_seq"
             raise ValidationFailed(message, detail={"agent": [message]})
         spec.check()
@@ -74,7 +75,7 @@ def run_rerun(
         return insert_run(spec, owner=owner, rerun=Rerun(of=original.pk, from_seq=from_seq, copies=copies))
 
 
-def _spec(original: Run, overrides: Overrides) -> RunSpec:
+def _spec(original: Run, overrides: Overrides, owner: User) -> RunSpec:
     def given(name: str) -> Any:
         value = getattr(overrides, name)
         return value if value is not None else getattr(original, name)
@@ -90,8 +91,17 @@ def _spec(original: Run, overrides: Overrides) -> RunSpec:
         deadline=overrides.deadline,
         metadata=given("metadata"),
         # Its rank among the owner's runs; a start time, like a deadline, is not copied.
-        priority=original.priority,
+        priority=_priority(original.priority, owner),
     )
+
+
+def _priority(priority: int, owner: User) -> int:
+    """The original's priority as far as the new run's owner may give it: above PRIORITY_MAX jumps
+    fair share, which only runs.prioritize_run grants (docs/design/fair-use.md#priority), so a
+    caller without it reruns at PRIORITY_MAX, the highest they may give themselves."""
+    if priority > PRIORITY_MAX and not owner.has_perm("runs.prioritize_run"):
+        return PRIORITY_MAX
+    return priority
 
 
 def _copies(original: Run, from_seq: int) -> list[tuple[str, dict[str, Any]]]:
