@@ -182,12 +182,21 @@ FORKED_FROM_SEQ = "forked_from_seq"
 FORKED_FROM_SEQ_MEANING = "a fork's copy only: the event's seq in the run it was copied from"
 
 
+# What a fork's copy of a `run.resumed` leaves out: the original's ticket, spent, never the fork's.
+RESUMED_TICKET = "ticket"
+
+
 def forkable_types(declared: Iterable[str]) -> frozenset[str]:
     """The types a fork copies from its original (docs/design/commands.md#fork): what the agent
-    emitted — the platform's agent types and the agent's own `declared` ones — never the
-    platform's record of the run's life nor its children, nor what the original used (its
-    `usage.reported`: the fork did not use it)."""
-    return (AGENT_TYPES - {EventType.USAGE_REPORTED}) | frozenset(declared)
+    emitted — the platform's agent types and the agent's own `declared` ones — and the questions it
+    asked with their answers (`run.waiting`, `run.resumed`), so that it continues with the answer;
+    never the rest of the platform's record of the run's life nor its children, nor what the
+    original used (its `usage.reported`: the fork did not use it)."""
+    return (
+        (AGENT_TYPES - {EventType.USAGE_REPORTED})
+        | {EventType.RUN_WAITING, EventType.RUN_RESUMED}
+        | frozenset(declared)
+    )
 
 
 PARTIAL_OUTPUT_MEANING = "true when the run's `partial_output` is not null (the run JSON has it)"
@@ -249,11 +258,19 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
     ),
     EventType.RUN_WAITING: (
         "The run paused or asks for input; it holds a resume ticket and no worker holds it.",
-        {"reason": "`paused` or `input_required`", "prompt": "what the agent asks (input_required), or null"},
+        {
+            "reason": "`paused` or `input_required`",
+            "prompt": "what the agent asks (input_required), or null",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
+        },
     ),
     EventType.RUN_RESUMED: (
         "A resume with the run's ticket was accepted; the run is queued again.",
-        {"ticket": "the ticket it was resumed with (now spent)", "input": "the input given to the agent, or null"},
+        {
+            RESUMED_TICKET: "the ticket it was resumed with (now spent); not in a fork's copy",
+            "input": "the input given to the agent, or null",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
+        },
     ),
     EventType.RUN_REQUEUED: (
         "An attempt ended without finishing; the run is queued again.",

@@ -16,7 +16,7 @@ from django.db import transaction
 from runs.access import User
 from runs.agents import declared_types
 from runs.conf import conf
-from runs.events import FORKED_FROM_SEQ, EventType, forkable_types
+from runs.events import FORKED_FROM_SEQ, RESUMED_TICKET, EventType, forkable_types
 from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.models import PRIORITY_MAX, Run, RunEvent
 from runs.services.commands import Admit
@@ -105,9 +105,10 @@ def _priority(priority: int, owner: User) -> int:
 
 
 def _copies(original: Run, from_seq: int) -> list[tuple[str, dict[str, Any]]]:
-    """The original's agent events among 1..`from_seq`, each with its original seq in its data;
-    refused when `from_seq` passes the log's end or cuts a tool call (its `tool.started` copied,
-    its `tool.finished` not: the fork's agent would be told of a call no attempt of its own holds)."""
+    """The original's agent events, waits and resumes among 1..`from_seq`, each with its original
+    seq in its data; refused when `from_seq` passes the log's end or cuts a tool call (its
+    `tool.started` copied, its `tool.finished` not: the fork's agent would be told of a call no
+    attempt of its own holds). A wait not answered by then is left out: the fork asks again."""
     if from_seq > original.last_seq:
         message = f"from_seq {from_seq} passes the end of run {original.pk}'s log (last seq {original.last_seq})"
         raise ValidationFailed(message, detail={"from_seq": [message]})
@@ -120,7 +121,11 @@ def _copies(original: Run, from_seq: int) -> list[tuple[str, dict[str, Any]]]:
             open_calls[data["call_id"]] = seq
         elif type_ == EventType.TOOL_FINISHED:
             open_calls.pop(data["call_id"], None)
+        elif type_ == EventType.RUN_RESUMED:
+            data = {key: value for key, value in data.items() if key != RESUMED_TICKET}
         copies.append((type_, {**data, FORKED_FROM_SEQ: seq}))
+    if copies and copies[-1][0] == EventType.RUN_WAITING:
+        copies.pop()
     if open_calls:
         call_id, started = next(iter(open_calls.items()))
         message = (
