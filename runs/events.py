@@ -7,6 +7,7 @@ template spells an event type either.
 """
 
 import re
+import sys
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
@@ -79,6 +80,11 @@ USAGE_COUNTER = re.compile(r"[a-z][a-z0-9_]{0,39}")
 USAGE_INCOMPLETE = "incomplete"
 # The platform's own counters in a run's `usage` (its steps_used and events_used): no agent's.
 USAGE_PLATFORM = ("steps", "events")
+# The largest a counter, or its sum over a run, may be: the largest finite number every reader of
+# JSON holds (a double). A sum that would pass it stays at it, and `usage` lists the counter under
+# USAGE_SATURATED (also no agent's counter): the run goes on.
+USAGE_MAX = sys.float_info.max
+USAGE_SATURATED = "saturated"
 # Bounded, as each counter becomes a label of /metrics/ (runledger_usage_total{agent,counter}).
 USAGE_COUNTERS_MAX = 20
 
@@ -120,10 +126,13 @@ def usage_problem(data: dict[str, Any]) -> str | None:
         value = data[key]
         if not isinstance(key, str) or not USAGE_COUNTER.fullmatch(key):
             return f"a usage counter is named in lower-case words joined by _ (at most 40 characters), not {key!r}"
-        if key in USAGE_PLATFORM:
+        if key in USAGE_PLATFORM or key == USAGE_SATURATED:
             return f"usage counter {key!r} is the platform's own"
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
-            return f"usage counter {key!r} must be a number ≥ 0, not {value!r}"
+        # Compared exactly, so an integer of any length is refused, never converted (and never
+        # written out: Python refuses to print one of over 4,300 digits).
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= USAGE_MAX:
+            shown = repr(value) if not isinstance(value, int) or value.bit_length() < 64 else "a larger number"
+            return f"usage counter {key!r} must be a number from 0 to {USAGE_MAX:.4g}, not {shown}"
     return None
 
 
@@ -252,7 +261,7 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
         "What the agent used (e.g. model tokens), summed into the run's `usage`; never copied by a fork.",
         {
             "<counter>": "any number of counters (lower-case words joined by _, e.g. `input_tokens`), each a "
-            "number ≥ 0",
+            "number from 0 to 1.8e308 (the largest finite double)",
             USAGE_INCOMPLETE: "optional: true when the agent could not learn all it used",
         },
     ),
