@@ -273,7 +273,9 @@ def three_runs(alice: User) -> None:
 @pytest.mark.django_db
 @settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(moment=st.datetimes(timezones=OFFSETS), back=st.booleans())
-@example(moment=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, dt.timezone(-dt.timedelta(hours=23, minutes=59))), back=False)
+@example(
+    moment=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, dt.timezone(-dt.timedelta(hours=23, minutes=59))), back=False
+)
 @example(moment=dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=23, minutes=59))), back=True)
 @example(moment=dt.datetime(2024, 1, 1, tzinfo=dt.timezone(-dt.timedelta(hours=20))), back=False)
 def test_a_cursor_at_any_moment_with_any_offset_is_a_page_or_a_400_never_a_500(
