@@ -141,9 +141,15 @@ def agent_event_problem(type_: object, data: dict[str, Any], declared: frozenset
     and the types of its own it declared when it registered (docs/design/events.md#agent-types)."""
     if type_ == EventType.USAGE_REPORTED:
         return usage_problem(data)
+    if type_ == EventType.OUTPUT_DELTA:
+        # Its text is the run's partial output, joined (docs/design/execution.md#partial-output).
+        if isinstance(data.get("text"), str):
+            return None
+        given = f"a {type(data['text']).__name__}" if "text" in data else "none"
+        return f"an output.delta needs a text that is a string, not {given}"
     if type_ in AGENT_TYPES:
         call_id = data.get("call_id")
-        if type_ != EventType.OUTPUT_DELTA and (not isinstance(call_id, str) or not call_id):
+        if not isinstance(call_id, str) or not call_id:
             return f"{type_} events need a call_id (a non-empty string)"
         status = data.get("status", ToolStatus.OK)
         if type_ == EventType.TOOL_FINISHED and status not in (ToolStatus.OK, ToolStatus.ERROR):
@@ -233,7 +239,7 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
     ),
     EventType.OUTPUT_DELTA: (
         "A piece of the agent's text output.",
-        {"text": "the piece (a string)", FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING},
+        {"text": "required: the piece, a string", FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING},
     ),
     EventType.TOOL_STARTED: (
         "The agent began a tool call (or a subprocess, or a model request).",
