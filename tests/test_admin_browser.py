@@ -18,6 +18,20 @@ pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(
 PASSWORD = "a-password-for-the-browser"
 
 
+def watch_live(page: Page, url: str, staff: User, run: Run) -> None:
+    """`staff` signed in on `run`'s page at `url`, its live tail live."""
+    give_password(staff, PASSWORD)
+    admin_login(page, url, staff.username, PASSWORD)
+    page.goto(f"{url}/admin/runs/run/{run.pk}/change/")
+    expect(page.locator("#rl-tail-status")).to_have_text("live")
+
+
+def notes(run: Run, count: int) -> None:
+    """`count` events of a type no page listens for, appended to the running `run`."""
+    events: list[tuple[str, dict[str, Any]]] = [("custom.note", {"n": n}) for n in range(count)]
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=events)
+
+
 def test_staff_watch_a_run_live_then_cancel_it_from_its_page(
     browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
 ) -> None:
@@ -76,10 +90,7 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
     run = running_run(alice)
     web = procs.uvicorn()
     page = browser_page
-    give_password(staff, PASSWORD)
-    admin_login(page, web.url, staff.username, PASSWORD)
-    page.goto(f"{web.url}/admin/runs/run/{run.pk}/change/")
-    expect(page.locator("#rl-tail-status")).to_have_text("live")
+    watch_live(page, web.url, staff, run)
     expect(page.locator("text=Stop run…")).to_have_count(1)
 
     # An event type the tail does not listen for shows up once the next one reveals the gap.
@@ -119,15 +130,11 @@ def test_the_tail_reads_a_gap_longer_than_a_page_page_by_page_and_shows_every_ev
     page = browser_page
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
-    give_password(staff, PASSWORD)
-    admin_login(page, web.url, staff.username, PASSWORD)
-    page.goto(f"{web.url}/admin/runs/run/{run.pk}/change/")
-    expect(page.locator("#rl-tail-status")).to_have_text("live")
+    watch_live(page, web.url, staff, run)
 
     # 250 events the tail does not listen for (more than two pages of the events view), one it
     # hears, then the end.
-    notes: list[tuple[str, dict[str, Any]]] = [("custom.note", {"n": n}) for n in range(250)]
-    services.run_events_append(run_id=run.pk, generation=run.generation, events=notes)
+    notes(run, 250)
     services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": "x"})])
     services.run_stop(run_id=run.pk, actor=None, code="policy", reason="enough")
 
@@ -156,17 +163,13 @@ def test_a_client_whose_stream_gave_up_reads_every_page_of_an_ended_run_to_its_e
 ) -> None:
     staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
     ended = running_run(alice)
-    notes: list[tuple[str, dict[str, Any]]] = [("custom.note", {"n": n}) for n in range(250)]
-    services.run_events_append(run_id=ended.pk, generation=ended.generation, events=notes)
+    notes(ended, 250)
     services.run_complete(run_id=ended.pk, generation=ended.generation, output=None)
     ended.refresh_from_db()
     live = running_run(alice)  # a page with the module on it
     web = procs.uvicorn()
     page = browser_page
-    give_password(staff, PASSWORD)
-    admin_login(page, web.url, staff.username, PASSWORD)
-    page.goto(f"{web.url}/admin/runs/run/{live.pk}/change/")
-    expect(page.locator("#rl-tail-status")).to_have_text("live")
+    watch_live(page, web.url, staff, live)
 
     urls = [f"/api/runs/{ended.pk}/stream/?types=no.such", f"/admin/runs/run/{ended.pk}/events/"]
     page.evaluate(OPEN_REFUSED, urls)
