@@ -7,6 +7,7 @@ template spells an event type either.
 """
 
 import re
+import sys
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
@@ -79,6 +80,11 @@ USAGE_COUNTER = re.compile(r"[a-z][a-z0-9_]{0,39}")
 USAGE_INCOMPLETE = "incomplete"
 # The platform's own counters in a run's `usage` (its steps_used and events_used): no agent's.
 USAGE_PLATFORM = ("steps", "events")
+# The largest a counter, or its sum over a run, may be: the largest finite number every reader of
+# JSON holds (a double). A sum that would pass it stays at it, and `usage` lists the counter under
+# USAGE_SATURATED (also no agent's counter): the run goes on.
+USAGE_MAX = sys.float_info.max
+USAGE_SATURATED = "saturated"
 # Bounded, as each counter becomes a label of /metrics/ (runledger_usage_total{agent,counter}).
 USAGE_COUNTERS_MAX = 20
 
@@ -120,10 +126,13 @@ def usage_problem(data: dict[str, Any]) -> str | None:
         value = data[key]
         if not isinstance(key, str) or not USAGE_COUNTER.fullmatch(key):
             return f"a usage counter is named in lower-case words joined by _ (at most 40 characters), not {key!r}"
-        if key in USAGE_PLATFORM:
+        if key in USAGE_PLATFORM or key == USAGE_SATURATED:
             return f"usage counter {key!r} is the platform's own"
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
-            return f"usage counter {key!r} must be a number ≥ 0, not {value!r}"
+        # Compared exactly, so an integer of any length is refused, never converted (and never
+        # written out: Python refuses to print one of over 4,300 digits).
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= USAGE_MAX:
+            shown = repr(value) if not isinstance(value, int) or value.bit_length() < 64 else "a larger number"
+            return f"usage counter {key!r} must be a number from 0 to {USAGE_MAX:.4g}, not {shown}"
     return None
 
 
@@ -132,9 +141,15 @@ def agent_event_problem(type_: object, data: dict[str, Any], declared: frozenset
     and the types of its own it declared when it registered (docs/design/events.md#agent-types)."""
     if type_ == EventType.USAGE_REPORTED:
         return usage_problem(data)
+    if type_ == EventType.OUTPUT_DELTA:
+        # Its text is the run's partial output, joined (docs/design/execution.md#partial-output).
+        if isinstance(data.get("text"), str):
+            return None
+        given = f"a {type(data['text']).__name__}" if "text" in data else "none"
+        return f"an output.delta needs a text that is a string, not {given}"
     if type_ in AGENT_TYPES:
         call_id = data.get("call_id")
-        if type_ != EventType.OUTPUT_DELTA and (not isinstance(call_id, str) or not call_id):
+        if not isinstance(call_id, str) or not call_id:
             return f"{type_} events need a call_id (a non-empty string)"
         status = data.get("status", ToolStatus.OK)
         if type_ == EventType.TOOL_FINISHED and status not in (ToolStatus.OK, ToolStatus.ERROR):
@@ -182,12 +197,21 @@ FORKED_FROM_SEQ = "forked_from_seq"
 FORKED_FROM_SEQ_MEANING = "a fork's copy only: the event's seq in the run it was copied from"
 
 
+# What a fork's copy of a `run.resumed` leaves out: the original's ticket, spent, never the fork's.
+RESUMED_TICKET = "ticket"
+
+
 def forkable_types(declared: Iterable[str]) -> frozenset[str]:
     """The types a fork copies from its original (docs/design/commands.md#fork): what the agent
-    emitted — the platform's agent types and the agent's own `declared` ones — never the
-    platform's record of the run's life nor its children, nor what the original used (its
-    `usage.reported`: the fork did not use it)."""
-    return (AGENT_TYPES - {EventType.USAGE_REPORTED}) | frozenset(declared)
+    emitted — the platform's agent types and the agent's own `declared` ones — and the questions it
+    asked with their answers (`run.waiting`, `run.resumed`), so that it continues with the answer;
+    never the rest of the platform's record of the run's life nor its children, nor what the
+    original used (its `usage.reported`: the fork did not use it)."""
+    return (
+        (AGENT_TYPES - {EventType.USAGE_REPORTED})
+        | {EventType.RUN_WAITING, EventType.RUN_RESUMED}
+        | frozenset(declared)
+    )
 
 
 PARTIAL_OUTPUT_MEANING = "true when the run's `partial_output` is not null (the run JSON has it)"
@@ -215,7 +239,7 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
     ),
     EventType.OUTPUT_DELTA: (
         "A piece of the agent's text output.",
-        {"text": "the piece (a string)", FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING},
+        {"text": "required: the piece, a string", FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING},
     ),
     EventType.TOOL_STARTED: (
         "The agent began a tool call (or a subprocess, or a model request).",
@@ -243,17 +267,25 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
         "What the agent used (e.g. model tokens), summed into the run's `usage`; never copied by a fork.",
         {
             "<counter>": "any number of counters (lower-case words joined by _, e.g. `input_tokens`), each a "
-            "number ≥ 0",
+            "number from 0 to 1.8e308 (the largest finite double)",
             USAGE_INCOMPLETE: "optional: true when the agent could not learn all it used",
         },
     ),
     EventType.RUN_WAITING: (
         "The run paused or asks for input; it holds a resume ticket and no worker holds it.",
-        {"reason": "`paused` or `input_required`", "prompt": "what the agent asks (input_required), or null"},
+        {
+            "reason": "`paused` or `input_required`",
+            "prompt": "what the agent asks (input_required), or null",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
+        },
     ),
     EventType.RUN_RESUMED: (
         "A resume with the run's ticket was accepted; the run is queued again.",
-        {"ticket": "the ticket it was resumed with (now spent)", "input": "the input given to the agent, or null"},
+        {
+            RESUMED_TICKET: "the ticket it was resumed with (now spent); not in a fork's copy",
+            "input": "the input given to the agent, or null",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
+        },
     ),
     EventType.RUN_REQUEUED: (
         "An attempt ended without finishing; the run is queued again.",

@@ -1,6 +1,7 @@
 """The staff console in a real browser: Debian's Chromium, a real uvicorn, the live SSE tail."""
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -15,6 +16,20 @@ from tests.support.procs import Procs
 pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "a-password-for-the-browser"
+
+
+def watch_live(page: Page, url: str, staff: User, run: Run) -> None:
+    """`staff` signed in on `run`'s page at `url`, its live tail live."""
+    give_password(staff, PASSWORD)
+    admin_login(page, url, staff.username, PASSWORD)
+    page.goto(f"{url}/admin/runs/run/{run.pk}/change/")
+    expect(page.locator("#rl-tail-status")).to_have_text("live")
+
+
+def notes(run: Run, count: int) -> None:
+    """`count` events of a type no page listens for, appended to the running `run`."""
+    events: list[tuple[str, dict[str, Any]]] = [("custom.note", {"n": n}) for n in range(count)]
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=events)
 
 
 def test_staff_watch_a_run_live_then_cancel_it_from_its_page(
@@ -75,10 +90,7 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
     run = running_run(alice)
     web = procs.uvicorn()
     page = browser_page
-    give_password(staff, PASSWORD)
-    admin_login(page, web.url, staff.username, PASSWORD)
-    page.goto(f"{web.url}/admin/runs/run/{run.pk}/change/")
-    expect(page.locator("#rl-tail-status")).to_have_text("live")
+    watch_live(page, web.url, staff, run)
     expect(page.locator("text=Stop run…")).to_have_count(1)
 
     # An event type the tail does not listen for shows up once the next one reveals the gap.
@@ -107,3 +119,62 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
     page.wait_for_function("document.body.dataset.rlFacts === 'final'", timeout=20_000)
     expect(page.locator(".field-stop_latency")).to_contain_text(" s")
     expect(page.locator("#rl-events-body tr")).to_have_count(4)  # the tail stayed as it was
+
+
+def test_the_tail_reads_a_gap_longer_than_a_page_page_by_page_and_shows_every_event(
+    browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
+) -> None:
+    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
+    run = running_run(alice)
+    web = procs.uvicorn()
+    page = browser_page
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    watch_live(page, web.url, staff, run)
+
+    # 250 events the tail does not listen for (more than two pages of the events view), one it
+    # hears, then the end.
+    notes(run, 250)
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": "x"})])
+    services.run_stop(run_id=run.pk, actor=None, code="policy", reason="enough")
+
+    expect(page.locator("#rl-tail-status")).to_have_text("ended: the run is stopped", timeout=20_000)
+    run.refresh_from_db()
+    seqs = page.locator("#rl-events-body tr").evaluate_all("rows => rows.map(r => Number(r.dataset.seq))")
+    assert seqs == list(range(1, run.last_seq + 1))
+    prefix = f"{web.url}/admin/runs/run/{run.pk}/events/?after_seq="
+    assert [int(url.removeprefix(prefix)) for url in requests if url.startswith(prefix)] == [2, 102, 202]
+
+
+# A client of the shared module on the admin page, for a run whose stream is refused (a 400: no
+# such type) while its events view answers: it learns why from the view, a page at a time.
+OPEN_REFUSED = """([streamUrl, eventsUrl]) => {
+  window.probe = { seqs: [], states: [] };
+  RunledgerStream.open({
+    streamUrl, eventsUrl, afterSeq: 0,
+    onEvent: (event) => probe.seqs.push(event.seq),
+    onState: (state, detail) => probe.states.push([state, detail === undefined ? null : String(detail)]),
+  });
+}"""
+
+
+def test_a_client_whose_stream_gave_up_reads_every_page_of_an_ended_run_to_its_end(
+    browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
+) -> None:
+    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
+    ended = running_run(alice)
+    notes(ended, 250)
+    services.run_complete(run_id=ended.pk, generation=ended.generation, output=None)
+    ended.refresh_from_db()
+    live = running_run(alice)  # a page with the module on it
+    web = procs.uvicorn()
+    page = browser_page
+    watch_live(page, web.url, staff, live)
+
+    urls = [f"/api/runs/{ended.pk}/stream/?types=no.such", f"/admin/runs/run/{ended.pk}/events/"]
+    page.evaluate(OPEN_REFUSED, urls)
+
+    page.wait_for_function("probe.states.some(([state]) => state !== 'connecting')", timeout=20_000)
+    probe = page.evaluate("probe")
+    assert probe["states"] == [["connecting", None], ["ended", "completed"]]
+    assert probe["seqs"] == list(range(1, ended.last_seq + 1))

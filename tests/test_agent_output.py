@@ -30,6 +30,7 @@ from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Wait
 from runs.events import EventType, WaitReason
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.selectors.results import run_partial_output
 from runs.storable import MAX_DEPTH, same_json
 from runs.worker import Worker
 from tests.factories import assert_log_is_sound, queued_run
@@ -117,6 +118,33 @@ def test_a_nan_in_an_event_fails_the_run_with_the_events_before_it_stored(owner:
     assert stored(run) == [(EventType.OUTPUT_DELTA, {"text": "one "})]
     assert_ended_by_its_attempt(run)
     assert lost_attempts_counted() == lost_before
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("data", "given"),
+    [({"text": 5}, "a int"), ({"text": None}, "a NoneType"), ({"text": ["d"]}, "a list"), ({"delta": "d"}, "none")],
+    ids=["number", "null", "list", "no-text"],
+)
+def test_a_delta_whose_text_is_not_a_string_fails_the_run_with_the_deltas_before_it_stored(
+    owner: User, data: dict[str, Any], given: str
+) -> None:
+    script = [
+        Emit(EventType.OUTPUT_DELTA, {"text": "d0 "}),
+        Emit(EventType.OUTPUT_DELTA, {"text": "d1 "}),
+        Emit(EventType.OUTPUT_DELTA, data),
+        Complete({"text": "d0 d1 5"}),
+    ]
+
+    run = run_script(owner, script)
+
+    assert (run.status, run.end_code) == ("failed", "invalid_output")
+    assert run.end_reason == f"event 2 (output.delta): an output.delta needs a text that is a string, not {given}"
+    assert stored(run) == [(EventType.OUTPUT_DELTA, {"text": "d0 "}), (EventType.OUTPUT_DELTA, {"text": "d1 "})]
+    # The partial output is the text of the deltas stored, never a number joined in.
+    assert run_partial_output(run=run) == {"text": "d0 d1 "}
+    assert_ended_by_its_attempt(run)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -267,10 +295,12 @@ def bad_data(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
 def event(draw: st.DrawFn) -> tuple[Emit, str | None]:
     """An event and, when it cannot be stored, what the reason must say of its data."""
     type_ = draw(st.sampled_from([EventType.OUTPUT_DELTA, PROBE]))
+    # A delta's text is a string (its own rule, tested on its own): the bad value is elsewhere.
+    text = {"text": draw(good_text)} if type_ == EventType.OUTPUT_DELTA else {}
     if draw(st.integers(0, 5)):
-        return Emit(type_, draw(good_data)), None
+        return Emit(type_, draw(good_data) | text), None
     data, says = draw(bad_data())
-    return Emit(type_, data), says
+    return Emit(type_, data | text), says
 
 
 @st.composite

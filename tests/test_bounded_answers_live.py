@@ -1,17 +1,20 @@
 """Bounded answers against a real web process (issue 30, attack 1): a stream replays and follows
 big events in bounded reads without a gap, the Python client lists what was left out and pages
 through big events, and six parallel 500-run pages of 255 kB inputs no longer take the web
-process's memory. (The rules themselves, in process: tests/test_bounded_answers.py.)"""
+process's memory, nor does the staff console's events view of 62 MB of events. (The rules
+themselves, in process: tests/test_bounded_answers.py.)"""
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import Client as DjangoClient
 
 from runledger_client import Client
 from runs import services
@@ -152,3 +155,39 @@ def test_six_parallel_pages_of_200_runs_with_255_kb_inputs_stay_small_and_keep_t
         assert body["next"] is None and len(body["results"]) == 200
         assert all(item["input"] is None and item["truncated"] == ["input"] for item in body["results"])
     assert growth_mb < GROWTH_BOUND_MB, f"the web process grew by {growth_mb:.0f} MB"
+
+
+# The audit's view: 62 MB in one answer, and 170 MB more in the web process for it.
+ADMIN_VIEW_GROWTH_BOUND_MB = 30
+
+
+@pytest.mark.timeout(300)
+def test_the_admins_events_view_of_62_mb_of_events_answers_pages_that_keep_the_web_process_small(
+    procs: Procs, alice: User, make_user: Callable[..., User]
+) -> None:
+    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
+    run = big_events_run(alice, [250_000] * 250)
+    web = procs.uvicorn(env=subprocess_env())
+    browser = DjangoClient()
+    browser.force_login(staff)
+    cookies = {settings.SESSION_COOKIE_NAME: browser.cookies[settings.SESSION_COOKIE_NAME].value}
+
+    def view(after_seq: int) -> httpx.Response:
+        url = f"{web.url}/admin/runs/run/{run.pk}/events/"
+        return httpx.get(url, params={"after_seq": after_seq}, cookies=cookies, timeout=120)
+
+    assert view(run.last_seq - 1).status_code == 200  # the first request loads what every request uses
+    before = memory_kb(web.pid)["VmRSS"]
+    reset_peak(web.pid)
+    answers, after = [], 0
+    while not answers or not answers[-1].json()["end_of_stream"]:
+        answers.append(view(after))
+        after = answers[-1].json()["next_after_seq"]
+    growth_mb = (memory_kb(web.pid)["VmHWM"] - before) / 1024
+
+    sizes = [len(answer.content) for answer in answers]
+    print(f"admin events view: {len(answers)} pages, largest {max(sizes) / 1e6:.1f} MB, growth {growth_mb:.0f} MB")
+    assert all(answer.status_code == 200 for answer in answers)
+    assert max(sizes) <= FIVE_MB
+    assert [e["seq"] for answer in answers for e in answer.json()["results"]] == list(range(1, run.last_seq + 1))
+    assert growth_mb < ADMIN_VIEW_GROWTH_BOUND_MB, f"the web process grew by {growth_mb:.0f} MB"

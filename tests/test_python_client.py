@@ -635,6 +635,37 @@ def test_arguments_win_over_the_environment_and_the_environment_over_the_profile
     assert by_cli.returncode == 0 and "demo" in [a["name"] for a in json.loads(by_cli.stdout)]
 
 
+def test_a_malformed_config_file_stops_only_a_client_that_needs_it(
+    live: Live, alice: User, no_user_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_user_config.parent.mkdir(parents=True)
+    no_user_config.write_text("[profiles.default\nurl = ")  # no TOML
+    token = token_for(alice)
+
+    def agents(**arguments: Any) -> list[str]:
+        with rl.Client(**arguments, retry=FAST) as client:
+            return [agent.name for agent in client.agents.list()]
+
+    # Given a URL and a token — as arguments, from the environment, even with a profile named
+    # there — the file is not needed, and not read.
+    assert "demo" in agents(url=live.web.url, token=token)
+    monkeypatch.setenv("RUNLEDGER_URL", live.web.url)
+    monkeypatch.setenv("RUNLEDGER_TOKEN", token)
+    monkeypatch.setenv("RUNLEDGER_PROFILE", "staging")
+    assert "demo" in agents()
+    by_cli = run_cli(live.web.url, token, "agents", "-o", "json", XDG_CONFIG_HOME=str(tmp_path / "config"))
+    assert by_cli.returncode == 0, by_cli.stderr
+    assert "demo" in [a["name"] for a in json.loads(by_cli.stdout)]
+    # Needed — a token left to find there, or a profile named by argument — it is the error it was.
+    with pytest.raises(rl.ConfigError, match="cannot read the config file"):
+        agents(url=live.web.url, token=token, profile="default")
+    monkeypatch.delenv("RUNLEDGER_TOKEN")
+    with pytest.raises(rl.ConfigError, match="cannot read the config file"):
+        agents()
+    by_cli = run_cli(live.web.url, None, "agents", XDG_CONFIG_HOME=str(tmp_path / "config"))
+    assert by_cli.returncode == 2 and "cannot read the config file" in by_cli.stderr
+
+
 def test_no_url_or_token_anywhere_is_a_config_error_naming_what_is_missing(no_user_config: Path) -> None:
     with pytest.raises(rl.ConfigError, match="missing a URL and a token"):
         rl.Client()

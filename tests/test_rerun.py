@@ -16,7 +16,7 @@ from runs.agents.demo import TOOL_CALL_ID, demo_text
 from runs.conf import conf
 from runs.events import EventType, WaitReason
 from runs.models import Run, RunEvent
-from tests.factories import assert_log_is_sound, running_run
+from tests.factories import assert_log_is_sound, queued_run, running_run
 from tests.support.api import api_for, assert_error
 from tests.support.procs import Procs
 from tests.support.runs import stored_text
@@ -131,6 +131,23 @@ def test_who_may_rerun_and_who_owns_the_rerun(make_user: Callable[..., User], al
 
 
 @pytest.mark.sqlite
+def test_a_priority_above_100_is_copied_only_to_a_caller_who_may_give_it(make_user: Callable[..., User]) -> None:
+    urgent = make_user("urgent", perms=("runs.prioritize_run", "runs.change_run"))
+    oncall = make_user("oncall", perms=("runs.change_run",))
+    original, ranked = queued_run(urgent, priority=900), queued_run(oncall, priority=42)
+    services.run_cancel(run_id=original.pk, actor=urgent)
+    services.run_cancel(run_id=ranked.pk, actor=oncall)
+
+    # Without runs.prioritize_run the rerun keeps the original's rank as far as its caller may
+    # give one (docs/design/fair-use.md#priority): 100, never a jump over fair share.
+    assert rerun(oncall, original).json()["priority"] == 100
+    assert rerun(oncall, original, from_seq=1).json()["priority"] == 100
+    assert rerun(urgent, original).json()["priority"] == 900
+    assert rerun(oncall, ranked).json()["priority"] == 42
+    assert sorted(Run.objects.filter(rerun_of__isnull=False).values_list("priority", flat=True)) == [42, 100, 100, 900]
+
+
+@pytest.mark.sqlite
 def test_a_fork_copies_the_agent_events_up_to_from_seq_with_their_original_seq(alice: User) -> None:
     original = eventful_run(alice)
 
@@ -139,19 +156,34 @@ def test_a_fork_copies_the_agent_events_up_to_from_seq_with_their_original_seq(a
     assert response.status_code == 201, response.content
     fork = Run.objects.get(pk=response.json()["id"])
     events = assert_log_is_sound(fork)
-    # Its own run.created, then the deltas and the finished tool call: not the original's
-    # lifecycle, its wait and resume, nor its child (the fork spawns its own).
+    # Its own run.created, then the deltas, the finished tool call, and the question with its
+    # answer: not the rest of the original's lifecycle, nor its child (the fork spawns its own).
     assert [(e.seq, e.type, e.data.get("forked_from_seq"), e.attempt) for e in events] == [
         (1, "run.created", None, None),
         (2, "output.delta", 3, None),
         (3, "tool.started", 5, None),
         (4, "tool.finished", 6, None),
-        (5, "output.delta", 10, None),
+        (5, "run.waiting", 7, None),
+        (6, "run.resumed", 8, None),
+        (7, "output.delta", 10, None),
     ]
     assert events[0].data["from_seq"] == 10 and events[0].data["rerun_of"] == str(original.pk)
-    assert events[4].data == {"text": "chunk 1 ", "forked_from_seq": 10}
-    assert fork.events_used == 4 and fork.open_tool_calls == [] and fork.status == "queued"
+    assert events[4].data == {"reason": "input_required", "prompt": "?", "forked_from_seq": 7}
+    # The answer is carried; the original's spent ticket is not (the fork never held it).
+    assert events[5].data == {"input": "yes", "forked_from_seq": 8}
+    assert events[6].data == {"text": "chunk 1 ", "forked_from_seq": 10}
+    assert fork.events_used == 6 and fork.open_tool_calls == [] and fork.status == "queued"
     assert fork.stored_bytes == fork.input_bytes + sum(e.data_bytes or 0 for e in events)
+
+
+@pytest.mark.sqlite
+def test_a_fork_at_a_question_not_yet_answered_leaves_it_out_and_asks_again(alice: User) -> None:
+    # Seq 7 is the original's run.waiting; its answer (seq 8) is past the fork.
+    original = eventful_run(alice)
+
+    fork = rerun(alice, original, from_seq=7).json()
+
+    assert [e.type for e in logged(fork["id"])] == ["run.created", "output.delta", "tool.started", "tool.finished"]
 
 
 @pytest.mark.sqlite
@@ -179,6 +211,7 @@ def test_a_fork_copies_the_types_its_agent_declared(alice: User, agent_named: Ca
         ({"from_seq": 11}, "from_seq", "started at seq 11"),
         ({"from_seq": 10, "max_events": 3}, "from_seq", "more than its max_events of 3"),
         ({"from_seq": 10, "agent": "openai_chat"}, "agent", "continues the original's agent"),
+        ({"from_seq": 10, "agent": "demo"}, "agent", "continues the original's agent"),
         ({"from_seq": 0}, "from_seq", "greater than or equal to 1"),
         ({"from_seq": "ten"}, "from_seq", "valid integer"),
         ({"input": [1]}, "input", "dictionary"),
@@ -249,6 +282,40 @@ def test_a_demo_run_forked_at_its_50th_delta_writes_the_text_of_an_uninterrupted
 
 
 @pytest.mark.sqlite
+@pytest.mark.timeout(90)
+def test_a_run_forked_after_its_question_was_answered_continues_with_the_answer_without_asking(
+    procs: Procs, alice: User
+) -> None:
+    # A real worker runs the demo agent: it asks halfway, is answered, and completes.
+    demo = {"deltas": 6, "delay_ms": 10, "ask": "your name?"}
+    procs.worker("w1")
+    original = services.run_create(owner=alice, agent="demo", input=demo)
+    waiting = wait_status(original, "waiting", timeout=30)
+    services.run_resume(run_id=original.pk, ticket=waiting.resume_ticket, input="Ada")
+    original = wait_status(original, "completed", "failed", timeout=30)
+    assert original.output == {"text": demo_text(6), "deltas": 6, "answer": "Ada"}, original.error
+    resumed = RunEvent.objects.get(run=original, type=EventType.RUN_RESUMED)
+    fourth = RunEvent.objects.filter(run=original, type=EventType.OUTPUT_DELTA).order_by("seq")[3]
+    assert resumed.seq < fourth.seq
+
+    # Forked right after the answer, and after a delta the answer led to: each continues.
+    for from_seq in (resumed.seq, fourth.seq):
+        response = rerun(alice, original, from_seq=from_seq)
+        assert response.status_code == 201, response.content
+        fork = wait_status(Run.objects.get(pk=response.json()["id"]), "completed", "failed", "waiting", timeout=30)
+
+        assert fork.status == "completed", (fork.status, fork.error)
+        assert fork.output == original.output
+        assert stored_text(fork) == demo_text(6)
+        log = assert_log_is_sound(fork)
+        # The question and its answer are the original's, copied; the fork's own attempt asked nothing.
+        asked = [(e.type, e.data.get("forked_from_seq"), e.attempt) for e in log if e.type.startswith("run.w")]
+        assert asked == [(EventType.RUN_WAITING, resumed.seq - 1, None)]
+        answered = [e.data for e in log if e.type == EventType.RUN_RESUMED]
+        assert answered == [{"input": "Ada", "forked_from_seq": resumed.seq}]
+
+
+@pytest.mark.sqlite
 def test_the_admin_reruns_an_ended_run_from_its_page_and_links_both_ways(
     make_user: Callable[..., User], alice: User
 ) -> None:
@@ -269,7 +336,7 @@ def test_the_admin_reruns_an_ended_run_from_its_page_and_links_both_ways(
 
     fork = Run.objects.get(rerun_of=original)
     assert done.status_code == 302 and done["Location"] == f"/admin/runs/run/{fork.pk}/change/"
-    assert (fork.rerun_of_id, fork.owner, fork.last_seq) == (original.pk, staff, 5)
+    assert (fork.rerun_of_id, fork.owner, fork.last_seq) == (original.pk, staff, 7)
     assert (
         f'<a href="/admin/runs/run/{original.pk}/change/">{original.pk}</a>'
         in client.get(done["Location"]).content.decode()

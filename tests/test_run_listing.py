@@ -2,6 +2,7 @@
 (docs/design/api.md#metadata, #lists), and paging by cursor (docs/design/api.md#paging), on
 PostgreSQL and SQLite. The race against paging uses real threads on their own connections."""
 
+import datetime as dt
 import queue
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from runs import services
@@ -189,6 +192,49 @@ def test_one_metadata_key_given_twice_is_a_400(api: APIClient) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/runs/", "status=queued&status=running"),
+        ("/api/runs/", "agent=a&agent=b"),
+        ("/api/runs/", "end_code=agent_error&end_code=worker_lost"),
+        ("/api/runs/", "parent=00000000-0000-0000-0000-000000000001&parent=00000000-0000-0000-0000-000000000002"),
+        ("/api/runs/", "created_after=2024-01-01T00:00:00Z&created_after=2025-01-01T00:00:00Z"),
+        ("/api/runs/", "created_before=2024-01-01T00:00:00Z&created_before=2025-01-01T00:00:00Z"),
+        ("/api/runs/", "page_size=1&page_size=2"),
+        ("/api/runs/", "cursor=a&cursor=b"),
+        ("/api/agents/", "page_size=1&page_size=2"),
+        ("/api/webhooks/", "page_size=1&page_size=1"),
+        ("/api/runs/{run}/events/", "after_seq=0&after_seq=1"),
+        ("/api/runs/{run}/events/", "limit=5&limit=5"),
+        ("/api/runs/{run}/events/", "types=output.delta&types=run.*"),
+    ],
+)
+def test_a_list_filter_given_twice_is_a_400_naming_it(api: APIClient, alice: User, path: str, query: str) -> None:
+    run = queued_run(alice)
+    key = query.split("=", 1)[0]
+
+    response = api.get(path.format(run=run.pk) + "?" + query)
+
+    detail = assert_error(response, 400, "validation_error")["error"]["detail"]
+    assert detail == {key: [detail[key][0]]} and detail[key][0].startswith("given more than once"), detail
+    # The key once is no such refusal (a bad value is refused for what it is).
+    once = api.get(path.format(run=run.pk) + "?" + query.split("&", 1)[0])
+    assert "given more than once" not in once.content.decode()
+
+
+@pytest.mark.django_db
+def test_several_statuses_are_one_comma_list_and_the_400_says_so(api: APIClient, alice: User) -> None:
+    running = running_run(alice)
+    queued = queued_run(alice)
+
+    refused = assert_error(api.get("/api/runs/?status=queued&status=running"), 400, "validation_error")
+
+    assert "comma list" in refused["error"]["detail"]["status"][0]
+    assert ids(api, status="queued,running") == {str(queued.pk), str(running.pk)}
+
+
+@pytest.mark.django_db
 def test_a_forged_cursor_of_the_right_shape_with_bad_values_is_a_400(api: APIClient, alice: User) -> None:
     from runs.api.pagination import Position
 
@@ -204,6 +250,51 @@ def test_a_forged_cursor_of_the_right_shape_with_bad_values_is_a_400(api: APICli
             "cursor"
             in assert_error(api.get("/api/runs/", {"cursor": cursor}), 400, "validation_error")["error"]["detail"]
         )
+
+
+# Every offset Python accepts: PostgreSQL holds none past ±15:59, and at either end of the calendar
+# one moves the moment past the first or last datetime (year 9999 at -23:59: a 500 on both databases).
+OFFSETS = st.integers(-(24 * 60 - 1), 24 * 60 - 1).map(lambda minutes: dt.timezone(dt.timedelta(minutes=minutes)))
+
+
+def in_utc(moment: dt.datetime) -> dt.datetime | None:
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:
+        return None
+
+
+@pytest.fixture
+def three_runs(alice: User) -> None:
+    for _ in range(3):
+        queued_run(alice)
+
+
+@pytest.mark.django_db
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(moment=st.datetimes(timezones=OFFSETS), back=st.booleans())
+@example(
+    moment=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, dt.timezone(-dt.timedelta(hours=23, minutes=59))), back=False
+)
+@example(moment=dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=23, minutes=59))), back=True)
+@example(moment=dt.datetime(2024, 1, 1, tzinfo=dt.timezone(-dt.timedelta(hours=20))), back=False)
+def test_a_cursor_at_any_moment_with_any_offset_is_a_page_or_a_400_never_a_500(
+    api: APIClient, alice: User, three_runs: None, moment: dt.datetime, back: bool
+) -> None:
+    from runs.api.pagination import Position
+
+    cursor = Position((moment.isoformat(), "00000000-0000-0000-0000-000000000000"), back=back).encode()
+    response = api.get("/api/runs/", {"cursor": cursor})
+
+    utc = in_utc(moment)
+    if utc is None:
+        assert "cursor" in assert_error(response, 400, "validation_error")["error"]["detail"]
+        return
+    assert response.status_code == 200, response.content
+    created = Run.objects.filter(owner=alice).values_list("created_at", flat=True)
+    # The page holds the runs on the cursor's side of the moment, compared in UTC.
+    beyond = [at for at in created if (at > utc if back else at < utc)]
+    assert len(response.json()["results"]) == len(beyond)
 
 
 # --- paging -----------------------------------------------------------------------------------

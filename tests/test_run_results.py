@@ -20,10 +20,10 @@ from runs import services
 from runs.agents import base
 from runs.agents.base import AgentContext, Complete, Directive, Emit
 from runs.agents.demo import demo_text
-from runs.events import PARTIAL_OUTPUT, TERMINAL_EVENT, EventType
+from runs.events import PARTIAL_OUTPUT, TERMINAL_EVENT, USAGE_MAX, EventType
 from runs.exceptions import ValidationFailed
 from runs.metrics import series
-from runs.models import Run, RunEvent
+from runs.models import AttemptOutcome, Run, RunEvent
 from runs.transitions import Status
 from runs.worker import Worker
 from tests.factories import queued_run, running_run
@@ -242,6 +242,80 @@ def test_a_usage_report_that_is_not_counters_is_refused_and_nothing_is_stored(
     with pytest.raises(ValidationFailed):
         services.run_events_append(run_id=run.pk, generation=run.generation, events=[(EventType.USAGE_REPORTED, data)])
     assert fresh(run).last_seq == run.last_seq and fresh(run).reported_usage == {}
+
+
+@pytest.mark.sqlite
+def test_a_usage_sum_past_the_largest_number_is_held_there_marked_saturated_and_the_run_completes(
+    alice: User,
+) -> None:
+    # Each report is valid; their sum is infinity, which neither database stores. Through the
+    # real attempt driver: the agent's writes, batched as the worker batches them.
+    huge = {"input_tokens": 1.5e308, "output_tokens": 1}
+    script: list[Directive] = [Emit(EventType.USAGE_REPORTED, huge), Emit(EventType.OUTPUT_DELTA, {"text": "a"})]
+    script += [Emit(EventType.USAGE_REPORTED, huge), Complete({"text": "a"})]
+    run = queued_run(alice, agent=SCRIPTED, input={})
+
+    data = run_here(run, script)
+
+    assert data["status"] == "completed", (data["end_code"], data["error"])
+    usage = data["usage"]
+    # PostgreSQL gives the largest double back as the integer of its digits; JSON readers take it as
+    # the same number.
+    assert float(usage.pop("input_tokens")) == USAGE_MAX
+    assert usage == {"steps": 0, "events": 3, "output_tokens": 2, "saturated": ["input_tokens"]}
+    # Appended one report a transaction (the stored sum read back first), and once more past it.
+    again = running_run(alice)
+    fence = {"run_id": again.pk, "generation": again.generation}
+    for report in (huge, huge, {"input_tokens": 1, "output_tokens": 1}):
+        services.run_events_append(**fence, events=[(EventType.USAGE_REPORTED, report)])
+    services.run_complete(**fence, output=None)
+    usage = run_json(again)["usage"]
+    assert float(usage.pop("input_tokens")) == USAGE_MAX
+    assert usage == {"steps": 0, "events": 3, "output_tokens": 3, "saturated": ["input_tokens"]}
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("report", "says"),
+    [({"input_tokens": 10**309}, "from 0 to"), ({"saturated": 1}, "the platform's own")],
+    ids=["past-the-largest-number", "saturated"],
+)
+def test_a_counter_past_the_largest_number_or_named_saturated_is_refused(
+    alice: User, report: dict[str, Any], says: str
+) -> None:
+    run = running_run(alice)
+    with pytest.raises(ValidationFailed, match=says):
+        services.run_events_append(
+            run_id=run.pk, generation=run.generation, events=[(EventType.USAGE_REPORTED, report)]
+        )
+    assert fresh(run).last_seq == run.last_seq and fresh(run).reported_usage == {}
+
+
+@pytest.mark.sqlite
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    ("input", "kept"),
+    [
+        ({"digits": 5000, "at_stop": {"input_tokens": 3}}, {}),
+        ({"at_stop": {"input_tokens": 3, "output_tokens": 4}}, {"input_tokens": 3, "output_tokens": 4}),
+    ],
+    ids=["a-5000-digit-count-dropped", "kept"],
+)
+def test_a_usage_report_at_stop_is_checked_as_any_report_and_never_costs_the_release(
+    procs: Procs, alice: User, input: dict[str, Any], kept: dict[str, Any]
+) -> None:
+    worker = procs.worker("w1", env=subprocess_env(**AGENTS_ENV))
+    run = queued_run(alice, agent="test-usage-at-stop", input=input)
+    wait_until(lambda: delta_count(run) >= 1, what="the run streaming")
+
+    services.run_cancel(run_id=run.pk, actor=alice)
+
+    # Released by its worker within the grace — not lost a lease later — with what was valid.
+    attempt = wait_until(lambda: released(run), timeout=10, what="the attempt's release")
+    assert attempt.outcome == AttemptOutcome.CANCELLED
+    assert fresh(run).reported_usage == kept
+    if not kept:
+        assert "a usage report at stop was dropped: usage counter 'output_tokens' must be a number" in worker.log()
 
 
 @pytest.mark.sqlite

@@ -127,6 +127,13 @@ def test_a_run_that_starts_waiting_is_answered_waiting_and_a_timeout_answers_the
     body = timed_out.json()
     assert (body["wait_result"], body["status"], body["last_seq"]) == ("timeout", "running", run.last_seq)
 
+    answer = held_until_it_waits(web, run, token)
+    assert (answer.json()["wait_result"], answer.json()["status"]) == ("waiting", "waiting")
+
+
+def held_until_it_waits(web: Proc, run: Run, token: str) -> Stream:
+    """The answer of a wait of the running `run`, held by the server, once the run asks for input."""
+
     async def scenario() -> Stream:
         [waiting] = await held(web, run, token)
         await in_other_thread(
@@ -134,8 +141,23 @@ def test_a_run_that_starts_waiting_is_answered_waiting_and_a_timeout_answers_the
         )
         return await waiting
 
-    answer = asyncio.run(asyncio.wait_for(scenario(), 60))
-    assert (answer.json()["wait_result"], answer.json()["status"]) == ("waiting", "waiting")
+    return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_every_wait_answer_is_no_store_as_it_may_carry_the_resume_ticket(web: Proc, alice: User) -> None:
+    token = token_for(alice)
+    parked = waiting_run(alice)
+    at_once = get(web, wait_path(parked), token)
+    assert at_once.json()["resume_ticket"] == parked.resume_ticket
+    assert at_once.headers["cache-control"] == "no-store"
+    # A wait that must wait sends its head before it knows: no-store too.
+    run = running_run(alice)
+    answer = held_until_it_waits(web, run, token)
+    run.refresh_from_db()
+    assert answer.json()["resume_ticket"] == run.resume_ticket != ""
+    assert answer.headers["cache-control"] == "no-store"
+    timed_out = get(web, wait_path(running_run(alice), "timeout=0.1"), token)
+    assert timed_out.json()["wait_result"] == "timeout" and timed_out.headers["cache-control"] == "no-store"
 
 
 def test_a_waits_head_comes_at_admission_and_a_client_that_leaves_gives_its_slot_back(web: Proc, alice: User) -> None:

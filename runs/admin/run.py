@@ -17,7 +17,7 @@ from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets, quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -54,13 +54,14 @@ from runs.agents import declared_types
 from runs.conf import conf
 from runs.cursors import plain_int
 from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
-from runs.http.errors import error_response
+from runs.exceptions import ValidationFailed
+from runs.http.errors import error_response, error_response_for
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.selectors.event_text import EVENTS_PAGE_LIMIT, run_events_page
 from runs.transitions import Status
 
 EVENTS_PER_PAGE = 100
 CHILDREN_SHOWN = 20
-EVENTS_JSON_LIMIT = 500
 
 
 class RunAttemptInline(admin.TabularInline):
@@ -424,22 +425,19 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
             raise Http404("run not found")
         return run
 
-    def events_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
-        """Events after `after_seq` as JSON, for the live tail to fill a gap in what it received."""
+    def events_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A page of the events after `after_seq`, for the live tail to fill a gap in what it
+        received: the API's events page, bounded as it is (its default count, and
+        RUNLEDGER_MAX_PAGE_BYTES), with `next_after_seq` to read on from."""
         run = self.visible_run(request, object_id)
         after_seq = plain_int(request.GET.get("after_seq", "0"))
         if after_seq is None:
             return error_response(400, "validation_error", "after_seq must be an integer >= 0")
-        events = selectors.run_events_after(run_id=run.pk, after_seq=after_seq, limit=EVENTS_JSON_LIMIT)
-        return JsonResponse(
-            {
-                "results": [{**event.as_dict(), "time": event_time(event.created_at)} for event in events],
-                "last_seq": run.last_seq,
-                "run_status": run.status,
-                # As in the API's pages: the stream client learns from it that a closed stream ended.
-                "end_of_stream": run.is_terminal and (events[-1].seq if events else after_seq) >= run.last_seq,
-            }
-        )
+        try:
+            page = run_events_page(run=run, after_seq=after_seq, limit=EVENTS_PAGE_LIMIT)
+        except ValidationFailed as exc:
+            return error_response_for(exc)
+        return HttpResponse(page.json(), content_type="application/json")
 
     def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self.rerun_page(request, self.visible_run(request, object_id))

@@ -9,7 +9,6 @@ on the row it locks (`RunObjectApi.admit`), so it reads the run once; only a ref
 first.
 """
 
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -26,6 +25,7 @@ from runs.api.base import ApiView
 from runs.api.filters import (
     METADATA_PARAMETER,
     PageFilterSerializer,
+    QuerySerializer,
     RunListFilterSerializer,
     StrictIntegerField,
     metadata_filter,
@@ -34,7 +34,7 @@ from runs.api.filters import (
 from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
-from runs.api.selectors import run_events_page, run_with_current_attempt
+from runs.api.selectors import run_with_current_attempt
 from runs.api.serializers import (
     RUN_STATUSES,
     EventOutputSerializer,
@@ -47,6 +47,7 @@ from runs.events import TYPES_HELP, type_selection
 from runs.exceptions import NotFound
 from runs.models import Run
 from runs.selectors import RUN_LIST_ORDER, run_get, run_is_visible, run_list, run_list_values
+from runs.selectors.event_text import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.services.commands import Admit
 from runs.transitions import CALLER_STOP_CODES, StopCode
@@ -288,9 +289,11 @@ class RunDetailApi(RunObjectApi):
 
 class RunEventsApi(RunObjectApi):
     @extend_schema_serializer(component_name="RunEventsFilter")
-    class FilterSerializer(serializers.Serializer[Any]):
+    class FilterSerializer(QuerySerializer):
         after_seq = StrictIntegerField(min_value=0, required=False, default=0, help_text="at most the run's last_seq")
-        limit = StrictIntegerField(min_value=1, max_value=1000, required=False, default=100)
+        limit = StrictIntegerField(
+            min_value=1, max_value=EVENTS_PAGE_MAX_LIMIT, required=False, default=EVENTS_PAGE_LIMIT
+        )
         types = serializers.CharField(required=False, help_text=TYPES_HELP)
 
     @extend_schema_serializer(component_name="RunEventsPage")
@@ -318,17 +321,8 @@ class RunEventsApi(RunObjectApi):
         types = filters.get("types")  # left out when empty: every event
         chosen = None if not types else type_selection(types, declared_types(run.agent))
         page = run_events_page(run=run, after_seq=filters["after_seq"], limit=filters["limit"], types=chosen)
-        # The shape of OutputSerializer, written directly: the events are already JSON (the bytes
-        # SSE sends), spliced in rather than decoded and serialised field by field again — that
-        # took most of a 100k-event catch-up's time.
-        rest = {
-            "next_after_seq": page.next_after_seq,
-            "last_seq": page.last_seq,
-            "run_status": page.run_status,
-            "end_of_stream": page.end_of_stream,
-        }
-        body = '{"results":[' + page.items + "]," + json.dumps(rest, separators=(",", ":"))[1:]
-        return HttpResponse(body, content_type="application/json")
+        # The shape of OutputSerializer, written directly (EventsPage.json).
+        return HttpResponse(page.json(), content_type="application/json")
 
 
 class RunCancelApi(RunObjectApi):

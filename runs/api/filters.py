@@ -1,7 +1,7 @@
 """The lists' query parameters (docs/design/api.md#lists): the page's (`cursor`, `page_size`) and
 the run list's filters — several values of one filter as a comma list (`status=queued,running`),
-and `metadata.<key>=<value>`, repeatable, which a serializer cannot declare (its names are the
-caller's), read by `metadata_filter`."""
+never the key given twice — and `metadata.<key>=<value>`, repeatable with other keys, which a
+serializer cannot declare (its names are the caller's), read by `metadata_filter`."""
 
 import re
 from typing import Any
@@ -59,14 +59,31 @@ class CommaListField(serializers.Field):
         return ",".join(value)
 
 
-class PageFilterSerializer(serializers.Serializer[Any]):
+class QuerySerializer(serializers.Serializer[Any]):
+    """A query string's parameters, each given once at most: a key given twice is a 400 naming it
+    (docs/design/api.md#lists), where a QueryDict would silently take the last value."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, QueryDict):
+            twice = {name: [_twice(field)] for name, field in self.fields.items() if len(data.getlist(name)) > 1}
+            if twice:
+                raise serializers.ValidationError(twice)
+        return super().to_internal_value(data)
+
+
+def _twice(field: serializers.Field) -> str:
+    several = ", with several values as one comma list (queued,running)" if isinstance(field, CommaListField) else ""
+    return f"given more than once: give it once{several}"
+
+
+class PageFilterSerializer(QuerySerializer):
     cursor = serializers.CharField(
         max_length=MAX_CURSOR_CHARS, required=False, help_text="from a page's `next` or `previous`; opaque"
     )
     page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
 
 
-class RunFilterSerializer(serializers.Serializer[Any]):
+class RunFilterSerializer(QuerySerializer):
     """The run list's filters but metadata (whose names are the caller's): the list's query and a
     bulk command's body (runs.api.bulk) validate them with these fields, and `run_filters` hands them
     to `runs.selectors.run_list`, the one rule of what matches."""

@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
+from runs.cursors import column_value
 from runs.exceptions import ValidationFailed
 
 T = TypeVar("T")
@@ -115,13 +116,14 @@ def queryset_page(queryset: QuerySet[Any], *, ordering: Sequence[str], cursor: s
 
 
 def _parsed(queryset: QuerySet[Any], names: list[str], texts: tuple[str, ...]) -> list[Any]:
+    """The cursor's `texts` as the values the database compares: a naive datetime, or one (a
+    forged cursor's) that cannot be held in UTC, is no position."""
     fields = [queryset.model._meta.get_field(name) for name in names]
     try:
-        values = [field.to_python(text) for field, text in zip(fields, texts, strict=True)]
+        values = [column_value(field.to_python(text)) for field, text in zip(fields, texts, strict=True)]
     except (DjangoValidationError, ValueError, TypeError, OverflowError):
         values = []
-    naive = any(isinstance(value, datetime) and value.tzinfo is None for value in values)
-    if len(values) != len(names) or None in values or naive or any("\x00" in text for text in texts):
+    if len(values) != len(names) or None in values or any("\x00" in text for text in texts):
         raise ValidationFailed("malformed cursor", detail={"cursor": ["not a cursor of this list: follow next"]})
     return values
 

@@ -27,7 +27,9 @@ class RunRerunApi(RunObjectApi):
             allow_null=True,
             help_text="fork: copy the original's agent events up to this seq, and continue from them",
         )
-        agent = serializers.CharField(max_length=64, required=False, help_text="default: the original's")
+        agent = serializers.CharField(
+            max_length=64, required=False, help_text="default: the original's; never with from_seq (a 400)"
+        )
         input = serializers.DictField(required=False, help_text="default: the original's")
         max_steps = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
         max_events = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, allow_null=True)
@@ -45,12 +47,14 @@ class RunRerunApi(RunObjectApi):
         errors=(400, 403, 404, 409, 413, 415, 429),
         description="201 with a new run of the original's agent, input, budgets (`max_steps`, `max_events`, "
         "`max_attempts`) and `metadata` (each may be given instead), owned by you, its `rerun_of` the original. Its deadline is "
-        "the default unless `deadline` is given. Needs to own the original or `runs.change_run` (403). A live "
+        "the default unless `deadline` is given; its priority the original's, at most 100 without "
+        "runs.prioritize_run. Needs to own the original or `runs.change_run` (403). A live "
         "original is a 409 `invalid_transition` with it as `run`. With `from_seq` it forks: the new run's log is "
         "its `run.created`, then a copy of the original's agent events among 1..from_seq (`forked_from_seq` in "
         "each copy's data), from which the agent continues; the copies count against its `max_events`. A "
         "`from_seq` past the original's last seq, one that cuts a tool call (a `tool.started` without its "
-        "`tool.finished` by then), or a fork whose copies pass `max_events`, is a 400 naming `from_seq`. The "
+        "`tool.finished` by then), or a fork whose copies pass `max_events`, is a 400 naming `from_seq`; a fork "
+        "with any `agent` is a 400 naming `agent`. The "
         "caps of a create apply (429).",
     )
     def post(self, request: Request, run_id: str) -> Response:

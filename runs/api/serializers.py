@@ -61,6 +61,12 @@ class UsageSerializer(serializers.Serializer[Any]):
     incomplete = serializers.BooleanField(
         required=False, help_text="present, true, when its agent could not learn all it used"
     )
+    saturated = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="present when a counter's sum would have passed the largest finite number (1.8e308): "
+        "the counters held at that number",
+    )
 
 
 class RunOutputSerializer(serializers.Serializer[Run]):

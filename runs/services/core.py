@@ -22,6 +22,8 @@ from runs.events import (
     PARTIAL_OUTPUT,
     TERMINAL_EVENT,
     USAGE_INCOMPLETE,
+    USAGE_MAX,
+    USAGE_SATURATED,
     EventType,
     RequeueCause,
     ToolStatus,
@@ -121,15 +123,33 @@ def append(
 
 def add_usage(run: Run, report: dict[str, Any]) -> None:
     """Sum a usage report (the data of a checked `usage.reported`) into the run's
-    `reported_usage`, and count it by agent for /metrics/ once committed."""
+    `reported_usage`, and count it by agent for /metrics/ once committed. A sum that would pass
+    USAGE_MAX (two reports of 1.5e308: infinity, which no JSON column stores) stays at USAGE_MAX and
+    is listed under USAGE_SATURATED: the run goes on (docs/design/events.md#usage)."""
     summed = dict(run.reported_usage)
+    saturated = set(summed.get(USAGE_SATURATED, ()))
     for key, value in report.items():
         if key == USAGE_INCOMPLETE:
             summed[key] = bool(summed.get(key)) or bool(value)
-        else:
-            summed[key] = summed.get(key, 0) + value
+            continue
+        total = _usage_sum(summed.get(key, 0), value)
+        if total is None:
+            saturated.add(key)
+        summed[key] = USAGE_MAX if total is None else total
+    if saturated:
+        summed[USAGE_SATURATED] = sorted(saturated)
     run.reported_usage = summed
     series.usage_reported(run.agent, report)
+
+
+def _usage_sum(stored: float, reported: float) -> float | None:
+    """The sum, or None past USAGE_MAX. PostgreSQL gives a stored float back as an integer of its
+    digits (1.5e308: 309 of them), so the two may be an integer and a float."""
+    try:
+        total = stored + reported
+    except OverflowError:  # an integer past any float, added to a float
+        return None
+    return total if total <= USAGE_MAX else None
 
 
 def close_attempt(run: Run, outcome: AttemptOutcome, *, now: datetime, released: bool) -> None:

@@ -16,9 +16,9 @@ from django.db import transaction
 from runs.access import User
 from runs.agents import declared_types
 from runs.conf import conf
-from runs.events import FORKED_FROM_SEQ, EventType, forkable_types
+from runs.events import FORKED_FROM_SEQ, RESUMED_TICKET, EventType, forkable_types
 from runs.exceptions import InvalidTransition, ValidationFailed
-from runs.models import Run, RunEvent
+from runs.models import PRIORITY_MAX, Run, RunEvent
 from runs.services.commands import Admit
 from runs.services.core import lock_run
 from runs.services.creation import Rerun, RunSpec, insert_run
@@ -57,8 +57,9 @@ def run_rerun(
         original = lock_run(run_id)
         if admit is not None:
             admit(original)
-        spec = _spec(original, overrides)
-        if from_seq is not None and spec.agent != original.agent:
+        spec = _spec(original, overrides, owner)
+        # Even the original's own: a fork has no agent to choose (docs/design/commands.md#fork).
+        if from_seq is not None and overrides.agent is not None:
             message = "a fork continues the original's agent; leave agent out, or rerun without from_seq"
             raise ValidationFailed(message, detail={"agent": [message]})
         spec.check()
@@ -74,7 +75,7 @@ def run_rerun(
         return insert_run(spec, owner=owner, rerun=Rerun(of=original.pk, from_seq=from_seq, copies=copies))
 
 
-def _spec(original: Run, overrides: Overrides) -> RunSpec:
+def _spec(original: Run, overrides: Overrides, owner: User) -> RunSpec:
     def given(name: str) -> Any:
         value = getattr(overrides, name)
         return value if value is not None else getattr(original, name)
@@ -90,14 +91,24 @@ def _spec(original: Run, overrides: Overrides) -> RunSpec:
         deadline=overrides.deadline,
         metadata=given("metadata"),
         # Its rank among the owner's runs; a start time, like a deadline, is not copied.
-        priority=original.priority,
+        priority=_priority(original.priority, owner),
     )
 
 
+def _priority(priority: int, owner: User) -> int:
+    """The original's priority as far as the new run's owner may give it: above PRIORITY_MAX jumps
+    fair share, which only runs.prioritize_run grants (docs/design/fair-use.md#priority), so a
+    caller without it reruns at PRIORITY_MAX, the highest they may give themselves."""
+    if priority > PRIORITY_MAX and not owner.has_perm("runs.prioritize_run"):
+        return PRIORITY_MAX
+    return priority
+
+
 def _copies(original: Run, from_seq: int) -> list[tuple[str, dict[str, Any]]]:
-    """The original's agent events among 1..`from_seq`, each with its original seq in its data;
-    refused when `from_seq` passes the log's end or cuts a tool call (its `tool.started` copied,
-    its `tool.finished` not: the fork's agent would be told of a call no attempt of its own holds)."""
+    """The original's agent events, waits and resumes among 1..`from_seq`, each with its original
+    seq in its data; refused when `from_seq` passes the log's end or cuts a tool call (its
+    `tool.started` copied, its `tool.finished` not: the fork's agent would be told of a call no
+    attempt of its own holds). A wait not answered by then is left out: the fork asks again."""
     if from_seq > original.last_seq:
         message = f"from_seq {from_seq} passes the end of run {original.pk}'s log (last seq {original.last_seq})"
         raise ValidationFailed(message, detail={"from_seq": [message]})
@@ -110,7 +121,11 @@ def _copies(original: Run, from_seq: int) -> list[tuple[str, dict[str, Any]]]:
             open_calls[data["call_id"]] = seq
         elif type_ == EventType.TOOL_FINISHED:
             open_calls.pop(data["call_id"], None)
+        elif type_ == EventType.RUN_RESUMED:
+            data = {key: value for key, value in data.items() if key != RESUMED_TICKET}
         copies.append((type_, {**data, FORKED_FROM_SEQ: seq}))
+    if copies and copies[-1][0] == EventType.RUN_WAITING:
+        copies.pop()
     if open_calls:
         call_id, started = next(iter(open_calls.items()))
         message = (

@@ -192,6 +192,7 @@ def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) ->
         "responses": {
             "200": {
                 "description": "The run, and why the wait ended.",
+                "headers": {"Cache-Control": {"schema": {"type": "string", "example": "no-store"}}},
                 "content": {"application/json": {"schema": {"allOf": [run_schema, waited]}}},
             },
             "400": _error("A `timeout` that is not a number in (0, 60].", "validation_error", error_schema),

@@ -181,7 +181,9 @@ async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return admitted
     result = _result(admitted.answer.status)
     if result is not None:
-        return HttpResponse(_answer_bytes(admitted, admitted.answer, result), content_type="application/json")
+        return _no_store(
+            HttpResponse(_answer_bytes(admitted, admitted.answer, result), content_type="application/json")
+        )
     watch = get_guard().admit(
         user_id=admitted.user_id, token_key=admitted.token_key, session_key=admitted.session_key, run_id=run_id
     )
@@ -191,8 +193,13 @@ async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
     at_request_end(request, watch.release)
     # The head now, the body when the wait ends: the middleware chain runs at admission, not when
     # the waiters of a run all answer at once (each of its steps a hop to one shared thread).
-    response = WatchedResponse(watch, _body(admitted, watch), content_type="application/json")
-    response["Cache-Control"] = "no-cache"
+    return _no_store(WatchedResponse(watch, _body(admitted, watch), content_type="application/json"))
+
+
+def _no_store(response: HttpResponseBase) -> HttpResponseBase:
+    # The run's JSON, which may carry its resume ticket (docs/design/api.md#run-json); the head of
+    # a wait that must wait goes before anyone knows whether its body will.
+    response["Cache-Control"] = "no-store"
     return response
 
 

@@ -8,7 +8,7 @@
     runs.py        a run as the database holds it: fresh, attempt, event_types, stored_text, ...
     workers.py     runs that worker processes execute: wait_status, wait_streaming, ...
     agents.py      the tests' own agents, loaded like a user's (AGENTS_ENV): a planner with its own
-                   event type, a child process deaf to SIGTERM, an HTTP stream
+                   event type, a child process deaf to SIGTERM, an HTTP stream, a usage report at stop
     slow_http.py   a slow streaming HTTP server in a thread that records when its client went away
     openai_server.py  an OpenAI-compatible streaming model server, a process of its own (ModelServer
                    starts it): behaviours chosen by the model name, every request, chunk and

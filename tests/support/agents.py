@@ -3,7 +3,7 @@ processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by i
 
 Beside the planner, agents that each take one kind of step the attempt must stop when the run is
 cancelled (docs/design/execution.md#step-kinds), in a way a test can watch from outside the
-worker."""
+worker, and one that reports its usage as it is cancelled."""
 
 import asyncio
 import json
@@ -89,6 +89,23 @@ async def http_stream_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
         async for _ in lines:
             read += 1
     yield Complete({"lines": read})
+
+
+@register("test-usage-at-stop")
+async def usage_at_stop_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Streams one delta, then waits for the cancel and, unwinding, reports `input["at_stop"]` as
+    its usage at stop — with `input["digits"]`, an `output_tokens` of that many digits besides (no
+    request could carry it: its input would be refused)."""
+    yield Emit(EventType.OUTPUT_DELTA, {"text": "working"})
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        counters = dict(ctx.input.get("at_stop", {}))
+        if "digits" in ctx.input:
+            counters["output_tokens"] = 10 ** (int(ctx.input["digits"]) - 1)
+        ctx.report_usage_at_stop(counters)
+        raise
+    yield Complete(None)
 
 
 @register("test-stubborn-chat")

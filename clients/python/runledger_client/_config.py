@@ -99,8 +99,9 @@ def resolve(
     env: Mapping[str, str] | None = None,
 ) -> Settings:
     """The arguments win over the environment, the environment over the config file; the file is
-    read only for what the arguments and the environment leave open (a profile named by argument
-    or `RUNLEDGER_PROFILE` must exist all the same)."""
+    read only for what the arguments and the environment leave open, or for a profile named by
+    argument (which must exist). So with a URL and a token given, a config file that cannot be
+    read, or names a missing `RUNLEDGER_PROFILE`, stops nothing: it is not needed."""
     env = os.environ if env is None else env
     warnings: list[str] = []
     url = url or env.get("RUNLEDGER_URL") or None
@@ -110,6 +111,8 @@ def resolve(
         token = env["RUNLEDGER_TOKEN"]
     if token is None and env.get("RUNLEDGER_TOKEN_FILE"):
         token = read_token_file(env["RUNLEDGER_TOKEN_FILE"], warnings)
+    if url and token and profile is None:
+        return Settings(url=url, token=token, warnings=warnings)
     name, table = _profile(env, profile)
     if url is None and table.get("url"):
         url = str(table["url"])

@@ -2,7 +2,8 @@
 //
 // The page renders the newest events and the seq of the last one; the client streams from that
 // seq and delivers each later event once, in seq order (filling gaps from the admin's events JSON
-// view), and this appends each as a row. When the browser gives up on the stream the tail says
+// view, a bounded page at a time, as the API's: docs/design/fair-use.md#bounded-answers), and this
+// appends each as a row. When the browser gives up on the stream the tail says
 // so rather than retrying: a staff page is reloaded by its reader.
 "use strict";
 (function () {

@@ -4,7 +4,7 @@
 //
 //   const client = RunledgerStream.open({
 //     streamUrl: "/api/runs/<id>/stream/",  // opened with ?after_seq=<cursor>
-//     eventsUrl: "/api/runs/<id>/events/",  // JSON pages {"results": [...]} read to fill gaps
+//     eventsUrl: "/api/runs/<id>/events/",  // JSON pages (docs/design/streaming.md#json-pages) read to fill gaps
 //     afterSeq: 0,                          // the last seq the page already shows
 //     types: ["output.delta", "run.*"],     // optional: only these (and the terminal event)
 //     vocabulary: V,                        // default: RunledgerStream.vocabulary()
@@ -38,8 +38,9 @@
 //   then has gaps of its own, so none is filled; an event the page could not hear is one of a type
 //   its agent never declared, which a worker refuses.
 // - EventSource never tells why it gave up. The client asks the events JSON (the same cursor):
-//   401, 403 and 404 will not change by retrying, so it stops and says why ("stopped"); a page
-//   that reaches the end of a finished run (the stream's 204) ends it; anything else is retried.
+//   401, 403 and 404 will not change by retrying, so it stops and says why ("stopped"); pages
+//   read on from `next_after_seq` (each is bounded) that reach the end of a finished run (the
+//   stream's 204) end it; anything else is retried.
 "use strict";
 window.RunledgerStream = (function () {
   function vocabulary(elementId) {
@@ -114,15 +115,17 @@ window.RunledgerStream = (function () {
 
     // The stream gave up: learn why from the events JSON, deliver what it holds, then go on.
     async function whyClosed() {
-      let response;
-      try {
-        response = await fetch(afterSeq(options.eventsUrl, lastSeq), {
-          credentials: "same-origin",
-          headers: { Accept: "application/json" },
-        });
-      } catch (error) {
-        response = null; // unreachable: retried like any other failure
+      async function page() {
+        try {
+          return await fetch(afterSeq(options.eventsUrl, lastSeq), {
+            credentials: "same-origin",
+            headers: { Accept: "application/json" },
+          });
+        } catch (error) {
+          return null; // unreachable: retried like any other failure
+        }
       }
+      let response = await page();
       if (done) return;
       if (response && REFUSALS[response.status]) {
         const why = REFUSALS[response.status];
@@ -130,15 +133,19 @@ window.RunledgerStream = (function () {
         onState("stopped", why);
         return;
       }
-      if (response && response.ok) {
-        const page = await response.json();
-        page.results.forEach(deliver);
+      // A page is bounded (a count, and bytes): read on while one ends short of what is stored.
+      while (response && response.ok) {
+        const body = await response.json();
+        body.results.forEach(deliver);
         if (done) return;
-        if (page.end_of_stream) {
+        if (body.end_of_stream) {
           close();
-          onState("ended", page.run_status);
+          onState("ended", body.run_status);
           return;
         }
+        if (!body.results.length || body.next_after_seq >= body.last_seq) break;
+        response = await page();
+        if (done) return;
       }
       if (retryClosedMs === null) {
         report("disconnected");
