@@ -65,8 +65,8 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
         "INSERT runs_runevent",
         "SELECT pg_notify",  # events and control, one statement
-        "UPDATE runs_run",
         "SELECT runs_webhookendpoint",  # any endpoint to notify? one index read (docs/design/webhooks.md#outbox)
+        "UPDATE runs_run",  # after it: a notification's body counts in the run's stored bytes
         "SELECT runs_run",  # the unfinished children the cancel cascades to
         "COMMIT ",
     ]
@@ -76,9 +76,9 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         "SELECT runs_run",
         "INSERT runs_runevent",
         "SELECT pg_notify",
-        "UPDATE runs_run",
         "UPDATE runs_runattempt",
         "SELECT runs_webhookendpoint",
+        "UPDATE runs_run",
         "SELECT runs_run",
         "COMMIT ",
         "SELECT runs_runattempt",  # the answer shows the attempt
