@@ -16,11 +16,11 @@ from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.models import Run
+from runs.models import ApiToken, Run
+from runs.services.tokens import token_create
 from runs.streaming.guard import _recheck_sync
 from tests.factories import queued_run, running_run
 from tests.support.browser import give_password, site_login
@@ -328,7 +328,7 @@ def test_a_token_stream_ends_when_its_token_is_deleted_and_the_users_session_str
     _browser, cookie = session_cookie(alice)
     run = running_run(alice)
     assert_some_end_and_others_go_on(
-        web, ending=[(run, token)], going=[(run, cookie)], change=lambda: Token.objects.filter(user=alice).delete()
+        web, ending=[(run, token)], going=[(run, cookie)], change=lambda: ApiToken.objects.filter(user=alice).delete()
     )
 
 
@@ -387,7 +387,7 @@ def test_a_failed_recheck_ends_no_stream(procs: Procs, alice: User) -> None:
     web = web_with(procs, **RECHECK)
     token = auth_headers(token_for(alice))
     run = running_run(alice)
-    table = Token._meta.db_table
+    table = ApiToken._meta.db_table
 
     def rename(old: str, new: str) -> None:
         with connection.cursor() as cursor:
@@ -423,7 +423,7 @@ def test_a_recheck_costs_the_same_few_queries_for_hundreds_of_streams_as_for_one
     def recheck_queries(n: int) -> int:
         users = [make_user() for _ in range(n)]
         runs = [queued_run(user) for user in users]
-        tokens = {token_for(user): user.pk for user in users}
+        tokens = {token_create(user=user, name="t")[0].pk: user.pk for user in users}
         sessions = {session_cookie(user)[0].session.session_key or "" for user in users}
         with CaptureQueriesContext(connection) as captured:
             found = _recheck_sync({u.pk for u in users}, set(tokens), sessions, {str(r.pk) for r in runs})

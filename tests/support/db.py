@@ -1,22 +1,25 @@
-"""Straight from the database, beside the services: API tokens for the clients, and what PostgreSQL
-reports about connections, sessions and the events table (pg_stat_activity, pg_stat_database,
-pg_stat_user_tables)."""
+"""Straight from the database, beside the services: API tokens for the clients (issued by the service,
+as `manage.py create_token` does), and what PostgreSQL reports about connections, sessions and the
+events table (pg_stat_activity, pg_stat_database, pg_stat_user_tables)."""
 
+import secrets
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
+from runs.services.tokens import token_create
 from runs.streaming.listener import APPLICATION_NAME_PREFIX
 from tests.support.procs import Proc
 from tests.support.waiting import wait_until
 
 
-def token_for(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+def token_for(user: User, *, name: str | None = None, expires_at: datetime | None = None) -> str:
+    """The key of a new API token of `user` (a new one each call: no key can be read back)."""
+    return token_create(user=user, name=name or f"test-{secrets.token_hex(4)}", expires_at=expires_at)[1]
 
 
 def query_one(sql: str, params: list[Any]) -> Any:
