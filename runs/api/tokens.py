@@ -62,6 +62,8 @@ class CreateInput(serializers.Serializer[Any]):
     expires_at = serializers.DateTimeField(required=False, help_text="when it expires (ISO 8601)")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(self.initial_data.get("name"), str):  # DRF's CharField takes 7 for "7"
+            raise serializers.ValidationError({"name": ["must be a string"]})
         if "expires_in" in attrs and "expires_at" in attrs:
             raise serializers.ValidationError({"expires_at": ["give expires_in or expires_at, not both"]})
         return attrs
@@ -112,7 +114,7 @@ class TokenCollectionApi(TokenApi):
         summary="Issue an API token",
         description=CREATE_DOC,
         request=CreateInput,
-        responses=responses({201: TokenKeySerializer}, 400, 413, 415, 429),
+        responses=responses({201: TokenKeySerializer}, 400, 403, 413, 415, 429),
     )
     def post(self, request: Request) -> Response:
         data = _valid(CreateInput, request.data)

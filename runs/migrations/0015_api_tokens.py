@@ -2,6 +2,10 @@
 # token an earlier install issued turned into one: its key keeps working, and DRF's table, which
 # holds the keys in plain text, is emptied. Read and emptied with plain SQL, so that it works
 # whether or not the project still lists `rest_framework.authtoken`.
+#
+# Emptied for good on SQLite too: the deleted rows' bytes are overwritten (secure_delete), and once
+# that is committed the write-ahead log, whose older frames still hold them, is checkpointed and
+# truncated. Hence a migration that is not one transaction; its two steps each are.
 
 import hashlib
 from datetime import UTC, datetime
@@ -46,10 +50,24 @@ def from_drf_tokens(apps, schema_editor):
                 for drf_key, user_id, created in rows
             )
     with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("PRAGMA secure_delete")
+            (secure,) = cursor.fetchone()
+            cursor.execute("PRAGMA secure_delete = ON")
         cursor.execute(f"DELETE FROM {table}")
+        if connection.vendor == "sqlite":
+            cursor.execute(f"PRAGMA secure_delete = {int(secure)}")
+
+
+def truncate_sqlite_log(apps, schema_editor):
+    connection = schema_editor.connection
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # nothing to do outside WAL mode
 
 
 class Migration(migrations.Migration):
+    atomic = False
     dependencies = [
         ("runs", "0014_webhooks"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
@@ -86,5 +104,6 @@ class Migration(migrations.Migration):
             },
         ),
         # Not undone: the keys are gone from DRF's table, and a digest cannot give them back.
-        migrations.RunPython(from_drf_tokens, migrations.RunPython.noop),
+        migrations.RunPython(from_drf_tokens, migrations.RunPython.noop, atomic=True),
+        migrations.RunPython(truncate_sqlite_log, migrations.RunPython.noop, atomic=False),
     ]
