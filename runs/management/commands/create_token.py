@@ -60,7 +60,7 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from None
         until = f"until {token.expires_at.isoformat()}" if token.expires_at else "with no expiry"
         self.stderr.write(
-            f"Issued the API token {token.name!r} of {user}, {until}. Its key follows, shown only now:",
+            f"Issued the API token {token.name!r} of {user}, {until}; its key, on standard output, is shown only now.",
             style_func=lambda text: text,
         )
         self.stdout.write(key)
