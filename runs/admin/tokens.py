@@ -7,7 +7,7 @@ Issuing a token for someone is acting as them: a superuser may issue one for any
 token's streams as its holder's DELETE does.
 """
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin
@@ -23,31 +23,33 @@ from runs.services.tokens import token_create
 SHOWN = ["user", "name", "created_at", "expires_at", "last_used_at", "issued_by"]
 
 
-class IssueForm(forms.ModelForm):  # type: ignore[type-arg]  # not subscriptable at run time
+class IssueForm(forms.ModelForm):
     """The add form: holder, name, expiry. Valid only once the token is issued, by the one service
     that issues tokens (its refusals shown on the form's fields), so that the admin's save stores
-    nothing more and the key is in hand for the answer."""
+    nothing more and the key is in hand for the answer. Issued last: what validation follows (the
+    model's own, on these three fields) is what the form's fields already checked, and the new
+    token itself is no duplicate of its name."""
 
     class Meta:
         model = ApiToken
         fields = ["user", "name", "expires_at"]
 
-    def _post_clean(self) -> None:
-        super()._post_clean()
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
         if self.errors:
-            return
-        data = self.cleaned_data
+            return data
         try:
             token, key = token_create(user=data["user"], name=data["name"], expires_at=data.get("expires_at"))
         except RunledgerError as exc:
             for field, problems in (exc.detail if isinstance(exc.detail, dict) else {}).items():
                 if field in self.fields and isinstance(problems, list):
                     self.add_error(field, problems)
-                    return
+                    return data
             self.add_error(None, exc.message)
-            return
+            return data
         token.key_once = key  # type: ignore[attr-defined]  # for `response_add`, never stored
         self.instance = token
+        return data
 
 
 @admin.register(ApiToken)
@@ -58,11 +60,11 @@ class ApiTokenAdmin(HardenedAdmin):
     raw_id_fields = ["user"]
     form = IssueForm
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return list(IssueForm.Meta.fields) if obj is None else SHOWN
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return tuple(IssueForm.Meta.fields if obj is None else SHOWN)
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [] if obj is None else SHOWN
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return () if obj is None else tuple(SHOWN)
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         # Nothing from the query string: a text given for the expiry reaches Django's date widget
@@ -74,7 +76,7 @@ class ApiTokenAdmin(HardenedAdmin):
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "user" and not getattr(request.user, "is_superuser", False):
-            kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk)
+            kwargs["queryset"] = get_user_model().objects.filter(pk=cast(int, request.user.pk))
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: ApiToken, form: Any, change: bool) -> None:

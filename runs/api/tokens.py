@@ -19,10 +19,14 @@ from runs.api.pagination import page_size, paged_response, queryset_page
 from runs.api.schema import documented, responses
 from runs.models import ApiToken
 from runs.selectors.credentials import tokens_of
-from runs.services.tokens import MAX_LIFETIME, NAME_RULE, token_create, token_delete
+from runs.services.tokens import MAX_LIFETIME, NAME, NAME_RULE, token_create, token_delete
 
 TOKEN_NAME = OpenApiParameter(
-    "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="the token's name; an unknown one is a 404"
+    "name",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    pattern=f"^{NAME.pattern}$",
+    description="the token's name; an unknown one (or one no token could have) is a 404",
 )
 
 
