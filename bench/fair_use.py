@@ -322,10 +322,11 @@ class DbSampler(threading.Thread):
 def make_user(name: str) -> tuple[int, str]:
     from django.contrib.auth.models import User
     from django.db import connection
-    from rest_framework.authtoken.models import Token
+
+    from tests.support.db import token_for
 
     user = User.objects.create_user(name, password=f"{name}-password")
-    token = Token.objects.create(user=user).key
+    token = token_for(user)
     connection.close()
     return user.pk, token
 

@@ -390,11 +390,12 @@ def app_running(
     from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.db import connection
-    from rest_framework.authtoken.models import Token
+
+    from tests.support.db import token_for
 
     call_command("migrate", verbosity=0)
     user = User.objects.create_user("bench", password="bench-password")
-    token = Token.objects.create(user=user).key
+    token = token_for(user)
     connection.close()
     logs = Path(tempfile.mkdtemp(prefix="runledger-bench-logs-"))
     procs = Procs(logs)
@@ -423,10 +424,11 @@ def bench_database(url: str) -> tuple[dict[str, str], "User", str]:
 
     django.setup()
     from django.contrib.auth.models import User
-    from rest_framework.authtoken.models import Token
+
+    from tests.support.db import token_for
 
     user = User.objects.create_user(f"bench{int(time.time())}", password="bench")
-    return env, user, Token.objects.create(user=user).key
+    return env, user, token_for(user)
 
 
 def postgres_facts() -> dict[str, str]:

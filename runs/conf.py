@@ -184,6 +184,8 @@ class AppSettings(Registry):
     DEFAULT_DEADLINE_SECONDS = Limit(
         86_400, "the deadline of a run created without one", (WEB,), unit="seconds", zero="none"
     )
+    # API tokens (docs/design/api.md#tokens): rows a user makes, so bounded like their runs.
+    MAX_TOKENS_PER_USER = Limit(50, "API tokens one user holds, expired ones until deleted; the next is a 429", (WEB,))
     AUTH_FAILURES_MAX = Limit(10, "failed sign-ins and token attempts allowed per window; beyond is a 429", (WEB,))
     AUTH_FAILURE_WINDOW_SECONDS = Whole(
         300, "the window failed sign-ins and token attempts count in", (WEB,), unit="seconds"
@@ -333,8 +335,7 @@ class AppSettings(Registry):
     # The host project (docs/design/deployment.md#settings)
     HARDEN_ADMIN = Flag(
         False,
-        "also guard every other admin of the site (users, groups, tokens) against hostile list URLs; "
-        "the run admin always is",
+        "also guard every other admin of the site (users, groups) against hostile list URLs; the run admin always is",
         (WEB,),
     )
     DASHBOARD_REFRESH_SECONDS = Seconds(5, "how often the staff dashboard refreshes its figures", (WEB,))

@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from runs.conf import conf
+from runs.models_tokens import ApiToken
 from runs.models_webhooks import (
     DeliveryStatus,
     WebhookAttempt,
@@ -20,8 +21,9 @@ from runs.models_webhooks import (
 )
 from runs.transitions import LIVE, TERMINAL, CancelCode, FailCode, Status, StopCode
 
-# The webhook models live in a module of their own; Django finds models through this one.
+# The webhook and token models live in modules of their own; Django finds models through this one.
 __all__ = [
+    "ApiToken",
     "DeliveryStatus",
     "WebhookAttempt",
     "WebhookDelivery",

@@ -27,11 +27,11 @@ from django.db import connection, models
 from django.template import Template
 from django.test import Client, RequestFactory, override_settings
 from django.test.utils import _TestState
-from rest_framework.authtoken.models import Token
 
 from runs import services
 from runs.admin.hardening import HardenedAdmin
-from runs.models import Run, RunEvent, WebhookDelivery, WebhookEndpoint
+from runs.models import ApiToken, Run, RunEvent, WebhookDelivery, WebhookEndpoint
+from runs.services.tokens import token_create
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
 from tests.support.urls import routes
@@ -123,6 +123,7 @@ class World:
     run: Run
     group: Group
     token_user: User
+    token: ApiToken
     webhook: WebhookEndpoint
     delivery: WebhookDelivery
 
@@ -133,13 +134,18 @@ def world(make_user: Callable[..., User]) -> World:
     run = running_run(owner)
     services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": "x"})] * 3)
     running_run(owner, parent_id=run.pk)
-    Token.objects.create(user=owner)
+    token, _ = token_create(user=owner, name="hostile")
     with override_settings(RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE=True):
         webhook = webhook_create(owner=owner, url="http://127.0.0.1:9/in", events=["run.cancelled"])
     services.run_cancel(run_id=queued_run(owner).pk, actor=owner)
     delivery = WebhookDelivery.objects.get()
     return World(
-        run=run, group=Group.objects.create(name="oncall"), token_user=owner, webhook=webhook, delivery=delivery
+        run=run,
+        group=Group.objects.create(name="oncall"),
+        token_user=owner,
+        token=token,
+        webhook=webhook,
+        delivery=delivery,
     )
 
 
@@ -158,7 +164,7 @@ def _real_ids(world: World) -> dict[str, str]:
         "runs/run/": str(world.run.pk),
         "auth/user/": str(world.token_user.pk),
         "auth/group/": str(world.group.pk),
-        "authtoken/tokenproxy/": str(world.token_user.pk),
+        "runs/apitoken/": str(world.token.pk),
         "runs/webhookendpoint/": str(world.webhook.pk),
         "runs/webhookdelivery/": str(world.delivery.pk),
     }
@@ -217,7 +223,7 @@ def admin_targets(world: World, user: User) -> Iterator[Target]:
                 yield Target(f"/admin/r/{_quoted(bad)}/{world.run.pk}/")
             continue
         if "(?P<app_label>" in route:
-            for label in ("auth", "authtoken", "runs", "nothing"):
+            for label in ("auth", "runs", "nothing"):
                 yield Target(f"/admin/{label}/")
             continue
         if "(?P<url>" in route:
@@ -395,7 +401,7 @@ def stored() -> tuple[Any, ...]:
         LogEntry.objects.count(),
         User.objects.count(),
         Group.objects.count(),
-        Token.objects.count(),
+        ApiToken.objects.count(),
     )
 
 

@@ -134,7 +134,7 @@ def test_a_token_attempt_is_one_select_with_the_key_and_a_failed_one_a_check_and
         with CaptureQueriesContext(connection) as captured:
             token_get(f"/api/runs/{run.pk}/", authorization)
         return [
-            q["sql"].split()[0] + (" with the key" if "authtoken_token" in q["sql"] else "")
+            q["sql"].split()[0] + (" with the key" if "runs_apitoken" in q["sql"] else "")
             for q in captured.captured_queries
             if "runs_authfailure" in q["sql"]
         ]

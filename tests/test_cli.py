@@ -365,3 +365,23 @@ def test_webhooks_commands_answer_the_apis_json_and_another_users_endpoint_is_re
         with pytest.raises(SystemExit) as exited:
             cli(token, "webhooks", *usage)
         assert exited.value.code == 2, usage
+
+
+def test_tokens_commands_issue_list_and_revoke_and_a_key_is_printed_alone(alice: User, cli: Any) -> None:
+    token = token_for(alice, name="main")
+    status, key, err = cli(token, "tokens", "create", "ci", "--expires", "12h")
+    key = key.strip()
+    assert (status, err) == (0, "") and key.startswith("rl_") and "\n" not in key  # KEY=$(runledger tokens create ci)
+    status, listed, _ = cli(key, "tokens", "list", "-o", "json")
+    tokens = json.loads(listed)
+    assert status == 0 and [t["name"] for t in tokens] == ["main", "ci"] and all("key" not in t for t in tokens)
+    assert tokens[1]["issued_by"] == "main" and tokens[1]["expires_at"] is not None
+    status, text, _ = cli(token, "tokens", "list")
+    assert status == 0 and key not in text and text.splitlines()[1].startswith("ci ")
+    assert cli(token, "tokens", "delete", "ci", "-o", "json")[:2] == (0, '{\n  "name": "ci",\n  "deleted": true\n}\n')
+    refused = cli(key, "tokens", "list")
+    assert refused[0] == 1 and "not_authenticated" in refused[2]
+    assert cli(token, "tokens", "create", "../x")[0] == 1
+    with pytest.raises(SystemExit) as exited:
+        cli(token, "tokens", "create", "ci", "--expires", "soon")
+    assert exited.value.code == 2

@@ -24,6 +24,7 @@ MODELS: list[type[Any]] = [
     rl.BulkResult,
     rl.Webhook,
     rl.WebhookDelivery,
+    rl.ApiToken,
 ]
 
 

@@ -41,7 +41,8 @@ from django.test.utils import CaptureQueriesContext
 from runs import services
 from runs.conf import conf
 from runs.events import EventType
-from runs.models import Run
+from runs.models import ApiToken, Run
+from runs.models_tokens import key_digest
 from runs.selectors import run_events_json_after
 from runs.selectors.published import runs_events_after_heads
 from runs.streaming.edge import grip
@@ -899,9 +900,7 @@ def test_a_revocation_closes_the_users_edge_streams_at_once_without_waiting_for_
     ]
 
     def revoke() -> None:
-        from rest_framework.authtoken.models import Token
-
-        Token.objects.filter(key=carol_token).delete()  # her token deleted
+        ApiToken.objects.filter(digest=key_digest(carol_token)).delete()  # her token deleted
         dave.is_active = False
         dave.save()  # deactivated
         browser.logout()  # the staff member logged out
@@ -1196,13 +1195,13 @@ def test_the_first_link_fetch_comes_sooner_and_every_hold_is_on_its_users_channe
 
 
 def test_a_link_is_sealed_for_its_run_and_carries_its_credential_unreadable() -> None:
-    for token_key, session_key in (("t" * 40, None), (None, "s" * 32)):
-        minted = Link(run_id="r1", user_id=7, token_key=token_key, session_key=session_key, expires=1_900_000_000)
+    for token_id, session_key in ((123_456_789, None), (None, "s" * 32)):
+        minted = Link(run_id="r1", user_id=7, token_id=token_id, session_key=session_key, expires=1_900_000_000)
         token = mint(minted)
         assert read(run_id="r1", token=token) == minted
         assert token != mint(minted)  # a new nonce each time
         raw = base64.urlsafe_b64decode(token + "==")
-        assert (token_key or session_key or "").encode()[:8] not in raw
+        assert str(token_id or session_key).encode()[:8] not in raw
         # Another run, a changed byte, a cut: not a token.
         assert read(run_id="r2", token=token) is None
         changed = token[:20] + ("A" if token[20] != "A" else "B") + token[21:]

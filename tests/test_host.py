@@ -4,7 +4,9 @@ docs/how-to/embed.md says a host adds (read from the page), serves the API, the 
 host's stock ASGI handler, on SQLite and on PostgreSQL; a bad setting is refused with the
 registry's message; and the standalone site (config/) runs from the same wheel."""
 
+import hashlib
 import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -195,6 +197,44 @@ def test_a_bad_setting_value_is_refused_by_check_and_runworker_with_the_registry
         worker = host.manage("runworker", "--once", *skip)
         assert worker.returncode != 0
         assert message in worker.stderr, worker.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_host_whose_own_apis_keep_drfs_tokens_keeps_them_when_runledger_takes_their_digests(
+    venv: Venv, tmp_path: Path
+) -> None:
+    # A host upgrading from a release that asked for DRF's token app, and keeping it for its own APIs.
+    host = hosts.start_project(venv, tmp_path)
+    hosts.add_the_app(host)
+    with host.settings.open("a") as settings:
+        settings.write('INSTALLED_APPS += ["rest_framework.authtoken"]\n')
+    (before,) = [line.split()[-1] for line in host.must("showmigrations", "runs").splitlines() if "_api_tokens" in line]
+    host.must("migrate", "runs", previous_migration(host, before))
+    for app in ("contenttypes", "auth", "admin", "sessions", "authtoken"):  # all but runs, to their last
+        host.must("migrate", app)
+    superuser = ["createsuperuser", "--noinput", "--username", hosts.ADMIN, "--email", "a@example.com"]
+    host.must(*superuser, env=host.env | {"DJANGO_SUPERUSER_PASSWORD": hosts.PASSWORD})
+    key = host.must("drf_create_token", hosts.ADMIN).split()[2]  # "Generated token KEY for user admin"
+
+    host.must("migrate")
+
+    with sqlite3.connect(host.folder / "db.sqlite3") as db:
+        assert db.execute("SELECT key FROM authtoken_token").fetchall() == [(key,)]  # the host's own, kept
+        digests = db.execute("SELECT digest, name FROM runs_apitoken").fetchall()
+    assert digests == [(hashlib.sha256(key.encode()).hexdigest(), "migrated")]
+    asked = host.must(
+        "shell",
+        "-c",
+        "from django.test import Client; "
+        f"print(Client(SERVER_NAME='localhost', HTTP_AUTHORIZATION='Token {key}').get('/{host.prefix}api/runs/').status_code)",
+    )
+    assert asked.splitlines()[-1] == "200"  # the key works on Runledger's API too
+
+
+def previous_migration(host: Host, name: str) -> str:
+    """The runs migration before `name` (showmigrations lists them in order)."""
+    names = [line.split()[-1] for line in host.must("showmigrations", "runs").splitlines()[1:]]
+    return names[names.index(name) - 1]
 
 
 @pytest.mark.timeout(600)

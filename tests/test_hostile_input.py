@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from runs.models import IdempotencyRecord, Run, RunAttempt, RunEvent
 from tests.factories import running_run, waiting_run
+from tests.support.db import token_for
 
 # Committed data: the stream opens its runs on a connection of its own.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
@@ -92,8 +92,7 @@ def caller(make_user: Callable[..., User]) -> User:
 
 @pytest.fixture
 def client_for(caller: User) -> Client:
-    token = Token.objects.create(user=caller)
-    client = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client = Client(HTTP_AUTHORIZATION=f"Token {token_for(caller)}")
     client.force_login(caller)  # the pages take the session; the API takes the token first
     return client
 

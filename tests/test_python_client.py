@@ -1,7 +1,8 @@
 """The Python client (clients/python) against the real thing: a uvicorn web process and a worker
 on PostgreSQL (one pair for the module, tests/support/live.py), reached through a CuttableProxy
 that cuts streams server-side mid-frame and drops answers after the server sent them — and, for
-the 0.2 surface, directly: every method of `client.runs`, `client.agents` and `client.webhooks`, sync and async, with
+the 0.2 surface, directly: every method of `client.runs`, `client.agents`, `client.webhooks` and `client.tokens`, sync
+and async, with
 typed models; streams as context managers that close their connection (the server's open-stream
 gauge drops); where `Client()` finds its server and token; the flat 0.1 names, deprecated.
 
@@ -464,6 +465,42 @@ def test_the_async_client_has_the_same_webhooks(live: Live, alice: User) -> None
     assert changed.url == url + "2" and changed.events == ("run.cancelled", "run.stopped")
     assert rotated.secret is not None and shown.secret is None and listed == [shown.id] and after == []
     assert deliveries == [(cancelled.id, "run.cancelled")]
+
+
+def test_every_method_of_tokens_answers_typed_models(live: Live, alice: User) -> None:
+    with rl.Client(live.web.url, token_for(alice, name="main"), retry=FAST) as client:
+        ci = client.tokens.create("ci", expires_in=3600)
+        assert isinstance(ci, rl.ApiToken) and ci.key is not None and ci.key.startswith("rl_")
+        assert ci.key not in repr(ci)  # a key never reaches a log through a repr
+        assert (ci.name, ci.issued_by, ci.last_used_at) == ("ci", "main", None)
+        assert isinstance(ci.expires_at, datetime) and ci.expires_at - datetime.now(UTC) < timedelta(hours=1)
+        listed = list(client.tokens.list(page_size=1))
+        assert [t.name for t in listed] == ["main", "ci"] and all(t.key is None for t in listed)
+        assert isinstance(listed[0].last_used_at, datetime)  # this client's own, in use
+        with rl.Client(live.web.url, ci.key, retry=FAST) as issued:
+            assert [t.name for t in issued.tokens.list()] == ["main", "ci"]
+            with pytest.raises(rl.ValidationError):
+                issued.tokens.create("ci")  # a name held
+            client.tokens.delete("ci")
+            with pytest.raises(rl.NotAuthenticated):
+                list(issued.tokens.list())
+        with pytest.raises(rl.NotFound):
+            client.tokens.delete("ci")
+
+
+def test_the_async_client_has_the_same_tokens(live: Live, alice: User) -> None:
+    token = token_for(alice, name="main")
+
+    async def scenario() -> tuple[rl.ApiToken, list[str], list[str]]:
+        async with rl.AsyncClient(live.web.url, token, retry=FAST) as client:
+            made = await client.tokens.create("nightly", expires_at=datetime.now(UTC) + timedelta(days=1))
+            listed = [t.name async for t in client.tokens.list()]
+            await client.tokens.delete("nightly")
+            return made, listed, [t.name async for t in client.tokens.list()]
+
+    made, listed, after = run_async(scenario)
+    assert made.key is not None and made.issued_by == "main"
+    assert listed == ["main", "nightly"] and after == ["main"]
 
 
 @pytest.fixture

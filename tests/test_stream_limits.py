@@ -9,18 +9,21 @@ Debian's Chromium.
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
 
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
-from runs.models import Run
+from runs.models import ApiToken, Run
+from runs.services.tokens import token_create
 from runs.streaming.guard import _recheck_sync
 from tests.factories import queued_run, running_run
 from tests.support.browser import give_password, site_login
@@ -328,8 +331,40 @@ def test_a_token_stream_ends_when_its_token_is_deleted_and_the_users_session_str
     _browser, cookie = session_cookie(alice)
     run = running_run(alice)
     assert_some_end_and_others_go_on(
-        web, ending=[(run, token)], going=[(run, cookie)], change=lambda: Token.objects.filter(user=alice).delete()
+        web, ending=[(run, token)], going=[(run, cookie)], change=lambda: ApiToken.objects.filter(user=alice).delete()
     )
+
+
+def test_a_token_stream_ends_when_its_holder_revokes_it_and_their_other_tokens_stream_goes_on(
+    procs: Procs, alice: User
+) -> None:
+    web = web_with(procs, **RECHECK)
+    laptop, phone = token_for(alice, name="laptop"), token_for(alice, name="phone")
+    run = running_run(alice)
+
+    def revoke() -> None:
+        answer = httpx.delete(f"{web.url}/api/tokens/laptop/", headers=auth_headers(phone), timeout=10)
+        assert answer.status_code == 204, answer.text
+
+    assert_some_end_and_others_go_on(
+        web, ending=[(run, auth_headers(laptop))], going=[(run, auth_headers(phone))], change=revoke
+    )
+    assert request_once(web.url, stream_path(run), auth_headers(laptop)).status == 401
+
+
+def test_a_token_stream_ends_once_its_token_expires_and_an_unexpired_ones_goes_on(procs: Procs, alice: User) -> None:
+    web = web_with(procs, **RECHECK)
+    later = timezone.now() + timedelta(hours=1)
+    expiring, lasting = token_for(alice, name="expiring", expires_at=later), token_for(alice, name="lasting")
+    run = running_run(alice)
+    assert_some_end_and_others_go_on(
+        web,
+        ending=[(run, auth_headers(expiring))],
+        going=[(run, auth_headers(lasting))],
+        # Its expiry reached, as an hour's wait would: the re-check reads it as it is now.
+        change=lambda: ApiToken.objects.filter(name="expiring").update(expires_at=timezone.now()),
+    )
+    assert request_once(web.url, stream_path(run), auth_headers(expiring)).status == 401
 
 
 def test_a_session_stream_ends_at_logout_and_the_users_token_stream_goes_on(procs: Procs, alice: User) -> None:
@@ -387,7 +422,7 @@ def test_a_failed_recheck_ends_no_stream(procs: Procs, alice: User) -> None:
     web = web_with(procs, **RECHECK)
     token = auth_headers(token_for(alice))
     run = running_run(alice)
-    table = Token._meta.db_table
+    table = ApiToken._meta.db_table
 
     def rename(old: str, new: str) -> None:
         with connection.cursor() as cursor:
@@ -423,7 +458,7 @@ def test_a_recheck_costs_the_same_few_queries_for_hundreds_of_streams_as_for_one
     def recheck_queries(n: int) -> int:
         users = [make_user() for _ in range(n)]
         runs = [queued_run(user) for user in users]
-        tokens = {token_for(user): user.pk for user in users}
+        tokens = {token_create(user=user, name="t")[0].pk: user.pk for user in users}
         sessions = {session_cookie(user)[0].session.session_key or "" for user in users}
         with CaptureQueriesContext(connection) as captured:
             found = _recheck_sync({u.pk for u in users}, set(tokens), sessions, {str(r.pk) for r in runs})

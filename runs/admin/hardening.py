@@ -1,5 +1,5 @@
 """What keeps hostile URLs from the console's pages answering 500 (issue 20), for every model admin
-on the site: the run admin, and Django's and DRF's own (users, groups, tokens).
+on the site: the console's own, and the site's others (Django's users and groups, any other app's).
 
 Django's admin applies any lookup a changelist's query string names on the model's own fields
 (`?agent__regex=(`, `?created_at__year=99999999999`, `?input=…`), and hands each to the database,
@@ -91,7 +91,7 @@ class HardenedAdmin(admin.ModelAdmin):
 
 def harden_every_admin(site: admin.AdminSite) -> None:
     """Register every model admin of `site` that is not yet hardened again, hardened: Django's and
-    DRF's, registered before the console's (`runs` comes last in INSTALLED_APPS)."""
+    other apps', registered before the console's (`runs` comes last in INSTALLED_APPS)."""
     for model, model_admin in list(site._registry.items()):
         if not isinstance(model_admin, HardenedAdmin):
             kind = type(model_admin)

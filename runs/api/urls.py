@@ -1,6 +1,6 @@
 from django.urls import URLPattern, URLResolver, include, path, re_path
 
-from runs.api import apis, bulk, rerun, webhooks
+from runs.api import apis, bulk, rerun, tokens, webhooks
 from runs.api.errors import api_not_found
 from runs.api.schema import SchemaApi
 
@@ -19,6 +19,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/resume/", apis.RunResumeApi.as_view(), name="run-resume"),
     path("runs/<str:run_id>/rerun/", rerun.RunRerunApi.as_view(), name="run-rerun"),
     path("webhooks/", include(webhooks.urlpatterns)),
+    path("tokens/", include(tokens.urlpatterns)),
     # A page to read it (Swagger UI) needs drf-spectacular's apps
     # in INSTALLED_APPS: the standalone site serves one at api/docs/ (config/urls.py).
     path("schema/", SchemaApi.as_view(), name="api-schema"),

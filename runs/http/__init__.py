@@ -3,7 +3,7 @@ and its edge (runs/streaming/), the probes, /metrics/, the sign-in pages and the
 
     errors.py          the one error shape, docs/design/api.md#errors (`error_body`,
                        `error_response`, `error_response_for`)
-    authentication.py  the token header (DRF's authtoken) and the session, read as the API reads
+    authentication.py  the token header (an API token's key) and the session, read as the API reads
                        them, outside DRF's views too
     throttles.py       the failed sign-ins and token attempts, counted per client address (and per
                        username), refused beyond the limit: every token attempt goes through it

@@ -1,6 +1,7 @@
-"""Who a request is (docs/design/api.md#authentication), read the same way on every endpoint: DRF's
-token header (`Authorization: Token <key>`, programs) for the API, the stream and /metrics/ alike,
-and the session (browsers: EventSource sends no headers).
+"""Who a request is (docs/design/api.md#authentication), read the same way on every endpoint: the
+token header (`Authorization: Token <key>`, programs; the key looked up by its digest,
+runs.models_tokens) for the API, the stream and /metrics/ alike, and the session (browsers:
+EventSource sends no headers).
 
 Every token attempt is throttled per client address (runs.http.throttles): a request that carries
 a token header from an address with too many recent failures is refused with `TooManyRequests`
@@ -9,9 +10,12 @@ is counted. Requests without a token header (the session) are neither checked no
 counted. The API's DRF authentication class (runs.api.authentication) is this, inside DRF.
 """
 
+from datetime import timedelta
 from typing import Any, cast
 
+from django.db.models import Q
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
@@ -19,11 +23,28 @@ from rest_framework.request import Request
 
 from runs.access import AnyUser, User
 from runs.http import throttles
+from runs.models import ApiToken
 from runs.selectors.credentials import token_with_failure
+
+# How stale a token's `last_used_at` may be: a request writes it only when it is older, so a busy
+# token costs one UPDATE a minute, not one a request (django-rest-knox refreshes its expiries so).
+LAST_USED_EVERY = timedelta(seconds=60)
+
+
+def _note_used(token: ApiToken) -> None:
+    """The authentication's own bookkeeping, as the throttle's failures are (no service may be
+    imported here): the token's last use, at most once per LAST_USED_EVERY."""
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_EVERY:
+        return
+    # Conditional, so that a burst of requests that all read it stale write it once.
+    stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY)
+    ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
+    token.last_used_at = now
 
 
 class _Tokens(TokenAuthentication):
-    """DRF's token scheme (its header parsing and messages; the tokens are DRF's authtoken rows),
+    """DRF's token scheme (its header parsing and messages; the tokens are runs.models.ApiToken),
     with the key looked up together with its address's standing (runs.http.throttles): one
     statement for a good key, where a check before the look-up was a second."""
 
@@ -38,6 +59,7 @@ class _Tokens(TokenAuthentication):
             throttles.refuse_blocked(self.block, nth_failure)
         if not token.user.is_active:
             raise AuthenticationFailed(_("User inactive or deleted."))
+        _note_used(token)
         return token.user, token
 
 
@@ -61,14 +83,14 @@ def token_credentials(request: HttpRequest) -> tuple[Any, Any] | None:
         raise
 
 
-def request_credentials(request: HttpRequest) -> tuple[User, str | None, str | None] | None:
-    """The token header, else the session: (user, token key, session key), one of the keys set;
+def request_credentials(request: HttpRequest) -> tuple[User, int | None, str | None] | None:
+    """The token header, else the session: (user, token id, session key), one of the two set;
     None when neither authenticates. A bad token is not silently downgraded to the session."""
     try:
         found = token_credentials(request)
     except AuthenticationFailed:
         return None
     if found is not None:
-        return cast(User, found[0]), found[1].key, None
+        return cast(User, found[0]), int(found[1].pk), None
     user = cast(AnyUser, request.user)
     return (user, None, request.session.session_key) if isinstance(user, User) and user.is_authenticated else None

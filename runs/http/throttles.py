@@ -28,7 +28,7 @@ Two ways in, for two costs:
   alone (`auth_token_check`, one indexed SELECT of at most `max` rows) and then recorded as a failure
   (`auth_token_failed`: an INSERT, and a bounded DELETE of expired rows). Attempts that pass the check
   together may exceed the limit by those in flight during one token look-up (about a millisecond); a
-  token is 160 random bits, so that opens nothing to a guesser.
+  key is 256 random bits (160 for one DRF issued before), so that opens nothing to a guesser.
 - A sign-in is rare and its password check takes most of a second on purpose, which is a long
   time for concurrent guesses to pass a check together. So `auth_login_begin` records the attempt
   as a failure *first*, then counts the others, and `auth_login_end` takes it back unless it failed.

@@ -1,6 +1,7 @@
-"""Which credentials still hold, many at once: the streams' re-check of who holds each open
-stream (runs.streaming.guard) reads them in a handful of queries for a whole process. The users
-themselves (active, seeing every run) are `runs.selectors.users_active`, by the visibility rule.
+"""Which credentials hold: a request's API token, found by its key's digest with its address's
+throttle standing in one statement, and many at once for the streams' re-check of who holds each
+open stream (runs.streaming.guard), a handful of queries for a whole process. The users themselves
+(active, seeing every run) are `runs.selectors.users_active`, by the visibility rule.
 """
 
 from collections.abc import Collection
@@ -9,31 +10,47 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Subquery
+from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
-from runs.models import AuthFailure
-
-
-def token_users(*, keys: Collection[str]) -> dict[str, int]:
-    """The user id of each of `keys` that is an existing API token."""
-    return dict(Token.objects.filter(key__in=keys).values_list("key", "user_id"))
+from runs.access import User
+from runs.models import ApiToken, AuthFailure
+from runs.models_tokens import key_digest
 
 
-def token_with_failure(*, key: str, failures: tuple[str, int, datetime] | None) -> tuple[Token | None, datetime | None]:
-    """The API token `key` with its user and — in the same statement, so that a request's
-    authentication is one round trip — given `failures` = (failure key, n, since), the n-th newest
-    failure of that key after `since` (runs.http.throttles); (None, None) when `key` is no token."""
-    tokens = Token.objects.select_related("user")
+def _unexpired(now: datetime) -> Q:
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+
+
+def token_users(*, ids: Collection[int]) -> dict[int, int]:
+    """The user id of each of the API tokens `ids` that still exists and has not expired."""
+    return dict(ApiToken.objects.filter(_unexpired(timezone.now()), pk__in=ids).values_list("pk", "user_id"))
+
+
+def token_with_failure(
+    *, key: str, failures: tuple[str, int, datetime] | None
+) -> tuple[ApiToken | None, datetime | None]:
+    """The API token whose key is `key`, with its user and — in the same statement, so that a
+    request's authentication is one round trip — given `failures` = (failure key, n, since), the
+    n-th newest failure of that key after `since` (runs.http.throttles); (None, None) when `key` is
+    no token, or one that has expired.
+
+    Found by the key's digest on a unique index: the only comparison is the database's equality
+    of two digests, and what its timing could tell is a digest's bytes, never the key's."""
+    tokens = ApiToken.objects.select_related("user")
     if failures is not None:
         failure_key, nth, since = failures
         newest = AuthFailure.objects.filter(key=failure_key, failed_at__gt=since).order_by("-failed_at")
         tokens = tokens.annotate(block_failed_at=Subquery(newest.values("failed_at")[nth - 1 : nth]))
-    token = tokens.filter(key=key).first()
-    if token is None:
+    token = tokens.filter(digest=key_digest(key)).first()
+    if token is None or (token.expires_at is not None and token.expires_at <= timezone.now()):
         return None, None
     return token, getattr(token, "block_failed_at", None)
+
+
+def tokens_of(*, user: User) -> QuerySet[ApiToken]:
+    """The user's own API tokens (staff see only theirs too: a token is its holder's alone)."""
+    return ApiToken.objects.filter(user_id=user.pk).select_related("issued_by")
 
 
 def _session_model() -> Any:

@@ -32,7 +32,7 @@ class Opened:
     terminal: bool
     # Who opened it, and with what: the re-check looks at them again (guard.py).
     user_id: int
-    token_key: str | None
+    token_id: int | None
     session_key: str | None
     # The types the stream sends (docs/design/streaming.md#types); None: every one.
     types: TypeSelection | None = None
@@ -62,7 +62,7 @@ class Reader:
 
     run: Run
     user: User
-    token_key: str | None
+    token_id: int | None
     session_key: str | None
 
 
@@ -76,7 +76,7 @@ def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
         response = error_response(401, "not_authenticated", "authentication credentials were not provided")
         response["WWW-Authenticate"] = "Token"
         return response
-    user, token_key, session_key = authenticated
+    user, token_id, session_key = authenticated
     try:
         run = run_get(run_id=run_id, user=user)
     except NotFound as exc:
@@ -86,7 +86,7 @@ def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
         not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
         not_allowed["Allow"] = "GET"
         return not_allowed
-    return Reader(run=run, user=user, token_key=token_key, session_key=session_key)
+    return Reader(run=run, user=user, token_id=token_id, session_key=session_key)
 
 
 def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
@@ -124,7 +124,7 @@ def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
         last_seq=run.last_seq,
         terminal=run.is_terminal,
         user_id=int(user.pk),
-        token_key=reader.token_key,
+        token_id=reader.token_id,
         session_key=reader.session_key,
         types=types,
     )

@@ -14,7 +14,7 @@ re-check of who holds each open stream — those it holds itself, and those the 
 - **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
   stream's (user, credential, run) at once: a handful of queries for the whole process, never
   one per stream (`_recheck_sync`). A stream whose user was deactivated or deleted, whose token
-  was deleted, whose session ended (logged out, flushed or expired), or whose run it may no
+  was deleted or expired, whose session ended (logged out, flushed or expired), or whose run it may no
   longer see (deleted, or the permission to see others' runs taken away) is ended: `Watch.end`
   sets a flag the stream looks at between frames and wakes it if it is waiting. The client
   reconnects and is answered 401 or 404 like any new stream. A failed re-check ends nothing.
@@ -53,8 +53,8 @@ BATCH = 1000
 # busy (at most a thousand streams a second) or when the web processes answer slowly.
 EDGE_MARGIN = 10.0
 
-# (user id, token key, session key, run id): who holds a stream of which run, with what.
-Holder = tuple[int, str | None, str | None, str]
+# (user id, token id, session key, run id): who holds a stream of which run, with what.
+Holder = tuple[int, int | None, str | None, str]
 
 K = TypeVar("K")
 
@@ -65,7 +65,7 @@ class Watch:
 
     guard: "StreamGuard"
     user_id: int
-    token_key: str | None
+    token_id: int | None
     session_key: str | None
     run_id: str
     # Set by the re-check; the stream ends at its next look.
@@ -80,7 +80,7 @@ class Watch:
 
     @property
     def holder(self) -> Holder:
-        return (self.user_id, self.token_key, self.session_key, self.run_id)
+        return (self.user_id, self.token_id, self.session_key, self.run_id)
 
     def end(self) -> None:
         self.ended = True
@@ -133,16 +133,16 @@ class _Found:
     """What the database holds now of the keys of the open streams."""
 
     active_users: dict[int, bool]  # active user id -> sees every run
-    token_users: dict[str, int]
+    token_users: dict[int, int]
     sessions: set[str] | None  # None: the session engine keeps no rows to look up
     run_owners: dict[str, int]
 
     def allows(self, holder: Holder) -> bool:
-        user_id, token_key, session_key, run_id = holder
+        user_id, token_id, session_key, run_id = holder
         sees_every_run = self.active_users.get(user_id)
         if sees_every_run is None:
             return False  # deactivated or deleted
-        if token_key is not None and self.token_users.get(token_key) != user_id:
+        if token_id is not None and self.token_users.get(token_id) != user_id:
             return False
         if session_key is not None and self.sessions is not None and session_key not in self.sessions:
             return False
@@ -156,21 +156,21 @@ def _batches(keys: Collection[K]) -> Iterator[list[K]]:
         yield ordered[i : i + BATCH]
 
 
-def _recheck_sync(user_ids: set[int], token_keys: set[str], session_keys: set[str], run_ids: set[str]) -> _Found:
+def _recheck_sync(user_ids: set[int], token_ids: set[int], session_keys: set[str], run_ids: set[str]) -> _Found:
     """One query per kind of key (per BATCH keys), for every stream of the process."""
     try:
-        return _found(user_ids, token_keys, session_keys, run_ids)
+        return _found(user_ids, token_ids, session_keys, run_ids)
     finally:
         connection.close()  # as every read of the stream pools: no connection outlives the call
 
 
-def _found(user_ids: set[int], token_keys: set[str], session_keys: set[str], run_ids: set[str]) -> _Found:
+def _found(user_ids: set[int], token_ids: set[int], session_keys: set[str], run_ids: set[str]) -> _Found:
     active: dict[int, bool] = {}
     for users in _batches(user_ids):
         active.update(users_active(user_ids=users))
-    tokens: dict[str, int] = {}
-    for keys in _batches(token_keys):
-        tokens.update(token_users(keys=keys))
+    tokens: dict[int, int] = {}
+    for ids in _batches(token_ids):
+        tokens.update(token_users(ids=ids))
     sessions: set[str] | None = None
     if sessions_kept():
         sessions = set()
@@ -192,14 +192,14 @@ class StreamGuard:
         self.recheck_seconds = conf.SSE_RECHECK_SECONDS
         self._task: asyncio.Task[None] | None = None
 
-    def admit(self, *, user_id: int, token_key: str | None, session_key: str | None, run_id: str) -> Watch | None:
+    def admit(self, *, user_id: int, token_id: int | None, session_key: str | None, run_id: str) -> Watch | None:
         """Count a new stream of the user, or None when the user already holds the cap."""
         cap = conf.MAX_STREAMS_PER_USER
         held = self.counts.get(user_id, 0)
         if cap is not None and held + edge_streams.live(user_id) >= cap:
             return None
         self.counts[user_id] = held + 1
-        watch = Watch(guard=self, user_id=user_id, token_key=token_key, session_key=session_key, run_id=run_id)
+        watch = Watch(guard=self, user_id=user_id, token_id=token_id, session_key=session_key, run_id=run_id)
         self.watches.add(watch)
         watch.unstarted = self.loop.call_later(conf.SSE_START_SECONDS, self._unstarted, watch)
         self._ensure_task()
@@ -250,7 +250,7 @@ class StreamGuard:
             found = await hub.run_open_check(
                 _recheck_sync,
                 {w.user_id for w in watches},
-                {w.token_key for w in watches if w.token_key is not None},
+                {w.token_id for w in watches if w.token_id is not None},
                 {w.session_key for w in watches if w.session_key is not None},
                 {w.run_id for w in watches},
             )
@@ -338,8 +338,8 @@ class EdgeStreams:
             cached = self._checked.get(holder)
         if cached is not None and cached[1] > now:
             return cached[0]
-        user_id, token_key, session_key, run_id = holder
-        tokens = {token_key} if token_key is not None else set()
+        user_id, token_id, session_key, run_id = holder
+        tokens = {token_id} if token_id is not None else set()
         sessions = {session_key} if session_key is not None else set()
         allowed = _found({user_id}, tokens, sessions, {run_id}).allows(holder)
         with self._lock:

@@ -76,7 +76,7 @@ class _Admitted:
     timeout: float
     sees_ticket: bool
     user_id: int
-    token_key: str | None
+    token_id: int | None
     session_key: str | None
 
 
@@ -112,7 +112,7 @@ def _checks(request: HttpRequest, run_id: str) -> _Admitted | HttpResponse:
             timeout=timeout,
             sees_ticket=can_see_ticket(reader.user, reader.run),
             user_id=int(reader.user.pk),
-            token_key=reader.token_key,
+            token_id=reader.token_id,
             session_key=reader.session_key,
         )
     finally:
@@ -185,7 +185,7 @@ async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
             HttpResponse(_answer_bytes(admitted, admitted.answer, result), content_type="application/json")
         )
     watch = get_guard().admit(
-        user_id=admitted.user_id, token_key=admitted.token_key, session_key=admitted.session_key, run_id=run_id
+        user_id=admitted.user_id, token_id=admitted.token_id, session_key=admitted.session_key, run_id=run_id
     )
     if watch is None:
         return error_response_for(too_many_streams())

@@ -16,7 +16,8 @@
     checks.py      what must hold of runs once the dust settles (also after a fault-injection run)
     api.py         the API's error shape, asserted of a test client's response
     urls.py        every route the project's URLconf (or a part of it) declares
-    db.py          API tokens, and what PostgreSQL reports: LISTEN connections, event-table scans
+    db.py          API tokens (and DRF's table of an earlier install), a backup of the test database
+                   (pg_dump, the SQLite files), what PostgreSQL reports: LISTEN connections, scans
     pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture
     sse.py         an SSE client over raw sockets that parses streams as EventSource does
     sse_writer.py  a stand-in worker process that appends events (procs.start_writer starts it)

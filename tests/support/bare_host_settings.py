@@ -12,7 +12,7 @@ SECRET_KEY = "a host project's own secret, for tests only"
 INSTALLED_APPS = [
     *("django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes"),
     *("django.contrib.sessions", "django.contrib.messages", "django.contrib.staticfiles"),
-    *("rest_framework", "rest_framework.authtoken", "runs"),
+    *("rest_framework", "runs"),
 ]
 MIDDLEWARE = [
     f"django.{name}"

@@ -1,22 +1,65 @@
-"""Straight from the database, beside the services: API tokens for the clients, and what PostgreSQL
-reports about connections, sessions and the events table (pg_stat_activity, pg_stat_database,
-pg_stat_user_tables)."""
+"""Straight from the database, beside the services: API tokens for the clients (issued by the service,
+as `manage.py create_token` does; DRF's, as an earlier install made them), what a backup of the test
+database holds (`pg_dump`, the SQLite files), and what PostgreSQL reports about connections,
+sessions and the events table (pg_stat_activity, pg_stat_database, pg_stat_user_tables)."""
 
+import os
+import secrets
+import shutil
+import subprocess
 import time
 from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.apps.registry import Apps
 from django.contrib.auth.models import User
-from django.db import connection
-from rest_framework.authtoken.models import Token
+from django.db import connection, models
 
+from runs.services.tokens import token_create
 from runs.streaming.listener import APPLICATION_NAME_PREFIX
 from tests.support.procs import Proc
 from tests.support.waiting import wait_until
 
 
-def token_for(user: User) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+def token_for(user: User, *, name: str | None = None, expires_at: datetime | None = None) -> str:
+    """The key of a new API token of `user` (a new one each call: no key can be read back)."""
+    return token_create(user=user, name=name or f"test-{secrets.token_hex(4)}", expires_at=expires_at)[1]
+
+
+def _pg_bindir() -> Path:
+    # The cluster's own binaries when the suite made it (bin/pgcluster notes them), else the machine's.
+    root = os.environ.get("RUNLEDGER_TEST_PGDIR")
+    if root and (Path(root) / "bindir").is_file():
+        return Path((Path(root) / "bindir").read_text().strip())
+    pg_config = shutil.which("pg_config")
+    assert pg_config is not None, "pg_dump needs PostgreSQL's binaries (pg_config on PATH)"
+    return Path(subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=True).stdout.strip())
+
+
+def database_dump() -> bytes:
+    """Every byte a backup of the test database holds: `pg_dump`'s output on PostgreSQL; on SQLite
+    the database file with its -wal and -journal files, free pages and old frames included."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        files = [Path(db["NAME"] + suffix) for suffix in ("", "-wal", "-journal")]
+        return b"".join(path.read_bytes() for path in files if path.exists())
+    env = {**os.environ, "PGPASSWORD": db.get("PASSWORD") or ""}
+    command = [str(_pg_bindir() / "pg_dump"), "-h", db["HOST"], "-p", str(db["PORT"]), "-U", db["USER"], db["NAME"]]
+    return subprocess.run(command, env=env, capture_output=True, check=True, timeout=120).stdout
+
+
+def drf_token_model() -> type[models.Model]:
+    """Django REST framework's token table (`authtoken_token`) as an earlier install left it, for a
+    test to make and fill: a model of a registry of its own, so that no app knows it."""
+    meta = type("Meta", (), {"app_label": "authtoken", "db_table": "authtoken_token", "apps": Apps()})
+    fields = {
+        "key": models.CharField(max_length=40, primary_key=True),
+        "user_id": models.IntegerField(unique=True),
+        "created": models.DateTimeField(),
+    }
+    return type("Token", (models.Model,), {"__module__": __name__, "Meta": meta, **fields})
 
 
 def query_one(sql: str, params: list[Any]) -> Any:

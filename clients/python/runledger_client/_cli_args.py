@@ -59,6 +59,18 @@ def _seq(text: str) -> int:
     return int(text)
 
 
+# A token's lifetime as `manage.py create_token --expires` reads it: seconds per unit.
+LIFETIME_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def _lifetime(text: str) -> int:
+    """`30d`, `12h`, `90m`, `2w`: seconds (the server says whether it is within its bounds)."""
+    number, unit = text[:-1], text[-1:]
+    if not number.isdigit() or unit not in LIFETIME_UNITS:
+        raise argparse.ArgumentTypeError("a whole number and a unit, s m h d or w (30d, 12h)")
+    return int(number) * LIFETIME_UNITS[unit]
+
+
 def _statuses(text: str) -> str:
     unknown = [item for item in text.split(",") if item not in STATUSES]
     if unknown:
@@ -204,6 +216,7 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
     _webhooks_commands(
         command("webhooks", "your webhook endpoints: told when your runs end or wait"), connection, handlers
     )
+    _tokens_commands(command("tokens", "your API tokens: issue, list, revoke"), connection, handlers)
 
     completion = command("completion", 'print a shell completion script: eval "$(runledger completion bash)"')
     completion.add_argument("shell", choices=SHELLS, help="the shell")
@@ -227,19 +240,48 @@ def _command(
     return sub
 
 
+def _group(
+    group: argparse.ArgumentParser,
+    name: str,
+    connection: argparse.ArgumentParser,
+    handlers: dict[str, Callable[..., int]],
+) -> Callable[[str, str], argparse.ArgumentParser]:
+    """A group of commands, `runledger NAME COMMAND`: what adds one of them (handlers `NAME <command>`)."""
+    commands = group.add_subparsers(
+        dest=f"{name}_command",
+        required=True,
+        metavar=f"{name.upper()}_COMMAND",
+        help=f"each with its own --help: runledger {name} COMMAND --help",
+    )
+
+    def command(command_name: str, help: str) -> argparse.ArgumentParser:
+        return _command(commands, command_name, help, connection, handlers.get(f"{name} {command_name}"))
+
+    return command
+
+
+def _tokens_commands(
+    tokens: argparse.ArgumentParser, connection: argparse.ArgumentParser, handlers: dict[str, Callable[..., int]]
+) -> None:
+    """`runledger tokens COMMAND` (docs/design/api.md#tokens); handlers `tokens <name>`."""
+    command = _group(tokens, "tokens", connection, handlers)
+    create = command(
+        "create",
+        "issue a token; prints its key alone, shown only now (-o json: the token with its key). Issued with "
+        "a token, it expires no later than that one and is revoked with it",
+    )
+    create.add_argument("name", help="its name, unique among yours: 1 to 64 of A-Z a-z 0-9 . _ -")
+    create.add_argument("--expires", type=_lifetime, metavar="LIFETIME", help="e.g. 30d, 12h, 90m (default: never)")
+    command("list", "list your tokens, oldest first: names, expiries, last use — never a key")
+    delete = command("delete", 'revoke a token at once; prints "deleted NAME" (-o json: {"name", "deleted"})')
+    delete.add_argument("name", help="the token's name")
+
+
 def _webhooks_commands(
     webhooks: argparse.ArgumentParser, connection: argparse.ArgumentParser, handlers: dict[str, Callable[..., int]]
 ) -> None:
     """`runledger webhooks COMMAND` (docs/design/webhooks.md#endpoints); handlers `webhooks <name>`."""
-    commands = webhooks.add_subparsers(
-        dest="webhooks_command",
-        required=True,
-        metavar="WEBHOOKS_COMMAND",
-        help="each with its own --help: runledger webhooks COMMAND --help",
-    )
-
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return _command(commands, name, help, connection, handlers.get(f"webhooks {name}"))
+    command = _group(webhooks, "webhooks", connection, handlers)
 
     create = command(
         "create", "register an endpoint; prints its id and its signing secret, shown only now (-o json: the endpoint)"

@@ -20,7 +20,17 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import httpx
 
 from runledger_client.errors import TransportError, error_from, retry_after
-from runledger_client.models import Agent, BulkResult, EventPage, Page, Run, RunPage, Webhook, WebhookDelivery
+from runledger_client.models import (
+    Agent,
+    ApiToken,
+    BulkResult,
+    EventPage,
+    Page,
+    Run,
+    RunPage,
+    Webhook,
+    WebhookDelivery,
+)
 
 __version__ = "0.2.0"
 
@@ -455,6 +465,28 @@ def webhook_pages(page_size: int | None) -> Pages[Webhook]:
 
 def webhook_delivery_pages(webhook_id: object, page_size: int | None) -> Pages[WebhookDelivery]:
     return Pages(webhook_path(webhook_id, "deliveries"), {"page_size": page_size}, WebhookDelivery.from_body)
+
+
+# --- API tokens (docs/design/api.md#tokens) ---
+
+
+def token_create(name: str, expires_in: int | None, expires_at: datetime | str | None) -> Call[ApiToken]:
+    fields: dict[str, Any] = {"name": name}
+    if expires_in is not None:
+        fields["expires_in"] = expires_in
+    if expires_at is not None:
+        fields["expires_at"] = expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
+    # Not repeated after a lost answer: its key was in it, and a second try would issue a second
+    # token (or, by its name, be refused).
+    return Call("POST", "/api/tokens/", ApiToken.from_body, json=fields, ok=(201,), idempotent=False)
+
+
+def token_pages(page_size: int | None) -> Pages[ApiToken]:
+    return Pages("/api/tokens/", {"page_size": page_size}, ApiToken.from_body)
+
+
+def token_delete(name: str) -> Call[None]:
+    return Call("DELETE", f"/api/tokens/{quote(name, safe='')}/", lambda body: None, ok=(204,))
 
 
 @dataclass(frozen=True)

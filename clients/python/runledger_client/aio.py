@@ -1,11 +1,12 @@
 """The asyncio client: `Client`'s namespaces and methods, awaited (`runs.list`, `agents.list`,
-`runs.stream`, `webhooks.list` and `webhooks.deliveries` are async iterators; a stream is an async
-context manager)."""
+`runs.stream`, `webhooks.list`, `webhooks.deliveries` and `tokens.list` are async iterators; a stream
+is an async context manager)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -15,7 +16,7 @@ from runledger_client import _core
 from runledger_client._config import settings_for
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
+from runledger_client.models import Agent, ApiToken, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
 
 T = TypeVar("T")
 
@@ -177,6 +178,24 @@ class AsyncWebhooks:
         return self._client._pages(_core.webhook_delivery_pages(webhook_id, page_size))
 
 
+class AsyncTokens:
+    """`client.tokens` of `Client`, awaited; `list` is an async iterator."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(
+        self, name: str, *, expires_in: int | None = None, expires_at: datetime | str | None = None
+    ) -> ApiToken:
+        return await self._client._send(_core.token_create(name, expires_in, expires_at))
+
+    def list(self, *, page_size: int | None = None) -> AsyncIterator[ApiToken]:
+        return self._client._pages(_core.token_pages(page_size))
+
+    async def delete(self, name: str) -> None:
+        await self._client._send(_core.token_delete(name))
+
+
 class AsyncClient:
     """`AsyncClient(url=None, token=None, *, profile=None, **options)`: `Client` for asyncio; see
     there."""
@@ -184,6 +203,7 @@ class AsyncClient:
     runs: AsyncRuns
     agents: AsyncAgents
     webhooks: AsyncWebhooks
+    tokens: AsyncTokens
 
     def __init__(
         self,
@@ -203,6 +223,7 @@ class AsyncClient:
         self.runs = AsyncRuns(self)
         self.agents = AsyncAgents(self)
         self.webhooks = AsyncWebhooks(self)
+        self.tokens = AsyncTokens(self)
 
     def with_options(self, **options: Unpack[_core.ClientOptions]) -> AsyncClient:
         copy = object.__new__(AsyncClient)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Iterable, Iterator
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
@@ -15,7 +16,7 @@ from runledger_client import _core
 from runledger_client._config import settings_for
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
+from runledger_client.models import Agent, ApiToken, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
 
 T = TypeVar("T")
 
@@ -231,8 +232,31 @@ class Webhooks:
         return self._client._pages(_core.webhook_delivery_pages(webhook_id, page_size))
 
 
+class Tokens:
+    """`client.tokens`: your API tokens (docs/design/api.md#tokens). A key is in the answer of
+    `create` only: the server keeps its digest."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(self, name: str, *, expires_in: int | None = None, expires_at: datetime | str | None = None) -> ApiToken:
+        """Issue a token named `name` (unique among yours), expiring in `expires_in` seconds or at
+        `expires_at` (neither: never — but never later than the token this client uses, with which
+        it is revoked too). Its `key` is shown only here. Not retried after a lost answer."""
+        return self._client._send(_core.token_create(name, expires_in, expires_at))
+
+    def list(self, *, page_size: int | None = None) -> Iterator[ApiToken]:
+        """Your tokens, oldest first: names, expiries, creation and last use — never a key."""
+        return self._client._pages(_core.token_pages(page_size))
+
+    def delete(self, name: str) -> None:
+        """Revoke your token `name` at once, with the tokens it issued (this client's own too, if
+        it is that one). A retry after a lost answer may find it gone: NotFound."""
+        self._client._send(_core.token_delete(name))
+
+
 class Client:
-    """`Client(url=None, token=None, *, profile=None, **options)`: the Runledger API with a DRF
+    """`Client(url=None, token=None, *, profile=None, **options)`: the Runledger API with an API
     token (`Authorization: Token <key>`). What is not given is read from the environment, then from
     the config file's profile (runledger_client._config). The options (`timeout`,
     `stream_timeout`, `retry`, `max_retries`) are `ClientOptions`; `with_options()` changes them
@@ -245,6 +269,7 @@ class Client:
     runs: Runs
     agents: Agents
     webhooks: Webhooks
+    tokens: Tokens
 
     def __init__(
         self,
@@ -264,6 +289,7 @@ class Client:
         self.runs = Runs(self)
         self.agents = Agents(self)
         self.webhooks = Webhooks(self)
+        self.tokens = Tokens(self)
 
     def with_options(self, **options: Unpack[_core.ClientOptions]) -> Client:
         """This client with other options (`timeout`, `max_retries`, …), sharing its connections:

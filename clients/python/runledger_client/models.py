@@ -262,7 +262,13 @@ class Page:
     """A page of a list (`GET /api/runs/`, `/api/agents/`, `/api/webhooks/`, …): its `results`, and the full URLs of
     the pages after and before it (None at either end), each with an opaque `cursor`."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("RunPage", "AgentPage", "WebhookEndpointPage", "WebhookDeliveryPage")
+    SCHEMA: ClassVar[tuple[str, ...]] = (
+        "RunPage",
+        "AgentPage",
+        "WebhookEndpointPage",
+        "WebhookDeliveryPage",
+        "ApiTokenPage",
+    )
     LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     results: list[Any]
@@ -406,5 +412,40 @@ class WebhookDelivery:
             created_at=timestamp(body.get("created_at")),
             delivered_at=timestamp(body.get("delivered_at")),
             last_error=str(body.get("last_error") or ""),
+            data=body,
+        )
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """An API token of yours (docs/design/api.md#tokens). `key` is there only in the answer of
+    `create` — the server keeps its digest, never the key — and never in a repr."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("ApiToken", "ApiTokenWithKey")
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    name: str
+    created_at: datetime | None
+    # None: never.
+    expires_at: datetime | None
+    # None: never used; up to a minute behind (the server writes it at most once a minute).
+    last_used_at: datetime | None
+    # The token whose request issued this one: it expires no later, and is revoked with it.
+    issued_by: str | None
+    key: str | None = field(repr=False)
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ApiToken:
+        return cls(
+            name=str(body.get("name") or ""),
+            created_at=timestamp(body.get("created_at")),
+            expires_at=timestamp(body.get("expires_at")),
+            last_used_at=timestamp(body.get("last_used_at")),
+            issued_by=_str_or_none(body.get("issued_by")),
+            key=_str_or_none(body.get("key")),
             data=body,
         )

@@ -141,7 +141,7 @@ def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> Htt
     held = Link(
         run_id=opened.run_id,
         user_id=opened.user_id,
-        token_key=opened.token_key,
+        token_id=opened.token_id,
         session_key=opened.session_key,
         expires=math.ceil(now + lifetime) if lifetime > 0 else 0,
     )

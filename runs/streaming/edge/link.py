@@ -4,7 +4,8 @@ expiry (docs/design/edge.md#recovery).
 
 Pushpin's fetches carry no credential of any user, and its `Grip-Sig` is valid for an hour on any
 path: on its own it cannot say whose stream a request is for. So each connect mints a token naming
-its run, its user and their token or session, and when it ends (the connect's time +
+its run, its user and their API token (its id: the key is nowhere but with its holder) or session,
+and when it ends (the connect's time +
 `RUNLEDGER_SSE_MAX_SECONDS`), sealed with keys derived from `SECRET_KEY` (as `RUNLEDGER_GRIP_KEY`
 is, so every web process started with the same secret reads every other's tokens). The hold puts
 it where Pushpin returns it with every fetch (`grip.LINK_CHANNEL`'s previous id, in Grip-Last). A
@@ -13,7 +14,8 @@ while that user may still see that run with that credential (hold.py). Each conn
 is its own (a random nonce): the web processes count the streams by it.
 
 The credential itself is in the token, encrypted: a re-check must look the token or session up, and
-Pushpin's debug log writes request headers. The cipher is HMAC-SHA256 in counter mode under a
+Pushpin's debug log writes request headers (a session key is a credential; a token's id is not, but
+is no one's business). The cipher is HMAC-SHA256 in counter mode under a
 random 96-bit nonce (a PRF stream cipher), then the whole token is MACed with another key
 (encrypt-then-MAC); both keys are HMACs of SECRET_KEY with their own labels.
 """
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-VERSION = 1
+# 2: an API token is named by its id (1 carried its key): a link of 1 is refused, and its stream
+# reconnects as a new one.
+VERSION = 2
 NONCE = 12
 TAG = 16
 # version, user id, expiry (Unix seconds, 0 = never), nonce; then the sealed credential, then the tag.
@@ -42,14 +46,14 @@ class Link:
 
     run_id: str
     user_id: int
-    token_key: str | None
+    token_id: int | None
     session_key: str | None
     expires: int  # Unix seconds; 0: never (RUNLEDGER_SSE_MAX_SECONDS = 0)
 
     @property
-    def holder(self) -> tuple[int, str | None, str | None, str]:
+    def holder(self) -> tuple[int, int | None, str | None, str]:
         """What the re-check looks at: the same for every link of one user's credential and run."""
-        return (self.user_id, self.token_key, self.session_key, self.run_id)
+        return (self.user_id, self.token_id, self.session_key, self.run_id)
 
 
 def _key(label: bytes) -> bytes:
@@ -68,8 +72,8 @@ def _tag(run_id: str, sealed: bytes) -> bytes:
 
 def mint(link: Link) -> str:
     """The token (URL-safe base64), new at each call (its nonce)."""
-    if link.token_key is not None:
-        credential = b"t" + link.token_key.encode()
+    if link.token_id is not None:
+        credential = b"t" + str(link.token_id).encode()
     else:
         credential = b"s" + (link.session_key or "").encode()
     nonce = os.urandom(NONCE)
@@ -94,12 +98,12 @@ def read(*, run_id: str, token: str) -> Link | None:
     cipher = sealed[_HEAD.size :]
     credential = bytes(a ^ b for a, b in zip(cipher, _keystream(nonce, len(cipher)), strict=True))
     kind, key = _KINDS.get(credential[:1]), credential[1:].decode("ascii", errors="replace")
-    if kind is None:
+    if kind is None or (kind == "token" and not key.isdigit()):
         return None
     return Link(
         run_id=run_id,
         user_id=user_id,
-        token_key=key if kind == "token" else None,
+        token_id=int(key) if kind == "token" else None,
         session_key=key if kind == "session" else None,
         expires=expires,
     )

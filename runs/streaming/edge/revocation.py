@@ -1,12 +1,13 @@
 """Revocations the edge's streams must not wait for (docs/design/edge.md#revocation): a user
-deactivated or deleted, a token of theirs deleted, or a session of theirs ended (logout).
+deactivated or deleted, an API token of theirs deleted (by its holder, the admin, or with the token
+that issued it), or a session of theirs ended (logout).
 
 Each sends `runledger_revoked` with the user's id, inside the transaction that revokes, so it is
 delivered when that commits; the edge's leading publisher then closes the user's channel, which
 every stream the edge holds for them is on (grip.user_channel), and each client's reconnect is
 checked as a new connect. Sent whether or not this process has an edge: the admin or a command
 may revoke where only the web processes publish. A notification lost (no leader at that moment)
-or a revocation not listed here (a permission taken away, a session that expired) waits for the
+or a revocation not listed here (a permission taken away, a session or token that expired) waits for the
 stream's next link fetch instead, the bound the design page states.
 """
 
@@ -15,9 +16,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_out
 from django.db.models.signals import post_delete, post_save
-from rest_framework.authtoken.models import Token
 
 from runs import notify
+from runs.models import ApiToken
 
 
 def _revoked(user_id: int | None) -> None:
@@ -25,7 +26,7 @@ def _revoked(user_id: int | None) -> None:
         notify.send(notify.credential_revoked(user_id))
 
 
-def _token_deleted(sender: Any, instance: Token, **kwargs: Any) -> None:
+def _token_deleted(sender: Any, instance: ApiToken, **kwargs: Any) -> None:
     _revoked(instance.user_id)
 
 
@@ -47,7 +48,7 @@ def _logged_out(sender: Any, user: Any, **kwargs: Any) -> None:
 def connect() -> None:
     """Hook the revocations (runs.apps, once)."""
     user = get_user_model()
-    post_delete.connect(_token_deleted, sender=Token, dispatch_uid="runledger-edge-token-deleted")
+    post_delete.connect(_token_deleted, sender=ApiToken, dispatch_uid="runledger-edge-token-deleted")
     post_save.connect(_user_saved, sender=user, dispatch_uid="runledger-edge-user-saved")
     post_delete.connect(_user_deleted, sender=user, dispatch_uid="runledger-edge-user-deleted")
     user_logged_out.connect(_logged_out, dispatch_uid="runledger-edge-logged-out")
