@@ -93,4 +93,3 @@ def test_no_database_dump_holds_a_key_issued_by_any_means(migrated_drf_token: st
         digest_held, key_held = key_digest(key).encode() in dump, key.encode() in dump
         assert digest_held, f"the dump holds no digest of {name}: not a dump of the tokens"
         assert not key_held, f"the dump holds the key of the token {name}"
-
