@@ -297,7 +297,9 @@ class PublishTap:
             self.publishes += 1
             kept = []
             for item in request["args"]["items"]:
-                first, last = int(item.get("prev-id", b"-1")) + 1, int(item.get("id", b"-1"))
+                # A close's id is its run's last seq and `-end` (grip.close_item): it carries no event.
+                ending = item.get("id", b"").endswith(b"-end")
+                first, last = int(item.get("prev-id", b"-1")) + 1, -1 if ending else int(item.get("id", b"-1"))
                 carried = {str(seq) for seq in range(first, last + 1)}
                 if carried & self._drop:
                     self.dropped += [int(seq) for seq in carried & self._drop]
