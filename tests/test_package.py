@@ -1,4 +1,4 @@
-"""What `pip install runledger` gets: the whole app and nothing of the standalone site, a licence,
+"""What `pip install django-runledger` gets: the whole app and nothing of the standalone site, a licence,
 metadata with one version, and a core install that needs none of the extras to serve the app."""
 
 import re
@@ -36,7 +36,7 @@ def test_the_wheel_holds_every_file_of_the_app_and_nothing_else(built: Built) ->
         assert any(path.startswith(kind) for path in app), kind
     dist_info = {path for path in files if path.split("/")[0].endswith(".dist-info")}
     assert files - dist_info == app
-    assert f"runledger-{runs.__version__}.dist-info/licenses/LICENSE" in files
+    assert f"django_runledger-{runs.__version__}.dist-info/licenses/LICENSE" in files
 
 
 @pytest.mark.processes
@@ -68,11 +68,11 @@ def test_the_metadata_has_the_licence_one_version_and_the_extras(built: Built) -
     extra_of = {
         requirement_name(r): r.rsplit('extra == "', 1)[1].rstrip('"')
         for r in requires
-        if "extra ==" in r and not r.startswith("runledger")
+        if "extra ==" in r and not r.startswith("django-runledger")
     }
     assert {extra_of[name] for name in ("uvicorn", "psycopg", "pyzmq", "pyjwt")} == {"server", "postgres", "edge"}
-    assert 'runledger[edge,openai,postgres,server]; extra == "all"' in requires
-    assert 'runledger[all,docs]; extra == "dev"' in requires
+    assert 'django-runledger[edge,openai,postgres,server]; extra == "all"' in requires
+    assert 'django-runledger[all,docs]; extra == "dev"' in requires
 
 
 @pytest.mark.sqlite
@@ -107,7 +107,7 @@ def test_an_edge_configured_without_its_extra_is_refused_naming_the_extra(tmp_pa
     assert report["error"] is not None
     assert report["error"]["type"] == "ImproperlyConfigured"
     assert report["error"]["message"] == (
-        "RUNLEDGER_GRIP_URL needs the edge extra (pip install 'runledger[edge]'): no jwt, zmq"
+        "RUNLEDGER_GRIP_URL needs the edge extra (pip install 'django-runledger[edge]'): no jwt, zmq"
     )
 
 

@@ -1,5 +1,5 @@
 """A process that sees Python as an install of `runledger` without extras would: the extras'
-packages cannot be imported (as on a machine where `pip install runledger` put none of them),
+packages cannot be imported (as on a machine where `pip install django-runledger` put none of them),
 and every attempt to import one is noted with the module that made it.
 
     python -m tests.support.core_install [--set NAME=JSON]... [--call MODULE:FUNCTION] MODULE...

@@ -1,4 +1,4 @@
-"""The distributions of the checkout, as `python -m build` makes them: what `pip install runledger`
+"""The distributions of the checkout, as `python -m build` makes them: what `pip install django-runledger`
 gets. tests/test_package.py checks their contents, and a host project can install the wheel."""
 
 import email.parser
@@ -45,7 +45,7 @@ class Built:
             return {name for name in wheel.namelist() if not name.endswith("/")}
 
     def sdist_files(self) -> set[str]:
-        """Its files, without the `runledger-<version>/` folder they sit in."""
+        """Its files, without the `django_runledger-<version>/` folder they sit in."""
         with tarfile.open(self.sdist) as sdist:
             return {member.name.split("/", 1)[1] for member in sdist.getmembers() if member.isfile()}
 
@@ -61,7 +61,7 @@ def build(folder: Path) -> Built:
     lacks is missing from the wheel too), into `folder`/dist.
 
     Built from a copy of the files git has, as a fresh clone would be: setuptools writes
-    runledger.egg-info and build/ into the tree it builds, and reads back whatever SOURCES.txt an
+    django_runledger.egg-info and build/ into the tree it builds, and reads back whatever SOURCES.txt an
     earlier build left there, so the checkout would neither stay as it was nor give a clone's
     answer (and two builds at once would share those folders)."""
     source = folder / "src"

@@ -106,7 +106,7 @@ def require_edge() -> None:
     missing = [name for name in EDGE_MODULES if importlib.util.find_spec(name) is None]
     if missing:
         raise ImproperlyConfigured(
-            f"RUNLEDGER_GRIP_URL needs the edge extra (pip install 'runledger[edge]'): no {', '.join(missing)}"
+            f"RUNLEDGER_GRIP_URL needs the edge extra (pip install 'django-runledger[edge]'): no {', '.join(missing)}"
         )
     if connections["default"].vendor != "postgresql":
         raise ImproperlyConfigured(
