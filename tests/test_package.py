@@ -40,7 +40,6 @@ DISTRIBUTIONS = [
     Distribution(".", "django-runledger", runs.__version__, "runs"),
     Distribution("clients/python", "runledger-client", runledger_client.__version__, "runledger_client"),
 ]
-BOTH = pytest.mark.parametrize("distribution", DISTRIBUTIONS, ids=lambda d: d.name)
 # The labels the package index shows with their icons (PEP 753's well-known labels).
 PROJECT_URLS = {"Homepage", "Documentation", "Changelog", "Issues"}
 
@@ -59,6 +58,18 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Built]:
 @pytest.fixture(scope="module")
 def built(builds: Callable[[str], Built]) -> Built:
     return builds(".")
+
+
+@pytest.fixture(params=DISTRIBUTIONS, ids=lambda distribution: distribution.name)
+def distribution(request: pytest.FixtureRequest) -> Distribution:
+    """Each distribution in turn: a test that asks for it runs for the app and for the client."""
+    chosen: Distribution = request.param
+    return chosen
+
+
+@pytest.fixture
+def its_build(distribution: Distribution, builds: Callable[[str], Built]) -> Built:
+    return builds(distribution.project)
 
 
 def requirement_name(requirement: str) -> str:
@@ -157,44 +168,39 @@ def test_the_apps_templates_are_found_in_the_app_and_the_site_overrides_none() -
     assert site & set(names) == set()
 
 
-@BOTH
 @pytest.mark.processes
 @pytest.mark.timeout(600)
 def test_each_distribution_names_itself_its_version_and_its_licence_in_the_wheel_and_the_sdist(
-    distribution: Distribution, builds: Callable[[str], Built]
+    distribution: Distribution, its_build: Built
 ) -> None:
-    built = builds(distribution.project)
     licence = (ROOT / "LICENSE").read_text()
     assert licence.startswith("MIT License")
-    for meta in (built.metadata(), built.sdist_metadata()):
+    for meta in (its_build.metadata(), its_build.sdist_metadata()):
         assert meta["Name"] == distribution.name
         assert meta["Version"] == distribution.version
         assert Version(meta["Metadata-Version"]) >= Version("2.4")  # the first with License-Expression
         assert meta["License-Expression"] == "MIT"
         assert meta.get_all("License-File") == ["LICENSE"]
     # The repository's licence, word for word, where each metadata says it is.
-    assert built.wheel_text(f"{built.dist_info()}/licenses/LICENSE") == licence
-    assert built.sdist_text("LICENSE") == licence
+    assert its_build.wheel_text(f"{its_build.dist_info()}/licenses/LICENSE") == licence
+    assert its_build.sdist_text("LICENSE") == licence
 
 
-@BOTH
 @pytest.mark.processes
 @pytest.mark.timeout(600)
-def test_each_wheel_ships_py_typed(distribution: Distribution, builds: Callable[[str], Built]) -> None:
-    built = builds(distribution.project)
+def test_each_wheel_ships_py_typed(distribution: Distribution, its_build: Built) -> None:
     marker = f"{distribution.package}/py.typed"
     assert (ROOT / distribution.project / marker).is_file()
-    assert marker in built.wheel_files()
-    assert marker in built.sdist_files()
+    assert marker in its_build.wheel_files()
+    assert marker in its_build.sdist_files()
 
 
-@BOTH
 @pytest.mark.processes
 @pytest.mark.timeout(600)
 def test_each_distribution_is_classified_linux_typed_and_for_its_pythons_with_classifiers_the_index_accepts(
-    distribution: Distribution, builds: Callable[[str], Built]
+    distribution: Distribution, its_build: Built
 ) -> None:
-    meta = builds(distribution.project).metadata()
+    meta = its_build.metadata()
     classifiers = meta.get_all("Classifier")
     assert {"Operating System :: POSIX :: Linux", "Typing :: Typed"} <= set(classifiers)
     # The oldest Python it installs on is named, and none it refuses.
@@ -211,13 +217,10 @@ def test_each_distribution_is_classified_linux_typed_and_for_its_pythons_with_cl
     assert set(classifiers) & set(trove_classifiers.deprecated_classifiers) == set()
 
 
-@BOTH
 @pytest.mark.processes
 @pytest.mark.timeout(600)
-def test_each_description_is_its_readme_with_every_link_in_full(
-    distribution: Distribution, builds: Callable[[str], Built]
-) -> None:
-    meta = builds(distribution.project).metadata()
+def test_each_description_is_its_readme_with_every_link_in_full(distribution: Distribution, its_build: Built) -> None:
+    meta = its_build.metadata()
     assert meta["Description-Content-Type"].startswith("text/markdown")
     description = meta.get_payload()
     assert description.strip() == (ROOT / distribution.project / "README.md").read_text().strip()
@@ -226,13 +229,12 @@ def test_each_description_is_its_readme_with_every_link_in_full(
     assert links_that_lead_nowhere(description) == []
 
 
-@BOTH
 @pytest.mark.processes
 @pytest.mark.timeout(600)
 def test_each_distribution_links_its_project_urls_into_the_repository(
-    distribution: Distribution, builds: Callable[[str], Built]
+    distribution: Distribution, its_build: Built
 ) -> None:
-    labelled = dict(entry.split(", ", 1) for entry in builds(distribution.project).metadata().get_all("Project-URL"))
+    labelled = dict(entry.split(", ", 1) for entry in its_build.metadata().get_all("Project-URL"))
     assert set(labelled) >= PROJECT_URLS, labelled
     for label, address in labelled.items():
         assert address.startswith(REPOSITORY), (label, address)
