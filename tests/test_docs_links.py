@@ -3,7 +3,11 @@
 Comments and docstrings point at the manual (`docs/design/execution.md#leases`) rather than at any
 document outside the repository. A heading's id is what MkDocs' toc extension gives it: an explicit
 `{#id}` (attr_list), else its text slugified — inline markup dropped, lower case, punctuation
-removed, spaces to "-", a repeated id suffixed `_1`, `_2`. Plain Python: no MkDocs run."""
+removed, spaces to "-", a repeated id suffixed `_1`, `_2`. Plain Python: no MkDocs run.
+
+The READMEs are read elsewhere too: each is a distribution's description on the package index,
+where only a link in full works, so each link into the repository names a file or folder of the
+checkout by its address on the main branch."""
 
 import re
 import unicodedata
@@ -11,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.descriptions import REPOSITORY, description_links, links_that_lead_nowhere, repository_path
+
 pytestmark = pytest.mark.sqlite
 
 ROOT = Path(__file__).resolve().parent.parent
+# The distributions' long descriptions (the app's and the client's pyproject.toml name them).
+READMES = ["README.md", "clients/python/README.md"]
 CITING = ["runs", "tests", "bench", "config", "clients", "deploy", "bin"]
 SUFFIXES = {"", ".py", ".js", ".html", ".css", ".sh", ".service", ".template", ".conf", ".toml", ".md", ".txt"}
 CITATION = re.compile(r"\bdocs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
@@ -106,3 +114,13 @@ def test_the_code_cites_no_document_outside_the_repository() -> None:
         if design in line or shared in line
     ]
     assert cited == []
+
+
+@pytest.mark.parametrize("readme", READMES)
+def test_each_readme_links_in_full_to_what_the_checkout_has(readme: str) -> None:
+    text = (ROOT / readme).read_text()
+    assert links_that_lead_nowhere(text) == []
+    into_the_repository = [link for link in description_links(text) if link.startswith(REPOSITORY)]
+    assert into_the_repository  # a README that links nothing of the repository is not what this reads
+    for link in into_the_repository:
+        repository_path(link)  # a file or folder the checkout has, when the link names one

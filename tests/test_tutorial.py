@@ -1,6 +1,7 @@
 """The tutorial (docs/tutorial.md) as a reader follows it, against real processes: its `curl`
 steps, read from the page itself, in one shell session as the reader types them, and its Python
-client script; each answer is the one the page says the reader sees.
+client script, run in that session with what it exported; each answer is the one the page says the
+reader sees.
 
 `bin/run` itself is not run (it installs the checkout and starts on the embedded SQLite file):
 the test starts what it starts — one uvicorn web process and one worker — and makes the local
@@ -43,12 +44,19 @@ def server(procs: Procs) -> Proc:
     return web
 
 
+# What the page's blocks set, and where the client looks for a server and a token: none of it comes
+# from the test's own environment or the machine's config file.
+PAGE_VARIABLES = ("RUN", "TICKET", "LAST")
+CLIENT_VARIABLES = ("RUNLEDGER_URL", "RUNLEDGER_TOKEN", "RUNLEDGER_TOKEN_FILE", "RUNLEDGER_PROFILE")
+
+
 class Terminal:
     """The reader's second terminal, in the checkout, knowing nothing of the server's address or
     token until the page's blocks tell it."""
 
-    def __init__(self, server: Proc) -> None:
-        env = {k: v for k, v in subprocess_env().items() if k not in ("URL", "TOKEN", "RUN", "TICKET", "LAST")}
+    def __init__(self, server: Proc, home: Path) -> None:
+        env = {k: v for k, v in subprocess_env().items() if k not in PAGE_VARIABLES + CLIENT_VARIABLES}
+        env["XDG_CONFIG_HOME"] = str(home)  # no runledger/config.toml there
         self.session = Shell(env)
         self.server = server
         self.blocks = titled(PAGE, "sh")
@@ -67,13 +75,16 @@ class Terminal:
 
 
 @pytest.fixture
-def terminal(server: Proc) -> Iterator[Terminal]:
-    with contextlib.closing(Terminal(server)) as made:
+def terminal(server: Proc, tmp_path: Path) -> Iterator[Terminal]:
+    home = tmp_path / "config"
+    home.mkdir()
+    with contextlib.closing(Terminal(server, home)) as made:
         yield made
 
 
 def test_the_tutorials_curl_steps_create_stream_pause_resume_and_cancel_a_run(terminal: Terminal) -> None:
-    # Every titled shell block of the page is a step run here, in the page's order.
+    # Every titled shell block of the page is a step run here, in the page's order (the last one by
+    # the test of the Python script, below).
     assert list(titled(PAGE, "sh")) == [
         "Set up your shell",
         "Create a run",
@@ -86,10 +97,12 @@ def test_the_tutorials_curl_steps_create_stream_pause_resume_and_cancel_a_run(te
         "Resume it with its ticket",
         "Cancel it",
         "Read how it ended",
+        "Run tutorial.py",
     ]
-    # The command's note (standard error) to the reader; its key (standard output) into TOKEN alone.
+    # The command's note (standard error) to the reader; its key (standard output) into the token's variable alone.
     assert terminal.step("Set up your shell").startswith("Issued the API token 'tutorial' of admin")
-    assert re.fullmatch(r"rl_[A-Za-z0-9_-]{43}", terminal.value("TOKEN")), "the token the page exports"
+    assert re.fullmatch(r"rl_[A-Za-z0-9_-]{43}", terminal.value("RUNLEDGER_TOKEN")), "the token the page exports"
+    assert terminal.value("RUNLEDGER_URL") == terminal.server.url
 
     run_id = terminal.step("Create a run").strip()
     assert UUID.match(run_id), run_id
@@ -132,13 +145,17 @@ def test_the_tutorials_curl_steps_create_stream_pause_resume_and_cancel_a_run(te
 
 
 def test_the_tutorials_python_script_prints_what_the_page_shows(terminal: Terminal, tmp_path: Path) -> None:
+    # Run in the shell the curl steps set up: the client finds the server and the token only in
+    # what the page exported, under the names it reads (RUNLEDGER_URL, RUNLEDGER_TOKEN).
     terminal.step("Set up your shell")
-    url, token = terminal.value("URL"), terminal.value("TOKEN")
     script = tmp_path / "tutorial.py"
     script.write_text(block(PAGE, "python", "tutorial.py"))
-    env = subprocess_env(URL=url, TOKEN=token)
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+    # The page's command, with the script where the test saved it rather than in the checkout.
+    command = terminal.blocks["Run tutorial.py"]
+    assert command.strip().endswith(" tutorial.py"), command
+    printed = terminal.session.run(command.replace(" tutorial.py", f" {script}") + "\necho status=$?", timeout=120)
+    *lines, status = printed.splitlines()
+    assert status == "status=0", printed
     # The output the page shows, line for line (the text's trailing space aside).
     shown = block(PAGE, "text", "What it prints").splitlines()
-    assert [line.rstrip() for line in done.stdout.splitlines()] == shown
+    assert [line.rstrip() for line in lines] == shown

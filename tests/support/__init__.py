@@ -33,9 +33,12 @@
                    or to a Unix socket
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
-    package.py     the checkout's wheel and sdist as `python -m build` makes them, and their contents;
-                   core_install: a process where the extras cannot be imported (core_install.py),
-                   under a host's settings on SQLite (bare_host_settings.py), noting who tries
+    package.py     the checkout's wheels and sdists (the app's, the client's) as `python -m build`
+                   makes them, and their contents; core_install: a process where the extras cannot be
+                   imported (core_install.py), under a host's settings on SQLite (bare_host_settings.py),
+                   noting who tries
+    descriptions.py  a long description as the package index renders it: its links, those that lead
+                   nowhere there, the checkout's file a link into the repository names
     schedule.py    the order the parallel workers take the tests in: process modules first
     webhooks.py    webhook receivers, each a process: Receiver (webhook_receiver.py, which verifies every
                    request with the standardwebhooks package and logs it) and Hostile

@@ -1,5 +1,6 @@
 """The distributions of the checkout, as `python -m build` makes them: what `pip install django-runledger`
-gets. tests/test_package.py checks their contents, and a host project can install the wheel."""
+(and `pip install runledger-client`) gets. tests/test_package.py checks their contents, and a host
+project can install the app's wheel."""
 
 import email.parser
 import email.policy
@@ -45,20 +46,44 @@ class Built:
             return {name for name in wheel.namelist() if not name.endswith("/")}
 
     def sdist_files(self) -> set[str]:
-        """Its files, without the `django_runledger-<version>/` folder they sit in."""
+        """Its files, without the `<name>-<version>/` folder they sit in."""
         with tarfile.open(self.sdist) as sdist:
             return {member.name.split("/", 1)[1] for member in sdist.getmembers() if member.isfile()}
 
-    def metadata(self) -> EmailMessage:
+    def wheel_text(self, path: str) -> str:
         with zipfile.ZipFile(self.wheel) as wheel:
-            name = next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
-            text = wheel.read(name).decode()
-        return email.parser.Parser(policy=email.policy.compat32, _class=EmailMessage).parsestr(text)
+            return wheel.read(path).decode()
+
+    def sdist_text(self, path: str) -> str:
+        """The file at `path` below the sdist's `<name>-<version>/` folder."""
+        with tarfile.open(self.sdist) as sdist:
+            (member,) = [m for m in sdist.getmembers() if m.isfile() and m.name.split("/", 1)[1] == path]
+            read = sdist.extractfile(member)
+            assert read is not None
+            return read.read().decode()
+
+    def dist_info(self) -> str:
+        """The wheel's `<name>-<version>.dist-info` folder."""
+        (folder,) = {path.split("/")[0] for path in self.wheel_files() if path.split("/")[0].endswith(".dist-info")}
+        return folder
+
+    def metadata(self) -> EmailMessage:
+        """The wheel's METADATA: the fields, and the long description as its body."""
+        return _metadata(self.wheel_text(f"{self.dist_info()}/METADATA"))
+
+    def sdist_metadata(self) -> EmailMessage:
+        """The sdist's PKG-INFO, in the same form."""
+        return _metadata(self.sdist_text("PKG-INFO"))
 
 
-def build(folder: Path) -> Built:
+def _metadata(text: str) -> EmailMessage:
+    return email.parser.Parser(policy=email.policy.compat32, _class=EmailMessage).parsestr(text)
+
+
+def build(folder: Path, project: str = ".") -> Built:
     """The sdist, then the wheel built from that sdist (build's default: so a file the sdist
-    lacks is missing from the wheel too), into `folder`/dist.
+    lacks is missing from the wheel too), into `folder`/dist, of the distribution whose
+    pyproject.toml is in `project`: the app's at the top, the client's in clients/python.
 
     Built from a copy of the files git has, as a fresh clone would be: setuptools writes
     django_runledger.egg-info and build/ into the tree it builds, and reads back whatever SOURCES.txt an
@@ -71,7 +96,7 @@ def build(folder: Path) -> Built:
     out = folder / "dist"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_"))}
     done = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source / project)],
         env=env,
         capture_output=True,
         text=True,
