@@ -133,6 +133,19 @@ def test_the_watch_page_reaches_the_api_under_the_hosts_prefix(served: Served) -
 
 
 @pytest.mark.timeout(120)
+def test_the_schema_names_every_path_under_the_hosts_prefix(served: Served) -> None:
+    with httpx.Client(base_url=served.web.url, timeout=20) as client:
+        schema = client.get(served.host.url("api/schema/"), params={"format": "json"}).json()
+    assert [path for path in schema["paths"] if not path.startswith(served.host.url("api/"))] == []
+    stream = served.host.url("api/runs/{run_id}/stream/")
+    assert {stream, served.host.url("api/runs/{run_id}/wait/")} <= set(schema["paths"])
+    run_id = hosts.create_demo_run(served.api(), served.host, deltas=1, delay_ms=0)
+    with served.api() as client, client.stream("GET", stream.format(run_id=run_id)) as answer:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/event-stream")
+
+
+@pytest.mark.timeout(120)
 def test_the_admin_index_links_to_the_dashboard(served: Served) -> None:
     admin = hosts.signed_in_admin(served.web)
     index = admin.get("/admin/")

@@ -12,9 +12,11 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.api.serializers.RUN_STATUSES"},
     # The app's operations, where the project mounted them: not the project's other APIs.
     "PREPROCESSING_HOOKS": ["runs.api.schema.the_apps_endpoints"],
-    # The SSE stream is a plain async view that spectacular cannot see; the hook documents it.
+    # The SSE stream and the wait are plain async views that spectacular skips; the hook documents
+    # them where the project mounted them. A site below a path of its own names it in `servers`.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "runs.streaming.schema.document_run_stream",
+        "runs.api.schema.served_below_the_script_prefix",
     ],
 }

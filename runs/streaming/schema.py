@@ -1,22 +1,22 @@
-"""The SSE stream and the wait in the OpenAPI schema.
+"""The SSE stream and the wait in the OpenAPI schema (docs/design/api.md#schema).
 
 `run_stream` (views.py) and `run_wait` (wait.py) are plain async Django views (not DRF), so
-drf-spectacular cannot see them; this postprocessing hook (listed in
-`SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds their operations. A `text/event-stream` body has
-no JSON schema to fuzz, and a wait lasts up to a minute, so contract tests leave both paths out.
+drf-spectacular does not document them; this postprocessing hook (listed in
+`SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]`) adds their operations, at the paths drf-spectacular's
+own walk of the URLconf finds them: where the project mounted them, as the DRF endpoints' paths. A
+`text/event-stream` body has no JSON schema to fuzz, and a wait lasts up to a minute, so contract
+tests leave both paths out.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.generators import EndpointEnumerator
 
 from runs.conf import conf
 from runs.events import TYPES_HELP, EventType
-from runs.streaming import wait
-
-# Named like the DRF endpoints' paths (`<str:run_id>` in runs/urls.py).
-PATH = "/api/runs/{run_id}/stream/"
-WAIT_PATH = "/api/runs/{run_id}/wait/"
+from runs.streaming import views, wait
 
 _ERROR = {
     "type": "object",
@@ -57,7 +57,7 @@ def _error(description: str, example_code: str, error_schema: dict[str, Any]) ->
     }
 
 
-def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
+def _operation(error_schema: dict[str, Any], run_schema: dict[str, Any], run_path: str) -> dict[str, Any]:
     retry_ms = conf.SSE_RETRY_MS
     keepalive = conf.SSE_KEEPALIVE_SECONDS
     delta = EventType.OUTPUT_DELTA.value
@@ -73,7 +73,7 @@ def _operation(error_schema: dict[str, Any]) -> dict[str, Any]:
         "description": (
             "Replays the stored events with `seq` greater than the cursor, in order, then follows new "
             "ones live. Each event is one SSE frame: `id: <seq>`, `event: <type>`, `data: <event JSON>` "
-            "(the same event object as `GET /api/runs/{run_id}/events/`). The cursor is the `Last-Event-ID` "
+            f"(the same event object as `GET {run_path}events/`). The cursor is the `Last-Event-ID` "
             "header when given (EventSource sends it on reconnect), else `after_seq`, else 0; "
             "reconnecting with the last received id resumes with no gap and no duplicate.\n\n"
             f"The stream starts with `retry: {retry_ms}` and sends a `: keep-alive` comment every "
@@ -145,7 +145,7 @@ def _refusals(error_schema: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) -> dict[str, Any]:
+def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any], run_path: str) -> dict[str, Any]:
     results = [member.value for member in wait.WaitResult]
     waited = {
         "type": "object",
@@ -164,7 +164,7 @@ def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) ->
         "summary": "Wait for a run to end or wait",
         "description": (
             "Answers as soon as the run is terminal or waiting (at once if it already is), else after "
-            "`timeout` seconds: the run (as `GET /api/runs/{run_id}/` answers it) plus `wait_result`. For "
+            f"`timeout` seconds: the run (as `GET {run_path}` answers it) plus `wait_result`. For "
             "programs without an SSE client; ask again after a `timeout`. While it waits it holds no "
             "thread and no database connection on the server, and it counts against the user's cap of "
             "streams (429). A wait that must wait sends its head at once and its body when it ends; one "
@@ -202,13 +202,30 @@ def _wait_operation(error_schema: dict[str, Any], run_schema: dict[str, Any]) ->
     }
 
 
+class _PlainViews(EndpointEnumerator):
+    """drf-spectacular's own walk of the URLconf, which names the DRF endpoints' paths, keeping only
+    the views it skips as not DRF's: theirs come out as the project mounted them, like the others."""
+
+    def should_include_endpoint(self, path: str, callback: Callable[..., Any]) -> bool:
+        return callback in _OPERATIONS
+
+    def get_allowed_methods(self, callback: Callable[..., Any]) -> list[str]:
+        return ["GET"]
+
+
+# Each plain view's operation, made alike (the stream's has no use for the run's schema).
+_OPERATIONS = {views.run_stream: _operation, wait.run_wait: _wait_operation}
+
+
 def document_run_stream(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
-    """drf-spectacular postprocessing hook: add `GET /api/runs/{run_id}/stream/` and `…/wait/`."""
+    """drf-spectacular postprocessing hook: add `GET …/runs/{run_id}/stream/` and `…/wait/`, each at
+    every path the URLconf the schema describes has it."""
     components = result.setdefault("components", {})
+    schemas = components.get("schemas", {})
     # The one error shape: the API's own component when it has one, else the same shape inline.
-    has_error = "Error" in components.get("schemas", {})
-    error_schema = {"$ref": "#/components/schemas/Error"} if has_error else _ERROR
-    operation = _operation(error_schema)
+    error_schema = {"$ref": "#/components/schemas/Error"} if "Error" in schemas else _ERROR
+    # The run as its own path documents it, when the schema has that component.
+    run_schema = {"$ref": "#/components/schemas/RunOutput"} if "RunOutput" in schemas else {"type": "object"}
     # The schemes spectacular itself derives from DRF's Token and Session authentication, under its
     # own names, so the stream shares them with the DRF endpoints (added if no DRF view has them yet).
     schemes = components.setdefault("securitySchemes", {})
@@ -222,12 +239,10 @@ def document_run_stream(result: dict[str, Any], generator: Any, **kwargs: Any) -
         },
     )
     schemes.setdefault("cookieAuth", {"type": "apiKey", "in": "cookie", "name": settings.SESSION_COOKIE_NAME})
-    operation["security"] = [{"tokenAuth": []}, {"cookieAuth": []}]
-    result.setdefault("paths", {}).setdefault(PATH, {})["get"] = operation
-    # The run as GET /api/runs/{run_id}/ documents it, when the schema has that component.
-    has_run = "RunOutput" in components.get("schemas", {})
-    run_schema = {"$ref": "#/components/schemas/RunOutput"} if has_run else {"type": "object"}
-    waits = _wait_operation(error_schema, run_schema)
-    waits["security"] = operation["security"]
-    result["paths"].setdefault(WAIT_PATH, {})["get"] = waits
+    paths = result.setdefault("paths", {})
+    for path, _regex, _method, view in _PlainViews(generator.patterns, generator.urlconf).get_api_endpoints():
+        run_path = path.rsplit("/", 2)[0] + "/"  # …/runs/{run_id}/stream/ -> …/runs/{run_id}/
+        operation = _OPERATIONS[view](error_schema, run_schema, run_path)
+        operation["security"] = [{"tokenAuth": []}, {"cookieAuth": []}]
+        paths.setdefault(path, {})["get"] = operation
     return result

@@ -15,7 +15,10 @@
                    disconnect in a JSON-lines log
     checks.py      what must hold of runs once the dust settles (also after a fault-injection run)
     api.py         the API's error shape, asserted of a test client's response
-    urls.py        every route the project's URLconf (or a part of it) declares
+    urls.py        every route the project's URLconf (or a part of it) declares; a host's URLconf
+                   with the app under a prefix (host_urls.py: the one processes name, at tools/agents/)
+    schema_host.py a host's process whose own schema settings must not reach the app's schema,
+                   asked from several threads at once (CODE_SETTINGS: code_settings.py)
     db.py          API tokens (and DRF's table of an earlier install), a backup of the test database
                    (pg_dump, the SQLite files), what PostgreSQL reports: LISTEN connections, scans
     pg.py          the suite's own PostgreSQL cluster and the `pg_cluster` fixture

@@ -184,8 +184,10 @@ class Procs:
         app: str = "config.asgi:application",
         uds: Path | None = None,
         options: list[str] | None = None,
+        ready: str = "/healthz/",
     ) -> Proc:
-        """Start a uvicorn web process and wait until it answers /healthz/. With `workers` > 1 it
+        """Start a uvicorn web process and wait until it answers `ready` (/healthz/, where the
+        standalone site mounts the app). With `workers` > 1 it
         is uvicorn's supervisor, which serves through that many child processes (in its process
         group, so `Proc.stop` signals them too). With `access_log`, its log has a line for every
         request it answered (`127.0.0.1:40000 - "GET /healthz/ HTTP/1.1" 200`). `app`: the site's
@@ -200,7 +202,7 @@ class Procs:
         args += ["--log-level", "info"] if access_log else ["--no-access-log", "--log-level", "warning"]
         args += ["--workers", str(workers)] if workers > 1 else []
         proc = self.start("uvicorn", args + (options or []), env or subprocess_env(), port=port, uds=uds)
-        wait_http_ok(proc, "/healthz/", timeout=timeout)
+        wait_http_ok(proc, ready, timeout=timeout)
         return proc
 
     def worker(
