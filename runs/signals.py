@@ -1,4 +1,4 @@
-"""The app's signals, for host code (docs/reference/python.md#signals; the promise:
+"""The app's signals, for host code (docs/reference/python.md#runs-signals; the promise:
 docs/design/clients.md#python-api)."""
 
 from functools import partial
