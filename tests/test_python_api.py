@@ -267,11 +267,7 @@ def host_app(tmp_path: Path) -> Iterator[None]:
 @pytest.mark.sqlite
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
-def test_the_how_tos_view_starts_a_run_and_redirects_to_its_watch_page_and_its_owner_cancels_it(
-    host_app: None, alice: User, bob: User, make_user: Callable[..., User]
-) -> None:
-    alice.email = "alice@example.com"
-    alice.save(update_fields=["email"])
+def test_the_how_tos_view_starts_a_run_that_redirects_to_its_watch_page(host_app: None, alice: User) -> None:
     browser = Client()
     browser.force_login(alice)
 
@@ -284,8 +280,20 @@ def test_the_how_tos_view_starts_a_run_and_redirects_to_its_watch_page_and_its_o
     assert (run.agent, run.input, run.metadata, run.status) == ("demo", {"deltas": 20}, {"source": "reports"}, "queued")
     assert browser.get(reverse("reports:start")).status_code == 405  # a GET starts nothing
 
-    # Another user cannot see it (404); a user who sees every run but does not own it may not cancel (403).
+
+@pytest.mark.sqlite
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_only_the_owner_cancels_through_the_how_tos_view_and_its_receiver_mails_them_once(
+    host_app: None, alice: User, bob: User, make_user: Callable[..., User]
+) -> None:
+    alice.email = "alice@example.com"
+    alice.save(update_fields=["email"])
+    run = services.run_create(owner=alice, agent="demo", input={}, metadata={"source": "reports"})
     cancel = reverse("reports:cancel", kwargs={"run_id": run.pk})
+    watch = reverse("runs:run-watch", kwargs={"run_id": run.pk})
+
+    # Another user cannot see it (404); a user who sees every run but does not own it may not cancel (403).
     stranger = Client()
     stranger.force_login(bob)
     assert stranger.post(cancel).status_code == 404
@@ -296,14 +304,16 @@ def test_the_how_tos_view_starts_a_run_and_redirects_to_its_watch_page_and_its_o
     assert run.status == "queued" and mail.outbox == []
 
     # The owner cancels; the receiver mails them once, after the commit.
-    cancelled = browser.post(cancel, follow=True)
+    owner = Client()
+    owner.force_login(alice)
+    cancelled = owner.post(cancel, follow=True)
     assert cancelled.redirect_chain == [(watch, 302)] and cancelled.status_code == 200
     run.refresh_from_db()
     assert (run.status, run.end_code, run.ended_by) == ("cancelled", "cancelled_by_user", "alice")
     assert [(m.to, m.subject) for m in mail.outbox] == [(["alice@example.com"], "Your report cancelled")]
     assert watch in mail.outbox[0].body
     # Once ended, a second cancel changes nothing and sends nothing.
-    assert browser.post(cancel).status_code == 302
+    assert owner.post(cancel).status_code == 302
     assert len(mail.outbox) == 1
 
 
