@@ -8,8 +8,24 @@ machine, which raises these errors) never import back from here.
 
 from typing import Any
 
+# What the public API (docs/reference/python.md) raises, for host code to catch; the rest may change.
+__all__ = [
+    "BudgetExhausted",
+    "InvalidTransition",
+    "NotFound",
+    "RunConflict",
+    "RunledgerError",
+    "StaleTicket",
+    "TooManyRequests",
+    "ValidationFailed",
+]
+
 
 class RunledgerError(Exception):
+    """Every refusal: `message` says what is wrong, `detail` (if any) which fields and why; `code` and
+    `status_code` are the API's `error.code` and HTTP status for it (docs/reference/errors.md).
+    Nothing was written."""
+
     status_code = 400
     code = "validation_error"
 
@@ -20,11 +36,15 @@ class RunledgerError(Exception):
 
 
 class ValidationFailed(RunledgerError):
+    """Bad input (a 400): `detail` maps each field at fault to its problems."""
+
     status_code = 400
     code = "validation_error"
 
 
 class NotFound(RunledgerError):
+    """No such run, or one the caller may not see (the two are never told apart)."""
+
     status_code = 404
     code = "not_found"
 
@@ -47,6 +67,9 @@ class RunConflict(RunledgerError):
 
 
 class InvalidTransition(RunConflict):
+    """The run's state does not allow it: a `current` run cannot become `target` (an ended run
+    cancelled, a run not ended rerun)."""
+
     def __init__(self, current: str, target: str, *, run: object = None) -> None:
         super().__init__(f"a {current} run cannot become {target}", run=run)
         self.current = current
@@ -54,6 +77,8 @@ class InvalidTransition(RunConflict):
 
 
 class StaleTicket(RunConflict):
+    """A resume's ticket is not the waiting run's current one (used, or invalidated since)."""
+
     code = "stale_ticket"
 
 

@@ -325,7 +325,7 @@ def test_resume_needs_the_current_ticket_and_uses_it_once(alice: User) -> None:
     run.refresh_from_db()
     assert run.status == "waiting"
 
-    resumed = services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada"})
+    resumed = services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada"}).run
     assert (resumed.status, resumed.resume_ticket) == ("queued", "")
     assert RunEvent.objects.get(run=run, seq=resumed.last_seq).data == {"ticket": ticket, "input": {"name": "Ada"}}
     # Used with another input, the ticket is stale.
@@ -342,13 +342,15 @@ def test_a_retried_resume_answers_the_run_and_writes_nothing_until_the_run_waits
     before = count_events()
 
     retried = services.run_resume(run_id=run.pk, ticket=ticket, input={"n": [1, 2], "name": "Ada"})  # equal as JSON
-    assert retried.status == "queued" and count_events() == before
+    assert (retried.run.status, retried.changed) == ("queued", False) and count_events() == before
     assert event_types(run).count("run.resumed") == 1
     # Still the latest resume after the run started and ended: the retry learns the outcome.
     claimed = services.run_claim(worker="w")
     assert claimed is not None
     services.run_complete(run_id=run.pk, generation=claimed[0].generation, output=None)
-    assert services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada", "n": [1, 2]}).status == "completed"
+    assert (
+        services.run_resume(run_id=run.pk, ticket=ticket, input={"name": "Ada", "n": [1, 2]}).run.status == "completed"
+    )
 
     # Once the run waits again, the old ticket is stale whatever the input.
     again = waiting_run(alice)
@@ -381,7 +383,7 @@ def test_a_resume_retry_is_the_same_input_only_as_json_and_true_is_not_1(alice: 
     services.run_resume(run_id=run.pk, ticket=ticket, input={"ok": True, "n": 1})
     before = count_events()
 
-    assert services.run_resume(run_id=run.pk, ticket=ticket, input={"n": 1.0, "ok": True}).status == "queued"
+    assert services.run_resume(run_id=run.pk, ticket=ticket, input={"n": 1.0, "ok": True}).run.status == "queued"
     for other in ({"ok": 1, "n": 1}, {"ok": True, "n": True}, {"ok": True, "n": "1"}):
         with pytest.raises(StaleTicket):
             services.run_resume(run_id=run.pk, ticket=ticket, input=other)
@@ -403,7 +405,7 @@ def test_a_resume_input_is_checked_like_a_creates_and_a_refused_one_writes_nothi
     after = Run.objects.get(pk=run.pk)
     assert (after.status, after.resume_ticket, after.last_seq) == ("waiting", run.resume_ticket, run.last_seq)
     # Any storable JSON value the agent does not refuse is an answer.
-    assert services.run_resume(run_id=run.pk, ticket=run.resume_ticket, input="Ada").status == "queued"
+    assert services.run_resume(run_id=run.pk, ticket=run.resume_ticket, input="Ada").run.status == "queued"
 
 
 def test_a_park_seals_an_open_tool_call_interrupted_and_leaves_no_call_open(alice: User) -> None:
@@ -486,7 +488,7 @@ def test_a_pending_pause_parks_a_run_whose_attempt_ended_unfinished_after_its_re
     assert parked.events_used == 1  # run.waiting; run.requeued is the platform's record
     assert services.run_claim(worker="w") is None  # parked, not queued
     resumed = services.run_resume(run_id=run.pk, ticket=parked.resume_ticket)
-    assert resumed.status == "queued"
+    assert (resumed.run.status, resumed.changed) == ("queued", True)
 
 
 # --- cascade ---------------------------------------------------------------------------------

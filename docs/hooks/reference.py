@@ -14,11 +14,13 @@ rewrites the parts:
 
 Sources: the settings registries (runs/conf.py, config/environment.py), the OpenAPI schema the app
 serves (runs/api/schema.py), the CLI's parser (clients/python/runledger_client/cli.py), the event
-vocabulary (runs/events.py), the end codes (runs/transitions.py) and the error codes
-(runs/http/errors.py).
+vocabulary (runs/events.py), the end codes (runs/transitions.py), the error codes
+(runs/http/errors.py) and the public Python API (PUBLIC_MODULES: their `__all__`, as written).
 """
 
 import argparse
+import ast
+import inspect
 import json
 import os
 import re
@@ -186,6 +188,88 @@ def _end_codes() -> str:
     return "\n".join(rows) + "\n"
 
 
+# The public Python API (docs/reference/python.md): each module's `__all__`, in this order.
+PUBLIC_MODULES = ("runs.services", "runs.selectors", "runs.signals", "runs.exceptions")
+_DOC_LINK = re.compile(r"\bdocs/(?P<page>[\w/-]+\.md(?:#[\w-]+)?)")
+
+
+def public_api() -> dict[str, dict[str, Any]]:
+    """Every public name of PUBLIC_MODULES, by module, as the module exports it."""
+    import importlib
+
+    found: dict[str, dict[str, Any]] = {}
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        found[name] = {public: getattr(module, public) for public in module.__all__}
+    return found
+
+
+def definition(module: str, name: str) -> tuple[ast.AST, str, str | None]:
+    """The top-level statement of `module` that defines `name`, the module's source, and its
+    docstring (a variable's is the string just below it). Read from the source, as written."""
+    source = Path(sys.modules[module].__file__ or "").read_text()
+    body = ast.parse(source).body
+    for index, node in enumerate(body):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
+            return node, source, ast.get_docstring(node)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            after = body[index + 1] if index + 1 < len(body) else None
+            text = after.value.value if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) else None
+            return node, source, inspect.cleandoc(text) if isinstance(text, str) else None
+    raise LookupError(f"{module} defines no {name}")
+
+
+def _signature(node: ast.FunctionDef, source: str) -> str:
+    def param(arg: ast.arg, default: ast.expr | None, prefix: str = "") -> str:
+        text = prefix + arg.arg + (f": {ast.get_source_segment(source, arg.annotation)}" if arg.annotation else "")
+        return text + (f" = {ast.get_source_segment(source, default)}" if default is not None else "")
+
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
+    parts = [param(arg, default) for arg, default in zip(positional, [*defaults, *args.defaults], strict=True)]
+    if args.vararg or args.kwonlyargs:
+        parts.append(param(args.vararg, None, "*") if args.vararg else "*")
+    parts += [param(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    if args.kwarg:
+        parts.append(param(args.kwarg, None, "**"))
+    returns = f" -> {ast.get_source_segment(source, node.returns)}" if node.returns else ""
+    # As a stub (`: ...`), so that the block is Python that ruff format leaves as it is.
+    inline = f"def {node.name}({', '.join(parts)}){returns}: ..."
+    if len(inline) <= 100:
+        return inline
+    return f"def {node.name}(\n" + "".join(f"    {part},\n" for part in parts) + f"){returns}: ..."
+
+
+def _declaration(node: ast.AST, source: str) -> str:
+    """A function's signature; a class's header, decorators and class-level fields; a variable's
+    assignment — each as the source spells it."""
+    if isinstance(node, ast.FunctionDef):
+        return _signature(node, source)
+    if isinstance(node, ast.ClassDef):
+        lines = [f"@{ast.get_source_segment(source, d)}" for d in node.decorator_list]
+        bases = ", ".join(ast.get_source_segment(source, b) or "" for b in node.bases)
+        header = f"class {node.name}({bases}):" if bases else f"class {node.name}:"
+        fields = [s for s in node.body if isinstance(s, ast.AnnAssign | ast.Assign)]
+        if not fields:
+            return "\n".join([*lines, f"{header} ..."])
+        return "\n".join([*lines, header, *(f"    {ast.get_source_segment(source, s)}" for s in fields)])
+    return ast.get_source_segment(source, node) or ""
+
+
+def _python() -> str:
+    out = []
+    for module, names in public_api().items():
+        out.append(f"### `{module}` {{#{module.replace('.', '-')}}}\n")
+        for name, obj in names.items():
+            node, source, doc = definition(getattr(obj, "__module__", module) if callable(obj) else module, name)
+            if not doc:
+                raise LookupError(f"{module}.{name} is public but has no docstring")
+            doc = _DOC_LINK.sub(lambda m: f"[{m['page']}](../{m['page']})", doc)
+            out += [f"#### `{name}`\n", "```python", _declaration(node, source), "```", "", doc, ""]
+    return "\n".join(out)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "settings": _settings,
     "sse-settings": _sse_settings,
@@ -194,6 +278,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "events": _events,
     "errors": _errors,
     "end-codes": _end_codes,
+    "python": _python,
 }
 
 

@@ -417,4 +417,4 @@ class RunResumeApi(RunObjectApi):
         resumed = run_resume(
             run_id=run_id, ticket=data["ticket"], input=data["input"], admit=self.admit(request, run_id)
         )
-        return Response(_run_data(resumed, request))
+        return Response(_run_data(resumed.run, request))

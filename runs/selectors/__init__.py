@@ -1,8 +1,8 @@
-"""Every non-trivial read of runs and events, with the visibility rule (docs/design/api.md#access).
-Beside it, a module per subject: `overview` the whole system's figures (the staff dashboard, the
-/metrics/ state gauges), `states` the state of runs by id for the processes that follow them
-(worker, stream hub, edge publisher, the streams' re-check), `credentials` which tokens and sessions
-still hold, `clock` the database's clock."""
+"""Every non-trivial read of runs and events, with the visibility rule (docs/design/api.md#access);
+`__all__` is the public API for host code (docs/reference/python.md), the rest may change. Beside
+it, a module per subject: `overview` the whole system's figures, `states` runs' state by id for the
+processes that follow them, `credentials` which tokens and sessions still hold, `clock` the
+database's clock."""
 
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -38,6 +38,8 @@ from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
 from runs.events import TypeSelection
 from runs.exceptions import NotFound
 from runs.models import Run, RunAttempt, RunEvent
+
+__all__ = ["run_get", "run_list"]
 
 
 def run_visible(*, user: AnyUser) -> QuerySet[Run]:
@@ -82,12 +84,9 @@ def users_active(*, user_ids: Collection[int]) -> dict[int, bool]:
 
 
 def run_get(*, run_id: UUID | str, user: AnyUser | None = None, only: tuple[str, ...] = ()) -> Run:
-    """A run by id; with a user, only if visible to them (else NotFound, never a 403). With `only`,
-    just those fields (and no owner): for a read that needs a few, such as a page of events, which
-    would otherwise fetch and decode the run's input and output for every page.
-
-    The rule of `run_visible`, checked on the row: an owner needs no permission lookup (two
-    queries on every request of the API and of every stream opened)."""
+    """The run `run_id`, with its owner; with `user`, only one they may see (their own, or any with
+    `runs.view_run` or `runs.change_run`), else `NotFound` as for no such run, never a 403. `only`
+    (internal): just those fields, no owner, for a read that needs a few, such as a page of events."""
     if user is not None and not user.is_authenticated:
         raise NotFound(f"run {run_id} not found")
     runs = Run.objects.only("owner_id", *only) if only else Run.objects.select_related("owner")
@@ -111,9 +110,10 @@ def run_list(
     created_after: datetime | None = None,
     created_before: datetime | None = None,
 ) -> QuerySet[Run]:
-    """The runs `user` sees that match every filter given (a collection: any of its values), in
-    the list's order, newest first: (-created_at, -id), unique, so that a cursor's position in it
-    is exact (docs/design/api.md#paging)."""
+    """The runs `user` may see (as `run_get`) that match every filter given: `status` and `end_code`
+    any of their values, `agent`, `parent` (its children), `metadata` (every label), `created_after`
+    (inclusive), `created_before`; newest first, by the unique (-created_at, -id) a cursor needs
+    (docs/design/api.md#paging). A lazy QuerySet; its big fields (`input`, `output`, …) load on access."""
     qs = run_visible(user=user).select_related("owner")
     filters: dict[str, Any] = {}
     if status:

@@ -14,10 +14,19 @@
 
 Each service on a run is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
 `runs.transitions`, write the run and its event(s) together, and notify at commit. Callers import
-the services from here.
+the services from here. `__all__` is the public API for host code (docs/reference/python.md); the
+other names are the project's own and may change.
 """
 
-from runs.services.bulk import MAX_BULK_RUNS, BulkResult, Outcome, runs_cancel_matching, runs_stop_matching
+# Every service is imported here for the project's own callers; only `__all__` is promised.
+# ruff: noqa: F401
+from runs.services.bulk import (
+    MAX_BULK_RUNS,
+    BulkResult,
+    Outcome,
+    runs_cancel_matching,
+    runs_stop_matching,
+)
 from runs.services.commands import CommandResult, run_cancel, run_pause, run_resume, run_stop
 from runs.services.core import SYSTEM
 from runs.services.creation import RunSpec, run_create
@@ -34,7 +43,12 @@ from runs.services.execution import (
     run_steps_record,
     run_wait,
 )
-from runs.services.idempotency import Answer, Created, answer_once, run_create_idempotent
+from runs.services.idempotency import (
+    Answer,
+    Created,
+    answer_once,
+    run_create_idempotent,
+)
 from runs.services.rerun import Overrides, run_rerun
 from runs.services.retention import PurgeResult, runs_purge
 from runs.services.scheduling import run_schedule
@@ -50,45 +64,12 @@ from runs.services.sweeper import (
 )
 
 __all__ = [
-    "MAX_BULK_RUNS",
-    "SYSTEM",
-    "Answer",
-    "BulkResult",
     "CommandResult",
-    "Created",
-    "MachineAttempts",
-    "OrphanedGroups",
-    "Outcome",
     "Overrides",
-    "PurgeResult",
-    "RunSpec",
-    "SweepResult",
-    "answer_once",
-    "attempt_groups_orphaned",
-    "run_attempt_group_record",
-    "run_attempt_groups_forget",
-    "run_attempt_heartbeat",
-    "run_attempt_release",
     "run_cancel",
-    "run_child_spawn",
-    "run_claim",
-    "run_complete",
     "run_create",
-    "run_create_idempotent",
-    "run_deadline_stop",
-    "run_events_append",
-    "run_fail",
-    "run_lease_expire",
     "run_pause",
-    "run_requeue",
     "run_rerun",
     "run_resume",
-    "run_schedule",
-    "run_steps_record",
     "run_stop",
-    "run_wait",
-    "runs_cancel_matching",
-    "runs_purge",
-    "runs_stop_matching",
-    "runs_sweep",
 ]

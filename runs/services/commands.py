@@ -28,7 +28,8 @@ from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
 # The caller's own checks on the locked run (the API's visibility and permission): one read of the
 # run serves them and the command, instead of a read before the transaction and another under the
-# lock. Whatever it raises rolls the command back before anything is written.
+# lock. Whatever it raises rolls the command back before anything is written. Not part of the public
+# API (docs/reference/python.md): host code checks before it calls.
 Admit = Callable[[Run], None]
 
 
@@ -40,14 +41,25 @@ def _admit(run: Run, admit: Admit | None) -> Run:
 
 @dataclass(frozen=True)
 class CommandResult:
+    """What a command did: `run` is the run as the command left it (committed); `changed` is False
+    when the command found the run already as it asks (or a resume retried) and wrote nothing;
+    `pending` is True when a running run's pause was recorded and its worker will park it (the
+    API's 202)."""
+
     run: Run
-    # False when the command found the run already in the state it asks for and wrote nothing.
     changed: bool
-    # True when a running run's pause was recorded and the worker will act on it (HTTP 202).
     pending: bool = False
 
 
 def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", admit: Admit | None = None) -> CommandResult:
+    """Cancel the run `run_id`, and every unfinished run under it, as `actor` (its `ended_by`; the
+    code `cancelled_by_user` when `actor` owns it, else `cancelled_by_staff`), with `note` as its
+    `end_reason`. It commits before it returns; a worker executing the run hears of it and stops
+    (docs/design/commands.md#cancel). A run already cancelled is left as it is (`changed` False).
+
+    Raises `NotFound` for no such run and `InvalidTransition` for a run that ended otherwise. Who may
+    cancel is the caller's to check (the API lets the owner, and holders of `runs.cancel_run`).
+    `admit` is the API's own check, internal."""
     with transaction.atomic(durable=True):
         run = _admit(lock_run(run_id), admit)
         if run.status == Status.CANCELLED:
@@ -61,6 +73,14 @@ def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", admit: Admit 
 def run_stop(
     *, run_id: UUID | str, actor: User | None, code: str = StopCode.STAFF, reason: str, admit: Admit | None = None
 ) -> CommandResult:
+    """Stop the run `run_id`, and every unfinished run under it: the host's or staff's policy end
+    (docs/design/commands.md#stop). `actor` is recorded as `ended_by` (None: `system`), `code` is one
+    of `staff`, `policy`, `budget_exhausted` and `deadline_exceeded`, and `reason`, required, is its
+    `end_reason`. A run already stopped is left as it is (`changed` False).
+
+    Raises `ValidationFailed` for another code or no reason, `NotFound` for no such run and
+    `InvalidTransition` for a run that ended otherwise. Who may stop is the caller's to check (the
+    API asks `runs.stop_run`). `admit` is the API's own check, internal."""
     if code not in CALLER_STOP_CODES:
         allowed = ", ".join(sorted(CALLER_STOP_CODES))
         raise ValidationFailed(f"stop code must be one of {allowed}", detail={"code": [f"must be one of {allowed}"]})
@@ -76,6 +96,13 @@ def run_stop(
 
 
 def run_pause(*, run_id: UUID | str, admit: Admit | None = None) -> CommandResult:
+    """Pause the run `run_id` (docs/design/commands.md#pause): a queued run waits at once, with a
+    resume ticket; a running one is parked by its worker at its next safe boundary (`pending` True);
+    a waiting one is left as it is (`changed` False).
+
+    Raises `NotFound` for no such run, `InvalidTransition` for an ended one and `BudgetExhausted`
+    when its events would pass the run's `max_events`. Who may pause is the caller's to check.
+    `admit` is the API's own check, internal."""
     with transaction.atomic(durable=True):
         run = _admit(lock_run(run_id), admit)
         now = timezone.now()
@@ -98,7 +125,15 @@ def run_pause(*, run_id: UUID | str, admit: Admit | None = None) -> CommandResul
     return CommandResult(run=run, changed=True)
 
 
-def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Admit | None = None) -> Run:
+def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Admit | None = None) -> CommandResult:
+    """Resume the waiting run `run_id` with its current `ticket` (`run.resume_ticket`), handing its
+    agent `input`, any JSON value (docs/design/commands.md#resume). The same resume retried, with the
+    same ticket and input, after it succeeded changes nothing (`changed` False).
+
+    Raises `ValidationFailed` for no ticket or input its agent refuses, `NotFound` for no such run,
+    `StaleTicket` for a ticket that is not the run's current one, `BudgetExhausted` past the run's
+    `max_events`, and `TooManyRequests` past the owner's stored bytes. `admit` is the API's own
+    check, internal."""
     if not ticket:
         raise ValidationFailed("a resume needs the run's ticket", detail={"ticket": ["this field is required"]})
     with transaction.atomic(durable=True):
@@ -109,7 +144,7 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Adm
         check_input(run.agent, input)
         if run.status != Status.WAITING or not secrets.compare_digest(run.resume_ticket.encode(), ticket.encode()):
             if _already_resumed(run, ticket=ticket, input=input):
-                return run
+                return CommandResult(run=run, changed=False)
             raise StaleTicket("the resume ticket is stale, used or invalidated", run=run)
         check(run, Status.QUEUED)
         if not has_room(run, 1):
@@ -125,7 +160,7 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Adm
         run.events_used += 1
         append(run, [(EventType.RUN_RESUMED, resumed)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
         run.save(update_fields=["status", "resume_ticket", "updated_at", "queued_at", *APPENDED, "events_used"])
-    return run
+    return CommandResult(run=run, changed=True)
 
 
 def _already_resumed(run: Run, *, ticket: str, input: Any) -> bool:

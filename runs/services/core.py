@@ -15,7 +15,7 @@ from uuid import UUID
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import F
 
-from runs import notify
+from runs import notify, signals
 from runs.agents import partial_output_types
 from runs.conf import conf
 from runs.events import (
@@ -284,6 +284,8 @@ def end(
     run.ended_bytes = run.stored_bytes
     sizes = ["output_bytes", "error_bytes", "ended_bytes"]
     run.save(update_fields=[*ended, *APPENDED, *sizes, "open_tool_calls", "events_used"])
+    # At commit, like the notifications: host code hears of an end only once it holds.
+    signals.send_run_ended(run)
     if cascade:
         _end_descendants(run, now=now)
 

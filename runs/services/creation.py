@@ -98,6 +98,20 @@ def run_create(
     priority: int = 0,
     start_after: datetime | None = None,
 ) -> Run:
+    """Create a run of `agent` for `owner`, queued with its `run.created` event, and return it. It
+    commits before it returns (so call it outside any transaction), and a worker may claim it at once.
+
+    `input` is the agent's input, a JSON object its own check accepts. `parent_id` makes it a child
+    of that unfinished run, which ends it when it ends. `max_steps`, `max_events`, `max_attempts`
+    and `deadline` are its budgets (None: the settings' defaults); `metadata` string labels that
+    `run_list` filters by; `priority` its rank among the owner's queued runs, -100 to 100 (up to
+    1000, ahead of fair share, for owners with `runs.prioritize_run`); `start_after` the time before
+    which no worker claims it (docs/design/api.md#create).
+
+    Raises `ValidationFailed` for anything no run may be made of (an unknown agent, input its check
+    refuses), `NotFound` or `InvalidTransition` for a parent missing or ended, and `TooManyRequests`
+    at one of the owner's limits (docs/design/fair-use.md). Who may create, and under which parent,
+    is the caller's to decide."""
     spec = RunSpec(
         agent=agent,
         input=input,

@@ -46,9 +46,14 @@ def run_rerun(
     overrides: Overrides = Overrides(),
     admit: Admit | None = None,
 ) -> Run:
-    """A new run of the ended run `run_id`'s agent, input and budgets (each as `overrides` says),
-    owned by `owner`, its `rerun_of` the original; with `from_seq` a fork whose log continues from
-    a copy of the original's agent events up to that seq."""
+    """Run the ended run `run_id` again: a new run, queued and committed, of its agent, input,
+    budgets and metadata (each as `overrides` says), owned by `owner`, its `rerun_of` the original
+    (docs/design/commands.md#rerun); with `from_seq`, a fork whose log starts with a copy of the
+    original's agent events up to that seq (docs/design/commands.md#fork). Returns the new run.
+
+    Raises `NotFound` for no such run, `InvalidTransition` for one not ended, `ValidationFailed` for
+    a `from_seq` past its log or inside a tool call, and what `run_create` raises. Who may rerun it
+    is the caller's to check. `admit` is the API's own check, internal."""
     if from_seq is not None and from_seq < 1:
         raise ValidationFailed("from_seq must be at least 1", detail={"from_seq": ["must be at least 1"]})
     with transaction.atomic(durable=True):

@@ -36,6 +36,8 @@
                    or to a Unix socket
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
+    docs.py        the manual's code blocks by title, a shell that runs a page's shell blocks, the
+                   reference pages' renderer (docs/hooks/reference.py) and their generated parts
     package.py     the checkout's wheels and sdists (the app's, the client's) as `python -m build`
                    makes them, and their contents; core_install: a process where the extras cannot be
                    imported (core_install.py), under a host's settings on SQLite (bare_host_settings.py),

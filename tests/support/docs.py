@@ -3,9 +3,11 @@ drift from what is tested), and a shell session that runs a page's shell blocks 
 as a reader types them into one terminal.
 
 A block the tests run carries a title on its fence, which the built site shows above it:
-```` ```sh title="Create a run" ````. The tests find blocks by that title.
+```` ```sh title="Create a run" ````. The tests find blocks by that title. Also the renderer of the
+reference pages' generated parts (docs/hooks/reference.py), as the docs' build loads it.
 """
 
+import importlib.util
 import os
 import queue
 import re
@@ -16,6 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from tests.support.procs import ROOT
 
@@ -50,6 +53,22 @@ def titled(page: str, lang: str) -> dict[str, str]:
             assert block.title not in found, f"docs/{page}: two {lang} blocks titled {block.title!r}"
             found[block.title] = block.text
     return found
+
+
+def reference_renderer() -> ModuleType:
+    """docs/hooks/reference.py, loaded from its file as `mkdocs build` loads a hook."""
+    spec = importlib.util.spec_from_file_location("docs_hooks_reference", DOCS / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def generated_part(page: str, name: str) -> str:
+    """The generated part `name` of docs/`page`, as the page holds it now."""
+    parts = {match["name"]: match["body"] for match in reference_renderer().PART.finditer((DOCS / page).read_text())}
+    assert name in parts, f"docs/{page} has no generated part {name!r}"
+    return parts[name]
 
 
 def block(page: str, lang: str, title: str) -> str:
