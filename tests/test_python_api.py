@@ -258,7 +258,8 @@ def host_app(tmp_path: Path) -> Iterator[None]:
         with override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, "reports"], ROOT_URLCONF="host_urls"):
             yield
     finally:
-        run_ended.disconnect(dispatch_uid="reports-mail-the-owner")
+        # With its sender: the receiver was connected for Run, and the key is (uid, sender).
+        assert run_ended.disconnect(sender=Run, dispatch_uid="reports-mail-the-owner")
         sys.path.remove(str(tmp_path))
         for name in [name for name in sys.modules if name == "host_urls" or name.split(".")[0] == "reports"]:
             del sys.modules[name]
