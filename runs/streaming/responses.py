@@ -19,7 +19,7 @@ import functools
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
@@ -31,7 +31,7 @@ from runs.streaming.guard import Watch
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-View = Callable[..., Awaitable[HttpResponseBase]]
+View = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
 
 # How long closing a response under WSGI waits for its body to close on the loop.
 CLOSE_SECONDS = 10.0
@@ -41,7 +41,7 @@ class WatchedResponse(StreamingHttpResponse):
     """A stream's (or a wait's) answer: gives its slot back when closed, as Django's own handler
     closes a response it sent or began to send, however the client left."""
 
-    def __init__(self, watch: Watch, body: AsyncIterator[bytes], **kwargs: Any) -> None:
+    def __init__(self, watch: Watch, body: AsyncGenerator[bytes, None], **kwargs: Any) -> None:
         super().__init__(body, **kwargs)
         self.watch = watch
         self.body = body
@@ -124,7 +124,7 @@ async def _answer(view: View, request: HttpRequest, args: tuple[Any, ...], kwarg
         if not isinstance(response, WatchedResponse):
             return response
         try:
-            first = await anext(aiter(response.body), b"")
+            first = await anext(response.body, b"")
         except Unanswered as exc:
             log.info("%s: %s", request.path, exc)
             return error_response(503, "wait_unanswered", "the wait could not answer after all; ask again")
@@ -153,13 +153,13 @@ class _Relayed(StreamingHttpResponse):
             super().close()
 
 
-def _pulled(first: bytes, body: AsyncIterator[bytes]) -> Iterator[bytes]:
+def _pulled(first: bytes, body: AsyncGenerator[bytes, None]) -> Iterator[bytes]:
     yield first
     while (chunk := _on_loop(_next(body)).result()) is not None:
         yield chunk
 
 
-async def _next(body: AsyncIterator[bytes]) -> bytes | None:
+async def _next(body: AsyncGenerator[bytes, None]) -> bytes | None:
     """The body's next chunk, None at its end (a task cannot end with StopAsyncIteration's meaning)."""
     try:
         return await anext(body)
@@ -167,10 +167,8 @@ async def _next(body: AsyncIterator[bytes]) -> bytes | None:
         return None
 
 
-async def _closed(body: AsyncIterator[bytes], environ: dict[str, Any]) -> None:
+async def _closed(body: AsyncGenerator[bytes, None], environ: dict[str, Any]) -> None:
     try:
-        aclose = getattr(body, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await body.aclose()  # a body its client left: its `finally` gives the slot back
     finally:
         request_ended(environ)

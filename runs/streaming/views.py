@@ -22,7 +22,7 @@ stream (edge/hold.py, which also answers Pushpin's fetches of the stream's link)
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -89,7 +89,7 @@ def edge_client(request: HttpRequest) -> None:
         request.META["REMOTE_ADDR"] = forwarded
 
 
-async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
+async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
     """The body: an async generator (a sync iterator would be buffered whole under ASGI).
 
     On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`

@@ -25,7 +25,7 @@ method (405), `timeout` (400), then the cap (429).
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -200,7 +200,7 @@ def _no_store(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
-async def _body(admitted: _Admitted, watch: Watch) -> AsyncIterator[bytes]:
+async def _body(admitted: _Admitted, watch: Watch) -> AsyncGenerator[bytes, None]:
     if not watch.start():
         raise Unanswered("the wait's slot was given back before it began")
     try:
