@@ -2,8 +2,9 @@
 
 `DATABASE_URL` selects the database (postgres://… or sqlite:///path); without it the embedded
 default is a SQLite file next to the project. Every setting of the app (`RUNLEDGER_*`, runs/conf.py)
-is read from the environment variable of the same name, so tests can make intervals short; the
-site's own variables are in config/environment.py.
+is read from the environment variable of the same name, as any project can with
+`runs.conf.settings_from_environment()`, so tests can make intervals short; the site's own
+variables are in config/environment.py.
 """
 
 import contextlib
@@ -20,7 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.environment import BASE_DIR, Site, site
 from runs.api.schema_settings import SCHEMA_SETTINGS
-from runs.conf import AppSettings
+from runs.conf import AppSettings, settings_from_environment
 
 # The app's settings (runs/conf.py) as the environment gives them, parsed by their declarations.
 app = AppSettings(os.environ)
@@ -324,7 +325,7 @@ LOGGING: dict[str, Any] = {
 # (users, groups, tokens) guarded against hostile URLs, not only the console's (runs.admin).
 RUNLEDGER_HARDEN_ADMIN = True
 
-# Every RUNLEDGER_* setting the environment sets (runs/conf.py says what each must be and does): a
-# bad value stops every process here, naming it; one not set keeps the app's default, as in any
-# host project.
-globals().update(app.given())
+# Every RUNLEDGER_* setting the environment sets (runs/conf.py says what each must be and does),
+# as a host project takes them: a bad value stops every process here, naming it; one not set keeps
+# the app's default.
+globals().update(settings_from_environment())

@@ -10,7 +10,7 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
         from runs.api.serializers import RunOutputSerializer
-        from runs.conf import check_database, check_settings
+        from runs.conf import check_database, check_environment, check_settings
         from runs.services import webhooks
         from runs.streaming.edge import revocation
 
@@ -19,5 +19,6 @@ class RunsConfig(AppConfig):
         load_agents()
         checks.register(check_agents)
         checks.register(check_settings)
+        checks.register(check_environment)
         checks.register(check_database)
         revocation.connect()

@@ -125,12 +125,12 @@ class AsyncViews(ASGIHandler):
     request anywhere between the view and its body, and a body never started runs no `finally`."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        from runs.streaming.wait import Unanswered
+        from runs.streaming.responses import Unanswered
 
         try:
             await self.handle(scope, receive, send)
         except Unanswered as exc:
-            # Its body is left unfinished on purpose: the client asks again (runs/streaming/wait.py).
+            # Its body is left unfinished on purpose: the client asks again (runs/streaming/responses.py).
             log.info("%s: %s", scope["path"], exc)
         finally:
             request_ended(scope)

@@ -6,10 +6,11 @@ does (runs/setting_kinds.py has the kinds). The app reads each through `conf`
 (`conf.LEASE_SECONDS`): a project that did not set one gets its default, so a host project sets
 only what it wants. One validation comes from the same declarations: the system check `runs.E002`
 everywhere, which `runworker`, `runedge` and the ASGI application also apply under
-`--skip-checks` (`conf.require()`); and the standalone site reads each setting from the environment
-variable of the same name through `AppSettings(os.environ).given()`, which refuses a bad value at
-settings load. A read trusts that check: it converts, never refuses. `AppSettings.reference()`
-renders the docs' table from the declarations.
+`--skip-checks` (`conf.require()`). The app never reads the environment: a settings module that
+wants the `RUNLEDGER_*` variables takes them with `settings_from_environment()`, which refuses a
+bad value at settings load, as the standalone site does; `check` warns of variables the settings
+do not hold (`runs.W001`). A read trusts those checks: it converts, never refuses.
+`AppSettings.reference()` renders the docs' table from the declarations.
 """
 
 import hashlib
@@ -17,6 +18,7 @@ import hmac
 import ipaddress
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -360,8 +362,41 @@ class AppSettings(Registry):
 conf = AppSettings()
 
 
+def settings_from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The app's settings that the environment (`environ`, else `os.environ`) sets, by the
+    `RUNLEDGER_*` variables of the same names, for a project's settings module to take — last, so
+    that the environment wins over what the module set before:
+
+        globals().update(settings_from_environment())
+
+    A value its setting cannot take raises ImproperlyConfigured naming the variable, so every
+    command stops at settings load, `check` and the servers too; one not set (or empty) leaves the
+    setting to the module or the app's default. The standalone site (config/settings.py) reads its
+    environment this way (docs/design/deployment.md#settings)."""
+    return AppSettings(os.environ if environ is None else environ).given()
+
+
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [checks.Error(problem, id="runs.E002") for problem in conf.problems()]
+
+
+def check_environment(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """`RUNLEDGER_*` variables whose value is not the settings': the app reads Django's settings, never
+    its environment, so a project that does not take them (`settings_from_environment`) ignores
+    them. Names only: a value may be a secret."""
+    ignored = conf.ignored(os.environ)
+    if not ignored:
+        return []
+    return [
+        checks.Warning(
+            f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} set in the environment, and ignored: the "
+            "app reads Django's settings, which give another value",
+            hint="Set them in settings.py, or take the environment there, last: "
+            "`from runs.conf import settings_from_environment` and "
+            "`globals().update(settings_from_environment())`",
+            id="runs.W001",
+        )
+    ]
 
 
 # What the app needs of a SQLite database (docs/design/deployment.md#sqlite): every write

@@ -264,6 +264,20 @@ class Registry:
         values = {setting.name: self._given(setting)[0] for setting in self.declared()}
         return {name: value for name, value in values.items() if value is not _UNSET}
 
+    def ignored(self, environ: Mapping[str, str]) -> list[str]:
+        """The declared settings that `environ` sets to another value than these settings give (or
+        to one no setting takes): what a project whose settings module never reads its environment
+        leaves unused. A setting whose own value is refused is left to `problems`."""
+        given = type(self)(environ)
+        found = []
+        for setting in self.declared():
+            wanted, _ = given._given(setting)
+            if wanted is _UNSET or self.problem(setting) is not None:
+                continue  # not set, or empty (the default, whatever the settings hold)
+            if not setting.accepts(wanted) or setting.convert(wanted) != self.read(setting):
+                found.append(setting.name)
+        return found
+
     @classmethod
     def reference(cls) -> str:
         """The declared settings as a Markdown table, for the docs."""

@@ -2,7 +2,9 @@
 virtualenv, added to a project made by `django-admin startproject` with the lines
 docs/how-to/embed.md says a host adds (read from the page), serves the API, the streams, cancellation, the admin, the dashboard and /metrics/ under the
 host's stock ASGI handler, on SQLite and on PostgreSQL; a bad setting is refused with the
-registry's message; and the standalone site (config/) runs from the same wheel."""
+registry's message; its `RUNLEDGER_*` environment is read by the one line that takes it (a bad value
+refused by name) and warned of by `check` where nothing takes it; and the standalone site (config/)
+runs from the same wheel."""
 
 import hashlib
 import re
@@ -210,6 +212,62 @@ def test_a_bad_setting_value_is_refused_by_check_and_runworker_with_the_registry
         worker = host.manage("runworker", "--once", *skip)
         assert worker.returncode != 0
         assert message in worker.stderr, worker.stderr
+
+
+def conf_values(host: Host, env: dict[str, str], *names: str) -> list[str]:
+    """What the host's app reads for `names` (conf.NAME), one line each, started with `env`."""
+    script = "from runs.conf import conf; " + "; ".join(f"print(conf.{name})" for name in names)
+    return host.must("shell", "-c", script, env=env).splitlines()[-len(names) :]
+
+
+@pytest.mark.timeout(300)
+def test_a_host_that_takes_the_environment_reads_a_good_value_and_check_refuses_a_bad_one_by_name(
+    venv: Venv, tmp_path: Path
+) -> None:
+    host = hosts.start_project(venv, tmp_path)
+    hosts.add_the_app(host, RUNLEDGER_MAX_STREAMS_PER_USER=3)
+    hosts.take_the_environment(host)
+    good = host.env | {
+        "RUNLEDGER_MAX_STREAMS_PER_USER": "7",
+        "RUNLEDGER_AGENTS": "runs.agents.demo, runs.agents.openai_chat",
+    }
+    assert host.must("check", env=good).strip().splitlines()[-1] == hosts.NO_ISSUES
+    # The environment wins over what settings.py set before the line; a list is comma-separated.
+    assert conf_values(host, good, "MAX_STREAMS_PER_USER", "AGENTS") == [
+        "7",
+        "['runs.agents.demo', 'runs.agents.openai_chat']",
+    ]
+    # Without the variable, settings.py's own value.
+    assert conf_values(host, host.env, "MAX_STREAMS_PER_USER") == ["3"]
+
+    bad = host.env | {"RUNLEDGER_AGENTS": "my agents"}
+    refusal = "RUNLEDGER_AGENTS must be a list of module paths, not 'my agents'"
+    for command in (["check"], ["runworker", "--once", "--skip-checks"]):
+        refused = host.manage(*command, env=bad)
+        assert refused.returncode != 0, command
+        assert refused.stderr.strip().splitlines()[-1].endswith(refusal), refused.stderr
+
+
+@pytest.mark.timeout(300)
+def test_check_warns_a_host_that_ignores_its_environment_naming_the_variables_never_their_values(
+    venv: Venv, tmp_path: Path
+) -> None:
+    host = hosts.start_project(venv, tmp_path)
+    hosts.add_the_app(host)
+    secret = "a-metrics-bearer-never-shown"
+    env = host.env | {
+        "RUNLEDGER_AGENTS": "my agents",  # ignored, so never refused: the warning is what tells
+        "RUNLEDGER_METRICS_TOKEN": secret,
+        "RUNLEDGER_LEASE_SECONDS": "2",  # what settings.py holds (the test's short intervals): in effect
+        "RUNLEDGER_URL": "http://127.0.0.1:8000",  # the client's, not a setting
+    }
+    checked = host.manage("check", env=env)
+    assert checked.returncode == 0, checked.stderr
+    (warning,) = [line for line in checked.stderr.splitlines() if "(runs.W001)" in line]
+    assert "RUNLEDGER_AGENTS, RUNLEDGER_METRICS_TOKEN are set in the environment, and ignored" in warning, warning
+    assert secret not in checked.stdout + checked.stderr
+    assert host.manage("check", "--fail-level", "WARNING", env=env).returncode != 0
+    assert conf_values(host, env, "AGENTS") == ["['runs.agents.demo']"]
 
 
 @pytest.mark.timeout(300)

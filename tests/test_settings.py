@@ -1,11 +1,13 @@
-"""The settings registry (runs/conf.py, issue 31): every RUNLEDGER_* setting declared once, read with
+"""The settings registry (runs/conf.py): every RUNLEDGER_* setting declared once, read with
 its default where a project sets none, refused with the registry's message wherever it is set wrong —
 from the environment at settings load, in code by the system check and by every process at start
-under --skip-checks — and the docs' reference made from the same declarations."""
+under --skip-checks — variables a project's settings ignore warned of by name, and the docs'
+reference made from the same declarations."""
 
 import hashlib
 import hmac
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from pytest_django import Settings
 
 from config.environment import Site
-from runs.conf import AppSettings, check_settings
+from runs.conf import AppSettings, check_environment, check_settings, settings_from_environment
 from tests.support.package import in_a_bare_host
 from tests.support.procs import ROOT, subprocess_env, uvicorn_refusal
 
@@ -115,6 +119,44 @@ def test_the_environment_text_of_each_kind_is_read_as_its_declaration_says() -> 
     assert (read.METRICS_TOKEN, read.LOG_FORMAT) == ("", "text")
     assert read.given()["RUNLEDGER_MAX_STREAMS_PER_USER"] == 7
     assert "RUNLEDGER_HEARTBEAT_SECONDS" not in read.given()  # unset: the app's default, not the site's
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(10)
+def test_a_settings_module_takes_the_environment_in_one_call_refused_by_the_variables_name() -> None:
+    taken = settings_from_environment({"RUNLEDGER_MAX_STREAMS_PER_USER": "7", "RUNLEDGER_URL": "http://x"})
+    assert taken == {"RUNLEDGER_MAX_STREAMS_PER_USER": 7}  # the client's variable is no setting
+    with pytest.raises(
+        ImproperlyConfigured, match=r"^RUNLEDGER_AGENTS must be a list of module paths, not 'my agents'$"
+    ):
+        settings_from_environment({"RUNLEDGER_AGENTS": "my agents"})
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(10)
+def test_check_warns_of_the_variables_the_settings_ignore_by_name_never_by_value(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.RUNLEDGER_POLL_SECONDS = 3
+    environ = {
+        "RUNLEDGER_POLL_SECONDS": "3.0",  # what the settings hold: in effect
+        "RUNLEDGER_SWEEP_SECONDS": "5",  # the default the settings leave: in effect too
+        "RUNLEDGER_LOG_FORMAT": "",  # empty text: the default
+        "RUNLEDGER_AGENTS": "my agents",  # no setting takes it
+        "RUNLEDGER_METRICS_TOKEN": "s3cret",  # another value than the settings'
+        "RUNLEDGER_URL": "http://127.0.0.1:8000",  # the client's, not a setting
+    }
+    for name in [name for name in os.environ if name.startswith("RUNLEDGER_")]:
+        monkeypatch.delenv(name)
+    assert check_environment() == []
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    (warning,) = check_environment()
+    assert warning.id == "runs.W001" and warning.level == checks.WARNING
+    assert warning.msg.startswith("RUNLEDGER_AGENTS, RUNLEDGER_METRICS_TOKEN are set in the environment, and ignored")
+    assert "s3cret" not in f"{warning.msg} {warning.hint}" and "my agents" not in warning.msg
+    settings.RUNLEDGER_METRICS_TOKEN = "s3cret"
+    assert "RUNLEDGER_METRICS_TOKEN" not in check_environment()[0].msg
 
 
 # --- set in code: the system check, and every process under --skip-checks ---------------------------

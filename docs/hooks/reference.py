@@ -52,7 +52,8 @@ def _settings() -> str:
     from runs.conf import AppSettings
 
     return (
-        "### The app's settings\n\nIn a project's settings module, or as environment variables of the same name.\n\n"
+        "### The app's settings\n\nDjango settings, in a project's settings module; environment variables of the "
+        "same names where the settings module takes them (`settings_from_environment()`).\n\n"
         + AppSettings.reference()
         + "\n### The standalone site's environment\n\nRead by `config/settings.py` only; a project hosting "
         "the `runs` app sets its own equivalents.\n\n" + Site.reference()

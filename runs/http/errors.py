@@ -48,4 +48,9 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "idempotency_mismatch": (422, "the `Idempotency-Key` was used with another body"),
     "too_many_requests": (429, "a limit refuses it for now; `Retry-After` says when to retry, `detail` which limit"),
     "database_unavailable": (503, "the database cannot be reached; retry later"),
+    "wait_unanswered": (
+        503,
+        "under a WSGI server (runserver), a server-side wait that could not answer after all (its run deleted, the "
+        "caller's sight of it or the database lost); ask again",
+    ),
 }

@@ -21,6 +21,8 @@ the bytes on the wire. Follow one request of `GET /api/runs/{id}/stream/` (runs/
                   cannot see a plain view)
     wait.py       `run_wait`, `GET /api/runs/{id}/wait/`: the run once it ends or waits, on the
                   same checks, cap and wake-ups as a stream
+    responses.py  what both answer with (a response that gives its slot back when closed), and
+                  both served by a WSGI server (runserver) on a loop of the process's own
     edge/         the Pushpin side (edge/__init__.py walks it): hold.py answers a connect with the
                   replay and hold instructions and Pushpin's fetches of the stream's link, the
                   publisher sends each committed event to Pushpin, which writes it to the clients

@@ -7,8 +7,9 @@ re-check of who holds each open stream — those it holds itself, and those the 
   between, so a burst of opens cannot all slip under the cap. It is given back exactly once
   (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
   body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
-  runs.asgi's handler calls what the view registered (runs.http.request_end), and Django's own
-  closes the response. Under Django's own handler a client can also leave between the view's
+  runs.asgi's handler calls what the view registered (runs.http.request_end), Django's own
+  closes the response, and under a WSGI server (runserver) closing the response does both
+  (runs.streaming.responses). Under Django's own handler a client can also leave between the view's
   answer and the response being sent, where nothing says so: a slot whose body has not started
   `RUNLEDGER_SSE_START_SECONDS` after it was taken is given back then (`Watch.start`).
 - **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open

@@ -22,11 +22,10 @@ stream (edge/hold.py, which also answers Pushpin's fetches of the stream's link)
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncGenerator, Iterator
 
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from runs.conf import conf
@@ -37,6 +36,7 @@ from runs.streaming.checks import Opened, checked
 from runs.streaming.edge import grip, hold
 from runs.streaming.guard import Watch, get_guard, too_many_streams
 from runs.streaming.hub import Frame, get_hub, read_frames
+from runs.streaming.responses import WatchedResponse, served_under_wsgi
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ CHUNK_BYTES = 256_000
 # Read-only whatever the method, so CSRF protects nothing here; exempt, a POST gets the JSON 405
 # once authenticated and shown a visible run.
 @csrf_exempt
+@served_under_wsgi
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if conf.GRIP_URL:
         edge_client(request)
@@ -69,7 +70,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if watch is None:
         return error_response_for(too_many_streams())
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
-    # it to the end of the request (guard.py says how, under each ASGI handler).
+    # it to the end of the request (guard.py says how, under each server).
     at_request_end(request, watch.release)
     stream = WatchedResponse(watch, _stream(opened, watch), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
@@ -88,22 +89,7 @@ def edge_client(request: HttpRequest) -> None:
         request.META["REMOTE_ADDR"] = forwarded
 
 
-class WatchedResponse(StreamingHttpResponse):
-    """Gives its stream's (or wait's) slot back when closed: Django's own handler closes a response
-    it sent or began to send, however the client left."""
-
-    def __init__(self, watch: Watch, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.watch = watch
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self.watch.release()
-
-
-async def _stream(opened: Opened, watch: Watch) -> AsyncIterator[bytes]:
+async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
     """The body: an async generator (a sync iterator would be buffered whole under ASGI).
 
     On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`

@@ -14,7 +14,9 @@ ends. So the middleware chain runs when the waiter arrives, not when the waiters
 answer at once (its synchronous steps are hops to one shared thread: 200 waiters answered in
 0.6-1 s that way, against a few ms). The price is that a wait which cannot answer after all (the
 database lost, the caller's sight of the run lost, the run deleted) leaves its body unfinished
-(`Unanswered`): the client's next try is answered as a new request (503, 401, 404).
+(`Unanswered`): the client's next try is answered as a new request (503, 401, 404). Under a WSGI
+server, which sends nothing before the body's first chunk, such a wait is a 503 to retry instead
+(responses.py).
 
 Checks, in the order of docs/design/api.md#check-order: authentication (401), visibility (404),
 method (405), `timeout` (400), then the cap (429).
@@ -23,7 +25,7 @@ method (405), `timeout` (400), then the cap (429).
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -43,7 +45,7 @@ from runs.models import Run
 from runs.streaming import hub
 from runs.streaming.checks import read_checks
 from runs.streaming.guard import Watch, get_guard, too_many_streams
-from runs.streaming.views import WatchedResponse
+from runs.streaming.responses import Unanswered, WatchedResponse, served_under_wsgi
 from runs.transitions import Status, is_terminal
 
 # The longest wait one request may ask for, and the wait when it asks for none: a client that
@@ -164,14 +166,9 @@ def _answer_bytes(admitted: _Admitted, answer: Answer, result: WaitResult) -> by
     return answer.encoded[key]
 
 
-class Unanswered(Exception):
-    """A wait whose 200 has begun cannot answer after all (its database lost, its caller's sight of
-    the run lost, the run deleted): its body is left unfinished, and the client's next try is
-    answered as a new request is (503, 401, 404)."""
-
-
 # Read-only whatever the method, as the stream: CSRF protects nothing here.
 @csrf_exempt
+@served_under_wsgi
 async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
     try:
         admitted = await hub.run_open_check(_checks, request, run_id)
@@ -203,7 +200,7 @@ def _no_store(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
-async def _body(admitted: _Admitted, watch: Watch) -> AsyncIterator[bytes]:
+async def _body(admitted: _Admitted, watch: Watch) -> AsyncGenerator[bytes, None]:
     if not watch.start():
         raise Unanswered("the wait's slot was given back before it began")
     try:

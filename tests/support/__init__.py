@@ -1,7 +1,7 @@
 """Every helper the tests share, each in one place; test files import them from here.
 
     procs.py       real processes: `Procs` and the `procs` fixture (uvicorn on a port or a Unix
-                   socket, workers, the SSE writer), the environment they get, waits for their
+                   socket, Django's runserver, workers, the SSE writer), the environment they get, waits for their
                    readiness, /proc figures, a script run as another local user
     waiting.py     wait_until: poll a condition against a deadline
     threads.py     race and in_thread: real threads on their own database connections

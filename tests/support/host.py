@@ -174,6 +174,13 @@ def add_the_app(host: Host, database: dict[str, Any] | None = None, **settings: 
         file.write("\n" + urls)
 
 
+def take_the_environment(host: Host) -> None:
+    """The one line docs/design/deployment.md#settings says a settings module adds, last, to take
+    the `RUNLEDGER_*` environment variables."""
+    with host.settings.open("a") as file:
+        file.write("\n" + block("design/deployment.md", "python", "settings.py"))
+
+
 def wrap_the_application(host: Host) -> None:
     """The guide's optional ASGI wrapper, in place of startproject's last line of asgi.py."""
     _replace_once(

@@ -205,6 +205,15 @@ class Procs:
         wait_http_ok(proc, ready, timeout=timeout)
         return proc
 
+    def runserver(self, *, env: dict[str, str] | None = None, timeout: float = 60) -> Proc:
+        """Start Django's development server, `manage.py runserver` (a WSGI server, threaded), on a
+        free port without its autoreloader, and wait until it answers /healthz/."""
+        port = free_port()
+        args = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
+        proc = self.start("runserver", args, env or subprocess_env(), port=port)
+        wait_http_ok(proc, "/healthz/", timeout=timeout)
+        return proc
+
     def worker(
         self,
         worker_id: str,

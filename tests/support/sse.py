@@ -91,7 +91,9 @@ class Stream:
         self.parser = SSEParser()
         self.bytes_read = 0
         self.dropped = False  # True when `events(byte_budget=...)` cut the connection
-        self.finished = False  # True when the server ended the body (its last, empty chunk came)
+        # True when the server ended the body: its last, empty chunk came, or it closed a body of no
+        # stated length.
+        self.finished = False
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._chunked = False
@@ -122,7 +124,11 @@ class Stream:
                 self.headers[name.strip().lower()] = value.strip()
         self._chunked = self.headers.get("transfer-encoding", "").lower() == "chunked"
         if not self._chunked:
-            self._remaining = int(self.headers.get("content-length", "0"))
+            length = self.headers.get("content-length")
+            # Neither chunked nor sized: the body ends when the server closes the connection (a
+            # WSGI server's streams, runserver's). An answer that has no body says its length.
+            no_body = self.status in (204, 304) or self.method == "HEAD"
+            self._remaining = None if length is None and not no_body else int(length or 0)
         if self.headers.get("content-type", "").split(";")[0] != "text/event-stream":
             self.body = await asyncio.wait_for(self.read_all(), timeout)
             self.close()
@@ -135,11 +141,13 @@ class Stream:
         """The body's bytes as they arrive, until it ends."""
         assert self._reader is not None
         if not self._chunked:
-            while self._remaining:
-                data = await self._reader.read(min(self._remaining, 65536))
+            while self._remaining is None or self._remaining:
+                data = await self._reader.read(65536 if self._remaining is None else min(self._remaining, 65536))
                 if not data:
+                    self.finished = self._remaining is None
                     return
-                self._remaining -= len(data)
+                if self._remaining is not None:
+                    self._remaining -= len(data)
                 yield data
             return
         while True:
