@@ -235,9 +235,9 @@ ASGI_APPLICATION = "config.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # Only this site's own overrides (its login page, its admin index); the app's pages come
-        # from runs/templates/ through APP_DIRS, as in any host project.
-        "DIRS": [BASE_DIR / "templates"],
+        # No templates of its own: its pages, its login page too, come from runs/templates/
+        # through APP_DIRS, as in any host project.
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

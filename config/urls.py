@@ -1,10 +1,9 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
 from runs.admin.hardening import view_on_site
-from runs.signin import AdminLoginForm, LoginForm, throttled_login
+from runs.signin import AdminLoginForm, throttled_login
 
 # This site's own opinions; the app itself is included as any host includes it (last line).
 # The console signs in through the throttled form too (docs/design/fair-use.md#sign-in-throttle).
@@ -16,10 +15,9 @@ urlpatterns = [
     path("admin/login/", throttled_login(admin.site.login)),
     path("admin/r/<path:content_type_id>/<path:object_id>/", admin.site.admin_view(view_on_site)),
     path("admin/", admin.site.urls),
-    # Only log in and out: password resets by e-mail are not part of this deployment, and every
-    # page but the login page needs an authenticated user (docs/design/api.md#public).
-    path("accounts/login/", throttled_login(auth_views.LoginView.as_view(authentication_form=LoginForm)), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The app's sign-in pages, as a host includes them: every page but the login page needs an
+    # authenticated user (docs/design/api.md#public).
+    path("accounts/", include("runs.signin_urls")),
     # A page to read the app's API schema (Swagger UI, its scripts served here: no CDN), public
     # like the schema; ahead of the app's URLs, whose api/ answers any other path with a 404.
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="runs:api-schema"), name="api-docs"),

@@ -39,11 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core import signals
-from django.core.exceptions import RequestAborted
+from django.core.exceptions import RequestAborted, SuspiciousFileOperation
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.base import BaseHandler
-from django.http import HttpResponseBase
+from django.http import FileResponse, Http404, HttpRequest, HttpResponseBase
 from django.urls import Resolver404, resolve, set_script_prefix
 
 from runs.conf import conf
@@ -71,11 +72,24 @@ def wrap(inner: Any, *, serve_static: bool = False) -> Any:
     publisher.require_edge()
     application: Any = BodyLimit(Application(inner), conf.MAX_BODY_BYTES)
     if serve_static:
-        from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
-        application = ASGIStaticFilesHandler(application)
+        application = StaticFiles(application)
     # Counted outermost: the guard's 413s and the static files too (runs/metrics/http.py).
     return CountResponses(application)
+
+
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static files handler (the one runserver serves them with): each file under
+    STATIC_URL from the app that ships it, found by the STATICFILES_FINDERS
+    (docs/design/deployment.md#static-files)."""
+
+    def serve(self, request: HttpRequest) -> FileResponse:
+        # A path out of the static folders (/static/../settings.py) is refused by the finders with
+        # an exception Django's handler does not catch: a 500 and a traceback. It names no static
+        # file: answered as a missing one.
+        try:
+            return super().serve(request)
+        except SuspiciousFileOperation as exc:
+            raise Http404("no such static file") from exc
 
 
 class SyncViews(ASGIHandler):

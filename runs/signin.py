@@ -1,5 +1,5 @@
-"""Signing in: the login page's form (/accounts/login/) and the console's (/admin/login/), with
-failed sign-ins throttled per username and per client address
+"""Signing in: the login page (/accounts/login/, runs.signin_urls) and the console's form
+(/admin/login/), with failed sign-ins throttled per username and per client address
 (docs/design/fair-use.md#sign-in-throttle; the counting is `runs.http.throttles`).
 
 The form, not Django's `user_login_failed` signal: the signal is sent after the password has been
@@ -13,6 +13,7 @@ from functools import wraps
 from typing import Any
 
 from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponseBase
@@ -64,3 +65,10 @@ def throttled_login(view: Callable[..., HttpResponseBase]) -> Callable[..., Http
         return response
 
     return login
+
+
+# Django's login view with the throttled form, on the app's own template: `runs/login.html`, never
+# the `registration/login.html` a project may have for its own login page.
+login_page = throttled_login(
+    auth_views.LoginView.as_view(authentication_form=LoginForm, template_name="runs/login.html")
+)

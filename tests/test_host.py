@@ -20,7 +20,7 @@ import pytest
 from tests.support import host as hosts
 from tests.support.host import Host, Venv
 from tests.support.package import build
-from tests.support.procs import Proc, Procs, database_url
+from tests.support.procs import Proc, Procs
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.processes
@@ -53,14 +53,7 @@ def served(request: pytest.FixtureRequest, venv: Venv, tmp_path_factory: pytest.
     uvicorn and worker running (each test makes its own runs)."""
     folder = tmp_path_factory.mktemp(f"host-{request.param}")
     with ExitStack() as stack:
-        database = None
-        if request.param == "postgresql":
-            request.getfixturevalue("django_db_setup")
-            with request.getfixturevalue("django_db_blocker").unblock():
-                url = database_url()
-            if not url.startswith("postgres"):
-                pytest.fail("the PostgreSQL host needs the suite on PostgreSQL (DATABASE_URL=postgres://…)")
-            database = stack.enter_context(hosts.own_database(url))
+        database = hosts.database_for(request, stack)
         host = hosts.start_project(venv, folder)
         hosts.add_the_app(host, database)
         checked = host.must("check")

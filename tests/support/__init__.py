@@ -34,7 +34,12 @@
     raw_http.py    clients over raw sockets: a large upload that notes when the answer came, a
                    slowloris that never finishes its headers, a request from another loopback address
                    or to a Unix socket
-    browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers
+    browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers,
+                   PageLoads (every stylesheet and script a page asked for answered 200, no console error)
+    host.py        a host project of its own: a fresh virtualenv with the built wheel, startproject,
+                   the lines docs/how-to/embed.md adds, its processes; the guide's shell steps run
+                   as a reader types them (follow_the_guide)
+    terminal.py    a command on a pseudo-terminal of its own, its prompts answered (createsuperuser)
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
     docs.py        the manual's code blocks by title, a shell that runs a page's shell blocks, the
                    reference pages' renderer (docs/hooks/reference.py) and their generated parts

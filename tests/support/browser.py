@@ -18,6 +18,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
@@ -25,7 +26,7 @@ from django.db import connections
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
@@ -117,3 +118,63 @@ def save_screenshot(page: "Page", name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+class PageLoads:
+    """What each page a test opens asks for and says: the status of every stylesheet and script
+    it requested, and every error on its console or thrown by its scripts.
+
+        loads = PageLoads(page)
+        loads.begin(); page.goto(url)     # or a click that navigates
+        loads.check()                     # the page's files all 200, its console without error
+
+    Routing every request through Playwright turns the browser's HTTP cache off (Playwright's
+    rule), so each page fetches its files afresh: a file answered 304, or taken from the cache
+    unasked, would prove nothing of the server."""
+
+    # The browser asks for /favicon.ico by itself, of any page without an icon: the host project's
+    # (a new project has none), not a file any page of the app or the admin asks for.
+    BROWSERS_OWN = "/favicon.ico"
+
+    def __init__(self, page: "Page") -> None:
+        self.page = page
+        self.files: dict[str, int] = {}
+        self.errors: list[str] = []
+        page.route("**/*", lambda route: route.continue_())
+        page.on("response", self._response)
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def _response(self, response: "Response") -> None:
+        if response.request.resource_type in ("stylesheet", "script"):
+            self.files[response.url] = response.status
+
+    def _console(self, message: "ConsoleMessage") -> None:
+        where = message.location.get("url", "")
+        if message.type == "error" and urlsplit(where).path != self.BROWSERS_OWN:
+            self.errors.append(f"{message.text} ({where})")
+
+    def begin(self) -> None:
+        self.files.clear()
+        self.errors.clear()
+
+    def check(self) -> list[str]:
+        """Once the page has loaded: every stylesheet and script its document links was answered
+        200, as was every other one it requested, and nothing went to its console as an error.
+        The files it links, for the test to check it has the ones it expects."""
+        self.page.wait_for_load_state("load")
+        # Its linked files' statuses as the page's own resource timing has them, complete once it
+        # has loaded (the response events may come later than the load).
+        linked: dict[str, int | None] = dict(
+            self.page.eval_on_selector_all("link[rel~=stylesheet][href], script[src]", self._STATUSES)
+        )
+        assert linked == dict.fromkeys(linked, 200), (self.page.url, linked)
+        assert set(self.files.values()) <= {200}, (self.page.url, self.files)
+        assert self.errors == [], (self.page.url, self.errors)
+        return list(linked)
+
+    _STATUSES = """found => found.map(e => {
+        const url = e.href || e.src;
+        const timing = performance.getEntriesByName(url, "resource")[0];
+        return [url, timing ? timing.responseStatus : null];
+    })"""

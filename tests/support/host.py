@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -20,11 +22,22 @@ from urllib.parse import urlsplit
 
 import httpx
 import psycopg
+import pytest
 
-from tests.support.docs import block
+from tests.support.docs import block, code_blocks
 from tests.support.package import checkout_files
-from tests.support.procs import FAST_INTERVALS, ROOT, Proc, Procs, free_port, wait_http_ok, wait_log_line
+from tests.support.procs import (
+    FAST_INTERVALS,
+    ROOT,
+    Proc,
+    Procs,
+    database_url,
+    free_port,
+    wait_http_ok,
+    wait_log_line,
+)
 from tests.support.sse import Event, Stream, auth_headers
+from tests.support.terminal import answer_prompts
 
 # The superuser every host gets, for the admin and for its API token.
 ADMIN, PASSWORD = "admin", "host-admin-password"
@@ -56,8 +69,11 @@ class Venv:
 
     def install(self, extras: str) -> None:
         """The wheel with `extras`, from PyPI's packages for everything else."""
+        self.pip_install(f"{self.wheel}[{extras}]")
+
+    def pip_install(self, *requirements: str) -> None:
         done = subprocess.run(
-            [self.bin("pip"), "install", "--disable-pip-version-check", "-q", f"{self.wheel}[{extras}]"],
+            [self.bin("pip"), "install", "--disable-pip-version-check", "-q", *requirements],
             env=clean_env(),
             capture_output=True,
             text=True,
@@ -80,12 +96,18 @@ class Host:
     venv: Venv
     # Where the app's URLs are: "runledger/" in a host, "" in the standalone site.
     prefix: str = "runledger/"
+    # Its settings package, which startproject names: the guide's `mysite` or the standalone site's `config`.
+    package: str = "config"
     # Its processes' environment: none of the checkout's (the standalone site's comes from here).
     env: dict[str, str] = field(default_factory=clean_env)
 
+    def file(self, name: str) -> Path:
+        """One of the settings package's files: settings.py, urls.py, asgi.py."""
+        return self.folder / self.package / name
+
     @property
     def settings(self) -> Path:
-        return self.folder / "config" / "settings.py"
+        return self.file("settings.py")
 
     def run(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
@@ -133,13 +155,13 @@ def _replace_once(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def start_project(venv: Venv, parent: Path) -> Host:
-    """`django-admin startproject config host`: a host whose settings package is `config`, like the
-    standalone site's, which the wheel therefore must not ship."""
+def start_project(venv: Venv, parent: Path, package: str = "config") -> Host:
+    """`django-admin startproject config host`: by default a host whose settings package is
+    `config`, like the standalone site's, which the wheel therefore must not ship."""
     folder = parent / "host"
     folder.mkdir()
     done = subprocess.run(
-        [str(venv.bin("django-admin")), "startproject", "config", str(folder)],
+        [str(venv.bin("django-admin")), "startproject", package, str(folder)],
         cwd=parent,
         env=clean_env(),
         capture_output=True,
@@ -147,30 +169,26 @@ def start_project(venv: Venv, parent: Path) -> Host:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    return Host(folder=folder, venv=venv)
+    return Host(folder=folder, venv=venv, package=package)
 
 
 # The guide whose settings, URLs and ASGI lines a host adds: the tests take them from the page.
 GUIDE = "how-to/embed.md"
 
 
-def add_the_app(host: Host, database: dict[str, Any] | None = None, **settings: Any) -> None:
-    """What docs/how-to/embed.md says a host adds, read from the page, in its own generated files:
-    the apps, the SQLite options (or, given `database`, its PostgreSQL database), the include() —
-    plus the settings it chooses (the metrics bearer, short intervals for tests, and `settings`).
-    asgi.py stays as startproject wrote it."""
+def write_the_guides_lines(host: Host, database: dict[str, Any] | None = None) -> None:
+    """What docs/how-to/embed.md says a host adds to its settings and URLs, read from the page, in
+    its own generated files: the apps, the SQLite options (or, given `database`, its usual
+    PostgreSQL entry), the include()s."""
     with host.settings.open("a") as file:
         file.write("\n" + block(GUIDE, "python", "settings.py"))
         if database is None:
             file.write(block(GUIDE, "python", "settings.py, on SQLite"))
         else:
             file.write(f'DATABASES["default"] = {database!r}\n')
-    # FAST_INTERVALS are environment strings; a host writes numbers.
-    chosen = {"RUNLEDGER_METRICS_TOKEN": METRICS_TOKEN}
-    host.append_settings(chosen | {name: json.loads(value) for name, value in FAST_INTERVALS.items()} | settings)
     urls = block(GUIDE, "python", "urls.py")
     assert f'path("{host.prefix}", include("runs.urls"))' in urls, urls
-    with (host.folder / "config" / "urls.py").open("a") as file:
+    with host.file("urls.py").open("a") as file:
         file.write("\n" + urls)
 
 
@@ -181,23 +199,45 @@ def take_the_environment(host: Host) -> None:
         file.write("\n" + block("design/deployment.md", "python", "settings.py"))
 
 
+def add_the_app(host: Host, database: dict[str, Any] | None = None, **settings: Any) -> None:
+    """The guide's settings and URLs (write_the_guides_lines) plus the settings this host chooses
+    (the metrics bearer, short intervals for tests, and `settings`). asgi.py stays as startproject
+    wrote it."""
+    write_the_guides_lines(host, database)
+    # FAST_INTERVALS are environment strings; a host writes numbers.
+    chosen = {"RUNLEDGER_METRICS_TOKEN": METRICS_TOKEN}
+    host.append_settings(chosen | {name: json.loads(value) for name, value in FAST_INTERVALS.items()} | settings)
+
+
 def wrap_the_application(host: Host) -> None:
-    """The guide's optional ASGI wrapper, in place of startproject's last line of asgi.py."""
-    _replace_once(
-        host.folder / "config" / "asgi.py", "application = get_asgi_application()\n", block(GUIDE, "python", "asgi.py")
-    )
+    """The guide's ASGI application, the app's wrapper, in place of startproject's last line of asgi.py."""
+    _replace_once(host.file("asgi.py"), "application = get_asgi_application()\n", block(GUIDE, "python", "asgi.py"))
 
 
 def copy_site(venv: Venv, folder: Path) -> Host:
-    """The standalone site as a folder of its own: config/, manage.py and templates/ as git holds
-    them, without runs/ (the venv's wheel provides it), on a SQLite file there. It reads its
-    settings from the environment: the short intervals too."""
+    """The standalone site as a folder of its own: config/ and manage.py as git holds them, without
+    runs/ (the venv's wheel provides it), on a SQLite file there. It reads its settings from the
+    environment: the short intervals too."""
     for path in checkout_files():
-        if path == "manage.py" or path.startswith(("config/", "templates/")):
+        if path == "manage.py" or path.startswith("config/"):
             (folder / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / path, folder / path)
     env = clean_env(DATABASE_URL=f"sqlite:///{folder / 'site.sqlite3'}", **FAST_INTERVALS)
     return Host(folder=folder, venv=venv, prefix="", env=env)
+
+
+def database_for(request: pytest.FixtureRequest, stack: contextlib.ExitStack[Any]) -> dict[str, Any] | None:
+    """The database of a host for the fixture's `param`: None for "sqlite" (the host's own file),
+    for "postgresql" a database of its own on the tests' server (own_database), dropped as `stack`
+    closes."""
+    if request.param != "postgresql":
+        return None
+    request.getfixturevalue("django_db_setup")
+    with request.getfixturevalue("django_db_blocker").unblock():
+        url = database_url()
+    if not url.startswith("postgres"):
+        pytest.fail("the PostgreSQL host needs the suite on PostgreSQL (DATABASE_URL=postgres://…)")
+    return stack.enter_context(own_database(url))
 
 
 @contextlib.contextmanager
@@ -221,6 +261,71 @@ def own_database(test_database_url: str) -> Iterator[dict[str, Any]]:
         with psycopg.connect(test_database_url, autocommit=True) as admin:
             # FORCE: a connection a killed process left behind must not keep the database.
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- the guide's shell steps, as a reader types them -----------------------------------------------
+
+# What a reader answers `manage.py createsuperuser`'s prompts (the e-mail address left empty).
+SUPERUSER_ANSWERS = [
+    ("Username", ADMIN),
+    ("Email address", ""),
+    ("Password: ", PASSWORD),
+    ("Password (again)", PASSWORD),
+]
+
+
+@dataclass
+class Followed:
+    """A host after the guide's shell steps: each short command with what it printed, and the two
+    long-running processes it started."""
+
+    said: list[tuple[str, str]]
+    web: Proc
+    worker: Proc
+
+
+def guide_commands() -> list[str]:
+    """Every command of the guide's `sh` blocks, in page order, one a line (a reader's `# …` kept)."""
+    lines = [line.strip() for b in code_blocks(GUIDE) if b.lang == "sh" for line in b.text.splitlines()]
+    commands = [line for line in lines if line and not line.startswith("#")]
+    assert not any(line.endswith("\\") for line in commands), "one command a line, no continuations"
+    return commands
+
+
+def follow_the_guide(procs: Procs, host: Host) -> Followed:
+    """Run the guide's shell steps in the host's folder, in its virtualenv (its bin/ first on PATH,
+    as `activate` leaves it), in order: the short ones with bash as written — `pip install` with the
+    built wheel in place of the package index's `django-runledger`, `createsuperuser` on a terminal
+    answering its prompts — and the two a reader leaves running, uvicorn and runworker, started as
+    `procs` with exactly the guide's arguments (uvicorn's port from UVICORN_PORT, which it reads:
+    8000 may be taken), each waited for until it serves."""
+    env = host.env | {"PATH": f"{host.venv.root / 'bin'}:{os.environ['PATH']}", "VIRTUAL_ENV": str(host.venv.root)}
+    said: list[tuple[str, str]] = []
+    web = worker = None
+    for line in guide_commands():
+        args = shlex.split(line, comments=True)
+        if args[0] == "uvicorn":
+            port = free_port()
+            web = procs.start("guide-uvicorn", args, env | {"UVICORN_PORT": str(port)}, port=port, cwd=host.folder)
+            wait_http_ok(web, host.url("healthz/"), timeout=60)
+        elif args[1:3] == ["manage.py", "runworker"]:
+            worker = procs.start("guide-worker", args, env, cwd=host.folder)
+            wait_log_line(worker, f"runworker {socket.gethostname()}:{worker.pid} ready", timeout=60)
+        elif args[1:3] == ["manage.py", "createsuperuser"]:
+            done = answer_prompts(["bash", "-c", line], SUPERUSER_ANSWERS, cwd=host.folder, env=env)
+            assert done.returncode == 0 and "Superuser created successfully." in done.output, done.output
+            said.append((line, done.output))
+        else:
+            if args[:2] == ["pip", "install"]:
+                assert line.count("'django-runledger[") == 1, line
+                line = line.replace("'django-runledger[", f"'{host.venv.wheel}[")
+            ran = subprocess.run(
+                ["bash", "-c", line], cwd=host.folder, env=env, capture_output=True, text=True, timeout=540
+            )
+            assert ran.returncode == 0, f"{line}:\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
+            said.append((line, ran.stdout + ran.stderr))
+    assert web is not None and worker is not None, "the guide starts no uvicorn or no runworker"
+    return Followed(said, web, worker)
 
 
 def start_web(procs: Procs, host: Host) -> Proc:
