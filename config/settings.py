@@ -235,9 +235,10 @@ ASGI_APPLICATION = "config.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        # No templates of its own: its pages, its login page too, come from runs/templates/
-        # through APP_DIRS, as in any host project.
-        "DIRS": [],
+        # Its pages, its login page too, come from runs/templates/ through APP_DIRS, as in any
+        # host project; templates/ holds only what this site overrides for itself (its admin's
+        # branding).
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

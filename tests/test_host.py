@@ -113,6 +113,7 @@ def test_a_superuser_opens_the_run_list_and_a_run_in_the_admin(served: Served) -
     listing = admin.get("/admin/runs/run/")
     assert listing.status_code == 200
     assert f"/admin/runs/run/{run_id}/change/" in listing.text
+    assert "Django administration" in listing.text  # the host's admin keeps its own branding
     change = admin.get(f"/admin/runs/run/{run_id}/change/")
     assert change.status_code == 200
     assert run_id in change.text
@@ -317,6 +318,8 @@ def test_the_standalone_site_runs_from_the_wheel(venv: Venv, tmp_path: Path, pro
         assert client.get("/accounts/login/").status_code == 200
         admin = client.get("/admin/")
         assert admin.status_code == 302 and admin.headers["location"].startswith("/admin/login/")
+        # Its own branding (templates/admin/base_site.html), which a host's admin never gets.
+        assert "Runledger administration" in client.get(admin.headers["location"]).text
     run_id = hosts.create_demo_run(hosts.api(web, token), site, deltas=3, delay_ms=10)
     stream, events = hosts.stream_to_end(web, site, run_id, token)
     assert stream.status == 200

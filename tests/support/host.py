@@ -215,11 +215,11 @@ def wrap_the_application(host: Host) -> None:
 
 
 def copy_site(venv: Venv, folder: Path) -> Host:
-    """The standalone site as a folder of its own: config/ and manage.py as git holds them, without
-    runs/ (the venv's wheel provides it), on a SQLite file there. It reads its settings from the
-    environment: the short intervals too."""
+    """The standalone site as a folder of its own: config/, templates/ and manage.py as git holds
+    them, without runs/ (the venv's wheel provides it), on a SQLite file there. It reads its
+    settings from the environment: the short intervals too."""
     for path in checkout_files():
-        if path == "manage.py" or path.startswith("config/"):
+        if path == "manage.py" or path.startswith(("config/", "templates/")):
             (folder / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / path, folder / path)
     env = clean_env(DATABASE_URL=f"sqlite:///{folder / 'site.sqlite3'}", **FAST_INTERVALS)
