@@ -172,7 +172,7 @@ def origin_main(port: int, hold: str = "plain", first: int = 0, every: int = 0) 
 
 def frame(seq: int, event: str, body: dict[str, Any]) -> str:
     """An SSE frame as Runledger writes one (runs.streaming.hub.make_frame, compact JSON)."""
-    return f"id: {seq}\nevent: {event}\ndata: {json.dumps(body, separators=(',', ':'))}\n\n"
+    return f"event: {event}\ndata: {json.dumps(body, separators=(',', ':'))}\nid: {seq}\n\n"
 
 
 def iso(at: float) -> str:

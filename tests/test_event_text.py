@@ -17,6 +17,7 @@ from runs.models import Run, RunEvent
 from runs.selectors import event_json, run_events_json_bounded
 from runs.selectors.event_text import run_events_frames, run_events_items, sse_frame
 from tests.factories import running_run
+from tests.support.sse import SSEParser
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.timeout(120)]
 
@@ -104,3 +105,37 @@ def test_any_stored_data_is_written_as_python_writes_it(alice: User, values: lis
     after = run.last_seq
     services.run_events_append(run_id=run.pk, generation=1, events=[("output.delta", {"v": v}) for v in values])
     assert_pages_match(run, after)
+
+
+def resumed_after_cut(text: bytes, cut: int, *, id_at_parse: bool) -> list[int]:
+    """The seqs a client delivers when its stream of `text` is cut after `cut` bytes and it resumes
+    from its last event id with the rest of the log, as the server replays it."""
+    parser = SSEParser(id_at_parse=id_at_parse)
+    delivered = [event.seq for event in parser.feed(text[:cut])]
+    resume_at = int(parser.last_event_id or 0)
+    rest = SSEParser().feed(text)
+    return delivered + [event.seq for event in rest if event.seq > resume_at]
+
+
+@pytest.mark.django_db
+def test_a_client_that_takes_ids_as_it_parses_them_loses_an_event_only_to_a_cut_in_its_frames_last_byte(
+    alice: User,
+) -> None:
+    # docs/design/streaming.md#frames: `id:` is every frame's last field.
+    run = running_run(alice)
+    deltas = [("output.delta", {"text": f"d{n}"}) for n in range(3)]
+    services.run_events_append(run_id=run.pk, generation=run.generation, events=deltas)
+    run.refresh_from_db()
+    text = run_events_frames(run_id=run.pk, after_seq=0, limit=100, max_bytes=None).text.encode()
+    every = [event.seq for event in SSEParser().feed(text)]
+    assert every == list(range(1, run.last_seq + 1))
+    # The offsets between a frame's `id:` line and the blank line that dispatches it.
+    last_bytes = {index + 1 for index in range(len(text) - 1) if text[index : index + 2] == b"\n\n"}
+    for cut in range(len(text) + 1):
+        assert resumed_after_cut(text, cut, id_at_parse=False) == every, cut  # EventSource: exact
+        taken_at_parse = resumed_after_cut(text, cut, id_at_parse=True)
+        if cut in last_bytes:
+            (lost,) = set(every) - set(taken_at_parse)  # that frame's event, and only it
+            assert text[:cut].endswith(f"id: {lost}\n".encode()), cut
+        else:
+            assert taken_at_parse == every, cut

@@ -24,10 +24,14 @@ EVENTS_PAGE_MAX_LIMIT = 1000
 
 
 def sse_frame(seq: int, type_: str, body: str) -> str:
-    """The SSE frame of the event `seq` of type `type_` whose JSON (`event_json`) is `body`."""
+    """The SSE frame of the event `seq` of type `type_` whose JSON (`event_json`) is `body`.
+
+    `id:` is its last field (docs/design/streaming.md#frames): a client that takes the id as it
+    parses the line rather than when it dispatches the event, as fetch-event-source does, has then
+    read the whole event first, so a connection cut inside a frame costs it nothing on resume."""
     # A line break in the type would end the field early; JSON never contains one unescaped.
     field = type_.replace("\r", " ").replace("\n", " ")
-    return f"id: {seq}\nevent: {field}\ndata: {body}\n\n"
+    return f"event: {field}\ndata: {body}\nid: {seq}\n\n"
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,8 @@ def _operation(error_schema: dict[str, Any], run_schema: dict[str, Any], run_pat
     delta = EventType.OUTPUT_DELTA.value
     example = (
         f"retry: {retry_ms}\n\n"
-        f'id: 3\nevent: {delta}\ndata: {{"seq":3,"type":"{delta}","data":{{"text":"Hel"}},'
-        '"created_at":"2026-01-01T12:00:00.000000Z","attempt":1}\n\n'
+        f'event: {delta}\ndata: {{"seq":3,"type":"{delta}","data":{{"text":"Hel"}},'
+        '"created_at":"2026-01-01T12:00:00.000000Z","attempt":1}\nid: 3\n\n'
         ": keep-alive\n\n"
     )
     return {
@@ -72,7 +72,7 @@ def _operation(error_schema: dict[str, Any], run_schema: dict[str, Any], run_pat
         "summary": "Stream a run's events (Server-Sent Events)",
         "description": (
             "Replays the stored events with `seq` greater than the cursor, in order, then follows new "
-            "ones live. Each event is one SSE frame: `id: <seq>`, `event: <type>`, `data: <event JSON>` "
+            "ones live. Each event is one SSE frame: `event: <type>`, `data: <event JSON>`, `id: <seq>` last "
             f"(the same event object as `GET {run_path}events/`). The cursor is the `Last-Event-ID` "
             "header when given (EventSource sends it on reconnect), else `after_seq`, else 0; "
             "reconnecting with the last received id resumes with no gap and no duplicate.\n\n"

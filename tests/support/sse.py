@@ -37,9 +37,14 @@ class Event:
 
 @dataclass
 class SSEParser:
-    """Incremental `text/event-stream` parser (LF line ends, which is what the server sends)."""
+    """Incremental `text/event-stream` parser (LF line ends, which is what the server sends).
+
+    `id_at_parse`: take an event's id as its line is parsed, before the event is dispatched, as
+    `@microsoft/fetch-event-source` does (the specification sets it at dispatch, as EventSource
+    does and this parser does by default)."""
 
     buffer: bytes = b""
+    id_at_parse: bool = False
     last_event_id: str | None = None
     retry: int | None = None
     comments: list[str] = field(default_factory=list)
@@ -68,6 +73,8 @@ class SSEParser:
                 self.comments.append(value)
             elif name == "id":
                 self._id = value
+                if self.id_at_parse:
+                    self.last_event_id = value
             elif name == "event":
                 self._event = value
             elif name == "data":
