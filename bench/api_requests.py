@@ -1,4 +1,4 @@
-"""One request at a time over HTTP (issue 18's table): what a user waits for on each endpoint.
+"""One request at a time over HTTP: what a user waits for on each endpoint.
 
     .venv/bin/python bench/api_requests.py [--samples 300]   (also a phase of bench/run_all.py)
 

@@ -1,4 +1,4 @@
-"""Bounded answers (issue 30, attack 1): what one user's big rows cost a web process's memory.
+"""Bounded answers: what one user's big rows cost a web process's memory.
 
     .venv/bin/python bench/bounded_answers.py [--runs 200] [--input-kb 255] [--parallel 6]
                                               [--events 200] [--event-kb 250]

@@ -1,5 +1,5 @@
 """The run list by metadata filter as the stored runs grow, and a bulk cancel of 500 runs with a
-single run's cancel measured meanwhile (issue 34; docs/design/commands.md#bulk-commands).
+single run's cancel measured meanwhile (docs/design/commands.md#bulk-commands).
 
     .venv/bin/python bench/bulk.py [--base 2000] [--samples 30]
 

@@ -1,4 +1,4 @@
-"""What the per-user caps on runs kept and bytes stored cost a create (issue 30).
+"""What the per-user caps on runs kept and bytes stored cost a create.
 
     .venv/bin/python bench/create_caps.py [--kept 9000] [--users 10] [--samples 300]
 

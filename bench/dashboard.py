@@ -1,4 +1,4 @@
-"""What the staff dashboard's figures cost as history grows (issue 22): the same recent activity
+"""What the staff dashboard's figures cost as history grows: the same recent activity
 on top of x1 and x100 history, on a throwaway PostgreSQL.
 
 Recent activity, the same in both tiers: in the last hour RECENT_ENDED runs ended (a fifth of them

@@ -1,4 +1,4 @@
-"""Benchmark (issue 32 item 3): the edge's cost against Pushpin's own, in one run of this script.
+"""Benchmark: the edge's cost against Pushpin's own, in one run of this script.
 
     .venv/bin/python bench/edge_vs_pushpin.py [--runs 100] [--per-run 100] [--interval 2]
         [--pushpin-seconds 60] [--edge-seconds 150] [--clients 4] [--web-processes 1]

@@ -1,4 +1,4 @@
-"""Fair use under attack (issue 20): ten users try to take everything while an eleventh streams.
+"""Fair use under attack: ten users try to take everything while an eleventh streams.
 
     .venv/bin/python bench/fair_use.py [--quick]
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
 FLOOR_SCRIPT = ROOT / "bench" / "floor.py"
-# The benchmarks measure the platform, not its fair-use limits (issue 20), and would hit them: a
+# The benchmarks measure the platform, not its fair-use limits, and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
 # a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
 # benchmark says otherwise (bench/fair_use.py sets its own).

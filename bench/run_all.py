@@ -1,4 +1,4 @@
-"""Every benchmark of issue 9 against its floor, in one run on one throwaway durable cluster.
+"""Every benchmark against its floor, in one run on one throwaway durable cluster.
 
     .venv/bin/python bench/run_all.py [--quick] [--no-growth]
 
@@ -96,13 +96,13 @@ QUICK: dict[str, Any] = {
 TARGETS = {
     "cancel_committed_p99_ms": 25,
     "cancel_released_p99_ms": 100,
-    # Issue 18: create → the first event at a watcher.
+    # Create → the first event at a watcher.
     "start_p50_ms": 20,
     "stream_one_client_events_per_s": 10_000,
     "watchers_1000_p99_ms": 150,
     "replay_sse_100k_s": 0.8,
     "replay_json_100k_s": 1.2,
-    # Issue 18, one request at a time: an HTTP cancel of a running run against the floor's
+    # One request at a time: an HTTP cancel of a running run against the floor's
     # lock-check-write (times the floor), a read of one run (ms).
     "http_cancel_p50_x_floor": 8,
     "http_cancel_p99_x_floor": 15,

@@ -1,4 +1,4 @@
-"""The measurements of issue 9, each a function of a running setup (`bench.lib.Ctx`): a migrated
+"""The platform's measurements, each a function of a running setup (`bench.lib.Ctx`): a migrated
 database, one uvicorn web process, worker processes, a user with a token. Import only after
 `django.setup()`.
 

@@ -1,4 +1,4 @@
-"""Cancel latency per kind of step (issue 14): how long after a cancel commits the worker has
+"""Cancel latency per kind of step: how long after a cancel commits the worker has
 stopped a run that is inside an await, a child process, blocking code in a thread or an HTTP
 stream (runs/worker/steps.py). Import only after `django.setup()`, in a setup whose processes
 load the tests' agents (`tests.support.agents.AGENTS_ENV`).
@@ -45,7 +45,7 @@ EXPECTED_TAIL = {AWAIT: SEALED_TAIL, PROCESS: SEALED_TAIL, THREAD: SEALED_TAIL}
 EXPECTED_TAIL[HTTP] = [(EventType.OUTPUT_DELTA, None), (EventType.RUN_CANCELLED, None)]
 
 
-# Committed → released p99, one at a time (issue 14): a step that can be stopped stops within
+# Committed → released p99, one at a time: a step that can be stopped stops within
 # this; a thread cannot be, and is abandoned at the unwind deadline, a grace after the trip.
 TARGET_P99_MS = 25
 

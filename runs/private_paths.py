@@ -1,4 +1,4 @@
-"""Directories of this process's user alone, on a machine other users share (issue 30).
+"""Directories of this process's user alone, on a machine other users share.
 
 A directory with a name anyone can predict, in a folder where anyone may make one first (the
 system's temporary folder), may have been made by another user — as a directory they can enter, or

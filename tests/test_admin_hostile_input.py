@@ -1,4 +1,4 @@
-"""A hostile-input sweep over the whole staff console (issue 20): no 5xx anywhere, no error logged,
+"""A hostile-input sweep over the whole staff console: no 5xx anywhere, no error logged,
 and nothing written by a refused command.
 
 Every URL the admin site declares, read from its URL patterns (so a new one is swept the day it is

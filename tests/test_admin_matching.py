@@ -1,6 +1,6 @@
-"""The run list's "Cancel all that match" and "Stop all that match" (issue 34, item 3;
-runs/admin/matching.py): the list's current filters and search, a confirmation that shows the
-count, and nothing done when more match by the time it is confirmed."""
+"""The run list's "Cancel all that match" and "Stop all that match" (runs/admin/matching.py): the
+list's current filters and search, a confirmation that shows the count, and nothing done when more
+match by the time it is confirmed."""
 
 from collections.abc import Callable
 from typing import Any

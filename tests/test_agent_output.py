@@ -1,4 +1,4 @@
-"""Nothing an agent emits is lost or misreported (issue 29).
+"""Nothing an agent emits is lost or misreported.
 
 What an agent produces passes one check in the worker before anything of it is queued for writing
 (runs/worker/checks.py, runs/storable.py): a value the database would refuse or could not give

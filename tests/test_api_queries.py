@@ -1,4 +1,4 @@
-"""The statements each hot endpoint sends (issue 18): authentication (the token with its address's
+"""The statements each hot endpoint sends: authentication (the token with its address's
 throttle standing, one statement), the locked transaction and the response — no read before the
 transaction, none of the run again after it.
 
@@ -92,7 +92,7 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
         "SELECT runs_apitoken",
         "BEGIN ",
         "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
-        "SELECT runs_run",  # ... so their totals (active, kept, bytes) are the caps' truth (issues 20, 30)
+        "SELECT runs_run",  # ... so their totals (active, kept, bytes) are the caps' truth
         "INSERT runs_runevent",
         "SELECT pg_notify",  # events and queue, one statement
         "INSERT runs_run",  # with its last_seq: no second write of the row

@@ -2,7 +2,7 @@
 counted per client address (and per username for sign-ins) in the database; beyond
 RUNLEDGER_AUTH_FAILURES_MAX within the window, the next attempt is refused with 429 and Retry-After
 before its credential is checked — for a blocked username, only from the addresses that failed for
-it (issue 30: no lockout by strangers).
+it (no lockout by strangers).
 
 In-process through Django's test client (REMOTE_ADDR chosen per request), and over real HTTP to
 real web processes, where the address is the socket's and two processes share one count.
@@ -208,7 +208,7 @@ def test_a_blocked_username_refuses_only_the_addresses_that_failed_for_it_and_a_
 def test_failures_for_a_user_from_many_addresses_do_not_keep_her_out_from_another(
     make_user: Callable[..., User],
 ) -> None:
-    """Issue 30's lockout: wrong passwords for one user, each from an address of its own, on the
+    """The lockout by strangers: wrong passwords for one user, each from an address of its own, on the
     login page, then on the console's (where each new address gets its one guess)."""
     make_user("carol", is_staff=True)
     for n, path in enumerate(["/accounts/login/", "/admin/login/"]):

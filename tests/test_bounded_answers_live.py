@@ -1,4 +1,4 @@
-"""Bounded answers against a real web process (issue 30, attack 1): a stream replays and follows
+"""Bounded answers against a real web process: a stream replays and follows
 big events in bounded reads without a gap, the Python client lists what was left out and pages
 through big events, and six parallel 500-run pages of 255 kB inputs no longer take the web
 process's memory, nor does the staff console's events view of 62 MB of events. (The rules

@@ -1,4 +1,4 @@
-"""Bulk cancel and stop by filter (issue 34, item 3; docs/design/commands.md#bulk-commands):
+"""Bulk cancel and stop by filter (docs/design/commands.md#bulk-commands):
 `POST /api/runs/cancel/` and `POST /api/runs/stop/`, on PostgreSQL and SQLite. The race with real
 worker processes is in tests/test_bulk_race.py."""
 

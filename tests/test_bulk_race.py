@@ -1,5 +1,5 @@
-"""Bulk cancel by filter against real worker processes (issue 34, item 3's proof): 500 runs of one
-customer among 2,000, cancelled by their metadata while workers run them, on PostgreSQL."""
+"""Bulk cancel by filter against real worker processes (docs/design/commands.md#bulk-commands): 500
+runs of one customer among 2,000, cancelled by their metadata while workers run them, on PostgreSQL."""
 
 import time
 from collections import Counter

@@ -1,4 +1,4 @@
-"""The `runledger` command and the person at its terminal (issue 30), against a real web process
+"""The `runledger` command and the person at its terminal, against a real web process
 with no worker (the runs' events are written through the services, as a worker would): an agent's
 text reaches the terminal without control sequences, and the token comes from a file or a prompt,
 never only from the command line that `ps` shows."""

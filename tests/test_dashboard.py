@@ -1,4 +1,4 @@
-"""The staff dashboard (issue 22): who may open it, a query count that does not grow with the
+"""The staff dashboard: who may open it, a query count that does not grow with the
 tables, and what its queue age and cancel → released latencies count — the same as /metrics/.
 What it shows, in a real browser, is tests/test_dashboard_browser.py."""
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The distributions' long descriptions (the app's and the client's pyproject.toml name them).
 READMES = ["README.md", "clients/python/README.md"]
 CITING = ["runs", "tests", "bench", "config", "clients", "deploy", "bin"]
-SUFFIXES = {"", ".py", ".js", ".html", ".css", ".sh", ".service", ".template", ".conf", ".toml", ".md", ".txt"}
+SUFFIXES = {"", ".py", ".js", ".mjs", ".ts", ".tsx", ".html", ".css", ".sh", ".service", ".template", ".conf", ".toml", ".md", ".txt"}
 CITATION = re.compile(r"\bdocs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 EXPLICIT_ID = re.compile(r"\{[^}]*#([\w-]+)[^}]*\}\s*$")
@@ -112,6 +112,18 @@ def test_the_code_cites_no_document_outside_the_repository() -> None:
         for path in citing_files()
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
         if design in line or shared in line
+    ]
+    assert cited == []
+
+
+def test_the_code_cites_no_issue_by_its_number() -> None:
+    # An issue's number names nothing a reader of the code can open: the code says what it means.
+    number = re.compile(r"\bissues? #?[0-9]+", re.IGNORECASE)
+    cited = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in citing_files()
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if number.search(line)
     ]
     assert cited == []
 

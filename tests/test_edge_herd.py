@@ -1,4 +1,4 @@
-"""A herd of watchers (issue 32): 2,000 clients connecting within two seconds, as after a Pushpin
+"""A herd of watchers: 2,000 clients connecting within two seconds, as after a Pushpin
 restart or a deploy, all get their stream — through bin/edge, and straight to a web process.
 
 A client that gets anything but a 200 is lost for good: a browser's EventSource does not retry a

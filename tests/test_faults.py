@@ -1,4 +1,4 @@
-"""Fault injection (issue 10): a mixed workload over HTTP while processes die, and PostgreSQL
+"""Fault injection: a mixed workload over HTTP while processes die, and PostgreSQL
 restarted under it. Real uvicorn and worker processes on PostgreSQL; the clients (tests/support/faults.py)
 retry as a careful program does, and the end state is judged from the database
 (tests/support/checks.py): every run terminal with a sound log, no attempt writing outside its

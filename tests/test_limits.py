@@ -208,7 +208,7 @@ def test_racing_claims_never_take_an_owner_past_the_running_cap(alice: User, bob
 def test_an_owner_over_the_running_cap_does_not_hold_another_users_run_in_the_queue(
     procs: Procs, alice: User, bob: User
 ) -> None:
-    """Issue 20's case: one worker with four slots, Bob's six long runs, Alice's one short run."""
+    """The starved newcomer: one worker with four slots, Bob's six long runs, Alice's one short run."""
     procs.worker("w1", concurrency=4, env=subprocess_env(RUNLEDGER_MAX_RUNNING_PER_USER="2"))
     bobs = [queued_run(bob, input=LONG) for _ in range(6)]
     wait_until(lambda: Run.objects.filter(owner=bob, status="running").count() == 2, what="Bob's two running")
@@ -275,7 +275,7 @@ def test_a_worker_keeps_its_newcomer_slots_only_while_two_stay_open_to_everyone(
 def test_on_the_default_settings_alices_run_starts_within_seconds_under_bobs_four_slow_runs(
     procs: Procs, alice: User, bob: User
 ) -> None:
-    """Issue 30's case: the default install — one worker of four slots, no running cap — and Bob's
+    """The default install's case — one worker of four slots, no running cap — and Bob's
     four runs that emit a delta a minute. A lone user gets three of the four slots; the fourth
     waits for an owner with no run running."""
     procs.worker("w1", concurrency=4)

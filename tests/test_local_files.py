@@ -1,4 +1,4 @@
-"""Files the app creates on its machine (issue 30): the embedded database and its journal files,
+"""Files the app creates on its machine: the embedded database and its journal files,
 the local secret key and the metrics files are readable by their owner only, whatever the umask;
 the metrics directory and the secret key file are used only once they are this user's alone — a
 directory or file another local user made first, or a link, is never used as it is.

@@ -398,7 +398,7 @@ def test_cancel_and_stop_where_across_a_dropped_answer_command_each_run_once(
     assert stopped.matched == 1 and stopped.counts["stopped"] == 1
 
 
-# --- the 0.2 surface: namespaces, typed models, streams in `with`, configuration (issue 37) ----------
+# --- the 0.2 surface: namespaces, typed models, streams in `with`, configuration ----------
 
 LONG = {"deltas": 1000, "delay_ms": 50}
 

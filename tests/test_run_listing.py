@@ -1,4 +1,4 @@
-"""Finding runs (issue 34, items 1 and 2): metadata on a run and the list's filters
+"""Finding runs: metadata on a run and the list's filters
 (docs/design/api.md#metadata, #lists), and paging by cursor (docs/design/api.md#paging), on
 PostgreSQL and SQLite. The race against paging uses real threads on their own connections."""
 

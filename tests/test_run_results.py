@@ -1,4 +1,4 @@
-"""What a run produced and used, whatever its end (issue 35, items 1 and 2): its `partial_output`
+"""What a run produced and used, whatever its end: its `partial_output`
 when it ended other than `completed` (docs/design/execution.md#partial-output) and its `usage`
 (docs/design/events.md#usage).
 

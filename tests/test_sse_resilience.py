@@ -1,4 +1,4 @@
-"""SSE streams survive any disconnect (issue 6): real uvicorn processes, a writer in a third
+"""SSE streams survive any disconnect: real uvicorn processes, a writer in a third
 process, real sockets that drop at random points.
 
 The randomness is seeded; the seed is printed (shown with a failure) and can be replayed with

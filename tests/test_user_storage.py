@@ -1,4 +1,4 @@
-"""Runs kept and bytes stored, bounded per user (issue 30): what each run stores is counted with
+"""Runs kept and bytes stored, bounded per user: what each run stores is counted with
 the writes that store it, a create (or a resume) past RUNLEDGER_MAX_RUNS_PER_USER or
 RUNLEDGER_MAX_STORED_BYTES_PER_USER is a 429 that writes nothing, an agent's own writes are never
 refused by them, and `purge_runs` frees what it deletes."""

@@ -1,4 +1,4 @@
-"""What keeps hostile URLs from the console's pages answering 500 (issue 20), for every model admin
+"""What keeps hostile URLs from the console's pages answering 500, for every model admin
 on the site: the console's own, and the site's others (Django's users and groups, any other app's).
 
 Django's admin applies any lookup a changelist's query string names on the model's own fields

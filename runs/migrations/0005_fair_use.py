@@ -1,4 +1,4 @@
-"""Issue 20, fair use: the per-owner indexes the caps and fair claiming read (runs.services.quotas),
+"""Fair use: the per-owner indexes the caps and fair claiming read (runs.services.quotas),
 and the failed authentications the throttles count (runs.services.throttles)."""
 
 from django.conf import settings

@@ -1,4 +1,4 @@
-# The dashboard's indexes (issue 22): the events' time index is written by hand, per database.
+# The dashboard's indexes: the events' time index is written by hand, per database.
 
 from django.db import migrations, models
 

@@ -1,4 +1,4 @@
-# Issue 29: the `storage_error` end code; when a queued run entered the queue (queue age); where an
+# The `storage_error` end code; when a queued run entered the queue (queue age); where an
 # attempt's tool processes run (killed once the attempt is lost), and the index a starting worker
 # finds them by; the cancel -> released latencies count attempts a sweeper marked lost.
 

@@ -1,4 +1,4 @@
-# Issue 30: bounded answers and storage per user. The JSON sizes of a run's input, output and error
+# Bounded answers and storage per user. The JSON sizes of a run's input, output and error
 # (a list leaves a big one out without reading it), what each run stores in all, and once ended (an
 # owner's total is the sum over their runs, the ended ones' from the index `run_owner_ended`), and
 # each event's data size (a page stops at its byte bound without reading past it). Existing runs

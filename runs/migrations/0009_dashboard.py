@@ -1,4 +1,4 @@
-# Issue 31: the dashboard's entry in the admin (a proxy of Run: no table).
+# The dashboard's entry in the admin (a proxy of Run: no table).
 
 from django.db import migrations
 

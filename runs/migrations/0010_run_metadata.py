@@ -1,4 +1,4 @@
-# Issue 34: a run's metadata, and its index on PostgreSQL, written by hand per database.
+# A run's metadata, and its index on PostgreSQL, written by hand per database.
 
 from django.db import migrations, models
 

@@ -1,4 +1,4 @@
-# Issue 34: a run's rerun_of, the run it runs again (docs/design/commands.md#rerun). SET_NULL, so
+# A run's rerun_of, the run it runs again (docs/design/commands.md#rerun). SET_NULL, so
 # purging an original leaves its reruns.
 
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-# Issue 34 item 5: a run's priority and start time, the owner's turn in fair share, and the claim's
+# A run's priority and start time, the owner's turn in fair share, and the claim's
 # indexes for them (docs/design/fair-use.md#priority). `run_queued_owner` gives way to
 # `run_queued_turn` (the ranking) and `run_queued_pick` (each owner's run by priority).
 

@@ -1,4 +1,4 @@
-# Issue 36: webhook endpoints, the outbox of their notifications and the log of delivery attempts
+# Webhook endpoints, the outbox of their notifications and the log of delivery attempts
 # (docs/design/webhooks.md). Written by hand, each model with its indexes and constraints in one
 # CreateModel, endpoints first (the deliveries point at them).
 

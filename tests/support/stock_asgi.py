@@ -1,5 +1,5 @@
 """The standalone site under Django's own ASGI handler, without runs.asgi's wrapper: what a host
-project's stock `asgi.py` serves. The app must be correct under it (issue 31), only slower."""
+project's stock `asgi.py` serves. The app must be correct under it, only slower."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""What runs store and what answers carry of them (issue 30): runs of big events, the figures the
+"""What runs store and what answers carry of them: runs of big events, the figures the
 database keeps (`Run.stored_bytes`, `RunEvent.data_bytes`) measured again from the rows themselves,
 and the events pages of a run read to their end."""
 
