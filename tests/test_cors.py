@@ -163,13 +163,14 @@ def test_a_listed_origin_reads_the_apis_answers_and_its_refusals_with_the_header
 # --- the session cookie -----------------------------------------------------------------------------
 
 
-def signed_in_browser(user: User) -> tuple[Client, str]:
-    """A client that enforces CSRF as a browser's requests meet it, signed in as `user`, and its
-    CSRF token (the `csrftoken` cookie, set by the sign-in page as for a person)."""
+@pytest.fixture
+def signed_in(alice: User) -> tuple[Client, str, Run]:
+    """A client that enforces CSRF as a browser's requests meet it, signed in as alice; its CSRF
+    token (the `csrftoken` cookie, set by the sign-in page as for a person); a queued run of hers."""
     browser = Client(enforce_csrf_checks=True)
-    browser.force_login(user)
+    browser.force_login(alice)
     browser.get("/accounts/login/")
-    return browser, browser.cookies["csrftoken"].value
+    return browser, browser.cookies["csrftoken"].value, queued_run(alice)
 
 
 def cancel(browser: Client, run: Run, **headers: str) -> Any:
@@ -178,26 +179,22 @@ def cancel(browser: Client, run: Run, **headers: str) -> Any:
 
 @pytest.mark.django_db
 def test_with_the_cookie_settings_a_sessions_write_from_the_listed_origin_still_needs_its_csrf_token(
-    cookie_flavour: None, alice: User
+    cookie_flavour: None, signed_in: tuple[Client, str, Run]
 ) -> None:
-    run = queued_run(alice)
-    browser, csrf = signed_in_browser(alice)
-    missing = cancel(browser, run)
-    assert "CSRF" in assert_error(missing, 403, "permission_denied")["error"]["message"]
+    browser, csrf, run = signed_in
+    assert "CSRF" in assert_error(cancel(browser, run), 403, "permission_denied")["error"]["message"]
     assert Run.objects.get(pk=run.pk).status == "queued"
     done = cancel(browser, run, HTTP_X_CSRFTOKEN=csrf)
-    assert done.status_code == 200, done.content
-    assert done.json()["status"] == "cancelled"
+    assert (done.status_code, done.json()["status"]) == (200, "cancelled"), done.content
     assert cors_headers(done)["access-control-allow-credentials"] == "true"
     assert cors_headers(done)["access-control-allow-origin"] == APP
 
 
 @pytest.mark.django_db
 def test_without_the_cookie_settings_a_sessions_write_from_another_origin_is_refused_token_or_not(
-    token_flavour: None, alice: User
+    token_flavour: None, signed_in: tuple[Client, str, Run]
 ) -> None:
-    run = queued_run(alice)
-    browser, csrf = signed_in_browser(alice)
+    browser, csrf, run = signed_in
     refused = cancel(browser, run, HTTP_X_CSRFTOKEN=csrf)
     assert "Origin checking failed" in assert_error(refused, 403, "permission_denied")["error"]["message"]
     # And the browser would not have handed the answer to the page (nor sent the cookie).

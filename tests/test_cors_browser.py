@@ -179,13 +179,20 @@ def test_without_the_settings_or_from_an_origin_not_listed_the_browser_refuses_e
 # --- the session cookie ---------------------------------------------------------------------------
 
 
+def signed_in_app(page: Page, sites: Sites, web: Proc, user: User) -> None:
+    """`user` signs in on Runledger's own sign-in page (of `web`: the session is good on every site,
+    one database and one key), then opens the app on the listed origin: its host is Runledger's, so
+    the session cookie is same-site and the csrftoken cookie readable."""
+    give_password(user, PASSWORD)
+    site_login(page, web.url, user.username, PASSWORD)
+    page.goto(sites.app.url(LISTED))
+
+
 def test_with_the_cookie_settings_a_signed_in_user_creates_streams_and_cancels_with_the_csrf_token(
     sites: Sites, through: Callable[[Proc], CuttableProxy], browser_page: Page, alice: User
 ) -> None:
-    give_password(alice, PASSWORD)
-    site_login(browser_page, sites.cookies.url, "alice", PASSWORD)
+    signed_in_app(browser_page, sites, sites.cookies, alice)
     proxy = through(sites.cookies)
-    browser_page.goto(sites.app.url(LISTED))
     # Without its CSRF token a write is refused, and the app reads why.
     refused = call(browser_page, proxy.url, "/api/runs/", {"cookies": True, "csrf": False}, "POST", DEMO)
     assert (refused.get("status"), refused["body"]["error"]["code"]) == (403, "permission_denied"), refused
@@ -197,9 +204,6 @@ def test_with_the_cookie_settings_a_signed_in_user_creates_streams_and_cancels_w
 def test_without_the_cookie_settings_the_browser_refuses_the_session_cookie_from_a_listed_origin(
     sites: Sites, through: Callable[[Proc], CuttableProxy], browser_page: Page, alice: User
 ) -> None:
-    give_password(alice, PASSWORD)
-    # The session is good on every site (one database, one key): only CORS stands in the way.
-    site_login(browser_page, sites.tokens.url, "alice", PASSWORD)
-    proxy = through(sites.tokens)
-    browser_page.goto(sites.app.url(LISTED))
-    assert_refused(browser_page, proxy, alice, {"cookies": True})
+    # The session is good here too: only CORS stands in the way.
+    signed_in_app(browser_page, sites, sites.tokens, alice)
+    assert_refused(browser_page, through(sites.tokens), alice, {"cookies": True})
