@@ -235,6 +235,7 @@ def as_loaded(found: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(json.dumps({name: found.get(name) for name in CORS_NAMES})))
 
 
+@pytest.mark.processes
 @pytest.mark.timeout(120)
 def test_the_standalone_site_applies_exactly_the_blocks_the_how_to_gives_a_host() -> None:
     plain = site_settings()
@@ -248,6 +249,7 @@ def test_the_standalone_site_applies_exactly_the_blocks_the_how_to_gives_a_host(
     assert cookie == as_loaded(documented(base, TOKEN_BLOCK, COOKIE_BLOCK))
 
 
+@pytest.mark.processes
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("env", "message"),
