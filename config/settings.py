@@ -47,6 +47,28 @@ def _env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in os.environ[name].split(",") if item.strip()]
 
 
+def _is_origin(text: str) -> bool:
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed [ of an IPv6 address
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.netloc) and text == f"{parts.scheme}://{parts.netloc}"
+
+
+def _env_origins(name: str) -> list[str]:
+    """Origins (`https://app.example.com`, a port if it is not the scheme's) from a comma list,
+    each refused here unless it is one: a path, a trailing slash or `*` would match no browser's
+    Origin header, and the site would refuse its pages without saying why."""
+    origins = _env_list(name, [])
+    for origin in origins:
+        if not _is_origin(origin):
+            raise ImproperlyConfigured(
+                f"{name} must list origins such as https://app.example.com (a scheme and a host, a port if need "
+                f"be, nothing after it), not {origin!r}"
+            )
+    return origins
+
+
 # Connections a web process may hold at once on PostgreSQL (RUNLEDGER_DB_POOL_SIZE): its stream
 # threads (4 + 4) and a few requests in flight; more requests wait for one. Workers keep their own.
 DEFAULT_DB_POOL_SIZE: int = Site.DB_POOL_SIZE.default
@@ -228,6 +250,31 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Browser apps on other origins (docs/how-to/cross-origin.md), opted into: the settings that page
+# gives a host, with django-cors-headers (the cors extra), for the app's API only. Cookies too only
+# with DJANGO_CORS_ALLOW_CREDENTIALS=1, which also trusts those origins' writes for CSRF (each write
+# still carries the CSRF token).
+_cors_origins = _env_origins("DJANGO_CORS_ALLOWED_ORIGINS")
+_cors_credentials = os.environ.get("DJANGO_CORS_ALLOW_CREDENTIALS", "") == "1"
+if _cors_credentials and not _cors_origins:
+    raise ImproperlyConfigured("DJANGO_CORS_ALLOW_CREDENTIALS=1 needs the origins, in DJANGO_CORS_ALLOWED_ORIGINS")
+if _cors_origins:
+    try:
+        from corsheaders.defaults import default_headers
+    except ModuleNotFoundError as exc:
+        raise ImproperlyConfigured(
+            "DJANGO_CORS_ALLOWED_ORIGINS needs django-cors-headers (pip install 'django-runledger[cors]')"
+        ) from exc
+    INSTALLED_APPS.append("corsheaders")
+    MIDDLEWARE.insert(0, "corsheaders.middleware.CorsMiddleware")
+    CORS_ALLOWED_ORIGINS = _cors_origins
+    CORS_URLS_REGEX = r"^/api/"
+    CORS_ALLOW_HEADERS = (*default_headers, "idempotency-key", "last-event-id")
+    CORS_EXPOSE_HEADERS = ("retry-after", "idempotent-replayed")
+    if _cors_credentials:
+        CORS_ALLOW_CREDENTIALS = True
+        CSRF_TRUSTED_ORIGINS += _cors_origins
 
 ROOT_URLCONF = "config.urls"
 ASGI_APPLICATION = "config.asgi.application"

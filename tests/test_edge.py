@@ -13,6 +13,7 @@ user is revoked; and nginx in front of the edge drops half-sent requests before 
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import random
@@ -637,6 +638,45 @@ def test_a_connect_through_the_edge_is_refused_as_it_is_without_it(
     carol.is_active = False
     carol.save()
     assert request_once(edge.url, stream_path(run), auth_headers(carol_token)).status == 401
+
+
+@pytest.mark.edge
+@pytest.mark.processes
+def test_a_streams_preflight_through_the_edge_is_answered_not_held_and_its_cors_headers_survive_the_hold(
+    procs: Procs, alice: User
+) -> None:
+    # docs/how-to/cross-origin.md#edge: an app on another origin, listed, reads a held stream.
+    app = "http://localhost:5173"
+    _web, edge = stack(procs, worker=False, DJANGO_CORS_ALLOWED_ORIGINS=app)
+    run = running_run(alice)  # run.created, run.started
+    path, token = stream_path(run), token_for(alice)
+    asked = {"Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "authorization,last-event-id"}
+    preflight = request_once(edge.url, path, {"Origin": app, **asked}, "OPTIONS")
+    assert (preflight.status, preflight.body, preflight.headers["access-control-allow-origin"]) == (200, b"", app)
+    assert {"authorization", "last-event-id"} <= set(preflight.headers["access-control-allow-headers"].split(", "))
+
+    async def held() -> tuple[Stream, list[int]]:
+        stream = await Stream(edge.url, path, {"Origin": app, **auth_headers(token)}).open()
+        seqs = []
+        async for event in stream.events():
+            seqs.append(event.seq)
+            if event.seq == 2:  # the replay: what comes next, Pushpin delivers from a publish
+                append = functools.partial(
+                    services.run_events_append, run_id=run.pk, generation=run.generation, events=[("custom.x", {})]
+                )
+                await asyncio.to_thread(in_thread(append))
+            if event.seq == 3:
+                stream.abort()
+        return stream, seqs
+
+    stream, seqs = asyncio.run(asyncio.wait_for(held(), 30))
+    assert seqs == [1, 2, 3]
+    assert stream.headers["access-control-allow-origin"] == app
+    assert stream.headers["access-control-expose-headers"] == "retry-after, idempotent-replayed"
+    # Pushpin passed the preflight's answer on, and held the stream (its proxy "accepted" it).
+    proxied = [line.partition(" [proxy] ")[2] for line in edge.log().splitlines() if " [proxy] " in line]
+    assert any(line.startswith(f"OPTIONS {edge.url}{path} -> ") and line.endswith("code=200 0") for line in proxied)
+    assert any(line.startswith(f"GET {edge.url}{path} -> ") and line.endswith(" accept") for line in proxied)
 
 
 def direct_connect(web: Proc, run: Run, sig: str, headers: dict[str, str]) -> Stream:

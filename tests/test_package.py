@@ -25,7 +25,7 @@ from tests.support.procs import ROOT
 # What the repository holds besides the app: none of it belongs in a distribution of the app.
 NOT_THE_APP = ("config/", "templates/", "tests/", "bench/", "bin/", "deploy/", "clients/", "manage.py")
 # The extras' distributions, and the core install's (no extras).
-EXTRA_DISTRIBUTIONS = {"uvicorn", "psycopg", "pyzmq", "pyjwt", "openai"}
+EXTRA_DISTRIBUTIONS = {"uvicorn", "psycopg", "pyzmq", "pyjwt", "django-cors-headers", "openai"}
 
 
 @dataclass(frozen=True)
@@ -109,14 +109,15 @@ def test_the_metadata_has_one_version_and_the_extras(built: Built) -> None:
     core = {requirement_name(r) for r in requires if "extra ==" not in r}
     assert {"django", "djangorestframework", "drf-spectacular", "httpx", "prometheus-client"} <= core
     assert core & EXTRA_DISTRIBUTIONS == set()
-    assert {"server", "postgres", "edge", "openai", "all", "docs", "dev"} <= set(meta.get_all("Provides-Extra"))
+    assert {"server", "postgres", "edge", "cors", "openai", "all", "docs", "dev"} <= set(meta.get_all("Provides-Extra"))
     extra_of = {
         requirement_name(r): r.rsplit('extra == "', 1)[1].rstrip('"')
         for r in requires
         if "extra ==" in r and not r.startswith("django-runledger")
     }
     assert {extra_of[name] for name in ("uvicorn", "psycopg", "pyzmq", "pyjwt")} == {"server", "postgres", "edge"}
-    assert 'django-runledger[edge,openai,postgres,server]; extra == "all"' in requires
+    assert extra_of["django-cors-headers"] == "cors"
+    assert 'django-runledger[cors,edge,openai,postgres,server]; extra == "all"' in requires
     assert 'django-runledger[all,docs]; extra == "dev"' in requires
 
 

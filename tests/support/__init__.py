@@ -36,6 +36,8 @@
                    or to a Unix socket
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers,
                    PageLoads (every stylesheet and script a page asked for answered 200, no console error)
+    other_origin.py  an app on another origin: one plain page (other_origin.html) that calls
+                   Runledger with fetch, served by a tiny HTTP server of its own
     host.py        a host project of its own: a fresh virtualenv with the built wheel, startproject,
                    the lines docs/how-to/embed.md adds, its processes; the guide's shell steps run
                    as a reader types them (follow_the_guide)

@@ -21,8 +21,8 @@ import traceback
 from typing import Any
 
 # The optional dependencies' top-level modules: uvicorn (server), psycopg and its pool (postgres),
-# pyzmq and PyJWT (edge).
-EXTRAS = ("uvicorn", "psycopg", "psycopg_pool", "zmq", "jwt")
+# pyzmq and PyJWT (edge), django-cors-headers (cors: a host's settings, never the app's import).
+EXTRAS = ("uvicorn", "psycopg", "psycopg_pool", "zmq", "jwt", "corsheaders")
 
 
 def main() -> None:
