@@ -29,7 +29,7 @@ export interface ClientOptions {
   token?: string | undefined;
   /**
    * Whether the browser sends its cookies (a session) with each request: fetch's own option.
-   * `include` for a session cookie on another origin (docs/how-to/frontend.md).
+   * `include` for a session cookie on another origin (docs/design/clients.md#js).
    */
   credentials?: RequestCredentials | undefined;
   /**
