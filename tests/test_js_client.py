@@ -207,7 +207,8 @@ def test_npm_pack_holds_the_esm_entries_their_types_the_browser_bundle_and_the_l
     assert (manifest["sideEffects"], manifest["engines"]["node"], manifest.get("dependencies")) == (False, ">=20", None)
 
     # The core entry and the browser bundle hold no React; the bundle defines the global Runledger.
-    assert "react" not in (package / "dist" / "index.js").read_text()
+    core = (package / "dist" / "index.js").read_text() + (package / "dist" / "browser" / "runledger.js").read_text()
+    assert 'from "react"' not in core and "useSyncExternalStore" not in core
     script = (
         "const vm = require('node:vm'); const page = {};"
         "vm.runInNewContext(require('node:fs').readFileSync('dist/browser/runledger.js', 'utf-8'), page);"
