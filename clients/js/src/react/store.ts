@@ -38,6 +38,8 @@ export class RunStore implements RunCommands {
   #abort: AbortController | null = null;
   #detach: () => void = () => undefined;
   #pending: RunEvent[] = [];
+  #reading = false;
+  #readAgain = false;
   #flushTimer: ReturnType<typeof setTimeout> | undefined;
   #closeTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -116,6 +118,8 @@ export class RunStore implements RunCommands {
       onState: (connection) => {
         this.#flush();
         this.#dispatch({ type: "connection", connection });
+        // A read at mount that failed (the network was gone) is tried again once the stream is back.
+        if (connection.state === "live" && this.#state.run === null) void this.#read(abort.signal);
       },
     });
     this.#abort = abort;
@@ -135,11 +139,25 @@ export class RunStore implements RunCommands {
     this.#forget();
   }
 
+  /** Reads the run; a read asked for while one is under way is made after it (the last one asked
+   *  for, at the end of the run, must see the end). */
   async #read(signal: AbortSignal): Promise<void> {
+    if (this.#reading) {
+      this.#readAgain = true;
+      return;
+    }
+    this.#reading = true;
     try {
-      this.#dispatch({ type: "run", run: await this.client.runs.get(this.runId, { signal }) });
-    } catch (error) {
-      if (!signal.aborted) this.#dispatch({ type: "error", error: error as Error });
+      do {
+        this.#readAgain = false;
+        try {
+          this.#dispatch({ type: "run", run: await this.client.runs.get(this.runId, { signal }) });
+        } catch (error) {
+          if (!signal.aborted) this.#dispatch({ type: "error", error: error as Error });
+        }
+      } while (this.#readAgain && !signal.aborted);
+    } finally {
+      this.#reading = false;
     }
   }
 
