@@ -23,7 +23,25 @@ ROOT = Path(__file__).resolve().parent.parent
 # The distributions' long descriptions (the app's and the client's pyproject.toml name them).
 READMES = ["README.md", "clients/python/README.md"]
 CITING = ["runs", "tests", "bench", "config", "clients", "deploy", "bin"]
-SUFFIXES = {"", ".py", ".js", ".mjs", ".ts", ".tsx", ".html", ".css", ".sh", ".service", ".template", ".conf", ".toml", ".md", ".txt"}
+SUFFIXES = {
+    "",
+    ".py",
+    ".js",
+    ".ts",
+    ".mjs",
+    ".tsx",
+    ".html",
+    ".css",
+    ".sh",
+    ".service",
+    ".template",
+    ".conf",
+    ".toml",
+    ".md",
+    ".txt",
+}
+# What a build or an install made (clients/js: its dependencies, its build, its compiled tests).
+MADE = {"__pycache__", "results", "node_modules", "dist", ".test-build"}
 CITATION = re.compile(r"\bdocs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 EXPLICIT_ID = re.compile(r"\{[^}]*#([\w-]+)[^}]*\}\s*$")
@@ -65,7 +83,7 @@ def citing_files() -> list[Path]:
     for top in CITING:
         for path in sorted((ROOT / top).rglob("*")):
             parts = set(path.relative_to(ROOT).parts)
-            if path.is_file() and path.suffix in SUFFIXES and not parts & {"__pycache__", "results", "node_modules"}:
+            if path.is_file() and path.suffix in SUFFIXES and not parts & MADE:
                 files.append(path)
     return files
 

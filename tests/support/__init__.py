@@ -45,6 +45,9 @@
     faults.py      the fault-injection clients: retrying requests, streams followed across drops
     docs.py        the manual's code blocks by title, a shell that runs a page's shell blocks, the
                    reference pages' renderer (docs/hooks/reference.py) and their generated parts
+    node.py        the TypeScript package (clients/js): installed from its lock and built once for any
+                   number of test processes, under a file lock; its node tests run with a live server's
+                   URLs and tokens in their environment
     package.py     the checkout's wheels and sdists (the app's, the client's) as `python -m build`
                    makes them, and their contents; core_install: a process where the extras cannot be
                    imported (core_install.py), under a host's settings on SQLite (bare_host_settings.py),

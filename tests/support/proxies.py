@@ -29,7 +29,8 @@ class CuttableProxy:
     answer never reaches the client. `cut_streams_after(budget)` cuts every stream answer after
     `budget()` bytes of its body, anywhere in a frame (`cut_tails` keeps the last bytes each cut
     let through, to tell where it fell, and `cut_times` its time.monotonic()).
-    `withhold(match)` keeps the answers to the requests `match` picks — each served by uvicorn, its
+    `cut_streams_where(chooser)` cuts where a chooser made for each stream answer says, looking at
+    the bytes (right after an `id:` line, say). `withhold(match)` keeps the answers to the requests `match` picks — each served by uvicorn, its
     answer read whole and not passed on — until `release(request)`: in front of a web process
     behind Pushpin, it decides when Pushpin learns of a hold or of what a link fetch found.
     """
@@ -44,6 +45,7 @@ class CuttableProxy:
         self._drop_answer_to: str | None = None
         self.dropped_answers = 0
         self._budget: Callable[[], int] | None = None
+        self._chooser: Callable[[], Callable[[bytes], int | None]] | None = None
         self.cut_tails: list[bytes] = []
         self.cut_times: list[float] = []
         self._withhold: Callable[[SeenRequest], bool] | None = None
@@ -84,6 +86,13 @@ class CuttableProxy:
         (as sent: HTTP chunk framing included), and its connection is then closed, server side;
         None stops cutting. `budget` runs on the proxy's thread."""
         self._call(setattr, self, "_budget", budget)
+
+    def cut_streams_where(self, chooser: Callable[[], Callable[[bytes], int | None]] | None) -> None:
+        """From now on each stream answer gets `chooser()`, a function called with each piece of
+        its body as it arrives (HTTP chunk framing included): it answers None to pass the piece
+        on, or an offset in it, after which the connection is closed, server side; None stops
+        cutting. Both run on the proxy's thread."""
+        self._call(setattr, self, "_chooser", chooser)
 
     def withhold(self, match: Callable[[SeenRequest], bool] | None) -> None:
         """From now on keep the answer to each request `match` picks (on the proxy's thread) until
@@ -188,7 +197,9 @@ class CuttableProxy:
             await self._pass_on_release(seen, client_r, client_w, up_r, up_w)
             return
 
-        if is_stream and self._budget is not None:
+        if is_stream and self._chooser is not None:
+            answer = self._pipe_cut_where(up_r, client_w, self._chooser())
+        elif is_stream and self._budget is not None:
             answer = self._pipe_cut(up_r, client_w, self._budget())
         else:
             answer = self._pipe(up_r, client_w)
@@ -234,6 +245,30 @@ class CuttableProxy:
                 self.cuts += 1
                 self.cut_tails.append(tail)
                 self.cut_times.append(time.monotonic())
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _pipe_cut_where(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, choose: Callable[[bytes], int | None]
+    ) -> None:
+        """The answer's head, then its body up to where `choose` says, if it says."""
+        try:
+            writer.write(await reader.readuntil(b"\r\n\r\n"))
+            tail = b""
+            while data := await reader.read(65536):
+                at = choose(data)
+                passed = data if at is None else data[:at]
+                writer.write(passed)
+                tail = (tail + passed)[-8:]
+                if at is not None:
+                    await writer.drain()
+                    self.cuts += 1
+                    self.cut_tails.append(tail)
+                    self.cut_times.append(time.monotonic())
+                    break
+                await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
