@@ -24,6 +24,7 @@ from playwright.sync_api import Page, expect
 
 from runs.models import Run, RunEvent
 from tests.factories import queued_run
+from tests.support.browser import save_screenshot
 from tests.support.db import token_for
 from tests.support.live import LIVE_ENV, cut_budgets, mid_frame
 from tests.support.node import built_example
@@ -156,6 +157,7 @@ def test_the_text_streams_in_and_a_reload_mid_run_resumes_it_with_every_event_on
     assert app.page.url == f"{app.origin}/?run={run.pk}"
     assert app.page.evaluate("() => [localStorage.length, sessionStorage.length, document.cookie]") == [0, 0, ""]
     assert not [seen.path for seen in app.proxy.requests if app.token in seen.path]
+    save_screenshot(app.page, "react-example-completed")
 
 
 def test_cut_again_and_again_anywhere_in_a_frame_the_page_holds_every_event_once(app: App) -> None:
@@ -253,4 +255,5 @@ def test_a_token_the_server_refuses_shows_the_stream_refused_with_its_reason(
         app.open(str(run.pk))
         app.wait_shown("connection", "refused")
         expect(app.page.locator("#connection")).to_have_text("refused: not signed in (401)")
+        save_screenshot(app.page, "react-example-refused")
         assert len(app.streams()) == 1  # refused once, never retried

@@ -58,7 +58,7 @@ function RunView({ runId, onDone }: { runId: string; onDone: () => void }) {
         <span id="connection">{describe(connection)}</span>
       </p>
       <pre id="text">{text}</pre>
-      <button id="stop" onClick={stop} disabled={stopping || isTerminal(status)}>
+      <button id="stop" onClick={stop} disabled={stopping || !status || isTerminal(status)}>
         Stop
       </button>{" "}
       <button id="another" onClick={onDone}>
