@@ -37,7 +37,8 @@
     browser.py     Debian's Chromium through Playwright: the `browser_page` fixture and its helpers,
                    PageLoads (every stylesheet and script a page asked for answered 200, no console error)
     other_origin.py  an app on another origin: one plain page (other_origin.html) that calls
-                   Runledger with fetch, served by a tiny HTTP server of its own
+                   Runledger with fetch, or the files of a built app, served by a tiny HTTP server
+                   of its own
     host.py        a host project of its own: a fresh virtualenv with the built wheel, startproject,
                    the lines docs/how-to/embed.md adds, its processes; the guide's shell steps run
                    as a reader types them (follow_the_guide)
@@ -47,7 +48,7 @@
                    reference pages' renderer (docs/hooks/reference.py) and their generated parts
     node.py        the TypeScript package (clients/js): installed from its lock and built once for any
                    number of test processes, under a file lock; its node tests run with a live server's
-                   URLs and tokens in their environment
+                   URLs and tokens in their environment; its React example app bundled (built_example)
     package.py     the checkout's wheels and sdists (the app's, the client's) as `python -m build`
                    makes them, and their contents; core_install: a process where the extras cannot be
                    imported (core_install.py), under a host's settings on SQLite (bare_host_settings.py),

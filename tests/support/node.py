@@ -1,7 +1,8 @@
 """The JavaScript package clients/js (@runledger/client) for the tests: installed from its lock
 (`npm ci`, only when package-lock.json changed since the last install) and built (`npm run
 build`, the package's own tests beside it) once for any number of test processes, under a file
-lock; its node tests run against a live server described in their environment."""
+lock; its node tests run against a live server described in their environment. Its React example
+app (examples/react-app) bundled the same way, for the browser tests."""
 
 import fcntl
 import hashlib
@@ -23,6 +24,9 @@ BUILD_INPUTS = (
     "tsconfig.json",
     "tsconfig.test.json",
 )
+EXAMPLE = PACKAGE / "examples" / "react-app"
+# What the example's build reads of its own (the package's build besides).
+EXAMPLE_INPUTS = ("src", "index.html", "tsconfig.json")
 
 
 def _digest(*paths: Path) -> str:
@@ -50,18 +54,39 @@ def built() -> Path:
     sources; waits for another process that is building it."""
     with open(PACKAGE / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = PACKAGE / "node_modules" / ".runledger-installed"
-        wanted = _digest(PACKAGE / "package-lock.json")
-        if not installed.is_file() or installed.read_text() != wanted:
-            npm("ci", "--no-audit", "--no-fund")
-            installed.write_text(wanted)
-        stamp = PACKAGE / ".test-build" / ".runledger-built"
-        wanted = _digest(*(PACKAGE / name for name in BUILD_INPUTS))
-        if not stamp.is_file() or stamp.read_text() != wanted:
-            npm("run", "build")
-            npm("run", "build:test")
-            stamp.write_text(wanted)
+        _build_package()
     return PACKAGE
+
+
+def built_example() -> Path:
+    """The React example app (examples/react-app: type-checked, then bundled into its dist/app.js by
+    `npm run build:example`) on the package built for its current sources; its folder."""
+    with open(PACKAGE / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        package = _build_package()
+        stamp = EXAMPLE / "dist" / ".runledger-built"
+        wanted = package + _digest(*(EXAMPLE / name for name in EXAMPLE_INPUTS))
+        if not stamp.is_file() or stamp.read_text() != wanted:
+            npm("run", "build:example")
+            stamp.write_text(wanted)
+    return EXAMPLE
+
+
+def _build_package() -> str:
+    """Under the build lock: `npm ci` if the lock changed, the build if a source did; the digest
+    of the sources built."""
+    installed = PACKAGE / "node_modules" / ".runledger-installed"
+    wanted = _digest(PACKAGE / "package-lock.json")
+    if not installed.is_file() or installed.read_text() != wanted:
+        npm("ci", "--no-audit", "--no-fund")
+        installed.write_text(wanted)
+    stamp = PACKAGE / ".test-build" / ".runledger-built"
+    wanted = _digest(*(PACKAGE / name for name in BUILD_INPUTS))
+    if not stamp.is_file() or stamp.read_text() != wanted:
+        npm("run", "build")
+        npm("run", "build:test")
+        stamp.write_text(wanted)
+    return wanted
 
 
 def node_tests(names: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
