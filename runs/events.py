@@ -1,9 +1,10 @@
 """The event vocabulary (docs/design/events.md#types): every event type the platform knows, the
 terminal event of each terminal status, wait reasons and requeue causes.
 
-This is the one module that spells them. Python code names them through these enums; the browser
-clients receive `browser_vocabulary()` from the page (a JSON script tag), so no JavaScript or
-template spells an event type either.
+This is the one module that spells them. Python code names them through these enums; the watch
+page's script receives `browser_vocabulary()` from the page (a JSON script tag), so no template nor
+page script spells an event type either. @runledger/client spells the terminal types and
+`output.delta`, checked against these by tests/test_js_static.py.
 """
 
 import re
@@ -179,9 +180,9 @@ class RequeueCause(StrEnum):
 
 
 def browser_vocabulary(declared: Iterable[str] = ()) -> dict[str, Any]:
-    """What the browser stream client (runs/static/runs/stream.js) knows of events: every type by
-    its Python name, the types the run's agent declared, the status each terminal type ends a run
-    in, and the wait reasons."""
+    """What the watch page's script (runs/static/runs/watch.js) knows of events: every type by its
+    Python name, the types the run's agent declared, the status each terminal type ends a run in,
+    the wait reasons and the tool statuses."""
     return {
         "types": {member.name: member.value for member in EventType},
         "declared": sorted(declared),

@@ -11,7 +11,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.db import connection
-from django.test import Client, override_settings
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
@@ -21,7 +21,6 @@ from runs.models import Run, RunEvent
 from runs.transitions import Status
 from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
 from tests.support.runs import status_of
-from tests.support.storage import big_events_run
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
 
@@ -308,6 +307,7 @@ def test_the_run_page_shows_facts_attempts_children_and_a_live_tail(staff: User,
     assert 'id="rl-live-tail"' in html
     assert f'data-after-seq="{parent.last_seq}"' in html
     assert f'data-stream-url="/api/runs/{parent.pk}/stream/"' in html
+    assert f'data-run-id="{parent.pk}"' in html
     assert "run.started" in html and "generation: 1 · worker: test-worker" in html
     assert "Cancel run…" in html and "Stop run…" in html
 
@@ -376,59 +376,6 @@ def test_the_attempts_show_a_lost_workers_release_when_its_lease_lapsed(staff: U
     run.refresh_from_db()
     latency = (lease - run.ended_at).total_seconds() if run.ended_at else None
     assert f"{latency:.3f} s (worker lost: its lease lapsed)" in client.get(change_url(run)).content.decode()
-
-
-def test_the_events_view_returns_events_after_a_seq_for_the_live_tail(staff: User, alice: User) -> None:
-    run = running_run(alice)
-    url = reverse("admin:runs_run_events", args=[run.pk])
-    client = logged_in(staff)
-    body = client.get(url, {"after_seq": 1}).json()
-    assert [e["seq"] for e in body["results"]] == [2]
-    assert body["results"][0]["type"] == "run.started"
-    for bad in ("-1", "x", "²", "\u0661", "99999999999999999999", " 1", "3"):  # 3: past the last
-        response = client.get(url, {"after_seq": bad})
-        assert response.status_code == 400, bad
-        assert response.json()["error"]["code"] == "validation_error"
-
-
-def events_view_pages(client: Client, run: Run) -> list[dict[str, Any]]:
-    """The admin's events view of `run` from seq 0, following `next_after_seq` to `end_of_stream`."""
-    pages: list[dict[str, Any]] = []
-    after = 0
-    while not pages or not pages[-1]["end_of_stream"]:
-        response = client.get(reverse("admin:runs_run_events", args=[run.pk]), {"after_seq": after})
-        assert response.status_code == 200, response.content
-        pages.append({**response.json(), "bytes": len(response.content)})
-        after = pages[-1]["next_after_seq"]
-        assert pages[-1]["results"] and after == pages[-1]["results"][-1]["seq"]
-    return pages
-
-
-def test_the_events_view_answers_at_most_a_page_and_where_the_next_begins(staff: User, alice: User) -> None:
-    # More events than the API's page holds (100 unless asked for fewer).
-    run = running_run(alice)
-    notes = [("output.delta", {"text": f"{n} "}) for n in range(250)]
-    services.run_events_append(run_id=run.pk, generation=run.generation, events=notes)
-    services.run_complete(run_id=run.pk, generation=run.generation, output=None)
-
-    pages = events_view_pages(logged_in(staff), run)
-
-    assert [len(page["results"]) for page in pages] == [100, 100, 53]
-    assert [page["next_after_seq"] for page in pages] == [100, 200, 253]
-    assert [page["end_of_stream"] for page in pages] == [False, False, True]
-    assert [e for page in pages for e in page["results"]] == [e.as_dict() for e in RunEvent.objects.filter(run=run)]
-
-
-@override_settings(RUNLEDGER_MAX_PAGE_BYTES=10_000)
-def test_the_events_view_stops_at_the_apis_byte_bound(staff: User, alice: User) -> None:
-    run = big_events_run(alice, [3000] * 10)
-
-    pages = events_view_pages(logged_in(staff), run)
-
-    # Three 3 kB events a page (run.created and run.started before the first ones), never past it.
-    assert [len(page["results"]) for page in pages] == [4, 3, 3, 3]
-    assert all(page["bytes"] <= 10_000 for page in pages)
-    assert [e for page in pages for e in page["results"]] == [e.as_dict() for e in RunEvent.objects.filter(run=run)]
 
 
 # --- cancel and stop: actions ---------------------------------------------------------------------------
@@ -633,7 +580,6 @@ def test_staff_without_view_permission_cannot_open_runs(make_user: Callable[...,
     client = logged_in(only_cancel)
     assert client.get(LIST_URL).status_code == 403
     assert client.get(cancel_url(run)).status_code == 404
-    assert client.get(reverse("admin:runs_run_events", args=[run.pk])).status_code == 404
     assert status_of(run) == "running"
 
 

@@ -12,6 +12,7 @@ from runs.models import Run
 from tests.factories import running_run
 from tests.support.browser import admin_login, give_password, save_screenshot
 from tests.support.procs import Procs
+from tests.support.runs import status_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -121,7 +122,7 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
     expect(page.locator("#rl-events-body tr")).to_have_count(4)  # the tail stayed as it was
 
 
-def test_the_tail_reads_a_gap_longer_than_a_page_page_by_page_and_shows_every_event(
+def test_the_tail_shows_every_event_of_any_type_as_it_comes_with_no_page_read(
     browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
 ) -> None:
     staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
@@ -132,8 +133,8 @@ def test_the_tail_reads_a_gap_longer_than_a_page_page_by_page_and_shows_every_ev
     page.on("request", lambda request: requests.append(request.url))
     watch_live(page, web.url, staff, run)
 
-    # 250 events the tail does not listen for (more than two pages of the events view), one it
-    # hears, then the end.
+    # 250 events of a type the run's agent never declared (more than two pages of events), one
+    # output delta, then the end.
     notes(run, 250)
     services.run_events_append(run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": "x"})])
     services.run_stop(run_id=run.pk, actor=None, code="policy", reason="enough")
@@ -142,39 +143,29 @@ def test_the_tail_reads_a_gap_longer_than_a_page_page_by_page_and_shows_every_ev
     run.refresh_from_db()
     seqs = page.locator("#rl-events-body tr").evaluate_all("rows => rows.map(r => Number(r.dataset.seq))")
     assert seqs == list(range(1, run.last_seq + 1))
-    prefix = f"{web.url}/admin/runs/run/{run.pk}/events/?after_seq="
-    assert [int(url.removeprefix(prefix)) for url in requests if url.startswith(prefix)] == [2, 102, 202]
+    # All of them came on the one stream, none from an events page.
+    assert [url for url in requests if "/events/" in url] == []
+    assert len([url for url in requests if url.startswith(f"{web.url}/api/runs/{run.pk}/stream/")]) == 1
 
 
-# A client of the shared module on the admin page, for a run whose stream is refused (a 400: no
-# such type) while its events view answers: it learns why from the view, a page at a time.
-OPEN_REFUSED = """([streamUrl, eventsUrl]) => {
-  window.probe = { seqs: [], states: [] };
-  RunledgerStream.open({
-    streamUrl, eventsUrl, afterSeq: 0,
-    onEvent: (event) => probe.seqs.push(event.seq),
-    onState: (state, detail) => probe.states.push([state, detail === undefined ? null : String(detail)]),
-  });
-}"""
-
-
-def test_a_client_whose_stream_gave_up_reads_every_page_of_an_ended_run_to_its_end(
+def test_the_tail_of_a_run_its_reader_may_no_longer_see_says_why_and_stops(
     browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
 ) -> None:
     staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
-    ended = running_run(alice)
-    notes(ended, 250)
-    services.run_complete(run_id=ended.pk, generation=ended.generation, output=None)
-    ended.refresh_from_db()
-    live = running_run(alice)  # a page with the module on it
+    run = running_run(alice)
     web = procs.uvicorn()
     page = browser_page
-    watch_live(page, web.url, staff, live)
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    watch_live(page, web.url, staff, run)
 
-    urls = [f"/api/runs/{ended.pk}/stream/?types=no.such", f"/admin/runs/run/{ended.pk}/events/"]
-    page.evaluate(OPEN_REFUSED, urls)
-
-    page.wait_for_function("probe.states.some(([state]) => state !== 'connecting')", timeout=20_000)
-    probe = page.evaluate("probe")
-    assert probe["states"] == [["connecting", None], ["ended", "completed"]]
-    assert probe["seqs"] == list(range(1, ended.last_seq + 1))
+    # Access taken away: the server's re-check ends the open stream, and its reconnect is a 404.
+    staff.user_permissions.clear()
+    expect(page.locator("#rl-tail-status")).to_have_text("refused: no such run (404)", timeout=20_000)
+    expect(page.locator("#rl-tail-status")).to_have_class("rl-tail-trouble")
+    streams = [url for url in requests if url.startswith(f"{web.url}/api/runs/{run.pk}/stream/")]
+    assert len(streams) == 2  # the stream, and the reconnect refused
+    # Many retry intervals later (its backoff starts at 200 ms), still no other: it stopped.
+    page.wait_for_timeout(1500)
+    assert len([url for url in requests if url.startswith(f"{web.url}/api/runs/{run.pk}/stream/")]) == 2
+    assert status_of(run) == "running"

@@ -2,12 +2,12 @@
 and nothing written by a refused command.
 
 Every URL the admin site declares, read from its URL patterns (so a new one is swept the day it is
-added): changelists, add, change, history and delete pages, the console's own views (events JSON,
-cancel, stop) and the admin's own (login, password change, autocomplete, view on site, app
+added): changelists, add, change, history and delete pages, the console's own views (cancel,
+stop, rerun) and the admin's own (login, password change, autocomplete, view on site, app
 lists), each with a real object's id, a missing one, a huge one and malformed ones. Then hostile
 values in every query parameter each view reads: list filters, search, ordering, pagination,
 every field lookup a changelist accepts, `_changelist_filters`, `_popup`, `_to_field`, the run
-page's `events_page`, the events view's `after_seq`. As a superuser, and as staff who hold only
+page's `events_page`. As a superuser, and as staff who hold only
 `runs.view_run`. Then hostile bodies posted to the commands.
 """
 
@@ -103,7 +103,6 @@ VIEW_PARAMS = {
     "delete": ["_changelist_filters", "_popup", "_to_field"],
     "history": ["_changelist_filters", "p"],
     "password": ["_popup"],
-    "events": ["after_seq", "limit"],
     "autocomplete": ["term", "app_label", "model_name", "field_name", "page"],
     "login": ["next"],
     "logout": ["next"],
@@ -335,7 +334,7 @@ def test_no_admin_url_or_query_parameter_answers_5xx_or_logs_an_error(
     targets = list(admin_targets(world, user))
     assert len(targets) > 100
     # The console's own views are among them.
-    assert any(t.url.endswith(f"/{world.run.pk}/events/") for t in targets)
+    assert any(t.url.endswith(f"/{world.run.pk}/rerun/") for t in targets)
     assert any(t.url.endswith(f"/{world.run.pk}/stop/") for t in targets)
     before = stored()
     urls = sweep_urls(targets, values_for(who))[shard::SHARDS]

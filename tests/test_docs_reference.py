@@ -22,11 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
 
 
+# Not what the app or its clients read: what npm installs and builds, and the JS package's own tests
+# (their environment is the suite's, as tests/ is).
+NOT_SOURCE = ("__pycache__", "node_modules", ".test-build", "dist")
+JS_TESTS = ROOT / "clients" / "js" / "test"
+
+
 def _source(*tops: str, suffixes: tuple[str, ...] = ()) -> dict[Path, str]:
     found = {}
     for top in tops:
         for path in sorted((ROOT / top).rglob("*")):
-            skipped = "__pycache__" in path.parts or path.suffix in (".pyc", ".png", ".ico")
+            skipped = any(part in NOT_SOURCE for part in path.parts) or path.suffix in (".pyc", ".png", ".ico")
+            skipped = skipped or path.is_relative_to(JS_TESTS)
             if path.is_file() and not skipped and (not suffixes or path.suffix in suffixes):
                 found[path] = path.read_text(errors="replace")
     return found

@@ -128,7 +128,7 @@ def test_a_person_signs_in_watches_a_demo_run_and_opens_the_admin_with_every_fil
     page.click("#demo-form button[type=submit]")
     page.wait_for_url(f"{base}{host.url('runs/')}*/")
     page.wait_for_function("document.getElementById('watch').dataset.status === 'completed'", timeout=30_000)
-    assert {"/static/runs/stream.js", "/static/runs/watch.js"} <= paths(loads.check())
+    assert {"/static/runs/runledger-client.js", "/static/runs/watch.js"} <= paths(loads.check())
     assert "chunk 7" in str(page.locator("#output").text_content())
     run_id = page.url.rstrip("/").rsplit("/", 1)[1]
     save_screenshot(page, f"embed-{guided.database}-watch")

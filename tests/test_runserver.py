@@ -234,7 +234,7 @@ def test_the_api_pages_static_files_and_admin_answer(served: Proc) -> None:
             page = browser.get(path)
             assert page.status_code == 200, (path, page.status_code)
             assets |= set(re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text))
-        assert {"/static/runs/stream.js", "/static/runs/watch.js", "/static/runs/site.css"} <= assets
+        assert {"/static/runs/runledger-client.js", "/static/runs/watch.js", "/static/runs/site.css"} <= assets
         for asset in sorted(assets):
             assert browser.get(asset).status_code == 200, asset
 

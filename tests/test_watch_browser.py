@@ -2,14 +2,15 @@
 real worker, with a cuttable loopback proxy between the browser and uvicorn
 (docs/design/clients.md#watch-page).
 
-Chromium keeps an open EventSource streaming through `set_offline` and route aborts, so every
-network drop here is made on the server side by the proxy, which also records the request heads
-the server receives (to see the reconnect carry `Last-Event-ID`).
+Network drops are made on the server side by the proxy, which also records the request heads the
+server receives (to see each reconnect ask for the events after the last one shown); going offline
+is Playwright's `set_offline`, which fails the page's new connections.
 """
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,7 +20,7 @@ from runs import services
 from runs.models import Run, RunAttempt, RunEvent
 from tests.support.browser import give_password, save_screenshot
 from tests.support.procs import Procs
-from tests.support.proxies import CuttableProxy
+from tests.support.proxies import CuttableProxy, SeenRequest
 from tests.support.runs import status_of, stored_text
 from tests.support.waiting import wait_until
 
@@ -80,7 +81,12 @@ def demo_run(owner: User, **input: Any) -> Run:
     return services.run_create(owner=owner, agent="demo", input={"deltas": 40, "delay_ms": 50} | input)
 
 
-def test_a_cut_connection_reconnects_with_last_event_id_and_the_text_is_exact(site: Site) -> None:
+def after_seq(request: SeenRequest) -> int:
+    """The cursor a stream request asked for."""
+    return int(parse_qs(urlsplit(request.path).query)["after_seq"][0])
+
+
+def test_a_cut_connection_reconnects_after_the_last_event_shown_and_the_text_is_exact(site: Site) -> None:
     run = demo_run(site.user, deltas=120, delay_ms=40)
     site.open(run)
     site.wait_attr("connection", "live")
@@ -99,11 +105,10 @@ def test_a_cut_connection_reconnects_with_last_event_id_and_the_text_is_exact(si
         wait_until(lambda cut=cut: len(site.proxy.stream_requests()) >= cut + 2, what="the reconnect")
     site.wait_attr("status", "completed", timeout=30_000)
 
-    reconnects = site.proxy.stream_requests()[1:]
-    assert len(reconnects) >= 2
-    # EventSource resends the id of the last event it saw; the server got it on each reconnect.
-    resumed_from = [int(r.headers["last-event-id"]) for r in reconnects if "last-event-id" in r.headers]
-    assert len(resumed_from) >= 2 and all(seq >= 8 for seq in resumed_from)
+    first, *reconnects = [after_seq(r) for r in site.proxy.stream_requests()]
+    # Each reconnect asked for the events after the last one the page had shown.
+    assert first == 0 and len(reconnects) >= 2
+    assert all(seq >= 8 for seq in reconnects) and reconnects == sorted(reconnects)
     assert site.output() == stored_text(run) != ""
     assert RunEvent.objects.filter(run=run, type="run.cancelled").count() == 0
     save_screenshot(site.page, "watch-after-reconnects")
@@ -122,6 +127,29 @@ def test_a_reload_mid_stream_catches_up_and_the_run_keeps_running(site: Site) ->
     # The final facts, as committed, without a reload.
     expect(site.page.locator("#result")).to_contain_text('"deltas":80', timeout=10_000)
     expect(site.page.locator("#ended")).to_contain_text("completed at ")
+
+
+def test_going_offline_and_back_resumes_after_the_last_event_shown_and_the_run_never_stops(site: Site) -> None:
+    run = demo_run(site.user, deltas=150, delay_ms=40)
+    site.open(run)
+    site.wait_seq_at_least(8)
+    site.page.context.set_offline(True)
+    site.proxy.cut_streams()  # what the open connection does offline is the browser's affair
+    site.wait_attr("connection", "reconnecting")
+    shown = int(site.attr("last-seq") or 0)
+    asked = len(site.proxy.stream_requests())
+    # The run goes on while the page cannot hear it; the page goes on trying.
+    wait_until(lambda: Run.objects.get(pk=run.pk).last_seq >= shown + 10, what="events while offline")
+    assert status_of(run) == "running"
+    assert site.attr("connection") == "reconnecting" and site.attr("last-seq") == str(shown)
+
+    site.page.context.set_offline(False)
+    site.wait_attr("status", "completed", timeout=30_000)
+    # The first stream request that reached the server asked for what followed the last event shown.
+    assert after_seq(site.proxy.stream_requests()[asked]) == shown
+    assert site.output() == stored_text(run) != ""
+    assert RunEvent.objects.filter(run=run, type="run.cancelled").count() == 0
+    save_screenshot(site.page, "watch-after-offline")
 
 
 def test_stop_cancels_once_and_shows_when_the_worker_released_the_run(site: Site) -> None:

@@ -50,14 +50,9 @@ from runs.admin.matching import MatchingMixin
 from runs.admin.rerun import RerunMixin
 from runs.admin.results import ResultsMixin
 from runs.admin.schedule import ScheduleMixin, schedule_buttons
-from runs.agents import declared_types
 from runs.conf import conf
-from runs.cursors import plain_int
-from runs.events import TERMINAL_EVENT_TYPES, browser_vocabulary
-from runs.exceptions import ValidationFailed
-from runs.http.errors import error_response, error_response_for
+from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
-from runs.selectors.event_text import EVENTS_PAGE_LIMIT, run_events_page
 from runs.transitions import Status
 
 EVENTS_PER_PAGE = 100
@@ -374,8 +369,6 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
             "tail": live and page == pages and not (events and events[-1].type in TERMINAL_EVENT_TYPES),
             "tail_after_seq": events[-1].seq if events else first - 1,
             "tail_stream_url": reverse("runs:run-stream", kwargs={"run_id": str(run.pk)}),
-            "tail_events_url": reverse(f"admin:{info[0]}_{info[1]}_events", args=[quote(run.pk)]),
-            "event_vocabulary": browser_vocabulary(declared_types(run.agent)),
             "commands": [
                 {
                     "name": command.name,
@@ -413,7 +406,6 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
                 for command in COMMANDS
             ),
             *self.matching_urls(),
-            path("<path:object_id>/events/", wrap(self.events_view), name=f"{info[0]}_{info[1]}_events"),
             path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{info[0]}_{info[1]}_rerun"),
             path("<path:object_id>/schedule/", wrap(self.schedule_view), name=f"{info[0]}_{info[1]}_schedule"),
             *super().get_urls(),
@@ -424,20 +416,6 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
         if run is None or not self.has_view_permission(request, run):
             raise Http404("run not found")
         return run
-
-    def events_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """A page of the events after `after_seq`, for the live tail to fill a gap in what it
-        received: the API's events page, bounded as it is (its default count, and
-        RUNLEDGER_MAX_PAGE_BYTES), with `next_after_seq` to read on from."""
-        run = self.visible_run(request, object_id)
-        after_seq = plain_int(request.GET.get("after_seq", "0"))
-        if after_seq is None:
-            return error_response(400, "validation_error", "after_seq must be an integer >= 0")
-        try:
-            page = run_events_page(run=run, after_seq=after_seq, limit=EVENTS_PAGE_LIMIT)
-        except ValidationFailed as exc:
-            return error_response_for(exc)
-        return HttpResponse(page.json(), content_type="application/json")
 
     def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self.rerun_page(request, self.visible_run(request, object_id))

@@ -8,6 +8,7 @@ own APIs, never these.
 from collections.abc import Callable
 from typing import Any
 
+from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -35,3 +36,11 @@ class ApiView(APIView):
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Any]:
         return exception_handler
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = super().dispatch(request, *args, **kwargs)
+        # DRF keeps the answer on the view, and the view is in a cycle with its Request (the
+        # parser context names it), freed only when the collector runs — seldom in a web process
+        # (runs/asgi.py): each big events page would stay in memory until then.
+        del self.response
+        return response

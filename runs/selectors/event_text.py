@@ -1,6 +1,6 @@
 """A page of a run's events as the one text it is sent as: SSE frames for a stream's replay, the
 items of a JSON page, and the JSON page itself (docs/design/streaming.md#json-pages), which the
-API and the staff console's live tail answer alike. Each event's JSON is
+API answers. Each event's JSON is
 `runs.selectors.event_json`'s bytes (`run_events_json_bounded`, where PostgreSQL makes most of it);
 a page is joined here once, so that a replay moves one string per page instead of an object per
 event.

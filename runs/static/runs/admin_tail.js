@@ -1,10 +1,10 @@
-// Live tail of a run's events on its admin page, over the shared stream client (stream.js).
+// Live tail of a run's events on its admin page, over @runledger/client's stream
+// (runledger-client.js, the package's browser build: docs/design/clients.md#browser).
 //
-// The page renders the newest events and the seq of the last one; the client streams from that
-// seq and delivers each later event once, in seq order (filling gaps from the admin's events JSON
-// view, a bounded page at a time, as the API's: docs/design/fair-use.md#bounded-answers), and this
-// appends each as a row. When the browser gives up on the stream the tail says
-// so rather than retrying: a staff page is reloaded by its reader.
+// The page renders the newest events and the seq of the last one; the stream goes on from that
+// seq and delivers each later event once, in seq order, through any number of drops, and this
+// appends each as a row, until the run's terminal event. A stream the server refuses (the staff
+// member signed out, the run gone) says why and stops.
 "use strict";
 (function () {
   // The same text as runs.admin.event_summary renders on the server.
@@ -34,7 +34,7 @@
     return td;
   }
 
-  function start(tail) {
+  async function start(tail) {
     const body = document.getElementById("rl-events-body");
     const status = document.getElementById("rl-tail-status");
 
@@ -100,20 +100,37 @@
       if (!settled && triesLeft > 1) setTimeout(() => refreshFacts(Math.min(delayMs * 2, 5000), triesLeft - 1), delayMs);
     }
 
-    RunledgerStream.open({
-      streamUrl: tail.dataset.streamUrl,
-      eventsUrl: tail.dataset.eventsUrl,
+    function showConnection(connection) {
+      if (connection.state === "live") setStatus("live", "live");
+      else if (connection.state === "reconnecting") setStatus("reconnecting…", "trouble");
+      else if (connection.state === "refused") setStatus("refused: " + connection.reason, "trouble");
+    }
+
+    // The API is mounted where the stream's URL begins ("" or the host's prefix).
+    const streamUrl = tail.dataset.streamUrl;
+    const client = new Runledger.Client({ baseUrl: streamUrl.slice(0, streamUrl.lastIndexOf("/api/runs/")) });
+    const runId = tail.dataset.runId;
+    const stream = client.runs.stream(runId, {
       afterSeq: parseInt(tail.dataset.afterSeq, 10),
-      onEvent: append,
-      onState: (state, detail) => {
-        if (state === "live") setStatus("live", "live");
-        else if (state === "reconnecting") setStatus("reconnecting…", "trouble");
-        else if (state === "disconnected") setStatus("disconnected (reload the page)", "trouble");
-        else if (state === "trouble") setStatus("error: " + detail.message + " (reload the page)", "trouble");
-        else if (state === "stopped") setStatus("stopped: " + detail, "trouble");
-        else if (state === "ended") finish(detail);
-      },
+      onState: showConnection,
     });
+    // A tab woken from sleep, a network that came back: connect now, not after a backoff.
+    window.addEventListener("online", () => stream.wake());
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) stream.wake();
+    });
+    try {
+      for await (const event of stream) append(event);
+    } catch (error) {
+      if (stream.state !== "refused") throw error; // a refusal is on the page already
+      return;
+    }
+    // After the terminal event's row; a run ended before the page's last row (the stream's 204)
+    // has its end read.
+    const connection = stream.connection;
+    if (connection.state === "ended" && !connection.aborted) {
+      finish(connection.status || (await client.runs.get(runId)).status);
+    }
   }
 
   document.addEventListener("DOMContentLoaded", () => {

@@ -1,5 +1,6 @@
-// The run watch page: renders a run's events, delivered once and in seq order by the shared
-// stream client (stream.js), and sends its commands.
+// The run watch page: renders a run's events as @runledger/client's stream delivers them — each
+// once, in seq order, through any number of drops (runledger-client.js, the package's browser
+// build: docs/design/clients.md#browser) — and sends its commands through the same client.
 // A dropped connection is never a cancellation: only the cancel event (or a 409's committed run)
 // changes what the page says about the run's end.
 (() => {
@@ -7,13 +8,22 @@
   const root = document.getElementById("watch");
   if (!root) return;
   const $ = (id) => document.getElementById(id);
-  const runUrl = root.dataset.runUrl;
-  const csrf = root.dataset.csrfToken;
-  const V = RunledgerStream.vocabulary();
+  const runId = root.dataset.runId;
+  // The types this page renders, by the server's names (runs.events.browser_vocabulary).
+  const V = JSON.parse($("rl-event-vocabulary").textContent);
   const T = V.types;
+  // The API is mounted where the stream's URL begins: "" on the standalone site, the host's prefix
+  // where a project includes the app under one.
+  const streamUrl = root.dataset.streamUrl;
+  const client = new Runledger.Client({
+    baseUrl: streamUrl.slice(0, streamUrl.lastIndexOf("/api/runs/")),
+    // The token the page was rendered with, not the cookie's: it holds where a site makes the
+    // cookie unreadable to scripts (CSRF_COOKIE_HTTPONLY) or keeps it in the session.
+    csrfToken: root.dataset.csrfToken,
+  });
 
   let ended = false;    // the terminal event has been rendered (or a 409 told the end)
-  let client = null;
+  let stream = null;
 
   function setConnection(state, text) {
     const el = $("connection");
@@ -95,7 +105,7 @@
     const cancelled = V.terminal[T.RUN_CANCELLED];
     $("stop-state").textContent = status === cancelled ? cancelled : "";
     $("resume-form").hidden = true;
-    if (client) client.close();
+    stream.close();
     setConnection("ended", "ended");
     pollReleased(250);
   }
@@ -113,74 +123,77 @@
   // lease lapsed, so the page keeps asking, less and less often, until one of them has.
   async function pollReleased(delayMs) {
     try {
-      const response = await fetch(runUrl, { credentials: "same-origin", headers: { Accept: "application/json" } });
-      if (response.ok) {
-        const run = await response.json();
-        showEnd(run);
-        const attempt = run.attempt;
-        if (!attempt) {
-          $("released").textContent = "no worker held it";
-          return;
-        }
-        if (attempt.released_at) {
-          const lost = attempt.outcome === "lost" ? " (its worker was lost; its lease lapsed then)" : "";
-          $("released").textContent = "released at " + attempt.released_at + lost;
-          root.dataset.released = "yes";
-          return;
-        }
-        $("released").textContent = "not yet (the worker's lease lapses at " + attempt.lease_expires_at + ")";
+      const run = await client.runs.get(runId);
+      showEnd(run);
+      const attempt = run.attempt;
+      if (!attempt) {
+        $("released").textContent = "no worker held it";
+        return;
       }
+      if (attempt.released_at) {
+        const lost = attempt.outcome === "lost" ? " (its worker was lost; its lease lapsed then)" : "";
+        $("released").textContent = "released at " + attempt.released_at + lost;
+        root.dataset.released = "yes";
+        return;
+      }
+      $("released").textContent = "not yet (the worker's lease lapses at " + attempt.lease_expires_at + ")";
     } catch (err) { /* transient: try again below */ }
     setTimeout(() => pollReleased(Math.min(delayMs * 2, 5000)), delayMs);
   }
 
-  function connect() {
-    client = RunledgerStream.open({
-      vocabulary: V,
-      streamUrl: root.dataset.streamUrl,
-      eventsUrl: root.dataset.eventsUrl,
-      afterSeq: 0,
-      // When the browser has given up (e.g. after an HTTP error), try again from the last event.
-      retryClosedMs: 2000,
-      onEvent: render,
-      onState: (state, detail) => {
-        if (state === "live") setConnection("live", "live");
-        else if (state === "reconnecting") setConnection("reconnecting", "reconnecting…");
-        else if (state === "trouble") setConnection("trouble", "trouble: " + detail.message);
-        else if (state === "ended") setConnection("ended", "ended");
-        else if (state === "stopped") setConnection("stopped", "stopped: " + detail);
-      },
-    });
+  function showConnection(connection) {
+    switch (connection.state) {
+      case "connecting":
+        setConnection("connecting", "connecting…");
+        break;
+      case "live":
+        setConnection("live", "live");
+        break;
+      case "reconnecting":
+        setConnection("reconnecting", "reconnecting…");
+        break;
+      case "refused": // 401, 403, 404: retrying will not change it
+        setConnection("refused", "refused: " + connection.reason);
+        break;
+      // "ended" is shown by finish(), once the terminal event is rendered.
+    }
   }
 
-  function post(path, body) {
-    return fetch(runUrl + path, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-      body: JSON.stringify(body || {}),
-    });
+  async function follow() {
+    stream = client.runs.stream(runId, { onState: showConnection });
+    try {
+      for await (const event of stream) render(event);
+    } catch (error) {
+      if (stream.state !== "refused") throw error; // a refusal is on the page already
+      return;
+    }
+    const connection = stream.connection;
+    // A run that ended before the cursor (the stream's 204): its end is read, not streamed.
+    if (!ended && connection.state === "ended" && !connection.aborted) {
+      const run = await client.runs.get(runId);
+      finish(run.status, run.end_code);
+    }
   }
 
   $("stop").addEventListener("click", async () => {
     $("stop").disabled = true;
     $("stop-state").textContent = "stopping…";
     try {
-      const response = await post("cancel/");
-      if (response.status === 409) {
+      await client.runs.cancel(runId);
+      // Answered: stay "stopping…" until the cancel event arrives on the stream.
+    } catch (error) {
+      if (error instanceof Runledger.Conflict && error.run) {
         // The run ended otherwise before the cancel: show the committed truth.
-        const body = await response.json();
-        const status = body.run ? body.run.status : "ended";
-        if (!ended) finish(status, body.run ? body.run.end_code : "");
+        const status = error.run.status;
+        if (!ended) finish(status, error.run.end_code);
         $("stop-state").textContent = "the run had already " + status;
-      } else if (!response.ok) {
+      } else {
         $("stop").disabled = ended;
-        $("stop-state").textContent = "could not stop the run (HTTP " + response.status + ")";
+        $("stop-state").textContent =
+          error instanceof Runledger.APIError
+            ? "could not stop the run (HTTP " + error.status + ")"
+            : "could not reach the server; try again";
       }
-      // 200: stay "stopping…" until the cancel event arrives on the stream.
-    } catch (err) {
-      $("stop").disabled = ended;
-      $("stop-state").textContent = "could not reach the server; try again";
     }
   });
 
@@ -188,19 +201,23 @@
     submitEvent.preventDefault();
     $("resume").disabled = true;
     try {
-      const run = await (await fetch(runUrl, { credentials: "same-origin" })).json();
-      const response = await post("resume/", { ticket: run.resume_ticket || "", input: $("resume-input").value });
-      if (!response.ok) {
-        const body = await response.json();
-        activity("Resume refused: " + (body.error ? body.error.message : response.status), "error");
-      } else {
-        $("resume-form").hidden = true;
-        $("resume-input").value = "";
-      }
+      const run = await client.runs.get(runId);
+      await client.runs.resume(runId, run.resume_ticket || "", $("resume-input").value);
+      $("resume-form").hidden = true;
+      $("resume-input").value = "";
+    } catch (error) {
+      activity("Resume refused: " + error.message, "error");
     } finally {
       $("resume").disabled = false;
     }
   });
 
-  connect();
+  // A network that came back, a tab woken from sleep: connect now, not at the end of a backoff,
+  // and drop a connection the sleep left silent.
+  window.addEventListener("online", () => stream.wake());
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) stream.wake();
+  });
+
+  follow();
 })();
