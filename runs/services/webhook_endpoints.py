@@ -101,8 +101,14 @@ def webhook_update(*, endpoint_id: UUID | str, user: User, changes: dict[str, An
 
 
 def webhook_delete(*, endpoint_id: UUID | str, user: User) -> None:
-    """Delete the endpoint with its deliveries and their log."""
-    webhook_of(endpoint_id=endpoint_id, user=user).delete()
+    """Delete the endpoint with its deliveries and their log. Its row is locked first: a delivery
+    written for it (`enqueue`) or an attempt logged (`deliveries_record`) meanwhile commits before,
+    and is deleted with it, or finds it gone."""
+    with transaction.atomic():
+        endpoint = webhook_of(endpoint_id=endpoint_id, user=user)
+        # Locked before Django reads what to delete with it: what committed before the lock is read.
+        if WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).exists():
+            endpoint.delete()
 
 
 def webhook_rotate_secret(*, endpoint_id: UUID | str, user: User) -> WebhookEndpoint:

@@ -12,22 +12,24 @@ fences it, as a generation fences an attempt's writes).
 import json
 import operator
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Min, Model, Q, QuerySet
 from django.utils import timezone
 
 from runs import notify
 from runs.access import sees_every_run
 from runs.conf import conf
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookNotification
+
+M = TypeVar("M", bound=Model)
 
 # The run's JSON (docs/design/api.md#run-json), as the API renders it: set by the app's `ready`
 # (runs.apps), so that the write core does not import the API that imports it.
@@ -43,11 +45,10 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
     caller holds the run's lock. Its body is made and stored once, whatever the number of endpoints
     (each delivery row points at it); the caller counts the bytes returned on the run, as it counts
     an event's (0: nothing written). With no endpoint: one indexed read."""
+    endpoints = WebhookEndpoint.objects.filter(Q(owner_id=run.owner_id) | Q(all_runs=True), enabled=True)
     wanted = [
         endpoint.id
-        for endpoint in WebhookEndpoint.objects.filter(Q(owner_id=run.owner_id) | Q(all_runs=True), enabled=True).only(
-            "id", "events", "metadata"
-        )
+        for endpoint in key_shared(endpoints.only("id", "events", "metadata"))
         if matches(endpoint, run, event_type)
     ]
     if not wanted:
@@ -68,6 +69,18 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
     )
     notify.send(notify.webhooks_due())
     return len(body)
+
+
+def key_shared(rows: "QuerySet[M]") -> "Iterable[M]":
+    """The rows, locked FOR KEY SHARE on PostgreSQL until the transaction ends: none of them is
+    deleted meanwhile, while other transactions still read, lock and update them. An endpoint's
+    delete (`webhook_delete`) locks it FOR UPDATE first, so it waits for the writes that point at
+    it, or they find it gone. Django's select_for_update has no lock this weak; SQLite writes one
+    transaction at a time."""
+    if connection.vendor != "postgresql":
+        return rows
+    sql, params = rows.query.sql_with_params()
+    return rows.model.objects.raw(f"{sql} FOR KEY SHARE", params)
 
 
 @dataclass(frozen=True)
@@ -209,8 +222,17 @@ def deliveries_record(*, outcomes: Sequence[tuple[Claimed, Outcome]], worker: st
     attempt and changes nothing else."""
     now = timezone.now()
     with transaction.atomic():
-        # A delivery deleted with its endpoint meanwhile has nothing left to log or settle.
-        kept = set(WebhookDelivery.objects.filter(id__in=[c.id for c, _ in outcomes]).values_list("id", flat=True))
+        # A delivery deleted with its endpoint meanwhile has nothing left to log or settle; an
+        # endpoint deleted now waits for this commit, and deletes the attempts logged here.
+        endpoints = {
+            e.id
+            for e in key_shared(WebhookEndpoint.objects.filter(id__in={c.endpoint_id for c, _ in outcomes}).only("id"))
+        }
+        kept = set(
+            WebhookDelivery.objects.filter(id__in=[c.id for c, _ in outcomes], endpoint_id__in=endpoints).values_list(
+                "id", flat=True
+            )
+        )
         outcomes = [(claimed, outcome) for claimed, outcome in outcomes if claimed.id in kept]
         WebhookAttempt.objects.bulk_create(
             WebhookAttempt(

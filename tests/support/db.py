@@ -100,6 +100,15 @@ def connections_named(application_name: str) -> int:
     return int(query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name]))
 
 
+def waiting_on_a_lock() -> int:
+    """Sessions of this database that wait for a lock another holds (a row lock, mostly)."""
+    return int(
+        query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'", []
+        )
+    )
+
+
 def listen_connections(role: str) -> list[tuple[str, int]]:
     """(application name, backend pid) of every LISTEN connection that processes of `role` ("web",
     "worker") hold on the server. runs.streaming.listener names each
