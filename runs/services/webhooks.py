@@ -80,7 +80,7 @@ def key_shared(rows: "QuerySet[M]") -> "Iterable[M]":
     if connection.vendor != "postgresql":
         return rows
     sql, params = rows.query.sql_with_params()
-    return rows.model.objects.raw(f"{sql} FOR KEY SHARE", params)
+    return rows.model._default_manager.raw(f"{sql} FOR KEY SHARE", params)
 
 
 @dataclass(frozen=True)
