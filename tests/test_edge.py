@@ -42,8 +42,7 @@ from django.test.utils import CaptureQueriesContext
 from runs import services
 from runs.conf import conf
 from runs.events import EventType
-from runs.models import ApiToken, Run
-from runs.models_tokens import key_digest
+from runs.models import ApiToken, Run, key_digest
 from runs.selectors import run_events_json_after
 from runs.selectors.published import runs_events_after_heads
 from runs.streaming.edge import grip

@@ -14,8 +14,7 @@ from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from runs.access import User
-from runs.models import ApiToken, AuthFailure
-from runs.models_tokens import key_digest
+from runs.models import ApiToken, AuthFailure, key_digest
 
 
 def _unexpired(now: datetime) -> Q:
