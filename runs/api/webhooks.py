@@ -19,7 +19,7 @@ from runs.api.schema import documented, responses
 from runs.events import WEBHOOK_EVENTS
 from runs.models import WebhookDelivery, WebhookEndpoint
 from runs.selectors.webhooks import webhook_deliveries, webhooks_visible
-from runs.services.webhook_endpoints import (
+from runs.services import (
     webhook_create,
     webhook_delete,
     webhook_of,

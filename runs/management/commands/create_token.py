@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from runs.exceptions import NotFound, RunledgerError
 from runs.models import ApiToken
-from runs.services.tokens import MAX_LIFETIME, token_create, token_delete
+from runs.services import MAX_LIFETIME, token_create, token_delete
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 DEFAULT_NAME = "default"
