@@ -34,7 +34,6 @@ from runs.api.filters import (
 from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
 from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
-from runs.api.selectors import run_with_current_attempt
 from runs.api.serializers import (
     RUN_STATUSES,
     EventOutputSerializer,
@@ -48,6 +47,7 @@ from runs.exceptions import NotFound
 from runs.models import Run
 from runs.selectors import RUN_LIST_ORDER, run_get, run_is_visible, run_list, run_list_values
 from runs.selectors.event_text import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
+from runs.selectors.run_json import run_with_current_attempt
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.services.commands import Admit
 from runs.transitions import CALLER_STOP_CODES, StopCode

@@ -37,7 +37,7 @@ from django.db.models.functions import Cast, Coalesce, Left, Length
 from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
 from runs.events import TypeSelection
 from runs.exceptions import NotFound
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import Run, RunEvent
 
 __all__ = ["run_get", "run_list"]
 
@@ -207,12 +207,6 @@ def run_list_values(*, runs: QuerySet[Run], max_bytes: int | None) -> QuerySet[R
         ),
         end_reason_cut=ExpressionWrapper(Q(end_reason_bytes__gt=max_bytes), output_field=BooleanField()),
     )
-
-
-def run_current_attempt(*, run: Run) -> RunAttempt | None:
-    if run.generation == 0:
-        return None
-    return RunAttempt.objects.filter(run_id=run.pk, generation=run.generation).first()
 
 
 def run_events_after(*, run_id: UUID | str, after_seq: int, limit: int) -> list[RunEvent]:

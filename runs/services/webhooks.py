@@ -12,11 +12,11 @@ fences it, as a generation fences an attempt's writes).
 import json
 import operator
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -28,12 +28,9 @@ from runs import notify
 from runs.access import sees_every_run
 from runs.conf import conf
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookNotification
+from runs.selectors.run_json import run_json
 
 M = TypeVar("M", bound=Model)
-
-# The run's JSON (docs/design/api.md#run-json), as the API renders it: set by the app's `ready`
-# (runs.apps), so that the write core does not import the API that imports it.
-run_json: Callable[[Run], dict[str, Any]] = lambda run: {"id": str(run.id), "status": run.status}  # noqa: E731
 
 
 def matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:
