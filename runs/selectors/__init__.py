@@ -34,7 +34,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Cast, Coalesce, Left, Length
 
-from runs.access import SEES_EVERY_RUN, AnyUser, sees_every_run
+from runs.access import SEES_EVERY_RUN, AnyUser, can_see, sees_every_run
 from runs.events import TypeSelection
 from runs.exceptions import NotFound
 from runs.models import Run, RunEvent
@@ -58,11 +58,6 @@ def run_parentable(*, user: AnyUser) -> QuerySet[Run]:
     if user.has_perm("runs.change_run"):
         return Run.objects.all()
     return Run.objects.filter(owner_id=user.pk)
-
-
-def run_is_visible(run: Run, *, user: AnyUser) -> bool:
-    """The rule of `run_visible` for one row already read: an owner needs no permission lookup."""
-    return bool(user.is_authenticated) and (run.owner_id == user.pk or sees_every_run(user))
 
 
 def users_active(*, user_ids: Collection[int]) -> dict[int, bool]:
@@ -94,7 +89,7 @@ def run_get(*, run_id: UUID | str, user: AnyUser | None = None, only: tuple[str,
         run = runs.get(pk=run_id)
     except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
-    if user is not None and not run_is_visible(run, user=user):
+    if user is not None and not can_see(user, run):
         raise NotFound(f"run {run_id} not found")
     return run
 
