@@ -43,8 +43,8 @@ from runs.conf import conf
 from runs.events import TYPES_HELP, type_selection
 from runs.models import Run
 from runs.selectors import RUN_LIST_ORDER, run_get, run_list, run_list_values
-from runs.selectors.event_text import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
 from runs.selectors.run_json import run_with_current_attempt
+from runs.selectors.wire import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.transitions import CALLER_STOP_CODES, StopCode
 

@@ -17,7 +17,7 @@ class RunEvent(models.Model):
     attempt = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField()
     # Bytes of JSON of `data` (`runs.storable.json_bytes`), so a page is cut at its byte bound without
-    # reading the events past it (runs.selectors.run_events_json_bounded). Null for events stored
+    # reading the events past it (runs.selectors.wire). Null for events stored
     # before it existed: their size is then measured when read. Not a PositiveIntegerField: its
     # CHECK would make adding the column scan the whole events table under an exclusive lock.
     data_bytes = models.IntegerField(null=True, blank=True)
