@@ -1,7 +1,7 @@
-"""What the edge's publisher reads after a wake-up: the new events of every run the notifications
-named, in one statement (runs.streaming.edge.publisher). No visibility rule: what it reads goes to
-the streams of each run, whose users were checked when they connected.
-"""
+"""What the edge's publisher reads after a wake-up (docs/design/edge.md#publishing): the new events of
+every run the notifications named, in one statement, through the wire format's codec
+(`runs.selectors.wire`). No visibility rule: what it reads goes to the streams of each run, whose
+users were checked when they connected."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field

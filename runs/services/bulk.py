@@ -1,16 +1,8 @@
-"""Cancel or stop every run that matches a filter (docs/design/commands.md#bulk-commands).
-
-A bulk command is the single command, once per run: each run in its own transaction under its own
-row lock, with its one terminal event, exactly as `run_cancel` and `run_stop` write it. There is no
-transaction around the whole: a run done is done, whatever happens to the next one, and no lock is
-held on one run while another is locked (so a bulk command never deadlocks with a worker or with
-another bulk command, and never holds a thousand rows at once).
-
-The runs are the ones matched when the command starts (the caller's filter, its visibility rule
-applied: `runs.selectors.run_list`). Under each run's lock the command checks again what can have
-changed since: a run that ended meanwhile is reported, not touched; one whose status left the
-filter's (a queued run that started, with `status: ["queued"]`) is left alone.
-"""
+"""Cancel or stop every run that matches a filter (docs/design/commands.md#bulk-commands): the single
+command once per run, each in its own transaction under its own row lock, checked there by the
+single command's rule and the filter's statuses; no transaction around the whole, and no lock held
+on one run while another is taken. The runs are those matched when the command starts
+(`runs.selectors.run_list`, the caller's visibility applied)."""
 
 import enum
 from collections.abc import Callable, Collection

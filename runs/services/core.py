@@ -1,10 +1,8 @@
-"""The locked write core every service is made of: lock the run, check the transition, append
-its events, end it, park it, requeue it.
-
-Each helper runs inside the caller's transaction and under the run's row lock, which the caller
-took with `lock_run` (or `lock_current` for a worker's attempt). `pg_notify` inside the
-transaction is delivered only at commit, so no other process hears of a write that rolled back.
-"""
+"""The locked write core every service is made of (docs/design/commands.md#one-transaction): lock the
+run, require its transition, append its events, end it, park it, requeue it. Each helper runs in
+the caller's transaction, under the run's row lock the caller took (`lock_run`, or `lock_current`
+for a worker's attempt); `pg_notify` in the transaction is delivered only at commit, so no process
+hears of a write that rolled back."""
 
 import secrets
 from collections.abc import Sequence

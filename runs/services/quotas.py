@@ -1,13 +1,8 @@
 """Per-owner limits (docs/design/fair-use.md#caps), enforced where runs are made and claimed: the
-active-runs cap and the caps on runs and bytes kept at create (and resume), the running cap with
-a fair share of the workers at claim, and the cap on webhook endpoints at registration.
-
-A count and the write it allows must not race another of the same owner's (two creates at 999 of
-1,000 would both pass), so each check first takes a transaction-scoped advisory lock — a create
-on its owner, a claim under the running cap on every owner (`EVERY_OWNER`): the count, read after
-the lock, sees every write that held it before.
-On SQLite, whose IMMEDIATE transactions already serialise writers, there is nothing to take.
-"""
+active-runs cap and the caps on runs and bytes kept at create (and resume), the running cap with a
+fair share of the workers at claim, and the cap on webhook endpoints. A count and the write it
+allows must not race another of the same owner's, so each check first takes a transaction-scoped
+advisory lock (on SQLite, whose IMMEDIATE transactions serialise writers, none is needed)."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime

@@ -1,13 +1,7 @@
-"""The webhook outbox (docs/design/webhooks.md#outbox): notifications written in the transaction of
-the event they report, claimed by the workers, and the outcome of each attempt.
-
-`enqueue` runs inside `core.end` and `core.park`, under the run's row lock: a notification exists
-if and only if its event committed. The claim is a lease: it moves the row's `next_attempt_at`
-past the time a request may take and commits, so the POST runs outside any transaction, and a
-worker killed mid-request (or a database restart) leaves the row to come due again, with the same
-id, for any worker. The outcome is written only by the claim that is still current (`attempts`
-fences it, as a generation fences an attempt's writes).
-"""
+"""The webhook outbox (docs/design/webhooks.md#outbox): a notification written in the transaction of
+the event it reports (`enqueue`, under the run's row lock), its deliveries claimed by the workers
+under a lease so each POST runs outside any transaction, and the outcome of each attempt, written
+only by the claim still current."""
 
 import json
 import operator

@@ -1,3 +1,6 @@
+"""`manage.py create_token`: issue (or revoke) a user's API token, its key printed once
+(docs/design/api.md#authentication)."""
+
 import argparse
 import contextlib
 import re
