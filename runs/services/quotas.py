@@ -43,7 +43,7 @@ EVERY_OWNER = 0
 # What the caps count of an owner's runs, in one statement that reads the table only for their
 # live runs (at most the active-runs cap of them, through `run_owner_live`): the ended ones' count
 # and bytes come from the index `run_owner_ended` alone, since an ended run's bytes never change.
-# (A sum of `stored_bytes` over all of an owner's runs read a heap page per run: 5 ms for 9,000.)
+# (A sum of `stored_bytes` over all of an owner's runs would read a heap page per run.)
 OWNED_SQL = f"""SELECT live.n, live.bytes, ended.n, ended.bytes
 FROM (SELECT COUNT(*) AS n, COALESCE(SUM(stored_bytes), 0) AS bytes FROM {Run._meta.db_table}
       WHERE owner_id = %s AND status IN ({", ".join(["%s"] * len(LIVE_VALUES))})) live,
