@@ -55,7 +55,6 @@ from runs.services.tokens import MAX_LIFETIME, token_create, token_delete
 from runs.services.webhook_endpoints import (
     webhook_create,
     webhook_delete,
-    webhook_of,
     webhook_rotate_secret,
     webhook_update,
 )
