@@ -1,11 +1,14 @@
-"""Who may do what to a run they can see (docs/design/api.md#access).
+"""Who may see a run and who may do what to it (docs/design/api.md#access), in the order of
+docs/design/api.md#check-order: a run the caller cannot see is `NotFound` (404) before one they may
+not command is `PermissionDenied` (403). The API and the services ask the same rules here."""
 
-Visibility itself is `selectors.run_visible`: a run the caller cannot see is a 404 before any of
-these is asked, so they only ever turn a visible run into a 403.
-"""
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID
 
 from django.contrib.auth.models import AbstractUser, AnonymousUser
 
+from runs.exceptions import NotFound, PermissionDenied
 from runs.models import Run
 
 # The project's two user types: `User` is someone who acts (owns runs, sends commands); `AnyUser`
@@ -22,6 +25,12 @@ def sees_every_run(user: AnyUser) -> bool:
     """One rule for the console and the API alike (and, for many users at once, for the streams'
     re-check: `selectors.users_active`)."""
     return any(user.has_perm(perm) for perm in SEES_EVERY_RUN)
+
+
+def can_see(user: AnyUser, run: Run) -> bool:
+    """Their own runs; every run with `runs.view_run` or `runs.change_run` (`selectors.run_visible`
+    for many runs). An owner needs no permission lookup."""
+    return bool(user.is_authenticated) and (run.owner_id == user.pk or sees_every_run(user))
 
 
 def _owns(user: AnyUser, run: Run) -> bool:
@@ -53,3 +62,26 @@ def can_rerun(user: AnyUser, run: Run) -> bool:
     owns the new run (docs/design/commands.md#rerun): seeing a run (`runs.view_run`) is not enough
     to spend someone's input on a run of one's own."""
     return _owns(user, run) or user.has_perm("runs.change_run")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Who may send a command to a run they see, and the 403's message for the others."""
+
+    allowed: Callable[[AnyUser, Run], bool]
+    refusal: str
+
+
+CANCEL = Rule(can_cancel, "you may not cancel this run")
+STOP = Rule(can_stop, "stopping a run needs the runs.stop_run permission")
+PAUSE_RESUME = Rule(can_pause_resume, "you may not pause or resume this run")
+RERUN = Rule(can_rerun, "rerunning a run needs to own it or the runs.change_run permission")
+
+
+def require(user: AnyUser, run: Run, rule: Rule, *, run_id: UUID | str) -> None:
+    """Refuse `user` the command of `rule` on `run` (asked for as `run_id`): `NotFound` if they
+    cannot see it, as for no such run; else `PermissionDenied` if the rule does not let them."""
+    if not can_see(user, run):
+        raise NotFound(f"run {run_id} not found")
+    if not rule.allowed(user, run):
+        raise PermissionDenied(rule.refusal)

@@ -1,3 +1,6 @@
+"""The app's start (docs/design/deployment.md): its agents loaded, its system checks registered, and
+the streams of revoked credentials ended wherever they are held."""
+
 from django.apps import AppConfig
 from django.core import checks
 
@@ -9,13 +12,9 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.agents.loading import check_agents, load_agents
-        from runs.api.serializers import RunOutputSerializer
         from runs.conf import check_database, check_environment, check_settings
-        from runs.services import webhooks
         from runs.streaming.edge import revocation
 
-        # The webhook body's run is the API's run JSON; the write core must not import the API.
-        webhooks.run_json = lambda run: RunOutputSerializer(run).data
         load_agents()
         checks.register(check_agents)
         checks.register(check_settings)

@@ -1,10 +1,6 @@
-"""One error hierarchy for the whole project, mapped to the error shape in one place
-(`runs.http.errors`; for the API's DRF views, `runs.api.errors`).
-
-The bottom of the house: it imports nothing of the project. A conflict carries the run whose
-committed state refused the command as a plain object, so that the models (which import the state
-machine, which raises these errors) never import back from here.
-"""
+"""One error hierarchy for the whole project (docs/design/api.md#errors), mapped to the error shape in
+one place (`runs.http.errors`; for the API's DRF views, `runs.api.errors`). The bottom of the house:
+it imports nothing of the project, so a conflict carries its run as a plain object."""
 
 from typing import Any
 

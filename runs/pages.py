@@ -1,9 +1,6 @@
-"""The end-user pages: the list of one's runs with a "start a demo run" form (when the `demo` agent
-is registered: a page offers only what the deployment can run), and the watch page.
-
-The watch page is a plain template with a little JavaScript (runs/static/runs/watch.js); all it
-knows of a run comes from the SSE stream and the REST API, like any other frontend.
-"""
+"""The end-user pages (docs/design/clients.md#watch-page): the list of one's runs with a "start a demo
+run" form (when the `demo` agent is registered), and the watch page, a plain template whose script
+(runs/static/runs/watch.js) knows of a run only what the SSE stream and the REST API tell it."""
 
 from typing import Any
 

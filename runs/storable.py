@@ -1,14 +1,7 @@
-"""What a run may store as JSON: one check for request input and for everything an agent produces
-(event data, output, fail reasons and errors, wait prompts, a child's input).
-
-`json.dumps` accepts values the database refuses or cannot give back — NaN and ±Infinity
-(PostgreSQL's jsonb refuses them), NUL in a string (PostgreSQL text holds none), lone UTF-16
-surrogates (not UTF-8), integers longer than Python itself will parse back — and it turns values
-that are not JSON at all into something else, or raises (sets, bytes, datetimes, Decimals, objects).
-Nesting deep enough to exhaust a recursion limit breaks whoever reads it later. A request carrying
-any of these is a 400 (runs/api/parsers.py); an agent producing one fails its run `invalid_output`
-(runs/worker/attempt.py), before anything of it is queued for writing.
-"""
+"""What a run may store as JSON (docs/design/events.md#storable): one check for request input (a
+400, runs/api/parsers.py) and for everything an agent produces (its run fails `invalid_output`),
+refusing what `json.dumps` accepts but the database refuses or cannot give back — NaN, ±Infinity,
+NUL, lone surrogates, over-long integers, too-deep nesting — and what is not JSON at all."""
 
 import json
 import math

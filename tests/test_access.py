@@ -13,7 +13,9 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
+from runs import access, services
 from runs.access import sees_every_run
+from runs.exceptions import NotFound, PermissionDenied
 from runs.models import Run, RunEvent
 from runs.selectors import users_active
 from tests.factories import running_run
@@ -116,6 +118,30 @@ def test_actions_need_their_permission(run: Run, make_user: "pytest.FixtureReque
         response = client.post(base + action, data=body, content_type="application/json")
         assert response.status_code == 403, action  # … but not theirs to act on
     assert Run.objects.get(pk=run.pk).status == "running"
+
+
+def test_a_command_refuses_its_caller_on_the_row_it_locks_404_before_403_writing_nothing(
+    run: Run, bob: User, make_user: Callable[..., User]
+) -> None:
+    """The services check the API's `caller` by runs.access: a stranger is told no such run, a
+    viewer that the rule refuses them, and neither writes an event."""
+    viewer = make_user("viewer", perms=("runs.view_run",))
+    commands: dict[str, Callable[[User], object]] = {
+        access.CANCEL.refusal: lambda user: services.run_cancel(run_id=run.pk, actor=user, caller=user),
+        access.STOP.refusal: lambda user: services.run_stop(run_id=run.pk, actor=user, reason="x", caller=user),
+        access.PAUSE_RESUME.refusal: lambda user: services.run_pause(run_id=run.pk, caller=user),
+        access.RERUN.refusal: lambda user: services.run_rerun(run_id=run.pk, owner=user, caller=user),
+    }
+    for refusal, command in commands.items():
+        with pytest.raises(NotFound, match=f"^run {run.pk} not found$"):
+            command(bob)
+        with pytest.raises(PermissionDenied) as refused:
+            command(viewer)
+        assert refused.value.message == refusal
+    with pytest.raises(PermissionDenied):
+        services.run_resume(run_id=run.pk, ticket="x", caller=viewer)
+    assert Run.objects.get(pk=run.pk).last_seq == run.last_seq
+    assert services.run_pause(run_id=run.pk, caller=run.owner).pending
 
 
 def test_the_streams_recheck_sees_every_run_for_exactly_the_users_sees_every_run_does(

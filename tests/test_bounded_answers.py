@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from runs import services
 from runs.models import Run, RunEvent
-from runs.selectors import EVENT_ENVELOPE_BYTES
+from runs.selectors.wire import EVENT_ENVELOPE_BYTES
 from runs.storable import json_bytes
 from runs.transitions import FailCode
 from tests.support.api import api_for

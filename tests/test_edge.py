@@ -42,10 +42,9 @@ from django.test.utils import CaptureQueriesContext
 from runs import services
 from runs.conf import conf
 from runs.events import EventType
-from runs.models import ApiToken, Run
-from runs.models_tokens import key_digest
-from runs.selectors import run_events_json_after
+from runs.models import ApiToken, Run, key_digest
 from runs.selectors.published import runs_events_after_heads
+from runs.selectors.wire import run_events_json_after
 from runs.streaming.edge import grip
 from runs.streaming.edge.control import (
     bodies,

@@ -1,5 +1,5 @@
 """The events as the hot path sends them — their JSON made compact by PostgreSQL where it can
-(runs.selectors.run_events_json_bounded), pages of them joined (runs/selectors/event_text.py) — are
+(runs.selectors.wire.run_events_json_bounded), pages of them joined (runs/selectors/wire.py) — are
 byte for byte what Python writes of each event (`event_json` of the model, the SSE frame), whatever
 the events hold: strings with the separators jsonb prints, escapes, any character, numbers with
 fractions; and pages stop where `run_events_json_bounded` stops."""
@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import Run, RunEvent
-from runs.selectors import event_json, run_events_json_bounded
-from runs.selectors.event_text import run_events_frames, run_events_items, sse_frame
+from runs.selectors.wire import event_json, run_events_frames, run_events_items, run_events_json_bounded, sse_frame
 from tests.factories import running_run
 from tests.support.sse import SSEParser
 

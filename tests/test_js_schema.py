@@ -7,8 +7,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 
+from runs.selectors import run_list, run_list_values
+from runs.selectors.run_json import run_json, run_list_item_json, run_with_current_attempt
+from tests.factories import waiting_run
 from tests.support.node import PACKAGE
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
@@ -58,3 +62,12 @@ def test_a_field_the_types_name_gone_from_the_served_schema_fails_the_check_by_n
         'components.schemas.EventOutput.properties.seq.type: "integer" in the client\'s types, "string" served',
         "components.schemas.RunOutput.properties.last_seq: in the client's types, no longer served",
     ]
+
+
+def test_a_runs_json_has_the_fields_the_schema_declares_in_its_order(alice: User) -> None:
+    schemas = served_schema()["components"]["schemas"]
+    run = waiting_run(alice)
+    assert list(run_json(run, ticket=True)) == list(schemas["RunOutput"]["properties"])
+    assert "resume_ticket" not in run_json(run)
+    listed = run_with_current_attempt(runs=run_list_values(runs=run_list(user=alice), max_bytes=1000)).get()
+    assert list(run_list_item_json(listed, ticket=True)) == list(schemas["RunListItem"]["properties"])

@@ -22,10 +22,11 @@ from rest_framework.test import APIClient
 
 from runs import services
 from runs.events import EventType
-from runs.models import Run, RunEvent, Status
+from runs.models import Run, RunEvent
 from runs.selectors.clock import db_now
 from runs.selectors.overview import queue_oldest_entered
 from runs.selectors.states import queue_next_start_in
+from runs.transitions import Status
 from tests.factories import queued_run, running_run
 from tests.support.procs import Procs, subprocess_env
 from tests.support.runs import event_types, fresh

@@ -16,8 +16,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 from django.test import Client
 
-from runs.models import ApiToken
-from runs.models_tokens import key_digest
+from runs.models import ApiToken, key_digest
 from tests.support.db import database_dump, drf_token_model
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]

@@ -112,6 +112,24 @@ def test_an_end_writes_a_notification_in_its_own_transaction(alice: User, bob: U
     assert WebhookDelivery.objects.count() == 1
 
 
+def test_a_notifications_run_is_the_apis_run_json_byte_for_byte_but_the_ticket(alice: User) -> None:
+    register(alice, events=["run.waiting", "run.cancelled"])
+    api = api_for(alice)
+    paused = queued_run(alice, metadata={"client": "café ☕"})
+    services.run_pause(run_id=paused.pk)
+    waiting = api.get(f"/api/runs/{paused.pk}/").json()
+    running = running_run(alice)
+    services.run_cancel(run_id=running.pk, actor=alice, note="n'importe: « quoi »")
+    cancelled = api.get(f"/api/runs/{running.pk}/").json()
+    bodies = [d.notification.body for d in WebhookDelivery.objects.order_by("created_at")]
+    assert [json.loads(body)["type"] for body in bodies] == ["run.waiting", "run.cancelled"]
+    # The owner sees the ticket (null once the run ended); a notification never carries the field.
+    assert waiting.pop("resume_ticket") and cancelled.pop("resume_ticket") is None
+    assert cancelled["attempt"]["outcome"] == "cancelled" and cancelled["end_reason"] == "n'importe: « quoi »"
+    for body, answer in zip(bodies, [waiting, cancelled], strict=True):
+        assert body.endswith('"data":{"run":' + json.dumps(answer, separators=(",", ":")) + "}}")
+
+
 def test_the_metadata_filter_and_a_disabled_endpoint(alice: User) -> None:
     register(alice, metadata={"team": "a"})
     off = register(alice)

@@ -1,9 +1,7 @@
-"""The staff console (Django's admin): the run admin (`run`), its list filters (`filters`), how it
-displays runs and events (`display`), its commands (`commands`), the dashboard (`dashboard`), webhook
-endpoints and deliveries (`webhooks`), API tokens (`tokens`), and what keeps hostile URLs from an
-admin page answering 500 (`hardening`): the console's own pages always; every other model admin of
-the site (users, groups) only where the project asks, with RUNLEDGER_HARDEN_ADMIN, for the app
-changes nothing of the site it is added to by itself."""
+"""The staff console, Django's admin (docs/design/operations.md#dashboard): the run admin (`run`), its
+filters, displays and commands, the dashboard, webhooks, API tokens, and what keeps hostile URLs from
+an admin page answering 500 (`hardening`, docs/design/fair-use.md#admin-input): the console's own
+pages always; the site's other model admins only where the project asks (RUNLEDGER_HARDEN_ADMIN)."""
 
 from django.contrib import admin
 

@@ -1,10 +1,7 @@
-"""The staff console's commands, as a table: one `StaffCommand` per command, and the views that
-confirm and run any of them — on one run (its page's button) or on a selection (the list's action).
-
-A command is the same service as the API's, one locked transaction per run; the console adds a
-permission, a form, a confirmation page and a report of what happened to each run. A new command is
-one entry in `COMMANDS`.
-"""
+"""The staff console's commands as a table (docs/design/commands.md): one `StaffCommand` per command,
+and the views that confirm and run any of them, on one run or on a selection. A command is the same
+service as the API's, one locked transaction per run; the console adds a permission, a form, a
+confirmation page and a report of what happened to each run."""
 
 import enum
 from collections import Counter

@@ -1,7 +1,6 @@
-"""How the staff console writes times, durations, event data and statuses.
-
-The live tail (runs/static/runs/admin_tail.js) renders the rows it appends the same way.
-"""
+"""How the staff console writes times, durations, event data and statuses
+(docs/design/operations.md#dashboard); the live tail (runs/static/runs/admin_tail.js) renders the
+rows it appends the same way."""
 
 import json
 from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""The run list's filters, each cheap whatever the size of the run table."""
+"""The run list's filters, each cheap whatever the size of the run table (docs/design/fair-use.md#admin-input)."""
 
 from datetime import timedelta
 

@@ -1,18 +1,8 @@
-"""What keeps hostile URLs from the console's pages answering 500, for every model admin
-on the site: the console's own, and the site's others (Django's users and groups, any other app's).
-
-Django's admin applies any lookup a changelist's query string names on the model's own fields
-(`?agent__regex=(`, `?created_at__year=99999999999`, `?input=…`), and hands each to the database,
-which fails on what it cannot compare (a NUL in text on PostgreSQL, a year out of range, an invalid
-regular expression) when the page is read: a 500. Here a list takes only the parameters of its
-declared filters, plus its admin's `extra_lookups`, and no NUL; and its query must compile (a
-valid date whose UTC is before year 1 cannot be sent to SQLite). Anything else is an invalid filter,
-which the admin answers as it does a malformed filter value (back to the list, `?e=1`).
-
-A list action's selected ids go to the database as they come (`pk__in`): one that is not an id of
-the model (a malformed UUID, a word for an integer key, a NUL) fails there, a 500. Here such a
-selection selects nothing, as when nothing is selected.
-"""
+"""What keeps hostile URLs from the console's pages answering 500, for every model admin on the site
+(docs/design/fair-use.md#admin-input): a changelist takes only its declared filters' parameters (and
+its admin's `extra_lookups`), no NUL, and a query that compiles — anything else is an invalid filter
+(`?e=1`), as Django answers a malformed value; a list action's selected ids that are not ids of the
+model select nothing, rather than failing in the database."""
 
 from typing import Any
 

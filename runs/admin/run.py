@@ -1,11 +1,6 @@
-"""The staff console's run admin: find runs, inspect them, watch them live, send them commands.
-
-Thin by design: every change goes through `runs.services` — the same commands as the API, one
-locked transaction per run (`runs.admin.commands`) — and the reads that are not trivial through
-`runs.selectors`. Nothing here can edit a run's facts, events or attempts, nor add or delete them:
-the change form is view-only, and the only writes are the commands, each behind its permission, a
-confirmation page and a CSRF-protected POST.
-"""
+"""The staff console's run admin (docs/design/commands.md): find runs, inspect them, watch them live,
+send them commands. Thin: every change is a command of `runs.services` behind its permission, a
+confirmation page and a CSRF-protected POST (`runs.admin.commands`); the change form is view-only."""
 
 import re
 from datetime import datetime

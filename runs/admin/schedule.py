@@ -1,6 +1,6 @@
-"""The run page's "Schedule run" command: a queued run's priority and start time, changed by
-staff who hold `runs.prioritize_run` through the same service as any command
-(`services.run_schedule`, one locked transaction), with a form and a report."""
+"""The run page's "Schedule run" command (docs/design/fair-use.md#priority): a queued run's priority
+and start time, changed by staff who hold `runs.prioritize_run` through the same service as any
+command (`services.run_schedule`, one locked transaction), with a form and a report."""
 
 from django import forms
 from django.contrib import admin, messages

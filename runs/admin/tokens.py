@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 from runs.admin.hardening import HardenedAdmin
 from runs.exceptions import RunledgerError
 from runs.models import ApiToken
-from runs.services.tokens import token_create
+from runs.services import token_create
 
 SHOWN = ["user", "name", "created_at", "expires_at", "last_used_at", "issued_by"]
 

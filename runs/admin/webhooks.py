@@ -15,7 +15,7 @@ from runs.access import sees_every_run
 from runs.admin.hardening import HardenedAdmin
 from runs.admin.run import ViewOnly
 from runs.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from runs.services.webhooks import deliveries_redeliver
+from runs.services import deliveries_redeliver
 
 
 @admin.register(WebhookEndpoint)

@@ -3,10 +3,9 @@ where one URL carries two methods), each validating its input, calling one servi
 serialising the result.
 
 Checks run in the order of docs/design/api.md#check-order: authentication (401, `IsAuthenticated`),
-visibility (404, `run_get` with the caller), permission (403, the object permission of the class),
-input (400), then state (200/202/409, from the service). A command checks visibility and permission
-on the row it locks (`RunObjectApi.admit`), so it reads the run once; only a refused body reads it
-first.
+visibility (404) and permission (403) by `runs.access` (the class's `rule`), input (400), then state
+(200/202/409, from the service). A command has the service check its caller on the row it locks
+(`caller=`), so it reads the run once; only a refused body reads it first.
 """
 
 from collections.abc import Callable
@@ -16,10 +15,10 @@ from django.contrib.auth.models import AbstractUser
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
-from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from runs import access
 from runs.agents import declared_types, registered
 from runs.api.base import ApiView
 from runs.api.filters import (
@@ -32,9 +31,7 @@ from runs.api.filters import (
     run_filters,
 )
 from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
-from runs.api.permissions import CanCancel, CanPauseResume, CanStop
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
-from runs.api.selectors import run_with_current_attempt
 from runs.api.serializers import (
     RUN_STATUSES,
     EventOutputSerializer,
@@ -44,12 +41,11 @@ from runs.api.serializers import (
 )
 from runs.conf import conf
 from runs.events import TYPES_HELP, type_selection
-from runs.exceptions import NotFound
 from runs.models import Run
-from runs.selectors import RUN_LIST_ORDER, run_get, run_is_visible, run_list, run_list_values
-from runs.selectors.event_text import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
+from runs.selectors import RUN_LIST_ORDER, run_get, run_list, run_list_values
+from runs.selectors.run_json import run_with_current_attempt
+from runs.selectors.wire import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
-from runs.services.commands import Admit
 from runs.transitions import CALLER_STOP_CODES, StopCode
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -240,23 +236,17 @@ def _command_schema(
     )
 
 
-# Base of the operations on one run: visibility (404), then the class's object permission (403).
+# Base of the operations on one run: visibility (404), then the class's `rule` (403).
 class RunObjectApi(RunApi):
+    # What the operation does to the run, by its rule in runs.access; None: it only reads it.
+    rule: access.Rule | None = None
+
     def get_run(self, request: Request, run_id: str, only: tuple[str, ...] = ()) -> Run:
-        run = run_get(run_id=run_id, user=_caller(request), only=only)
-        self.check_object_permissions(request, run)
-        return run
-
-    def admit(self, request: Request, run_id: str) -> Admit:
-        """`get_run`'s checks, made by a command on the run it locks."""
         user = _caller(request)
-
-        def check(run: Run) -> None:
-            if not run_is_visible(run, user=user):
-                raise NotFound(f"run {run_id} not found")
-            self.check_object_permissions(request, run)
-
-        return check
+        run = run_get(run_id=run_id, user=user, only=only)
+        if self.rule is not None:
+            access.require(user, run, self.rule, run_id=run_id)
+        return run
 
     def valid_input(
         self, serializer_class: type[serializers.Serializer[Any]], request: Request, run_id: str
@@ -326,7 +316,7 @@ class RunEventsApi(RunObjectApi):
 
 
 class RunCancelApi(RunObjectApi):
-    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanCancel]
+    rule = access.CANCEL
 
     @extend_schema_serializer(component_name="RunCancelInput")
     class InputSerializer(serializers.Serializer[Any]):
@@ -341,12 +331,13 @@ class RunCancelApi(RunObjectApi):
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.valid_input(self.InputSerializer, request, run_id)
-        result = run_cancel(run_id=run_id, actor=_caller(request), note=data["note"], admit=self.admit(request, run_id))
+        user = _caller(request)
+        result = run_cancel(run_id=run_id, actor=user, note=data["note"], caller=user)
         return Response(_run_data(result.run, request))
 
 
 class RunStopApi(RunObjectApi):
-    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanStop]
+    rule = access.STOP
 
     @extend_schema_serializer(component_name="RunStopInput")
     class InputSerializer(serializers.Serializer[Any]):
@@ -362,18 +353,13 @@ class RunStopApi(RunObjectApi):
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.valid_input(self.InputSerializer, request, run_id)
-        result = run_stop(
-            run_id=run_id,
-            actor=_caller(request),
-            code=data["code"],
-            reason=data["reason"],
-            admit=self.admit(request, run_id),
-        )
+        user = _caller(request)
+        result = run_stop(run_id=run_id, actor=user, code=data["code"], reason=data["reason"], caller=user)
         return Response(_run_data(result.run, request))
 
 
 class RunPauseApi(RunObjectApi):
-    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanPauseResume]
+    rule = access.PAUSE_RESUME
 
     @_command_schema(
         operation_id="runs_pause",
@@ -387,12 +373,12 @@ class RunPauseApi(RunObjectApi):
         "`max_events`: 409 `budget_exhausted`, nothing written.",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        result = run_pause(run_id=run_id, admit=self.admit(request, run_id))
+        result = run_pause(run_id=run_id, caller=_caller(request))
         return Response(_run_data(result.run, request), status=202 if result.pending else 200)
 
 
 class RunResumeApi(RunObjectApi):
-    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanPauseResume]
+    rule = access.PAUSE_RESUME
 
     @extend_schema_serializer(component_name="RunResumeInput")
     class InputSerializer(serializers.Serializer[Any]):
@@ -414,7 +400,5 @@ class RunResumeApi(RunObjectApi):
     )
     def post(self, request: Request, run_id: str) -> Response:
         data = self.valid_input(self.InputSerializer, request, run_id)
-        resumed = run_resume(
-            run_id=run_id, ticket=data["ticket"], input=data["input"], admit=self.admit(request, run_id)
-        )
+        resumed = run_resume(run_id=run_id, ticket=data["ticket"], input=data["input"], caller=_caller(request))
         return Response(_run_data(resumed.run, request))

@@ -1,5 +1,6 @@
-"""How programs authenticate with the API: DRF's token header (`Authorization: Token <key>`), read
-and throttled exactly as on every other endpoint (runs.http.authentication), inside DRF."""
+"""How programs authenticate with the API (docs/design/api.md#authentication): DRF's token header
+(`Authorization: Token <key>`), read and throttled exactly as on every other endpoint
+(runs.http.authentication), inside DRF."""
 
 from typing import Any
 

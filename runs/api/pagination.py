@@ -1,17 +1,8 @@
-"""Cursor-paged lists (docs/design/api.md#paging): `{"next", "previous", "results"}`, `next` and
-`previous` full URLs carrying an opaque `cursor`; 50 a page, `page_size` up to 500; no count.
-
-A page is a keyset page: the rows strictly after (or, going back, before) the position of the
-last row seen, in the list's unique order. A row inserted, changed or deleted elsewhere in the
-list shifts nothing: a reader following `next` sees every row that was in the list when it
-started, and still matches, exactly once. Page numbers (an OFFSET) skip or repeat rows whenever an
-earlier one leaves or enters the list, and each page counted the whole table; DRF's
-CursorPagination keys on the first ordering field only and counts ties by offset, which
-repeats or skips among rows created in the same microsecond when one of them changes.
-
-The cursor is the position's values as JSON, base64url-encoded: opaque to callers, who must not
-build one, but no secret (it names only a row of a list the caller may read anyway).
-"""
+"""Cursor-paged lists (docs/design/api.md#paging): `{"next", "previous", "results"}`, keyset pages
+in the list's unique order, so a reader following `next` sees every row that was in the list when
+it started, and still matches, exactly once — which neither page numbers (OFFSET) nor DRF's
+CursorPagination (keyed on the first ordering field only) gives. The cursor is the position's
+values as JSON, base64url-encoded: opaque to callers, but no secret."""
 
 import base64
 import binascii

@@ -1,12 +1,7 @@
-"""The one request parser of the API: JSON, bounded, and storable as it was sent.
-
-DRF's own JSONParser already refuses bodies over DATA_UPLOAD_MAX_MEMORY_SIZE (it reads through
-`request.body`, which raises RequestDataTooBig → 413). What it accepts can still break later,
-far from the request: nesting deep enough to exhaust the recursion limit, numbers that overflow to
-infinity (no JSON can carry them back), and strings PostgreSQL refuses to store (NUL, lone UTF-16
-surrogates). Those are refused here as malformed bodies (400), by the same check agents' output
-passes (runs.storable), so no bad input reaches a 500.
-"""
+"""The one request parser of the API (docs/design/events.md#storable): JSON, bounded (a body over
+DATA_UPLOAD_MAX_MEMORY_SIZE is a 413), and storable as it was sent — what would break later (deep
+nesting, numbers that overflow to infinity, NUL, lone surrogates) is refused here as a malformed
+body (400), by the check agents' output passes (runs.storable)."""
 
 from collections.abc import Mapping
 from typing import IO, Any

@@ -5,18 +5,17 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
-from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from runs import access
 from runs.api.apis import MAX_INT, RunObjectApi, _caller, _command_schema, _run_data
-from runs.api.permissions import CanRerun
 from runs.api.serializers import RunOutputSerializer
 from runs.services import Overrides, run_rerun
 
 
 class RunRerunApi(RunObjectApi):
-    permission_classes: list[type[BasePermission]] = [IsAuthenticated, CanRerun]
+    rule = access.RERUN
 
     @extend_schema_serializer(component_name="RunRerunInput")
     class InputSerializer(serializers.Serializer[Any]):
@@ -60,11 +59,6 @@ class RunRerunApi(RunObjectApi):
     def post(self, request: Request, run_id: str) -> Response:
         data = self.valid_input(self.InputSerializer, request, run_id)
         overrides = Overrides(**{name: data.get(name) for name in Overrides.__dataclass_fields__})
-        run = run_rerun(
-            run_id=run_id,
-            owner=_caller(request),
-            from_seq=data.get("from_seq"),
-            overrides=overrides,
-            admit=self.admit(request, run_id),
-        )
+        user = _caller(request)
+        run = run_rerun(run_id=run_id, owner=user, from_seq=data.get("from_seq"), overrides=overrides, caller=user)
         return Response(_run_data(run, request), status=201)

@@ -1,4 +1,4 @@
-"""The OpenAPI schema's settings, the app's own (drf-spectacular's; runs.api.schema serves the
+"""The OpenAPI schema's settings, the app's own (docs/design/api.md#schema; runs.api.schema serves the
 schema with them). A module of plain data, importable from a settings module: the standalone site
 gives them to drf-spectacular's own deploy check too (config/settings.py)."""
 

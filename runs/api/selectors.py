@@ -1,15 +1,5 @@
-"""Reads the API composes from `runs.selectors` (visibility stays there).
+"""Kept for the stream's wait (runs.streaming.wait) until it imports `runs.selectors.run_json` (docs/design/api.md#run-json)."""
 
-They could move into `runs/selectors.py`; they live here because only the API uses them so far.
-"""
+from runs.selectors.run_json import run_with_current_attempt
 
-from django.db.models import F, Prefetch, QuerySet
-
-from runs.models import Run, RunAttempt
-
-
-def run_with_current_attempt(*, runs: QuerySet[Run]) -> QuerySet[Run]:
-    """Prefetch each run's current attempt into `current_attempts` (0 or 1 item): one query for
-    a whole page instead of one per run."""
-    current = RunAttempt.objects.filter(generation=F("run__generation"))
-    return runs.prefetch_related(Prefetch("attempts", queryset=current, to_attr="current_attempts"))
+__all__ = ["run_with_current_attempt"]

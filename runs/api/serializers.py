@@ -1,16 +1,15 @@
 """Output shapes shared by several API operations: the run (docs/design/api.md#run-json), its
 attempt, an event (docs/design/events.md#event-object) and the error shape. Operation-specific
-inputs live with their API class."""
+inputs live with their API class. A run's JSON itself is `runs.selectors.run_json`'s: these
+serializers declare its schema and answer with it."""
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from runs.access import can_see_ticket
 from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run, RunAttempt
-from runs.selectors import run_current_attempt
-from runs.selectors.results import run_partial_output, run_usage
+from runs.selectors.run_json import LIST_CUT_FIELDS, run_json, run_list_item_json
 from runs.transitions import Status
 
 # One choice set, one schema enum (SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]).
@@ -46,11 +45,6 @@ class AttemptOutputSerializer(serializers.Serializer[RunAttempt]):
         allow_null=True, help_text="null while the attempt holds the run; then how it left its hands"
     )
 
-    def to_representation(self, instance: RunAttempt) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        data["outcome"] = instance.outcome or None
-        return data
-
 
 class UsageSerializer(serializers.Serializer[Any]):
     """What a run used (docs/design/events.md#usage): the platform's counts, then the agent's own
@@ -83,14 +77,18 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     end_reason = serializers.CharField(allow_blank=True)
     ended_by = serializers.CharField(allow_blank=True, help_text="a username, or `system`")
     output = serializers.JSONField(allow_null=True)
-    partial_output = serializers.SerializerMethodField(
+    partial_output = serializers.DictField(
+        child=serializers.CharField(),
+        allow_null=True,
+        read_only=True,
         help_text="a failed, cancelled or stopped run's: what its agent's output was when it ended, by the rule "
         'its agent declares (default: {"text": the text of its output.delta events}); null when there is none, '
-        "and for a completed run, whose `output` is its result (docs/design/execution.md#partial-output)"
+        "and for a completed run, whose `output` is its result (docs/design/execution.md#partial-output)",
     )
-    usage = serializers.SerializerMethodField(
+    usage = UsageSerializer(
+        read_only=True,
         help_text="what the run used: its `steps` and `events` (steps_used, events_used) and the counters its agent "
-        "reported (usage.reported, summed; `incomplete` true when the agent could not learn them all)"
+        "reported (usage.reported, summed; `incomplete` true when the agent could not learn them all)",
     )
     error = serializers.JSONField(allow_null=True)
     last_seq = serializers.IntegerField()
@@ -115,35 +113,15 @@ class RunOutputSerializer(serializers.Serializer[Run]):
         allow_null=True,
         help_text="present only for the owner and holders of runs.change_run; null unless waiting",
     )
-    attempt = serializers.SerializerMethodField()
-
-    @extend_schema_field(serializers.DictField(child=serializers.CharField(), allow_null=True))
-    def get_partial_output(self, run: Run) -> dict[str, str] | None:
-        return run_partial_output(run=run)
-
-    @extend_schema_field(UsageSerializer)
-    def get_usage(self, run: Run) -> dict[str, Any]:
-        return run_usage(run=run)
-
-    @extend_schema_field(AttemptOutputSerializer(allow_null=True))
-    def get_attempt(self, run: Run) -> dict[str, Any] | None:
-        # The list prefetches the current attempt (`current_attempts`); a single run reads it.
-        prefetched = getattr(run, "current_attempts", None)
-        attempt = (prefetched[0] if prefetched else None) if prefetched is not None else run_current_attempt(run=run)
-        return None if attempt is None else AttemptOutputSerializer(attempt).data
+    attempt = AttemptOutputSerializer(allow_null=True, read_only=True)
 
     def to_representation(self, instance: Run) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        request = self.context.get("request")
-        if request is not None and can_see_ticket(request.user, instance):
-            data["resume_ticket"] = instance.resume_ticket or None
-        else:
-            data.pop("resume_ticket", None)
-        return data
+        return run_json(instance, ticket=_sees_ticket(self, instance))
 
 
-# What a list item may leave out or cut (RunListItemSerializer.truncated), in this order.
-LIST_CUT_FIELDS = ["input", "output", "error", "end_reason"]
+def _sees_ticket(serializer: serializers.Serializer[Any], run: Run) -> bool:
+    request = serializer.context.get("request")
+    return request is not None and can_see_ticket(request.user, run)
 
 
 class RunListItemSerializer(RunOutputSerializer):
@@ -166,14 +144,14 @@ class RunListItemSerializer(RunOutputSerializer):
     )
     # Read with the run itself (an aggregate over its events): a page of runs does not carry it.
     partial_output = None  # type: ignore[assignment]
-    truncated = serializers.SerializerMethodField(
-        help_text="the fields this item leaves out (null here) or cuts (end_reason); read the run itself for them"
+    truncated = serializers.ListField(
+        child=serializers.ChoiceField(choices=LIST_CUT_FIELDS),
+        read_only=True,
+        help_text="the fields this item leaves out (null here) or cuts (end_reason); read the run itself for them",
     )
 
-    @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(choices=LIST_CUT_FIELDS)))
-    def get_truncated(self, run: Run) -> list[str]:
-        """The fields this item leaves out (input, output, error: null here) or cuts (end_reason)."""
-        return [name for name in LIST_CUT_FIELDS if getattr(run, f"{name}_cut")]
+    def to_representation(self, instance: Run) -> dict[str, Any]:
+        return run_list_item_json(instance, ticket=_sees_ticket(self, instance))
 
 
 class EventOutputSerializer(serializers.Serializer[Any]):

@@ -19,7 +19,8 @@ from runs.api.pagination import page_size, paged_response, queryset_page
 from runs.api.schema import documented, responses
 from runs.models import ApiToken
 from runs.selectors.credentials import tokens_of
-from runs.services.tokens import MAX_LIFETIME, NAME, NAME_RULE, token_create, token_delete
+from runs.services import MAX_LIFETIME, token_create, token_delete
+from runs.services.tokens import NAME, NAME_RULE
 
 TOKEN_NAME = OpenApiParameter(
     "name",

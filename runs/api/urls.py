@@ -1,3 +1,5 @@
+"""The API's URLs, one operation class per URL (docs/design/api.md)."""
+
 from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from runs.api import apis, bulk, rerun, tokens, webhooks

@@ -18,11 +18,10 @@ from runs.api.pagination import page_size, paged_response, queryset_page
 from runs.api.schema import documented, responses
 from runs.events import WEBHOOK_EVENTS
 from runs.models import WebhookDelivery, WebhookEndpoint
-from runs.selectors.webhooks import webhook_deliveries, webhooks_visible
-from runs.services.webhook_endpoints import (
+from runs.selectors.webhooks import webhook_deliveries, webhook_get, webhooks_visible
+from runs.services import (
     webhook_create,
     webhook_delete,
-    webhook_of,
     webhook_rotate_secret,
     webhook_update,
 )
@@ -177,7 +176,7 @@ class WebhookCollectionApi(ApiView):
 class WebhookDetailApi(ApiView):
     @_operation("retrieve", "Read a webhook endpoint", {200: EndpointOutputSerializer}, 404)
     def get(self, request: Request, webhook_id: str) -> Response:
-        return Response(_out(webhook_of(endpoint_id=webhook_id, user=_caller(request))))
+        return Response(_out(webhook_get(endpoint_id=webhook_id, user=_caller(request))))
 
     @_operation(
         "update",
@@ -193,7 +192,7 @@ class WebhookDetailApi(ApiView):
     )
     def patch(self, request: Request, webhook_id: str) -> Response:
         user = _caller(request)
-        webhook_of(endpoint_id=webhook_id, user=user)  # an invisible endpoint is a 404 before a bad body's 400
+        webhook_get(endpoint_id=webhook_id, user=user)  # an invisible endpoint is a 404 before a bad body's 400
         changes = _valid(UpdateInput, request.data)
         return Response(_out(webhook_update(endpoint_id=webhook_id, user=user, changes=changes)))
 
@@ -233,7 +232,7 @@ class WebhookDeliveriesApi(ApiView):
         parameters=[ENDPOINT_ID, PageFilter],
     )
     def get(self, request: Request, webhook_id: str) -> Response:
-        endpoint = webhook_of(endpoint_id=webhook_id, user=_caller(request))
+        endpoint = webhook_get(endpoint_id=webhook_id, user=_caller(request))
         return _paged(webhook_deliveries(endpoint=endpoint), ["-created_at", "-id"], request, DeliveryOutputSerializer)
 
 

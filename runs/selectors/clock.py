@@ -1,4 +1,4 @@
-"""The database's clock, the one every process judges time-bound state by."""
+"""The database's clock, the one every process judges time-bound state by (docs/design/execution.md#leases)."""
 
 from datetime import datetime
 

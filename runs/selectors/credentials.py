@@ -1,8 +1,7 @@
-"""Which credentials hold: a request's API token, found by its key's digest with its address's
-throttle standing in one statement, and many at once for the streams' re-check of who holds each
-open stream (runs.streaming.guard), a handful of queries for a whole process. The users themselves
-(active, seeing every run) are `runs.selectors.users_active`, by the visibility rule.
-"""
+"""Which credentials hold (docs/design/api.md#authentication): a request's API token, found by its
+key's digest with its address's throttle standing in one statement, and many at once for the
+streams' re-check of who holds each open stream (runs.streaming.guard). The users themselves
+(active, seeing every run) are `runs.selectors.users_active`, by the visibility rule."""
 
 from collections.abc import Collection
 from datetime import datetime
@@ -14,8 +13,7 @@ from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
 from runs.access import User
-from runs.models import ApiToken, AuthFailure
-from runs.models_tokens import key_digest
+from runs.models import ApiToken, AuthFailure, key_digest
 
 
 def _unexpired(now: datetime) -> Q:

@@ -1,17 +1,7 @@
 """Reads about the whole system rather than one run: the staff dashboard's figures
-(docs/design/operations.md#dashboard).
-
-A fixed number of queries whatever the size of the tables, each through an index that holds only
-what it counts: live runs through the live-runs partial index, the queue's age through
-`run_queued_at`, held attempts through the open-lease partial index, runs ended in the last day
-through `run_ended`, recent events through `runevent_created` (BRIN on PostgreSQL: a few pages
-for the whole table), cancel latencies through `runattempt_cancel_released`. What grows is bounded
-by time (a day's ended runs and cancels, two minutes of events once a process has counted the
-hour's), never by history; lists are capped and say so.
-
-The queue's age and the cancel → released latencies are /metrics/' too (`runs.metrics`): both read
-them as defined here.
-"""
+(docs/design/operations.md#dashboard), and the queue's age and cancel → released latencies that
+/metrics/ reports as defined here. A fixed number of queries whatever the size of the tables, each
+through an index that holds only what it counts, over a window of time, never the history."""
 
 import math
 from collections import defaultdict

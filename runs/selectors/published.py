@@ -1,7 +1,7 @@
-"""What the edge's publisher reads after a wake-up: the new events of every run the notifications
-named, in one statement (runs.streaming.edge.publisher). No visibility rule: what it reads goes to
-the streams of each run, whose users were checked when they connected.
-"""
+"""What the edge's publisher reads after a wake-up (docs/design/edge.md#publishing): the new events of
+every run the notifications named, in one statement, through the wire format's codec
+(`runs.selectors.wire`). No visibility rule: what it reads goes to the streams of each run, whose
+users were checked when they connected."""
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,8 +10,8 @@ from typing import Any
 from django.db import connection
 
 from runs.models import LIVE_VALUES, Run, RunEvent
-from runs.selectors import _EVENT_COLUMNS, _NOT_PLAIN, _json_rows, run_events_json_after
 from runs.selectors.states import run_status_last_seq
+from runs.selectors.wire import EVENT_COLUMNS, NOT_PLAIN, json_rows, run_events_json_after
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RunNews:
 # only its state (its streams are only to be closed). The lateral read stays one index range scan
 # per run; OFFSET 0 keeps it whole, so each row's data is printed once, not once per use.
 _NEWS_SQL = f"""
-SELECT run_key, run_status, run_last_seq, {_EVENT_COLUMNS}
+SELECT run_key, run_status, run_last_seq, {EVENT_COLUMNS}
 FROM (
     SELECT wanted.run_id AS run_key, r.status AS run_status, r.last_seq AS run_last_seq,
         page.seq, page.type, page.data, page.plain, page.created_at, page.attempt
@@ -59,7 +59,7 @@ def runs_events_after_heads(*, heads: Mapping[str, int | None], limit: int) -> d
     params: dict[str, Any] = {
         "runs": list(heads),
         "heads": list(heads.values()),
-        "not_plain": _NOT_PLAIN,
+        "not_plain": NOT_PLAIN,
         "limit": limit,
         "live": LIVE_VALUES,
     }
@@ -70,7 +70,7 @@ def runs_events_after_heads(*, heads: Mapping[str, int | None], limit: int) -> d
     for run_key, status, last_seq, *event in fetched:
         news = found.setdefault(str(run_key), RunNews(status=status, last_seq=last_seq))
         if event[0] is not None:
-            news.rows += _json_rows([event])
+            news.rows += json_rows([event])
     return found
 
 

@@ -1,8 +1,7 @@
-"""The state of runs by id, many in one query, for the processes that follow runs rather than
-show them: a worker re-reading the runs it holds, the stream hub's poll backstop, the edge's
-publisher and the streams' re-check. No visibility rule: each caller has checked who may see the
-run already, or shows nothing of it.
-"""
+"""The state of runs by id, many in one query, for the processes that follow runs rather than show
+them (docs/design/streaming.md#hub): a worker re-reading the runs it holds, the stream hub's poll
+backstop, the edge's publisher and the streams' re-check. No visibility rule: each caller has
+checked who may see the run already, or shows nothing of it."""
 
 from collections.abc import Collection
 from datetime import datetime

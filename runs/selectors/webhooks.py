@@ -1,10 +1,13 @@
 """Reads of webhook endpoints and deliveries (docs/design/webhooks.md)."""
 
 from datetime import datetime
+from uuid import UUID
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Min, QuerySet
 
 from runs.access import User
+from runs.exceptions import NotFound
 from runs.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 
 
@@ -12,6 +15,14 @@ def webhooks_visible(*, user: User) -> QuerySet[WebhookEndpoint]:
     """The endpoints `user` may read and change: their own (staff with runs.change_run: all)."""
     endpoints = WebhookEndpoint.objects.order_by("created_at", "id")
     return endpoints if user.has_perm("runs.change_run") else endpoints.filter(owner_id=user.pk)
+
+
+def webhook_get(*, endpoint_id: UUID | str, user: User) -> WebhookEndpoint:
+    """The endpoint `endpoint_id` among those `user` may see (`webhooks_visible`), else `NotFound`."""
+    try:
+        return webhooks_visible(user=user).get(pk=endpoint_id)
+    except (WebhookEndpoint.DoesNotExist, ValueError, DjangoValidationError) as exc:
+        raise NotFound(f"webhook endpoint {endpoint_id} not found") from exc
 
 
 def webhook_deliveries(*, endpoint: WebhookEndpoint) -> QuerySet[WebhookDelivery]:

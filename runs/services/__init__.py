@@ -1,22 +1,10 @@
-"""Every write to runs, events and attempts, one module per job:
-
-- `core`: the locked write core every service is made of (lock, check, append, end, park, requeue);
-- `creation`: what a run is made of (`RunSpec`) and its insert;
-- `commands`: cancel, stop, pause, resume;
-- `bulk`: cancel or stop every run that matches a filter, one run's command at a time;
-- `rerun`: an ended run run again, or forked from the middle of its log;
-- `scheduling`: a queued run's priority and start time, changed;
-- `execution`: the writes of a worker's attempt;
-- `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
-- `idempotency`: retry-safe creates and bulk commands;
-- `retention`: purging old terminal runs, and what else outlived its use (idempotency records,
-  failed authentications: runs.http.throttles counts those).
-
-Each service on a run is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
-`runs.transitions`, write the run and its event(s) together, and notify at commit. Callers import
-the services from here. `__all__` is the public API for host code (docs/reference/python.md); the
-other names are the project's own and may change.
-"""
+"""Every write, one module per job, each service importable from here (docs/layout.md): `core` the
+locked write core (lock, check, append, end, park, requeue); `creation`, `commands`, `bulk`,
+`rerun`, `scheduling` what callers ask of runs; `execution` a worker's writes; `sweeper`,
+`retention`, `idempotency`; `quotas` the owner's limits and the fair-share pick; `tokens`,
+`webhook_endpoints`, `webhooks` (the outbox). One transaction under the run's row lock each
+(docs/design/commands.md). `__all__` is the public API for host code (docs/reference/python.md);
+the other names are the project's own and may change."""
 
 # Every service is imported here for the project's own callers; only `__all__` is promised.
 # ruff: noqa: F401
@@ -49,6 +37,7 @@ from runs.services.idempotency import (
     answer_once,
     run_create_idempotent,
 )
+from runs.services.quotas import check_create, check_stored_bytes, check_webhooks, owned, pick_queued
 from runs.services.rerun import Overrides, run_rerun
 from runs.services.retention import PurgeResult, runs_purge
 from runs.services.scheduling import run_schedule
@@ -61,6 +50,22 @@ from runs.services.sweeper import (
     run_deadline_stop,
     run_lease_expire,
     runs_sweep,
+)
+from runs.services.tokens import MAX_LIFETIME, token_create, token_delete
+from runs.services.webhook_endpoints import (
+    webhook_create,
+    webhook_delete,
+    webhook_rotate_secret,
+    webhook_update,
+)
+from runs.services.webhooks import (
+    deliveries_claim,
+    deliveries_record,
+    deliveries_redeliver,
+    delivery_record,
+    enqueue,
+    lease_seconds,
+    retry_delay,
 )
 
 __all__ = [

@@ -1,29 +1,23 @@
-"""Cancel or stop every run that matches a filter (docs/design/commands.md#bulk-commands).
-
-A bulk command is the single command, once per run: each run in its own transaction under its own
-row lock, with its one terminal event, exactly as `run_cancel` and `run_stop` write it. There is no
-transaction around the whole: a run done is done, whatever happens to the next one, and no lock is
-held on one run while another is locked (so a bulk command never deadlocks with a worker or with
-another bulk command, and never holds a thousand rows at once).
-
-The runs are the ones matched when the command starts (the caller's filter, its visibility rule
-applied: `runs.selectors.run_list`). Under each run's lock the command checks again what can have
-changed since: a run that ended meanwhile is reported, not touched; one whose status left the
-filter's (a queued run that started, with `status: ["queued"]`) is left alone.
-"""
+"""Cancel or stop every run that matches a filter (docs/design/commands.md#bulk-commands): the single
+command once per run, each in its own transaction under its own row lock, checked there by the
+single command's rule and the filter's statuses; no transaction around the whole, and no lock held
+on one run while another is taken. The runs are those matched when the command starts
+(`runs.selectors.run_list`, the caller's visibility applied)."""
 
 import enum
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from django.db import transaction
 from django.db.models import QuerySet
 
 from runs import access
 from runs.access import User
 from runs.exceptions import NotFound, PermissionDenied, RunConflict, TooManyMatches
 from runs.models import Run
-from runs.services.commands import Admit, CommandResult, run_cancel, run_stop
+from runs.services.commands import CommandResult, cancel_locked, stop_locked
+from runs.services.core import lock_run
 from runs.transitions import TERMINAL, Status, StopCode
 
 # Each run is a transaction of its own inside one request: past this, narrow the filter. The
@@ -45,10 +39,6 @@ class Outcome(enum.StrEnum):
     GONE = "gone"
 
 
-class _NoLongerMatching(Exception):
-    pass
-
-
 @dataclass(frozen=True)
 class BulkResult:
     # The past tense of the command: "cancelled" or "stopped", `Outcome.DONE`'s name in answers.
@@ -65,12 +55,10 @@ class BulkResult:
 class _Command:
     # Its past tense, `Outcome.DONE`'s name in answers.
     done: str
-    # Who may send it to a run (the single command's rule).
-    allowed: Callable[[User, Run], bool]
-
-
-_CANCEL = _Command(Status.CANCELLED.value, access.can_cancel)
-_STOP = _Command(Status.STOPPED.value, access.can_stop)
+    # Who may send it to a run: the single command's rule.
+    rule: access.Rule
+    # The single command's write, on the locked run.
+    write: Callable[[Run], CommandResult]
 
 
 def runs_cancel_matching(
@@ -79,11 +67,8 @@ def runs_cancel_matching(
     """Cancel each of `runs` (the caller's matches, visibility applied) that `actor` may cancel,
     as `run_cancel` does; nothing if more than `max_runs` match (TooManyMatches). `statuses` is
     the filter's, re-checked under each run's lock."""
-
-    def cancel(run_id: UUID, admit: Admit) -> CommandResult:
-        return run_cancel(run_id=run_id, actor=actor, note=note, admit=admit)
-
-    return _each(runs, actor, max_runs, statuses, _CANCEL, cancel)
+    command = _Command(Status.CANCELLED.value, access.CANCEL, lambda run: cancel_locked(run, actor=actor, note=note))
+    return _each(runs, actor, max_runs, statuses, command)
 
 
 def runs_stop_matching(
@@ -96,21 +81,13 @@ def runs_stop_matching(
     statuses: Collection[str] = (),
 ) -> BulkResult:
     """`runs_cancel_matching`, stopping with `code` and `reason` as `run_stop` does."""
+    command = _Command(
+        Status.STOPPED.value, access.STOP, lambda run: stop_locked(run, actor=actor, code=code, reason=reason)
+    )
+    return _each(runs, actor, max_runs, statuses, command)
 
-    def stop(run_id: UUID, admit: Admit) -> CommandResult:
-        return run_stop(run_id=run_id, actor=actor, code=code, reason=reason, admit=admit)
 
-    return _each(runs, actor, max_runs, statuses, _STOP, stop)
-
-
-def _each(
-    runs: QuerySet[Run],
-    actor: User,
-    max_runs: int,
-    statuses: Collection[str],
-    command: _Command,
-    execute: Callable[[UUID, Admit], CommandResult],
-) -> BulkResult:
+def _each(runs: QuerySet[Run], actor: User, max_runs: int, statuses: Collection[str], command: _Command) -> BulkResult:
     # One more than allowed is enough to refuse; the count is only made for the refusal.
     ids = list(runs.values_list("pk", flat=True)[: max_runs + 1])
     if len(ids) > max_runs:
@@ -119,34 +96,30 @@ def _each(
             f"{count} runs match, more than max ({max_runs}): nothing was done",
             detail={"count": count, "max": max_runs},
         )
-    wanted = frozenset(statuses)
-    terminal = {status.value for status in TERMINAL}
-
-    def admit(run: Run) -> None:
-        # Whether the caller may command the run is the single command's rule, asked of the row it
-        # locks. A run that ended meanwhile goes on to the command, which reports it and writes
-        # nothing (or refuses it: a conflict).
-        if not command.allowed(actor, run):
-            raise PermissionDenied("not allowed")
-        if wanted and run.status not in wanted and run.status not in terminal:
-            raise _NoLongerMatching
-
     result = BulkResult(done=command.done, matched=len(ids))
     for run_id in ids:
-        result.ids.setdefault(_one(run_id, execute, admit), []).append(run_id)
+        result.ids.setdefault(_one(run_id, actor, frozenset(statuses), command), []).append(run_id)
     return result
 
 
-def _one(run_id: UUID, execute: Callable[[UUID, Admit], CommandResult], admit: Admit) -> Outcome:
+def _one(run_id: UUID, actor: User, wanted: frozenset[str], command: _Command) -> Outcome:
     try:
-        changed = execute(run_id, admit).changed
+        with transaction.atomic(durable=True):
+            run = lock_run(run_id)
+            # The single command's checks, on the row it locks. A run that ended meanwhile goes on
+            # to the command, which reports it and writes nothing (or refuses it: a conflict).
+            access.require(actor, run, command.rule, run_id=run_id)
+            if wanted and run.status not in wanted and run.status not in _TERMINAL:
+                return Outcome.NO_LONGER_MATCHING
+            changed = command.write(run).changed
     except NotFound:
         return Outcome.GONE
     except PermissionDenied:
         return Outcome.FORBIDDEN
-    except _NoLongerMatching:
-        return Outcome.NO_LONGER_MATCHING
     except RunConflict:
         return Outcome.ALREADY_ENDED
     # Not changed: it was already cancelled (or stopped): ended before, like any other.
     return Outcome.DONE if changed else Outcome.ALREADY_ENDED
+
+
+_TERMINAL = frozenset(status.value for status in TERMINAL)

@@ -7,7 +7,6 @@ re-read) and stops.
 """
 
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -15,27 +14,25 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from runs import notify
+from runs import access, notify
 from runs.access import User
 from runs.events import EventType, WaitReason
 from runs.exceptions import StaleTicket, ValidationFailed
 from runs.models import Run, RunEvent
-from runs.services.core import APPENDED, SYSTEM, append, check, end, has_room, lock_run, no_room, park
+from runs.services.core import APPENDED, SYSTEM, append, end, has_room, lock_run, no_room, park, require_transition
 from runs.services.creation import check_input
 from runs.services.quotas import check_stored_bytes
 from runs.storable import json_bytes, same_json
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
-# The caller's own checks on the locked run (the API's visibility and permission): one read of the
-# run serves them and the command, instead of a read before the transaction and another under the
-# lock. Whatever it raises rolls the command back before anything is written. Not part of the public
-# API (docs/reference/python.md): host code checks before it calls.
-Admit = Callable[[Run], None]
 
-
-def _admit(run: Run, admit: Admit | None) -> Run:
-    if admit is not None:
-        admit(run)
+def lock_for(run_id: UUID | str, caller: User | None, rule: access.Rule) -> Run:
+    """Lock the run; with `caller`, refuse them by `rule` (runs.access.require) on the row locked:
+    one read serves the checks and the command, and a refusal writes nothing. `caller` is the API's,
+    internal: host code checks before it calls (docs/reference/python.md)."""
+    run = lock_run(run_id)
+    if caller is not None:
+        access.require(caller, run, rule, run_id=run_id)
     return run
 
 
@@ -51,27 +48,31 @@ class CommandResult:
     pending: bool = False
 
 
-def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", admit: Admit | None = None) -> CommandResult:
+def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", caller: User | None = None) -> CommandResult:
     """Cancel the run `run_id`, and every unfinished run under it, as `actor` (its `ended_by`; the
     code `cancelled_by_user` when `actor` owns it, else `cancelled_by_staff`), with `note` as its
     `end_reason`. It commits before it returns; a worker executing the run hears of it and stops
     (docs/design/commands.md#cancel). A run already cancelled is left as it is (`changed` False).
 
     Raises `NotFound` for no such run and `InvalidTransition` for a run that ended otherwise. Who may
-    cancel is the caller's to check (the API lets the owner, and holders of `runs.cancel_run`).
-    `admit` is the API's own check, internal."""
+    cancel is the caller's to check (`runs.access.can_cancel`: the owner, and holders of
+    `runs.cancel_run`). `caller`, internal: the API's user, checked on the locked run."""
     with transaction.atomic(durable=True):
-        run = _admit(lock_run(run_id), admit)
-        if run.status == Status.CANCELLED:
-            return CommandResult(run=run, changed=False)
-        # Cancelling one's own run is a user cancel even for holders of runs.cancel_run.
-        code = CancelCode.BY_USER if actor.pk == run.owner_id else CancelCode.BY_STAFF
-        end(run, Status.CANCELLED, code=code, reason=note, by=actor.get_username(), now=timezone.now())
+        return cancel_locked(lock_for(run_id, caller, access.CANCEL), actor=actor, note=note)
+
+
+def cancel_locked(run: Run, *, actor: User, note: str) -> CommandResult:
+    """`run_cancel`'s write, on the run its caller locked (a bulk command's)."""
+    if run.status == Status.CANCELLED:
+        return CommandResult(run=run, changed=False)
+    # Cancelling one's own run is a user cancel even for holders of runs.cancel_run.
+    code = CancelCode.BY_USER if actor.pk == run.owner_id else CancelCode.BY_STAFF
+    end(run, Status.CANCELLED, code=code, reason=note, by=actor.get_username(), now=timezone.now())
     return CommandResult(run=run, changed=True)
 
 
 def run_stop(
-    *, run_id: UUID | str, actor: User | None, code: str = StopCode.STAFF, reason: str, admit: Admit | None = None
+    *, run_id: UUID | str, actor: User | None, code: str = StopCode.STAFF, reason: str, caller: User | None = None
 ) -> CommandResult:
     """Stop the run `run_id`, and every unfinished run under it: the host's or staff's policy end
     (docs/design/commands.md#stop). `actor` is recorded as `ended_by` (None: `system`), `code` is one
@@ -79,32 +80,37 @@ def run_stop(
     `end_reason`. A run already stopped is left as it is (`changed` False).
 
     Raises `ValidationFailed` for another code or no reason, `NotFound` for no such run and
-    `InvalidTransition` for a run that ended otherwise. Who may stop is the caller's to check (the
-    API asks `runs.stop_run`). `admit` is the API's own check, internal."""
+    `InvalidTransition` for a run that ended otherwise. Who may stop is the caller's to check
+    (`runs.access.can_stop`: `runs.stop_run`). `caller`, internal: the API's user, checked on the locked run."""
     if code not in CALLER_STOP_CODES:
         allowed = ", ".join(sorted(CALLER_STOP_CODES))
         raise ValidationFailed(f"stop code must be one of {allowed}", detail={"code": [f"must be one of {allowed}"]})
     if not reason or not reason.strip():
         raise ValidationFailed("a stop needs a reason", detail={"reason": ["this field is required"]})
-    by = actor.get_username() if actor is not None else SYSTEM
     with transaction.atomic(durable=True):
-        run = _admit(lock_run(run_id), admit)
-        if run.status == Status.STOPPED:
-            return CommandResult(run=run, changed=False)
-        end(run, Status.STOPPED, code=code, reason=reason, by=by, now=timezone.now())
+        return stop_locked(lock_for(run_id, caller, access.STOP), actor=actor, code=code, reason=reason)
+
+
+def stop_locked(run: Run, *, actor: User | None, code: str, reason: str) -> CommandResult:
+    """`run_stop`'s write, its code and reason checked, on the run its caller locked (a bulk
+    command's)."""
+    if run.status == Status.STOPPED:
+        return CommandResult(run=run, changed=False)
+    by = actor.get_username() if actor is not None else SYSTEM
+    end(run, Status.STOPPED, code=code, reason=reason, by=by, now=timezone.now())
     return CommandResult(run=run, changed=True)
 
 
-def run_pause(*, run_id: UUID | str, admit: Admit | None = None) -> CommandResult:
+def run_pause(*, run_id: UUID | str, caller: User | None = None) -> CommandResult:
     """Pause the run `run_id` (docs/design/commands.md#pause): a queued run waits at once, with a
     resume ticket; a running one is parked by its worker at its next safe boundary (`pending` True);
     a waiting one is left as it is (`changed` False).
 
     Raises `NotFound` for no such run, `InvalidTransition` for an ended one and `BudgetExhausted`
-    when its events would pass the run's `max_events`. Who may pause is the caller's to check.
-    `admit` is the API's own check, internal."""
+    when its events would pass the run's `max_events`. Who may pause is the caller's to check
+    (`runs.access.can_pause_resume`). `caller`, internal: the API's user, checked on the locked run."""
     with transaction.atomic(durable=True):
-        run = _admit(lock_run(run_id), admit)
+        run = lock_for(run_id, caller, access.PAUSE_RESUME)
         now = timezone.now()
         if run.status == Status.WAITING:
             return CommandResult(run=run, changed=False)
@@ -125,19 +131,19 @@ def run_pause(*, run_id: UUID | str, admit: Admit | None = None) -> CommandResul
     return CommandResult(run=run, changed=True)
 
 
-def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Admit | None = None) -> CommandResult:
+def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, caller: User | None = None) -> CommandResult:
     """Resume the waiting run `run_id` with its current `ticket` (`run.resume_ticket`), handing its
     agent `input`, any JSON value (docs/design/commands.md#resume). The same resume retried, with the
     same ticket and input, after it succeeded changes nothing (`changed` False).
 
     Raises `ValidationFailed` for no ticket or input its agent refuses, `NotFound` for no such run,
     `StaleTicket` for a ticket that is not the run's current one, `BudgetExhausted` past the run's
-    `max_events`, and `TooManyRequests` past the owner's stored bytes. `admit` is the API's own
-    check, internal."""
+    `max_events`, and `TooManyRequests` past the owner's stored bytes. Who may resume is the caller's
+    to check (`runs.access.can_pause_resume`). `caller`, internal: the API's user, checked on the locked run."""
     if not ticket:
         raise ValidationFailed("a resume needs the run's ticket", detail={"ticket": ["this field is required"]})
     with transaction.atomic(durable=True):
-        run = _admit(lock_run(run_id), admit)
+        run = lock_for(run_id, caller, access.PAUSE_RESUME)
         # Bounded like a create's input, and before the run's state is looked at
         # (docs/design/api.md#check-order: 400 before 409); the agent's check needs the run, hence
         # under the lock.
@@ -146,7 +152,7 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, admit: Adm
             if _already_resumed(run, ticket=ticket, input=input):
                 return CommandResult(run=run, changed=False)
             raise StaleTicket("the resume ticket is stale, used or invalidated", run=run)
-        check(run, Status.QUEUED)
+        require_transition(run, Status.QUEUED)
         if not has_room(run, 1):
             raise no_room(run, 1, "a resume")
         resumed = {"ticket": ticket, "input": input}

@@ -1,10 +1,8 @@
-"""The locked write core every service is made of: lock the run, check the transition, append
-its events, end it, park it, requeue it.
-
-Each helper runs inside the caller's transaction and under the run's row lock, which the caller
-took with `lock_run` (or `lock_current` for a worker's attempt). `pg_notify` inside the
-transaction is delivered only at commit, so no other process hears of a write that rolled back.
-"""
+"""The locked write core every service is made of (docs/design/commands.md#one-transaction): lock the
+run, require its transition, append its events, end it, park it, requeue it. Each helper runs in
+the caller's transaction, under the run's row lock the caller took (`lock_run`, or `lock_current`
+for a worker's attempt); `pg_notify` in the transaction is delivered only at commit, so no process
+hears of a write that rolled back."""
 
 import secrets
 from collections.abc import Sequence
@@ -73,7 +71,7 @@ def lock_or_skip(run_id: UUID | str) -> Run | None:
     return Run.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=run_id).first()
 
 
-def check(run: Run, target: Status) -> None:
+def require_transition(run: Run, target: Status) -> None:
     """`transitions.check_transition` for a locked run: the refusal carries the run's state."""
     try:
         check_transition(run.status, target)
@@ -190,7 +188,7 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
     An open tool call is sealed first: the attempt that started it is gone, so the run resumes
     from a finished call, never from the middle of one. The events count against `max_events`;
     when they would pass it, `BudgetExhausted` is raised and nothing is written."""
-    check(run, Status.WAITING)
+    require_transition(run, Status.WAITING)
     events = [*_seals(run), (EventType.RUN_WAITING, {"reason": reason, "prompt": prompt})]
     if not has_room(run, len(events)):
         raise no_room(run, len(events), "a pause" if reason == WaitReason.PAUSED else "a wait for input")
@@ -230,7 +228,7 @@ def end(
     cascade: bool = True,
 ) -> None:
     """Make the run terminal with its one terminal event, then end its unfinished descendants."""
-    check(run, status)
+    require_transition(run, status)
     was_running = run.status == Status.RUNNING
     ended: dict[str, Any] = {
         "status": status,
@@ -330,7 +328,7 @@ def requeue(run: Run, *, cause: RequeueCause, now: datetime) -> None:
             return
     else:
         close_attempt(run, AttemptOutcome.SHUTDOWN, now=now, released=True)
-    check(run, Status.QUEUED)
+    require_transition(run, Status.QUEUED)
     pausing = run.pause_requested_at is not None
     run.status = Status.QUEUED
     run.updated_at = now

@@ -1,4 +1,4 @@
-"""Creating runs: what a new run is made of (`RunSpec`), its checks, and its insert."""
+"""Creating runs (docs/design/api.md#create): what a new run is made of (`RunSpec`), its checks, and its insert."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -28,13 +28,13 @@ from runs.services.core import (
     SYSTEM,
     add_usage,
     append,
-    check,
     close_attempt,
     end,
     lock_current,
     lock_run,
     park,
     requeue,
+    require_transition,
     stop_over_budget,
 )
 from runs.services.creation import RunSpec, insert_run
@@ -63,7 +63,7 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
             return None
         # Read once the run is ours: the attempt is claimed after whatever requeued the run.
         now = db_now()
-        check(run, Status.RUNNING)
+        require_transition(run, Status.RUNNING)
         run.status = Status.RUNNING
         run.generation += 1
         run.started_at = run.started_at or now

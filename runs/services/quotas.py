@@ -1,13 +1,8 @@
 """Per-owner limits (docs/design/fair-use.md#caps), enforced where runs are made and claimed: the
-active-runs cap and the caps on runs and bytes kept at create (and resume), the running cap with
-a fair share of the workers at claim, and the cap on webhook endpoints at registration.
-
-A count and the write it allows must not race another of the same owner's (two creates at 999 of
-1,000 would both pass), so each check first takes a transaction-scoped advisory lock — a create
-on its owner, a claim under the running cap on every owner (`EVERY_OWNER`): the count, read after
-the lock, sees every write that held it before.
-On SQLite, whose IMMEDIATE transactions already serialise writers, there is nothing to take.
-"""
+active-runs cap and the caps on runs and bytes kept at create (and resume), the running cap with a
+fair share of the workers at claim, and the cap on webhook endpoints. A count and the write it
+allows must not race another of the same owner's, so each check first takes a transaction-scoped
+advisory lock (on SQLite, whose IMMEDIATE transactions serialise writers, none is needed)."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,7 +43,7 @@ EVERY_OWNER = 0
 # What the caps count of an owner's runs, in one statement that reads the table only for their
 # live runs (at most the active-runs cap of them, through `run_owner_live`): the ended ones' count
 # and bytes come from the index `run_owner_ended` alone, since an ended run's bytes never change.
-# (A sum of `stored_bytes` over all of an owner's runs read a heap page per run: 5 ms for 9,000.)
+# (A sum of `stored_bytes` over all of an owner's runs would read a heap page per run.)
 OWNED_SQL = f"""SELECT live.n, live.bytes, ended.n, ended.bytes
 FROM (SELECT COUNT(*) AS n, COALESCE(SUM(stored_bytes), 0) AS bytes FROM {Run._meta.db_table}
       WHERE owner_id = %s AND status IN ({", ".join(["%s"] * len(LIVE_VALUES))})) live,

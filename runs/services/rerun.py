@@ -13,14 +13,14 @@ from uuid import UUID
 
 from django.db import transaction
 
+from runs import access
 from runs.access import User
 from runs.agents import declared_types
 from runs.conf import conf
 from runs.events import FORKED_FROM_SEQ, RESUMED_TICKET, EventType, forkable_types
 from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.models import PRIORITY_MAX, Run, RunEvent
-from runs.services.commands import Admit
-from runs.services.core import lock_run
+from runs.services.commands import lock_for
 from runs.services.creation import Rerun, RunSpec, insert_run
 
 
@@ -44,7 +44,7 @@ def run_rerun(
     owner: User,
     from_seq: int | None = None,
     overrides: Overrides = Overrides(),
-    admit: Admit | None = None,
+    caller: User | None = None,
 ) -> Run:
     """Run the ended run `run_id` again: a new run, queued and committed, of its agent, input,
     budgets and metadata (each as `overrides` says), owned by `owner`, its `rerun_of` the original
@@ -53,15 +53,14 @@ def run_rerun(
 
     Raises `NotFound` for no such run, `InvalidTransition` for one not ended, `ValidationFailed` for
     a `from_seq` past its log or inside a tool call, and what `run_create` raises. Who may rerun it
-    is the caller's to check. `admit` is the API's own check, internal."""
+    is the caller's to check (`runs.access.can_rerun`). `caller`, internal: the API's
+    user, checked on the locked run."""
     if from_seq is not None and from_seq < 1:
         raise ValidationFailed("from_seq must be at least 1", detail={"from_seq": ["must be at least 1"]})
     with transaction.atomic(durable=True):
         # FOR NO KEY UPDATE, like every command: the original stays as it is (and is not purged)
         # until the copy is committed.
-        original = lock_run(run_id)
-        if admit is not None:
-            admit(original)
+        original = lock_for(run_id, caller, access.RERUN)
         spec = _spec(original, overrides, owner)
         # Even the original's own: a fork has no agent to choose (docs/design/commands.md#fork).
         if from_seq is not None and overrides.agent is not None:

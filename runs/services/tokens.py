@@ -1,6 +1,6 @@
 """API tokens issued and revoked (docs/design/api.md#tokens): by the API for the caller, by
 `manage.py create_token` and by the admin. A key exists only in the answer that issues it; the
-database keeps its digest (runs.models_tokens).
+database keeps its digest (runs.models.tokens).
 
 Bad input is a ValidationFailed naming the field, before anything is written.
 """
@@ -16,8 +16,7 @@ from django.utils import timezone
 from runs.access import User
 from runs.conf import conf
 from runs.exceptions import NotFound, PermissionDenied, TooManyRequests, ValidationFailed
-from runs.models import ApiToken
-from runs.models_tokens import key_digest
+from runs.models import ApiToken, key_digest
 
 # A name is a URL path segment (DELETE /api/tokens/{name}/): plain characters, never "." or "..".
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

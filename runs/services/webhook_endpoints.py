@@ -10,17 +10,17 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from runs.access import User, sees_every_run
 from runs.conf import conf
 from runs.events import WEBHOOK_EVENTS
-from runs.exceptions import NotFound, PermissionDenied, ValidationFailed
+from runs.exceptions import PermissionDenied, ValidationFailed
 from runs.http.outbound import url_problem
 from runs.metadata import check_metadata
 from runs.models import WebhookEndpoint
+from runs.selectors.webhooks import webhook_get
 from runs.services.quotas import check_webhooks
 
 URL_MAX = 2000
@@ -73,20 +73,9 @@ def webhook_create(*, owner: User, url: str, events: list[str], **optional: Any)
         )
 
 
-def webhook_of(*, endpoint_id: UUID | str, user: User) -> WebhookEndpoint:
-    """The endpoint, if `user` owns it (staff with runs.change_run: any)."""
-    endpoints = WebhookEndpoint.objects.all()
-    if not user.has_perm("runs.change_run"):
-        endpoints = endpoints.filter(owner_id=user.pk)
-    try:
-        return endpoints.get(pk=endpoint_id)
-    except (WebhookEndpoint.DoesNotExist, ValueError, DjangoValidationError) as exc:
-        raise NotFound(f"webhook endpoint {endpoint_id} not found") from exc
-
-
 def webhook_update(*, endpoint_id: UUID | str, user: User, changes: dict[str, Any]) -> WebhookEndpoint:
     with transaction.atomic():
-        endpoint = webhook_of(endpoint_id=endpoint_id, user=user)
+        endpoint = webhook_get(endpoint_id=endpoint_id, user=user)
         fields = _checked(changes, endpoint.owner)
         if fields.get("enabled"):
             # Enabled again by its owner: its failures so far no longer count toward disabling it.
@@ -105,7 +94,7 @@ def webhook_delete(*, endpoint_id: UUID | str, user: User) -> None:
     written for it (`enqueue`) or an attempt logged (`deliveries_record`) meanwhile commits before,
     and is deleted with it, or finds it gone."""
     with transaction.atomic():
-        endpoint = webhook_of(endpoint_id=endpoint_id, user=user)
+        endpoint = webhook_get(endpoint_id=endpoint_id, user=user)
         # Locked before Django reads what to delete with it: what committed before the lock is read.
         if WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).exists():
             endpoint.delete()
@@ -114,7 +103,7 @@ def webhook_delete(*, endpoint_id: UUID | str, user: User) -> None:
 def webhook_rotate_secret(*, endpoint_id: UUID | str, user: User) -> WebhookEndpoint:
     """A new secret; the old one still signs (beside it) for RUNLEDGER_WEBHOOKS_ROTATION_OVERLAP_SECONDS."""
     with transaction.atomic():
-        endpoint = webhook_of(endpoint_id=endpoint_id, user=user)
+        endpoint = webhook_get(endpoint_id=endpoint_id, user=user)
         now = timezone.now()
         endpoint.previous_secret = endpoint.secret
         endpoint.previous_secret_expires_at = now + timedelta(seconds=conf.WEBHOOKS_ROTATION_OVERLAP_SECONDS)

@@ -1,22 +1,16 @@
-"""The webhook outbox (docs/design/webhooks.md#outbox): notifications written in the transaction of
-the event they report, claimed by the workers, and the outcome of each attempt.
-
-`enqueue` runs inside `core.end` and `core.park`, under the run's row lock: a notification exists
-if and only if its event committed. The claim is a lease: it moves the row's `next_attempt_at`
-past the time a request may take and commits, so the POST runs outside any transaction, and a
-worker killed mid-request (or a database restart) leaves the row to come due again, with the same
-id, for any worker. The outcome is written only by the claim that is still current (`attempts`
-fences it, as a generation fences an attempt's writes).
-"""
+"""The webhook outbox (docs/design/webhooks.md#outbox): a notification written in the transaction of
+the event it reports (`enqueue`, under the run's row lock), its deliveries claimed by the workers
+under a lease so each POST runs outside any transaction, and the outcome of each attempt, written
+only by the claim still current."""
 
 import json
 import operator
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import reduce
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -28,12 +22,9 @@ from runs import notify
 from runs.access import sees_every_run
 from runs.conf import conf
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookNotification
+from runs.selectors.run_json import run_json
 
 M = TypeVar("M", bound=Model)
-
-# The run's JSON (docs/design/api.md#run-json), as the API renders it: set by the app's `ready`
-# (runs.apps), so that the write core does not import the API that imports it.
-run_json: Callable[[Run], dict[str, Any]] = lambda run: {"id": str(run.id), "status": run.status}  # noqa: E731
 
 
 def matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:

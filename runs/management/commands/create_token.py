@@ -1,3 +1,6 @@
+"""`manage.py create_token`: issue (or revoke) a user's API token, its key printed once
+(docs/design/api.md#authentication)."""
+
 import argparse
 import contextlib
 import re
@@ -10,7 +13,7 @@ from django.utils import timezone
 
 from runs.exceptions import NotFound, RunledgerError
 from runs.models import ApiToken
-from runs.services.tokens import MAX_LIFETIME, token_create, token_delete
+from runs.services import MAX_LIFETIME, token_create, token_delete
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 DEFAULT_NAME = "default"

@@ -1,3 +1,5 @@
+"""`manage.py ensure_admin`: a first local superuser on an empty database, as `bin/run` makes (docs/tutorial.md)."""
+
 import secrets
 from typing import Any
 

@@ -1,3 +1,6 @@
+"""`manage.py purge_runs`: delete what outlived its use, old ended runs first
+(docs/design/operations.md#retention)."""
+
 import re
 from datetime import timedelta
 from typing import Any

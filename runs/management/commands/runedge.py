@@ -1,3 +1,6 @@
+"""`manage.py runedge`: Pushpin in front of the web processes, configured and supervised
+(docs/design/edge.md#how)."""
+
 import re
 import sys
 from pathlib import Path

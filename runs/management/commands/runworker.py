@@ -1,3 +1,6 @@
+"""`manage.py runworker`: a worker process, claiming and executing runs (docs/design/execution.md#claims);
+the loop itself is `runs.worker.Worker`."""
+
 import logging
 from typing import Any
 

@@ -1,3 +1,5 @@
+"""`manage.py seed_demo`: a demo dataset for trying the staff console (docs/design/operations.md#dashboard)."""
+
 from dataclasses import dataclass
 from typing import Any
 

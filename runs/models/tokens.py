@@ -24,7 +24,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField()
     # Null: never. Past it the token is refused as an unknown one, and its open streams end.
     expires_at = models.DateTimeField(null=True, blank=True)
-    # Moved at most once a minute (runs.services.tokens.token_used), not on every request.
+    # Moved at most once a minute (runs.http.authentication), not on every request.
     last_used_at = models.DateTimeField(null=True, blank=True)
     # The token whose request issued this one: it expires no later, and is revoked with it.
     issued_by = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="issued")

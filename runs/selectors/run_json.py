@@ -1,0 +1,122 @@
+"""The run's JSON (docs/design/api.md#run-json): the one representation of a run that the API answers,
+a 409 carries and a webhook's body holds. Plain code, so that the services (the webhook outbox)
+import it without the API; the API's serializers declare its schema and answer with it."""
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F, Prefetch, QuerySet
+from django.utils import timezone
+
+from runs.models import Run, RunAttempt
+from runs.selectors.results import run_partial_output, run_usage
+
+# What a list item may leave out or cut (its `truncated`), in this order.
+LIST_CUT_FIELDS = ["input", "output", "error", "end_reason"]
+
+
+def run_json(run: Run, *, ticket: bool = False) -> dict[str, Any]:
+    """The run as JSON; its `resume_ticket` only with `ticket` (for those who may resume it:
+    `runs.access.can_see_ticket`)."""
+    return _json(run, ticket=ticket, listed=False)
+
+
+def run_list_item_json(run: Run, *, ticket: bool = False) -> dict[str, Any]:
+    """A run of a list (`runs.selectors.run_list_values`, `run_with_current_attempt`): `run_json`
+    with its big values as the list reads them, no `partial_output`, and `truncated`."""
+    data = _json(run, ticket=ticket, listed=True)
+    data["truncated"] = [name for name in LIST_CUT_FIELDS if getattr(run, f"{name}_cut")]
+    return data
+
+
+def _json(run: Run, *, ticket: bool, listed: bool) -> dict[str, Any]:
+    # The field order is the schema's (runs.api.serializers.RunOutputSerializer), which a test holds.
+    prefix = "listed_" if listed else ""
+    data: dict[str, Any] = {
+        "id": str(run.id),
+        "agent": run.agent,
+        "input": _dict(getattr(run, f"{prefix}input")),
+        "metadata": {str(key): None if value is None else str(value) for key, value in run.metadata.items()},
+        "owner": run.owner.get_username(),
+        "status": str(run.status),
+        "created_at": _time(run.created_at),
+        "started_at": _time(run.started_at),
+        "ended_at": _time(run.ended_at),
+        "end_code": run.end_code,
+        "end_reason": getattr(run, f"{prefix}end_reason"),
+        "ended_by": run.ended_by,
+        "output": getattr(run, f"{prefix}output"),
+    }
+    if not listed:
+        # An aggregate over its events: read for the run itself, never for a page of runs.
+        data["partial_output"] = run_partial_output(run=run)
+    data |= {
+        "usage": run_usage(run=run),
+        "error": getattr(run, f"{prefix}error"),
+        "last_seq": run.last_seq,
+        "max_steps": run.max_steps,
+        "steps_used": run.steps_used,
+        "max_events": run.max_events,
+        "events_used": run.events_used,
+        "deadline": _time(run.deadline),
+        "priority": run.priority,
+        "start_after": _time(run.start_after),
+        "max_attempts": run.max_attempts,
+        "lost_attempts": run.lost_attempts,
+        "parent": None if run.parent_id is None else str(run.parent_id),
+        "rerun_of": None if run.rerun_of_id is None else str(run.rerun_of_id),
+    }
+    if ticket:
+        data["resume_ticket"] = run.resume_ticket or None
+    data["attempt"] = _attempt_json(_current_attempt(run))
+    return data
+
+
+def _dict(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if value is None else {str(key): item for key, item in value.items()}
+
+
+def _time(value: datetime | None) -> str | None:
+    """ISO 8601 in the current time zone, UTC as "Z" (what DRF's DateTimeField writes)."""
+    if value is None:
+        return None
+    if settings.USE_TZ:
+        value = timezone.localtime(value)
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _current_attempt(run: Run) -> RunAttempt | None:
+    # A list prefetches it (`current_attempts`, 0 or 1 item); a single run reads it.
+    prefetched = getattr(run, "current_attempts", None)
+    if prefetched is not None:
+        return prefetched[0] if prefetched else None
+    return run_current_attempt(run=run)
+
+
+def _attempt_json(attempt: RunAttempt | None) -> dict[str, Any] | None:
+    if attempt is None:
+        return None
+    return {
+        "generation": attempt.generation,
+        "worker": attempt.worker,
+        "claimed_at": _time(attempt.claimed_at),
+        "heartbeat_at": _time(attempt.heartbeat_at),
+        "lease_expires_at": _time(attempt.lease_expires_at),
+        "released_at": _time(attempt.released_at),
+        "outcome": attempt.outcome or None,
+    }
+
+
+def run_current_attempt(*, run: Run) -> RunAttempt | None:
+    if run.generation == 0:
+        return None
+    return RunAttempt.objects.filter(run_id=run.pk, generation=run.generation).first()
+
+
+def run_with_current_attempt(*, runs: QuerySet[Run]) -> QuerySet[Run]:
+    """Prefetch each run's current attempt into `current_attempts` (0 or 1 item): one query for
+    a whole page instead of one per run."""
+    current = RunAttempt.objects.filter(generation=F("run__generation"))
+    return runs.prefetch_related(Prefetch("attempts", queryset=current, to_attr="current_attempts"))
