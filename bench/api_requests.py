@@ -1,6 +1,6 @@
 """One request at a time over HTTP: what a user waits for on each endpoint.
 
-    .venv/bin/python bench/api_requests.py [--samples 300]   (also a phase of bench/run_all.py)
+    .venv/bin/python -m bench api_requests [--samples 300]   (also a phase of bench/run_all.py)
 
 Measured on a kept-alive connection, one request after the other, with the workers paused
 (SIGSTOP) so that created runs stay queued and nothing else runs meanwhile:
@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import Ctx, Http, app_running, durable_cluster, run_floor, summary
 from tests.support.procs import Procs, free_port, wait_http_ok
@@ -116,7 +114,3 @@ def main() -> int:
             result = measure(ctx, samples=args.samples)
     print(json.dumps({"floor_lock_check_write_ms": floor.get("lock_check_write_ms"), **result}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

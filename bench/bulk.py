@@ -1,7 +1,7 @@
 """The run list by metadata filter as the stored runs grow, and a bulk cancel of 500 runs with a
 single run's cancel measured meanwhile (docs/design/commands.md#bulk-commands).
 
-    .venv/bin/python bench/bulk.py [--base 2000] [--samples 30]
+    .venv/bin/python -m bench bulk [--base 2000] [--samples 30]
 
 A throwaway durable PostgreSQL cluster, one web process and one worker process (concurrency 20).
 The benchmark's user makes `--base` runs through the create service, a quarter of them one
@@ -23,13 +23,9 @@ Figures only; nothing is asserted.
 
 import argparse
 import json
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import Http, app_running, durable_cluster, git_revision, log, machine_facts, summary
 
@@ -148,7 +144,3 @@ def main() -> int:
         connection.close()
     print(json.dumps(report, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

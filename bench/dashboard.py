@@ -14,7 +14,7 @@ and the whole page through Django's test client (session, permission, reads, cha
 And what the events' BRIN index adds to an append (`append_cost`). Results in
 bench/results/dashboard.json.
 
-    .venv/bin/python bench/dashboard.py [--repeats 20]
+    .venv/bin/python -m bench dashboard [--repeats 20]
 """
 
 import argparse
@@ -22,14 +22,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.lib import RESULTS, durable_cluster, log, machine_facts, postgres_facts
+from bench.lib import RESULTS, ROOT, bench_command, durable_cluster, log, machine_facts, postgres_facts
 
 TIERS = [("x1", 1_000), ("x100", 100_000)]
 EVENTS_PER_RUN = 10
@@ -274,7 +270,8 @@ def main() -> None:
         for name, _ in TIERS:
             url = cluster.create_database(f"dashboard_{name}")
             out = subprocess.run(
-                [sys.executable, __file__, "--tier", name, "--database-url", url, "--repeats", str(args.repeats)],
+                bench_command("dashboard", "--tier", name, "--database-url", url, "--repeats", str(args.repeats)),
+                cwd=ROOT,
                 check=True,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -284,7 +281,3 @@ def main() -> None:
             results["tiers"][name] = json.loads(lines[-1])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "dashboard.json").write_text(json.dumps(results, indent=2, default=str))
-
-
-if __name__ == "__main__":
-    main()

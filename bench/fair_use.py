@@ -1,6 +1,6 @@
 """Fair use under attack: ten users try to take everything while an eleventh streams.
 
-    .venv/bin/python bench/fair_use.py [--quick]
+    .venv/bin/python -m bench fair_use [--quick]
 
 A throwaway durable PostgreSQL cluster, one uvicorn web process and two workers of 8 slots each
 (bench/lib.py `app_running`). Unlike every other benchmark this one runs WITH the fair-use limits
@@ -49,24 +49,22 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import (
     RESULTS,
+    ROOT,
     CpuMeter,
     Ctx,
     Http,
     app_running,
+    bench_command,
     durable_cluster,
     git_revision,
     log,
@@ -377,7 +375,7 @@ def measure(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
 def in_own_process(*, quick: bool) -> dict[str, Any]:
     """For bench/run_all.py: this benchmark in a child process of its own (its processes need the
     limits that every other benchmark runs without), and its results."""
-    subprocess.run([sys.executable, __file__, *(["--quick"] if quick else [])], check=True)
+    subprocess.run(bench_command("fair_use", *(["--quick"] if quick else [])), cwd=ROOT, check=True)
     return dict(json.loads((RESULTS / "fair_use.json").read_text()))
 
 
@@ -487,7 +485,3 @@ def markdown(r: dict[str, Any]) -> str:
     if r["hostile_errors"]:
         lines.append(f"Hostile client errors: {r['hostile_errors'][:5]}")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 RESULTS = ROOT / "bench" / "results"
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
-FLOOR_SCRIPT = ROOT / "bench" / "floor.py"
 # The benchmarks measure the platform, not its fair-use limits, and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
 # a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
@@ -167,14 +166,19 @@ def durable_cluster() -> Iterator[Cluster]:
 # --- the floor: raw psycopg doing the same work ------------------------------------------------
 
 
+def bench_command(name: str, *args: str) -> list[str]:
+    """The command line of the benchmark `name` (`python -m bench NAME`); run it with cwd=ROOT."""
+    return [sys.executable, "-m", "bench", name, *args]
+
+
 def floor_command(url: str) -> list[str]:
-    return [sys.executable, str(FLOOR_SCRIPT), url]
+    return bench_command("floor", url)
 
 
 def run_floor(url: str) -> dict[str, Any]:
     """`bench/floor.py` against `url` (a scratch database: it makes tables of its own there)."""
-    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
-    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
+    log("floor: bench/floor.py against the scratch database")
+    out = subprocess.run(floor_command(url), cwd=ROOT, check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -1,6 +1,6 @@
 """Every benchmark against its floor, in one run on one throwaway durable cluster.
 
-    .venv/bin/python bench/run_all.py [--quick] [--no-growth]
+    .venv/bin/python -m bench run_all [--quick] [--no-growth]
 
 1. Starts a durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`: fsync on).
 2. Runs the floor (`bench/floor.py`: raw psycopg doing the same work) against a
@@ -28,13 +28,10 @@ floor itself; absolute times drift on a shared machine, ratios from the same run
 import argparse
 import json
 import os
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import client_stream, fair_use, model_stream, step_kinds
 from bench.lib import (
@@ -228,7 +225,7 @@ def main() -> int:
                 have = 0
                 for label, total_runs, per_run in cfg["tiers"]:
                     log(f"tier {label}: inserting background rows")
-                    added = sc.add_background(ctx, runs=total_runs - have, events_per_run=per_run)
+                    added = sc.add_background(ctx.url, runs=total_runs - have, events_per_run=per_run)
                     have = total_runs
                     log(f"  {added}")
                     tiers[label], _ = tier_suite(ctx, cfg, full=False, replay_run=replay_run, floor_url=floor_url)
@@ -560,7 +557,3 @@ def markdown(r: dict[str, Any]) -> str:
             cells = [f"{_fmt(row.get(k))} ({_fmt(row.get(k + '_vs_x1'))}x)" for k in tiers]
             lines.append(f"| {row['figure']} ({row['unit']}) | {_fmt(row.get('x1'))} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())
