@@ -23,12 +23,13 @@ def benchmarks() -> list[str]:
 def run(argv: list[str]) -> int:
     names = benchmarks()
     if not argv or argv[0] not in names:
-        print("usage: python -m bench NAME [OPTIONS]   (NAME --help for its options)\n", file=sys.stderr)
-        print("benchmarks: " + ", ".join(names), file=sys.stderr)
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    name = argv[0]
-    sys.argv = [f"python -m bench {name}", *argv[1:]]
-    return int(importlib.import_module(f"bench.{name}").main() or 0)
+        asked = not argv or argv[0] in ("-h", "--help")
+        out = sys.stdout if asked else sys.stderr
+        print("usage: python -m bench NAME [OPTIONS]   (python -m bench NAME --help: its options)", file=out)
+        print("benchmarks: " + ", ".join(names), file=out)
+        return 0 if asked else 2
+    sys.argv = [f"python -m bench {argv[0]}", *argv[1:]]
+    return int(importlib.import_module(f"bench.{argv[0]}").main() or 0)
 
 
 if __name__ == "__main__":

@@ -138,5 +138,5 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"bounded_answers-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {out.relative_to(RESULTS.parent.parent)}")
+    print(f"written to {out}")
     return 0

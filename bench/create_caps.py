@@ -20,27 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.lib import Http, app_running, durable_cluster, git_revision, log, machine_facts, summary
+from bench.rows import cancelled_runs, insert_select
 from tests.support.procs import Procs
 
-# A finished (cancelled) run of each user in turn with a small input, as the API would have stored it.
-_RUN = {
-    "id": "gen_random_uuid()",
-    "owner_id": "u.id",
-    "agent": "'demo'",
-    "input": """'{"deltas": 40}'""",
-    "status": "'cancelled'",
-    "end_code": "'cancelled_by_user'",
-    "ended_by": "u.username",
-    "last_seq": "2",
-    "events_used": "1",
-    "created_at": "now() - make_interval(secs => n)",
-    "queued_at": "now() - make_interval(secs => n)",
-    "ended_at": "now()",
-    "updated_at": "now()",
-    "input_bytes": "13",
-    "stored_bytes": "120",
-    "ended_bytes": "120",
-}
+# A cancelled run of each user in turn.
+_RUN = cancelled_runs(owner_id="u.id", ended_by="u.username")
 _USERS = """FROM generate_series(1, %(kept)s) AS n CROSS JOIN (SELECT id, username FROM auth_user WHERE id = ANY(%(users)s)) u
 ORDER BY n, u.id"""
 
@@ -60,7 +44,6 @@ def main() -> int:
         from django.contrib.auth.models import User
         from django.db import connection
 
-        from bench.rows import insert_select
         from runs.models import LIVE_VALUES, Run
         from runs.models import TERMINAL_VALUES as ENDED
         from runs.services.quotas import OWNED_SQL

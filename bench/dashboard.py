@@ -259,18 +259,21 @@ def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--scale", type=float, default=1.0, help="each tier's history times this (0.01: a smoke run)")
     parser.add_argument("--tier", help=argparse.SUPPRESS)  # with --database-url: one tier, JSON on stdout's last line
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tier:
-        print(json.dumps(tier(args.tier, dict(TIERS)[args.tier], args.database_url, args.repeats), default=str))
+        history = int(dict(TIERS)[args.tier] * args.scale)
+        print(json.dumps(tier(args.tier, history, args.database_url, args.repeats), default=str))
         return
     results: dict[str, Any] = {"machine": machine_facts(), "tiers": {}}
+    tier_args = ["--repeats", str(args.repeats), "--scale", str(args.scale)]
     with durable_cluster() as cluster:
         for name, _ in TIERS:
             url = cluster.create_database(f"dashboard_{name}")
             out = subprocess.run(
-                bench_command("dashboard", "--tier", name, "--database-url", url, "--repeats", str(args.repeats)),
+                bench_command("dashboard", "--tier", name, "--database-url", url, *tier_args),
                 cwd=ROOT,
                 check=True,
                 stdout=subprocess.PIPE,

@@ -482,7 +482,7 @@ def write_report(name: str, report: dict[str, Any]) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out_path.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nJSON: {out_path.relative_to(ROOT)}")
+    print(f"\nJSON: {out_path}")
     phases = report["phases"].values()
     return 0 if all(p["watchers_with_every_event_once_in_order"] == p["watchers"] for p in phases) else 1
 

@@ -30,7 +30,8 @@ from tests.support.sse import Event, SSEParser
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-RESULTS = ROOT / "bench" / "results"
+# Where the reports go; BENCH_RESULTS elsewhere (the CI's smoke runs write to a folder of their own).
+RESULTS = Path(os.environ.get("BENCH_RESULTS", ROOT / "bench" / "results"))
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
 # The benchmarks measure the platform, not its fair-use limits, and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
@@ -171,14 +172,14 @@ def bench_command(name: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "bench", name, *args]
 
 
-def floor_command(url: str) -> list[str]:
-    return bench_command("floor", url)
+def floor_command(url: str, *options: str) -> list[str]:
+    return bench_command("floor", url, *options)
 
 
-def run_floor(url: str) -> dict[str, Any]:
+def run_floor(url: str, *options: str) -> dict[str, Any]:
     """`bench/floor.py` against `url` (a scratch database: it makes tables of its own there)."""
     log("floor: bench/floor.py against the scratch database")
-    out = subprocess.run(floor_command(url), cwd=ROOT, check=True, capture_output=True, text=True)
+    out = subprocess.run(floor_command(url, *options), cwd=ROOT, check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -41,3 +41,27 @@ def insert_select(model: type[models.Model], values: Mapping[str, str], source: 
     table = model._meta.db_table
     sql = f"INSERT INTO {table} ({', '.join(columns)})\nSELECT {', '.join(exprs)}\n{source}"
     return sql, params
+
+
+def cancelled_runs(**columns: str) -> dict[str, str]:
+    """The column expressions of a demo run cancelled by its owner, created `n` seconds ago (`n`: a
+    column of the source, e.g. `generate_series(1, N) AS n`), with a small input as the API stores
+    it; `columns` add to them or replace them (`owner_id` has none: give it)."""
+    return {
+        "id": "gen_random_uuid()",
+        "agent": "'demo'",
+        "input": """'{"deltas": 40}'""",
+        "status": "'cancelled'",
+        "end_code": "'cancelled_by_user'",
+        "ended_by": "'bench'",
+        "last_seq": "2",
+        "events_used": "1",
+        "created_at": "now() - make_interval(secs => n)",
+        "queued_at": "now() - make_interval(secs => n)",
+        "ended_at": "now()",
+        "updated_at": "now()",
+        "input_bytes": "13",
+        "stored_bytes": "120",
+        "ended_bytes": "120",
+        **columns,
+    }

@@ -180,7 +180,7 @@ def main() -> int:
         RESULTS.mkdir(parents=True, exist_ok=True)
         out_path = RESULTS / f"sse_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
         out_path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nJSON: {out_path.relative_to(ROOT)}")
+        print(f"\nJSON: {out_path}")
         return 0 if complete == args.watchers else 1
 
 
