@@ -78,8 +78,13 @@ def scratch_database() -> Iterator[str]:
 @pytest.mark.slow
 @pytest.mark.processes
 @pytest.mark.timeout(600)
+# Each in a group of its own, not the module's (tests/conftest.py): bin/test's workers share them out.
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.edge] if n in EDGE else []) for n in sorted(SMALLEST)]
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.xdist_group(f"bench-{n}"), *([pytest.mark.edge] if n in EDGE else [])])
+        for n in sorted(SMALLEST)
+    ],
 )
 def test_the_benchmark_runs_at_its_smallest_size(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     options = SMALLEST[name]
