@@ -28,6 +28,9 @@ def run(argv: list[str]) -> int:
         print("usage: python -m bench NAME [OPTIONS]   (python -m bench NAME --help: its options)", file=out)
         print("benchmarks: " + ", ".join(names), file=out)
         return 0 if asked else 2
+    from bench.lib import uncap
+
+    uncap()
     sys.argv = [f"python -m bench {argv[0]}", *argv[1:]]
     return int(importlib.import_module(f"bench.{argv[0]}").main() or 0)
 

@@ -35,8 +35,8 @@ RESULTS = Path(os.environ.get("BENCH_RESULTS", ROOT / "bench" / "results"))
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
 # The benchmarks measure the platform, not its fair-use limits, and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
-# a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
-# benchmark says otherwise (bench/fair_use.py sets its own).
+# a benchmark starts inherits this environment (`python -m bench` sets it first: `uncap`), so these
+# caps are 0 (unlimited) there unless a benchmark says otherwise (bench/fair_use.py sets its own).
 UNCAPPED = {
     "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": "0",
     "RUNLEDGER_MAX_RUNS_PER_USER": "0",
@@ -47,8 +47,13 @@ UNCAPPED = {
     "RUNLEDGER_DEFAULT_MAX_STEPS": "0",
     "RUNLEDGER_DEFAULT_DEADLINE_SECONDS": "0",
 }
-for _name, _value in UNCAPPED.items():
-    os.environ.setdefault(_name, _value)
+
+
+def uncap() -> None:
+    """UNCAPPED into this process's environment, where a variable is not set already. Not at import:
+    a test that imports a part of bench/ must not lift the caps of the processes it starts."""
+    for name, value in UNCAPPED.items():
+        os.environ.setdefault(name, value)
 
 
 def log(msg: str) -> None:
