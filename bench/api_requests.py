@@ -48,19 +48,20 @@ def bare_uvicorn(samples: int) -> dict[str, float]:
     """The same request loop against uvicorn alone (no Django): where the HTTP layer's time ends."""
     import tempfile
 
-    procs = Procs(Path(tempfile.mkdtemp(prefix="runledger-bench-hello-")))
-    try:
-        port = free_port()
-        args = [sys.executable, "-m", "uvicorn", "bench.hello_asgi:app", "--port", str(port), "--no-access-log"]
-        proc = procs.start("uvicorn-hello", args, dict(os.environ), port=port)
-        wait_http_ok(proc, "/")
-        http = Http(proc.url, "")
+    with tempfile.TemporaryDirectory(prefix="runledger-bench-hello-") as logs:
+        procs = Procs(Path(logs))
         try:
-            return _timed(samples, lambda _: http.request("GET", "/"), 200)
+            port = free_port()
+            args = [sys.executable, "-m", "uvicorn", "bench.hello_asgi:app", "--port", str(port), "--no-access-log"]
+            proc = procs.start("uvicorn-hello", args, dict(os.environ), port=port)
+            wait_http_ok(proc, "/")
+            http = Http(proc.url, "")
+            try:
+                return _timed(samples, lambda _: http.request("GET", "/"), 200)
+            finally:
+                http.close()
         finally:
-            http.close()
-    finally:
-        procs.stop_all()
+            procs.stop_all()
 
 
 def measure(ctx: Ctx, *, samples: int) -> dict[str, Any]:
