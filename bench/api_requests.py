@@ -1,6 +1,6 @@
 """One request at a time over HTTP: what a user waits for on each endpoint.
 
-    .venv/bin/python bench/api_requests.py [--samples 300]   (also a phase of bench/run_all.py)
+    .venv/bin/python -m bench api_requests [--samples 300]   (also a phase of bench/run_all.py)
 
 Measured on a kept-alive connection, one request after the other, with the workers paused
 (SIGSTOP) so that created runs stay queued and nothing else runs meanwhile:
@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import Ctx, Http, app_running, durable_cluster, run_floor, summary
 from tests.support.procs import Procs, free_port, wait_http_ok
@@ -50,19 +48,20 @@ def bare_uvicorn(samples: int) -> dict[str, float]:
     """The same request loop against uvicorn alone (no Django): where the HTTP layer's time ends."""
     import tempfile
 
-    procs = Procs(Path(tempfile.mkdtemp(prefix="runledger-bench-hello-")))
-    try:
-        port = free_port()
-        args = [sys.executable, "-m", "uvicorn", "bench.hello_asgi:app", "--port", str(port), "--no-access-log"]
-        proc = procs.start("uvicorn-hello", args, dict(os.environ), port=port)
-        wait_http_ok(proc, "/")
-        http = Http(proc.url, "")
+    with tempfile.TemporaryDirectory(prefix="runledger-bench-hello-") as logs:
+        procs = Procs(Path(logs))
         try:
-            return _timed(samples, lambda _: http.request("GET", "/"), 200)
+            port = free_port()
+            args = [sys.executable, "-m", "uvicorn", "bench.hello_asgi:app", "--port", str(port), "--no-access-log"]
+            proc = procs.start("uvicorn-hello", args, dict(os.environ), port=port)
+            wait_http_ok(proc, "/")
+            http = Http(proc.url, "")
+            try:
+                return _timed(samples, lambda _: http.request("GET", "/"), 200)
+            finally:
+                http.close()
         finally:
-            http.close()
-    finally:
-        procs.stop_all()
+            procs.stop_all()
 
 
 def measure(ctx: Ctx, *, samples: int) -> dict[str, Any]:
@@ -116,7 +115,3 @@ def main() -> int:
             result = measure(ctx, samples=args.samples)
     print(json.dumps({"floor_lock_check_write_ms": floor.get("lock_check_write_ms"), **result}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

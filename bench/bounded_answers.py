@@ -1,6 +1,6 @@
 """Bounded answers: what one user's big rows cost a web process's memory.
 
-    .venv/bin/python bench/bounded_answers.py [--runs 200] [--input-kb 255] [--parallel 6]
+    .venv/bin/python -m bench bounded_answers [--runs 200] [--input-kb 255] [--parallel 6]
                                               [--events 200] [--event-kb 250]
 
 A throwaway durable PostgreSQL cluster and one uvicorn web process (no worker: nothing runs, so
@@ -22,15 +22,11 @@ A table on stdout, JSON in bench/results/bounded_answers-<time>.json (gitignored
 import argparse
 import http.client
 import json
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, Ctx, Http, app_running, durable_cluster, git_revision, log, machine_facts, sse_blocking
 from tests.support.memory import memory_kb, reset_peak
@@ -142,9 +138,5 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"bounded_answers-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"written to {out.relative_to(RESULTS.parent.parent)}")
+    print(f"written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

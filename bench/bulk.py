@@ -1,7 +1,7 @@
 """The run list by metadata filter as the stored runs grow, and a bulk cancel of 500 runs with a
 single run's cancel measured meanwhile (docs/design/commands.md#bulk-commands).
 
-    .venv/bin/python bench/bulk.py [--base 2000] [--samples 30]
+    .venv/bin/python -m bench bulk [--base 2000] [--samples 30]
 
 A throwaway durable PostgreSQL cluster, one web process and one worker process (concurrency 20).
 The benchmark's user makes `--base` runs through the create service, a quarter of them one
@@ -23,15 +23,12 @@ Figures only; nothing is asserted.
 
 import argparse
 import json
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.lib import Http, app_running, durable_cluster, git_revision, log, machine_facts, summary
+from bench.rows import cancelled_runs, insert_select
 
 CUSTOMER = {"customer": "42"}
 LONG = {"deltas": 600, "delay_ms": 100}
@@ -42,17 +39,7 @@ SPARSE = {"customer": "c17"}
 SPARSE_PATH = "/api/runs/?metadata.customer=c17&page_size=50"
 
 # Finished runs of `owner`, each another customer's: the rows a metadata filter has to pass over.
-_BACKGROUND = """
-INSERT INTO runs_run (
-    id, owner_id, agent, input, metadata, status, end_code, end_reason, ended_by, last_seq, generation,
-    max_attempts, lost_attempts, resume_ticket, steps_used, events_used, open_tool_calls, created_at, queued_at,
-    ended_at, updated_at, input_bytes, output_bytes, error_bytes, stored_bytes, ended_bytes
-)
-SELECT gen_random_uuid(), %(owner)s, 'demo', '{"deltas": 40}', jsonb_build_object('customer', 'c' || (n %% 5000)),
-       'cancelled', 'cancelled_by_user', '', 'bench', 2, 0, 3, 0, '', 0, 1, '[]',
-       now() - make_interval(secs => n), now() - make_interval(secs => n), now(), now(), 13, 0, 0, 120, 120
-FROM generate_series(1, %(count)s) AS n
-"""
+_BACKGROUND = cancelled_runs(owner_id="%(owner)s", metadata="jsonb_build_object('customer', 'c' || (n %% 5000))")
 
 
 def cancel_loop(http: Http, samples: list[float], stop: threading.Event | None, count: int) -> None:
@@ -104,6 +91,7 @@ def main() -> int:
         from django.db import connection
 
         from runs import services
+        from runs.models import Run
 
         owner = ctx.user
         theirs = args.base // 4
@@ -140,7 +128,8 @@ def main() -> int:
             if missing > 0:
                 log(f"inserting {missing} finished runs of other customers")
                 with connection.cursor() as cursor:
-                    cursor.execute(_BACKGROUND, {"owner": owner.pk, "count": missing})
+                    insert, defaults = insert_select(Run, _BACKGROUND, "FROM generate_series(1, %(count)s) AS n")
+                    cursor.execute(insert, {**defaults, "owner": owner.pk, "count": missing})
                     cursor.execute("VACUUM ANALYZE runs_run")
                 stored += missing
             report["list"][f"x{factor}"] = {"stored_runs": stored, **measure_list(http, owner, args.samples)}
@@ -148,7 +137,3 @@ def main() -> int:
         connection.close()
     print(json.dumps(report, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Cancel latency: from a cancel request's start to its committed response, and to the worker's release.
 
-    .venv/bin/python bench/cancel_latency.py [--runs 200] [--delay-ms 1000] [--via service,http]
+    .venv/bin/python -m bench cancel_latency [--runs 200] [--delay-ms 1000] [--via service,http]
 
 Starts a durable throwaway PostgreSQL cluster, one uvicorn web process and two worker processes
 (bench/lib.py `app_running`, as bench/run_all.py does), creates `--runs` demo runs that stream a
@@ -15,11 +15,8 @@ use during the cancels is recorded beside them: on 2 cores the tail is mostly wa
 
 import argparse
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, app_running, durable_cluster, machine_facts, postgres_facts
 
@@ -53,7 +50,3 @@ def main() -> int:
         print(f"{'':22} CPU during the cancels: {r['cpu_during_cancels']}")
     print(f"written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

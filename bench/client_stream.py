@@ -1,6 +1,6 @@
 """Benchmark: the Python client (clients/python) reading a run's stream.
 
-    .venv/bin/python bench/client_stream.py [--events 10000] [--cuts 200]
+    .venv/bin/python -m bench client_stream [--events 10000] [--cuts 200]
 
 Without run_all it starts its own throwaway durable cluster and one web process (no worker: the
 runs are written directly, bench.scenarios.make_running_run). Measured:
@@ -20,13 +20,10 @@ import argparse
 import asyncio
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, postgres_facts, save_and_print, summary
 from tests.support.procs import Procs
@@ -186,7 +183,3 @@ def main() -> int:
     print(f"{'raw socket client (the server alone), same run':72} {result['raw_socket_events_per_s']:>10,} events/s")
     save_and_print("client_stream", machine, result, args.out, figures(result), "≥")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

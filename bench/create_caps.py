@@ -1,6 +1,6 @@
 """What the per-user caps on runs kept and bytes stored cost a create.
 
-    .venv/bin/python bench/create_caps.py [--kept 9000] [--users 10] [--samples 300]
+    .venv/bin/python -m bench create_caps [--kept 9000] [--users 10] [--samples 300]
 
 A throwaway durable PostgreSQL cluster holding `--users` users with `--kept` finished runs each,
 inserted interleaved (one of each user's in turn, as users working at once make them) and vacuumed,
@@ -15,29 +15,18 @@ statement that reads the user's totals under EXPLAIN ANALYZE. Figures only.
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.lib import Http, app_running, durable_cluster, git_revision, log, machine_facts, summary
+from bench.rows import cancelled_runs, insert_select
 from tests.support.procs import Procs
 
-# A finished (cancelled) run of `owner_id` with a small input, as the API would have stored it.
-_INSERT = """
-INSERT INTO runs_run (
-    id, owner_id, agent, input, status, end_code, end_reason, ended_by, last_seq, generation, max_attempts,
-    lost_attempts, resume_ticket, steps_used, events_used, open_tool_calls, created_at, queued_at, ended_at,
-    updated_at, input_bytes, output_bytes, error_bytes, stored_bytes, ended_bytes
-)
-SELECT gen_random_uuid(), u.id, 'demo', '{"deltas": 40}', 'cancelled', 'cancelled_by_user', '', u.username, 2, 0, 3,
-       0, '', 0, 1, '[]', now() - make_interval(secs => n), now() - make_interval(secs => n), now(), now(),
-       13, 0, 0, 120, 120
-FROM generate_series(1, %(kept)s) AS n CROSS JOIN (SELECT id, username FROM auth_user WHERE id = ANY(%(users)s)) u
-ORDER BY n, u.id
-"""
+# A cancelled run of each user in turn.
+_RUN = cancelled_runs(owner_id="u.id", ended_by="u.username")
+_USERS = """FROM generate_series(1, %(kept)s) AS n CROSS JOIN (SELECT id, username FROM auth_user WHERE id = ANY(%(users)s)) u
+ORDER BY n, u.id"""
 
 
 def main() -> int:
@@ -46,19 +35,24 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=10)
     parser.add_argument("--samples", type=int, default=300)
     args = parser.parse_args()
+    # The app's web process counts and sums this user's runs (bench/lib.py sets every cap to 0): a
+    # runs cap above what they keep, the default byte cap.
+    os.environ["RUNLEDGER_MAX_RUNS_PER_USER"] = "1000000"
+    os.environ["RUNLEDGER_MAX_STORED_BYTES_PER_USER"] = "1000000000"
     report: dict[str, Any] = {"revision": git_revision(), "machine": machine_facts(), "args": vars(args)}
     with durable_cluster() as cluster, app_running(cluster, workers=0) as ctx:
         from django.contrib.auth.models import User
         from django.db import connection
 
-        from runs.models import LIVE_VALUES
+        from runs.models import LIVE_VALUES, Run
         from runs.models import TERMINAL_VALUES as ENDED
         from runs.services.quotas import OWNED_SQL
 
         users = [ctx.user.pk] + [User.objects.create_user(f"other{i}").pk for i in range(args.users - 1)]
         log(f"{args.users} users x {args.kept} finished runs")
         with connection.cursor() as cursor:
-            cursor.execute(_INSERT, {"kept": args.kept, "users": users})
+            insert, defaults = insert_select(Run, _RUN, _USERS)
+            cursor.execute(insert, {**defaults, "kept": args.kept, "users": users})
             cursor.execute("VACUUM ANALYZE runs_run")
             cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + OWNED_SQL, [ctx.user.pk, *LIVE_VALUES, ctx.user.pk, *ENDED])
             report["totals_plan"] = [row[0] for row in cursor.fetchall()]
@@ -91,11 +85,3 @@ def main() -> int:
             procs.stop_all()
     print(json.dumps(report, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    # The app's web process counts and sums this user's runs (bench/lib.py sets every cap to 0): a
-    # runs cap above what they keep, the default byte cap.
-    os.environ["RUNLEDGER_MAX_RUNS_PER_USER"] = "1000000"
-    os.environ["RUNLEDGER_MAX_STORED_BYTES_PER_USER"] = "1000000000"
-    sys.exit(main())

@@ -14,7 +14,7 @@ and the whole page through Django's test client (session, permission, reads, cha
 And what the events' BRIN index adds to an append (`append_cost`). Results in
 bench/results/dashboard.json.
 
-    .venv/bin/python bench/dashboard.py [--repeats 20]
+    .venv/bin/python -m bench dashboard [--repeats 20]
 """
 
 import argparse
@@ -22,14 +22,10 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.lib import RESULTS, durable_cluster, log, machine_facts, postgres_facts
+from bench.lib import RESULTS, ROOT, bench_command, durable_cluster, log, machine_facts, postgres_facts
 
 TIERS = [("x1", 1_000), ("x100", 100_000)]
 EVENTS_PER_RUN = 10
@@ -263,18 +259,22 @@ def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--scale", type=float, default=1.0, help="each tier's history times this (0.01: a smoke run)")
     parser.add_argument("--tier", help=argparse.SUPPRESS)  # with --database-url: one tier, JSON on stdout's last line
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tier:
-        print(json.dumps(tier(args.tier, dict(TIERS)[args.tier], args.database_url, args.repeats), default=str))
+        history = int(dict(TIERS)[args.tier] * args.scale)
+        print(json.dumps(tier(args.tier, history, args.database_url, args.repeats), default=str))
         return
     results: dict[str, Any] = {"machine": machine_facts(), "tiers": {}}
+    tier_args = ["--repeats", str(args.repeats), "--scale", str(args.scale)]
     with durable_cluster() as cluster:
         for name, _ in TIERS:
             url = cluster.create_database(f"dashboard_{name}")
             out = subprocess.run(
-                [sys.executable, __file__, "--tier", name, "--database-url", url, "--repeats", str(args.repeats)],
+                bench_command("dashboard", "--tier", name, "--database-url", url, *tier_args),
+                cwd=ROOT,
                 check=True,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -284,7 +284,3 @@ def main() -> None:
             results["tiers"][name] = json.loads(lines[-1])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "dashboard.json").write_text(json.dumps(results, indent=2, default=str))
-
-
-if __name__ == "__main__":
-    main()

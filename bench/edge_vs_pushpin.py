@@ -1,6 +1,6 @@
 """Benchmark: the edge's cost against Pushpin's own, in one run of this script.
 
-    .venv/bin/python bench/edge_vs_pushpin.py [--runs 100] [--per-run 100] [--interval 2]
+    .venv/bin/python -m bench edge_vs_pushpin [--runs 100] [--per-run 100] [--interval 2]
         [--pushpin-seconds 60] [--edge-seconds 150] [--clients 4] [--web-processes 1]
 
 `--runs` x `--per-run` watchers (10,000), each run emitting an event every `--interval` seconds
@@ -56,10 +56,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.edge_watchers import pushpin_pids, raise_open_files, start_clients, web_pids, write_report
-from bench.lib import RESULTS, CpuMeter, bench_database, durable_cluster, log, machine_facts, summary
+from bench.lib import RESULTS, CpuMeter, bench_command, bench_database, durable_cluster, log, machine_facts, summary
 from bench.profile import top
 from runs.conf import AppSettings
 from tests.support.procs import ROOT, Proc, Procs, free_port, wait_log_line
@@ -498,12 +496,14 @@ def main() -> int:
         # Phase 1: Pushpin alone.
         origin_port = free_port()
         origin_args = [str(origin_port), args.direct_hold, str(first_seconds), str(link_seconds)]
-        origin = procs.start("origin", [sys.executable, __file__, "--origin", *origin_args], env, port=origin_port)
+        origin = procs.start(
+            "origin", bench_command("edge_vs_pushpin", "--origin", *origin_args), env, port=origin_port
+        )
         wait_log_line(origin, "listening", timeout=30)
         control = work / "pushpin-control" / "control"
         edge = start_edge(origin_port, control)
         paths = [f"/runs/{r}/" for r in range(args.runs) for _ in range(args.per_run)]
-        publisher = [sys.executable, __file__, "--publisher", f"ipc://{control}", str(args.runs)]
+        publisher = bench_command("edge_vs_pushpin", "--publisher", f"ipc://{control}", str(args.runs))
         shared = {"token": token, "clients": args.clients, "env": env, "work": work}
         phases["pushpin"] = run_phase(
             name="pushpin",
@@ -552,7 +552,9 @@ def main() -> int:
             name="edge",
             base=edge.url,
             paths=paths,
-            emitter=[sys.executable, __file__, "--writer", str(runs_file), str(events["edge"]), str(args.interval)],
+            emitter=bench_command(
+                "edge_vs_pushpin", "--writer", str(runs_file), str(events["edge"]), str(args.interval)
+            ),
             counted={"pushpin": pushpin_pids(edge), "web": web_pids(web, args.web_processes)},
             backends=(WEB_APP_NAME, "runledger-edge"),
             **shared,
@@ -630,7 +632,3 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"\nweb process, own samples of {samples}: {own}")
     print(f"\n(Pushpin + web) ÷ Pushpin direct, per delivery: {r['ratio']}")
     print(f"(Pushpin + web + their PostgreSQL backends) ÷ Pushpin direct: {r['ratio_with_postgres']}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

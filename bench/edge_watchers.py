@@ -1,7 +1,7 @@
 """Benchmark: thousands of SSE watchers of one run through the edge (Pushpin, bin/edge), compared
 with watchers of the same kind of run served by the web process itself.
 
-    .venv/bin/python bench/edge_watchers.py [--watchers 10000] [--direct-watchers 1000]
+    .venv/bin/python -m bench edge_watchers [--watchers 10000] [--direct-watchers 1000]
         [--events 100] [--interval 0.1] [--clients 4] [--web-processes 1] [--database-url URL]
 
 Two phases on one throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`):
@@ -40,12 +40,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bench.lib import (
     RESULTS,
     CpuMeter,
     Sampler,
+    bench_command,
     bench_database,
     durable_cluster,
     log,
@@ -65,8 +64,8 @@ from tests.support.procs import (
     proc_status,
     wait_log_line,
 )
+from tests.support.sse_writer import paced_command
 
-WRITER = ROOT / "bench" / "sse_watchers.py"  # its `--writer` mode commits the events
 WEB_APP_NAME = "bench-edge-web"
 # Connects in flight per client process, as browsers arriving: all at once, thousands would wait
 # past the bound on a stream's checks and be refused with 503 (the storm protection).
@@ -205,7 +204,7 @@ def start_clients(
         out = work / f"{name}-client-{i}.json"
         paths_file = work / f"{name}-paths-{i}.json"
         paths_file.write_text(json.dumps(paths))
-        args = [sys.executable, __file__, "--client", base, str(paths_file), token, str(out)]
+        args = bench_command("edge_watchers", "--client", base, str(paths_file), token, str(out))
         client_procs.append((subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True), out))
     for popen, _ in client_procs:
         assert popen.stdout is not None
@@ -311,7 +310,7 @@ def run_phase(
         pids.update({f"pushpin{i}": pid for i, pid in enumerate(pushpin_pids(edge))})
     cpu = CpuMeter(pids)
     writer = subprocess.run(
-        [sys.executable, str(WRITER), "--writer", str(run.pk), str(run.generation), str(events), str(interval)],
+        paced_command(run.pk, run.generation, count=events, interval=interval),
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -483,7 +482,7 @@ def write_report(name: str, report: dict[str, Any]) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out_path.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\nJSON: {out_path.relative_to(ROOT)}")
+    print(f"\nJSON: {out_path}")
     phases = report["phases"].values()
     return 0 if all(p["watchers_with_every_event_once_in_order"] == p["watchers"] for p in phases) else 1
 
@@ -525,7 +524,3 @@ def print_table(r: dict[str, Any]) -> None:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             print(f"{key:<{width}}  {value}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

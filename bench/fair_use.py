@@ -1,6 +1,6 @@
 """Fair use under attack: ten users try to take everything while an eleventh streams.
 
-    .venv/bin/python bench/fair_use.py [--quick]
+    .venv/bin/python -m bench fair_use [--quick | --size smoke]
 
 A throwaway durable PostgreSQL cluster, one uvicorn web process and two workers of 8 slots each
 (bench/lib.py `app_running`). Unlike every other benchmark this one runs WITH the fair-use limits
@@ -49,24 +49,22 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import (
     RESULTS,
+    ROOT,
     CpuMeter,
     Ctx,
     Http,
     app_running,
+    bench_command,
     durable_cluster,
     git_revision,
     log,
@@ -92,6 +90,9 @@ LIMITS = {
 }
 FULL = {"active_cap": 200, "alice_runs": 10, "hostile_users": 10, "hostile_streams": 40}
 QUICK = {**FULL, "active_cap": 50, "alice_runs": 5}
+# Every phase once, at the least that still reaches each limit (the CI's smoke run: figures mean nothing).
+SMOKE = {"active_cap": 4, "alice_runs": 1, "hostile_users": 2, "hostile_streams": 3}
+SIZES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 WORKERS, CONCURRENCY = 2, 8
 
 ALICE = {"deltas": 100, "delay_ms": 20}
@@ -374,19 +375,23 @@ def measure(ctx: Ctx, cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def in_own_process(*, quick: bool) -> dict[str, Any]:
+def in_own_process(*, size: str) -> dict[str, Any]:
     """For bench/run_all.py: this benchmark in a child process of its own (its processes need the
     limits that every other benchmark runs without), and its results."""
-    subprocess.run([sys.executable, __file__, *(["--quick"] if quick else [])], check=True)
+    subprocess.run(bench_command("fair_use", "--size", size), cwd=ROOT, check=True)
     return dict(json.loads((RESULTS / "fair_use.json").read_text()))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="50 active runs per user, 5 runs of alice")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick", action="store_const", const="quick", dest="size", default="full", help="50 active runs per user"
+    )
+    size.add_argument("--size", choices=SIZES, default="full", help="full, quick, or smoke (the least of each)")
     parser.add_argument("--running-cap", type=int, default=0, metavar="N", help="RUNLEDGER_MAX_RUNNING_PER_USER")
     args = parser.parse_args()
-    cfg = QUICK if args.quick else FULL
+    cfg = SIZES[args.size]
     limits = {
         **LIMITS,
         "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": str(cfg["active_cap"]),
@@ -396,7 +401,7 @@ def main() -> int:
         "benchmark": "fair_use",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "revision": git_revision(),
-        "mode": "quick" if args.quick else "full",
+        "mode": args.size,
         "config": {**cfg, "workers": WORKERS, "concurrency": CONCURRENCY, "alice_input": ALICE},
         "limits": limits,
         "machine": machine_facts(idle_seconds=3),
@@ -487,7 +492,3 @@ def markdown(r: dict[str, Any]) -> str:
     if r["hostile_errors"]:
         lines.append(f"Hostile client errors: {r['hostile_errors'][:5]}")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

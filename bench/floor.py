@@ -1,6 +1,6 @@
 """The floor under Runledger's hot paths: the same statements, in raw psycopg, on the same database.
 
-    .venv/bin/python bench/floor.py DATABASE_URL [--samples 500] [--append-seconds 3] [--replay-rows 100000]
+    .venv/bin/python -m bench floor DATABASE_URL [--samples 500] [--append-seconds 3] [--replay-rows 100000]
 
 Point it at a scratch database: it creates two tables of its own there (`floor_run`,
 `floor_event`, shaped like the app's runs and events) and drops them when it is done. Every other
@@ -213,7 +213,3 @@ def main() -> None:
     for key, value in figures.items():
         print(f"{key:28} {value}")
     print(json.dumps(figures))
-
-
-if __name__ == "__main__":
-    main()

@@ -30,13 +30,13 @@ from tests.support.sse import Event, SSEParser
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-RESULTS = ROOT / "bench" / "results"
+# Where the reports go; BENCH_RESULTS elsewhere (the CI's smoke runs write to a folder of their own).
+RESULTS = Path(os.environ.get("BENCH_RESULTS", ROOT / "bench" / "results"))
 WEB_APP_NAME = "bench-web"  # the web process's connections carry it, to be counted
-FLOOR_SCRIPT = ROOT / "bench" / "floor.py"
 # The benchmarks measure the platform, not its fair-use limits, and would hit them: a
 # thousand watchers under one token, thousands of runs of one user, long event logs. Every process
-# a benchmark starts inherits this environment, so these caps are 0 (unlimited) there unless a
-# benchmark says otherwise (bench/fair_use.py sets its own).
+# a benchmark starts inherits this environment (`python -m bench` sets it first: `uncap`), so these
+# caps are 0 (unlimited) there unless a benchmark says otherwise (bench/fair_use.py sets its own).
 UNCAPPED = {
     "RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER": "0",
     "RUNLEDGER_MAX_RUNS_PER_USER": "0",
@@ -47,8 +47,13 @@ UNCAPPED = {
     "RUNLEDGER_DEFAULT_MAX_STEPS": "0",
     "RUNLEDGER_DEFAULT_DEADLINE_SECONDS": "0",
 }
-for _name, _value in UNCAPPED.items():
-    os.environ.setdefault(_name, _value)
+
+
+def uncap() -> None:
+    """UNCAPPED into this process's environment, where a variable is not set already. Not at import:
+    a test that imports a part of bench/ must not lift the caps of the processes it starts."""
+    for name, value in UNCAPPED.items():
+        os.environ.setdefault(name, value)
 
 
 def log(msg: str) -> None:
@@ -167,14 +172,19 @@ def durable_cluster() -> Iterator[Cluster]:
 # --- the floor: raw psycopg doing the same work ------------------------------------------------
 
 
-def floor_command(url: str) -> list[str]:
-    return [sys.executable, str(FLOOR_SCRIPT), url]
+def bench_command(name: str, *args: str) -> list[str]:
+    """The command line of the benchmark `name` (`python -m bench NAME`); run it with cwd=ROOT."""
+    return [sys.executable, "-m", "bench", name, *args]
 
 
-def run_floor(url: str) -> dict[str, Any]:
+def floor_command(url: str, *options: str) -> list[str]:
+    return bench_command("floor", url, *options)
+
+
+def run_floor(url: str, *options: str) -> dict[str, Any]:
     """`bench/floor.py` against `url` (a scratch database: it makes tables of its own there)."""
-    log(f"floor: {FLOOR_SCRIPT.name} against the scratch database")
-    out = subprocess.run(floor_command(url), check=True, capture_output=True, text=True)
+    log("floor: bench/floor.py against the scratch database")
+    out = subprocess.run(floor_command(url, *options), cwd=ROOT, check=True, capture_output=True, text=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

@@ -1,6 +1,6 @@
 """Cancel → the model stream closed at the model server, for the `openai_chat` agent.
 
-    .venv/bin/python bench/model_stream.py [--cancels 40]
+    .venv/bin/python -m bench model_stream [--cancels 40]
 
 bench/run_all.py measures it too (`model_server` makes every process it starts load the agent).
 The model server is tests/support/openai_server.py, a process of its own that logs when it saw a
@@ -22,7 +22,6 @@ import os
 import select
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -31,8 +30,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, percentile, run_floor, summary
 from tests.support.openai_server import ModelServer
@@ -187,7 +184,3 @@ def main() -> int:
         print(f"{row['figure']}: {row['value']} ms, {row['x_floor']} x floor ({row['floor']} ms)")
     print(f"written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
 """Profile one benchmark scenario with py-spy (pip install -e '.[dev]'): which functions the web
 process (or a worker) spends its samples in while the scenario runs.
 
-    .venv/bin/python bench/profile.py replay [--target web|worker] [--events 100000]
-    .venv/bin/python bench/profile.py watchers --watchers 1000
-    .venv/bin/python bench/profile.py cancel-http --runs 100
-    .venv/bin/python bench/profile.py start | stream
+    .venv/bin/python -m bench profile replay [--target web|worker] [--events 100000]
+    .venv/bin/python -m bench profile watchers --watchers 1000
+    .venv/bin/python -m bench profile cancel-http --runs 100
+    .venv/bin/python -m bench profile start | stream
 
 Same setup as bench/run_all.py (a durable throwaway cluster, one uvicorn process, two workers).
 Writes the collapsed stacks (bench/results/profile-<scenario>-<target>.txt, for speedscope or
@@ -20,8 +20,6 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, app_running, durable_cluster
 
@@ -98,7 +96,3 @@ def main() -> int:
             print(f"{100 * count / total:5.1f}%  {frame[:150]}")
     print(f"\ncollapsed stacks: {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

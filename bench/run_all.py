@@ -1,6 +1,6 @@
 """Every benchmark against its floor, in one run on one throwaway durable cluster.
 
-    .venv/bin/python bench/run_all.py [--quick] [--no-growth]
+    .venv/bin/python -m bench run_all [--quick | --size smoke] [--no-growth]
 
 1. Starts a durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`: fsync on).
 2. Runs the floor (`bench/floor.py`: raw psycopg doing the same work) against a
@@ -28,26 +28,12 @@ floor itself; absolute times drift on a shared machine, ratios from the same run
 import argparse
 import json
 import os
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench import client_stream, fair_use, model_stream, step_kinds
-from bench.lib import (
-    RESULTS,
-    app_running,
-    durable_cluster,
-    floor_command,
-    git_revision,
-    log,
-    machine_facts,
-    postgres_facts,
-    run_floor,
-)
+from bench import client_stream, fair_use, lib, model_stream, step_kinds
 from runs.events import EventType
 from tests.support.agents import AGENTS_ENV
 
@@ -63,6 +49,8 @@ FULL: dict[str, Any] = {
     "watch_events": 100,
     "watch_interval": 0.1,
     "replay_events": 100_000,
+    # bench/floor.py's options (its defaults).
+    "floor_args": [],
     # Background rows per growth tier: (label, total runs, events per run).
     "tiers": [("x10", 10_000, 10), ("x100", 100_000, 10)],
     "growth_cancel_runs": 100,
@@ -92,6 +80,31 @@ QUICK: dict[str, Any] = {
     **step_kinds.QUICK,
     **client_stream.QUICK,
 }
+# Every phase once at the least that runs it (the CI's smoke run, tests/bench/: its figures mean nothing).
+SMOKE: dict[str, Any] = {
+    **QUICK,
+    "floor_args": ["--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000"],
+    "cancel_runs": 2,
+    "start_samples": 2,
+    "append_deltas": 20,
+    "many_runs": 2,
+    "many_deltas": 10,
+    "stream_events": 20,
+    "watchers": [2],
+    "watch_events": 3,
+    "replay_events": 100,
+    "tiers": [("x10", 10, 10), ("x100", 20, 10)],
+    "growth_cancel_runs": 2,
+    "growth_watchers": 2,
+    "model_cancels": 2,
+    "request_samples": 3,
+    "step_samples": 1,
+    "step_background": 2,
+    "client_events": 50,
+    "client_cuts": 2,
+    "client_default_retry_cuts": 1,
+}
+SIZES = {"full": FULL, "quick": QUICK, "smoke": SMOKE}
 
 TARGETS = {
     "cancel_committed_p99_ms": 25,
@@ -120,7 +133,7 @@ def tier_suite(
     timings: dict[str, float] = {}
 
     def phase(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        log(f"  {name}")
+        lib.log(f"  {name}")
         t0 = time.time()
         value = fn(*args, **kwargs)
         timings[name] = round(time.time() - t0, 1)
@@ -156,7 +169,7 @@ def tier_suite(
             delay_ms=cfg["cancel_delay_ms"],
             gap_ms=30,
             via=via,
-            floor=floor_command(floor_url) if full and via == "service" else None,
+            floor=lib.floor_command(floor_url, *cfg["floor_args"]) if full and via == "service" else None,
         )
     if full:
         from bench import scenarios_steps
@@ -184,63 +197,70 @@ def tier_suite(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--quick", action="store_true", help="smaller sizes (about 3 minutes, and 2 more for bench/fair_use.py)"
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick",
+        action="store_const",
+        const="quick",
+        dest="size",
+        default="full",
+        help="smaller sizes (about 3 minutes, and 2 more for bench/fair_use.py)",
     )
+    size.add_argument("--size", choices=SIZES, default="full", help="full, quick, or smoke (each phase once, tiny)")
     parser.add_argument("--no-growth", action="store_true", help="skip the x10 / x100 tiers")
-    parser.add_argument("--out", default=str(RESULTS), help="folder for summary.json and summary.md")
+    parser.add_argument("--out", default=str(lib.RESULTS), help="folder for summary.json and summary.md")
     parser.add_argument("--render", metavar="JSON", help="only print the markdown of an earlier summary.json")
     args = parser.parse_args()
     if args.render:
         print(markdown(json.loads(Path(args.render).read_text())), end="")
         return 0
-    cfg = QUICK if args.quick else FULL
+    cfg = SIZES[args.size]
     began = time.time()
-    machine = machine_facts(idle_seconds=3)
+    machine = lib.machine_facts(idle_seconds=3)
     result: dict[str, Any] = {
         "benchmark": "run_all",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "revision": git_revision(),
-        "mode": "quick" if args.quick else "full",
+        "revision": lib.git_revision(),
+        "mode": args.size,
         "config": {k: v for k, v in cfg.items()},
         "machine": machine,
         "targets": TARGETS,
     }
-    # The model server first: every process app_running starts then loads openai_chat against it.
-    with durable_cluster() as cluster, model_stream.model_server() as model:
-        log(f"durable cluster at {cluster.url}")
+    # The model server first: every process lib.app_running starts then loads openai_chat against it.
+    with lib.durable_cluster() as cluster, model_stream.model_server() as model:
+        lib.log(f"durable cluster at {cluster.url}")
         floor_url = cluster.create_database("floor")
-        result["floor"] = run_floor(floor_url)
-        log(f"floor: {result['floor']}")
+        result["floor"] = lib.run_floor(floor_url, *cfg["floor_args"])
+        lib.log(f"floor: {result['floor']}")
         concurrency = step_kinds.concurrency(max(cfg["cancel_runs"], cfg["many_runs"], cfg["step_background"]))
         # openai_chat (set by model_server) beside the step kinds' test agents.
         agents = {"RUNLEDGER_AGENTS": f"{os.environ['RUNLEDGER_AGENTS']},{AGENTS_ENV['RUNLEDGER_AGENTS']}"}
-        with app_running(cluster, workers=2, concurrency=concurrency, env=agents) as ctx:
+        with lib.app_running(cluster, workers=2, concurrency=concurrency, env=agents) as ctx:
             from bench import scenarios as sc
 
-            machine.update(postgres_facts())
+            machine.update(lib.postgres_facts())
             tiers: dict[str, Any] = {}
-            log("tier x1 (only the benchmark's own rows)")
+            lib.log("tier x1 (only the benchmark's own rows)")
             tiers["x1"], replay_run = tier_suite(ctx, cfg, full=True, replay_run=None, floor_url=floor_url)
-            log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
+            lib.log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
             tiers["x1"]["model_stream"] = model_stream.measure(ctx, model, cancels=cfg["model_cancels"])
             if not args.no_growth:
                 have = 0
                 for label, total_runs, per_run in cfg["tiers"]:
-                    log(f"tier {label}: inserting background rows")
-                    added = sc.add_background(ctx, runs=total_runs - have, events_per_run=per_run)
+                    lib.log(f"tier {label}: inserting background rows")
+                    added = sc.add_background(ctx.url, runs=total_runs - have, events_per_run=per_run)
                     have = total_runs
-                    log(f"  {added}")
+                    lib.log(f"  {added}")
                     tiers[label], _ = tier_suite(ctx, cfg, full=False, replay_run=replay_run, floor_url=floor_url)
                     tiers[label]["background"] = added
                     # The machine's state at this tier: the same raw work, measured again now.
-                    tiers[label]["floor"] = run_floor(floor_url)
+                    tiers[label]["floor"] = lib.run_floor(floor_url, *cfg["floor_args"])
                 result["explain_at_largest_tier"] = sc.explain(ctx, replay_run.pk)
             tiers["x1"]["floor"] = result["floor"]
             result["tiers"] = tiers
             result["web_process_log_tail"] = ctx.web.log()[-2000:]
-    log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
-    result["fair_use"] = fair_use.in_own_process(quick=args.quick)
+    lib.log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
+    result["fair_use"] = fair_use.in_own_process(size=args.size)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     result["total_seconds"] = round(time.time() - began, 1)
     rows = figures(result)
@@ -253,7 +273,7 @@ def main() -> int:
     (out / "summary.md").write_text(md)
     print()
     print(md)
-    log(f"written {out / 'summary.json'} and {out / 'summary.md'} in {result['total_seconds']} s")
+    lib.log(f"written {out / 'summary.json'} and {out / 'summary.md'} in {result['total_seconds']} s")
     return 0
 
 
@@ -560,7 +580,3 @@ def markdown(r: dict[str, Any]) -> str:
             cells = [f"{_fmt(row.get(k))} ({_fmt(row.get(k + '_vs_x1'))}x)" for k in tiers]
             lines.append(f"| {row['figure']} ({row['unit']}) | {_fmt(row.get('x1'))} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

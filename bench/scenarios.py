@@ -9,7 +9,6 @@ Every time is wall-clock on this one machine (client, web, workers and PostgreSQ
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -32,12 +31,14 @@ from bench.lib import (
     sse_request,
     summary,
 )
+from bench.rows import insert_select
 from runs import services
 from runs.events import EventType
 from runs.models import Run, RunAttempt, RunEvent
 from tests.support.db import connections_named
 from tests.support.procs import proc_status
 from tests.support.sse import Event
+from tests.support.sse_writer import paced_command
 from tests.support.waiting import wait_until
 
 
@@ -394,12 +395,7 @@ def watchers(ctx: Ctx, *, n: int, events: int, interval: float) -> dict[str, Any
         sampler.start()
         cpu = CpuMeter({"web": ctx.web.pid})
         writer = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(ROOT / "bench" / "writer.py"),
-            str(run.pk),
-            str(run.generation),
-            str(events),
-            str(interval),
+            *paced_command(run.pk, run.generation, count=events, interval=interval),
             cwd=ROOT,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -449,62 +445,83 @@ def watchers(ctx: Ctx, *, n: int, events: int, interval: float) -> dict[str, Any
 # --- growth: background rows --------------------------------------------------------------------
 
 
-def add_background(ctx: Ctx, *, runs: int, events_per_run: int) -> dict[str, Any]:
-    """Finished runs of another user, each with an attempt and `events_per_run` events, inserted
-    with INSERT … SELECT generate_series; then ANALYZE (what autovacuum keeps up to date) and a
-    CHECKPOINT."""
+def add_background(url: str, *, runs: int, events_per_run: int) -> dict[str, Any]:
+    """Finished runs of another user, each with an attempt and `events_per_run` events (at least
+    3: created, started, completed), inserted with INSERT … SELECT generate_series into the
+    database at `url`; then ANALYZE (what autovacuum keeps up to date) and a CHECKPOINT."""
     t0 = time.time()
     owner, _ = User.objects.get_or_create(username="background")
     _close()
-    with psycopg.connect(ctx.url, autocommit=True) as conn:
+    run_sql, run_params = insert_select(
+        Run,
+        {
+            "id": "id",
+            "owner_id": "%(owner)s",
+            "agent": "'demo'",
+            "input": """'{"deltas": 8}'""",
+            "status": "'completed'",
+            "output": """'{"deltas": 8}'""",
+            "last_seq": "%(n)s",
+            "generation": "1",
+            "steps_used": "2",
+            "events_used": "%(n)s - 3",
+            "created_at": "created_at",
+            "started_at": "created_at",
+            "ended_at": "created_at + interval '2 s'",
+            "updated_at": "created_at + interval '2 s'",
+            "input_bytes": "13",
+            "output_bytes": "13",
+            # The input, the output and about 20 bytes an event.
+            "stored_bytes": "%(bytes)s",
+            "ended_bytes": "%(bytes)s",
+        },
+        "FROM bg",
+    )
+    attempt_sql, attempt_params = insert_select(
+        RunAttempt,
+        {
+            "run_id": "id",
+            "generation": "1",
+            "worker": "'background'",
+            "claimed_at": "created_at",
+            "heartbeat_at": "created_at",
+            "lease_expires_at": "created_at + interval '30 s'",
+            "released_at": "created_at + interval '2 s'",
+            "outcome": "'completed'",
+        },
+        "FROM bg",
+    )
+    event_sql, event_params = insert_select(
+        RunEvent,
+        {
+            "run_id": "bg.id",
+            "seq": "s",
+            "type": "CASE WHEN s = 1 THEN %(created)s WHEN s = 2 THEN %(started)s "
+            "WHEN s = %(n)s THEN %(completed)s ELSE %(delta)s END",
+            "data": "CASE WHEN s < 3 OR s = %(n)s THEN '{}'::jsonb ELSE jsonb_build_object('text', 'chunk ' || s) END",
+            "attempt": "CASE WHEN s = 1 THEN NULL ELSE 1 END",
+            "created_at": "bg.created_at",
+        },
+        "FROM bg CROSS JOIN generate_series(1, %(n)s) AS s ORDER BY bg.created_at, s",
+    )
+    given = {
+        "owner": owner.pk,
+        "n": events_per_run,
+        "bytes": 26 + 20 * events_per_run,
+        "created": EventType.RUN_CREATED.value,
+        "started": EventType.RUN_STARTED.value,
+        "completed": EventType.RUN_COMPLETED.value,
+        "delta": EventType.OUTPUT_DELTA.value,
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TEMP TABLE bg (id uuid primary key, created_at timestamptz)")
         conn.execute(
             "INSERT INTO bg SELECT gen_random_uuid(), now() - make_interval(secs => i * 3) "
             "FROM generate_series(1, %s) AS i",
             (runs,),
         )
-        conn.execute(
-            """
-            INSERT INTO runs_run (id, owner_id, agent, input, status, end_code, end_reason, ended_by, output, error,
-                parent_id, last_seq, generation, max_attempts, lost_attempts, resume_ticket, pause_requested_at,
-                max_steps, max_events, steps_used, events_used, deadline, created_at, started_at, ended_at,
-                updated_at, open_tool_calls, input_bytes, output_bytes, error_bytes, stored_bytes, ended_bytes)
-            SELECT id, %s, 'demo', '{"deltas": 8}', 'completed', '', '', '', '{"deltas": 8}', NULL, NULL, %s, 1, 3, 0,
-                '', NULL, NULL, NULL, 2, %s, NULL, created_at, created_at, created_at + interval '2 s',
-                created_at + interval '2 s', '[]', 13, 13, 0, %s, %s
-            FROM bg
-            """,
-            # Stored bytes: the input, the output and about 20 bytes an event.
-            (owner.pk, events_per_run, events_per_run - 3, 26 + 20 * events_per_run, 26 + 20 * events_per_run),
-        )
-        conn.execute(
-            """
-            INSERT INTO runs_runattempt (run_id, generation, worker, claimed_at, heartbeat_at, lease_expires_at,
-                released_at, outcome, machine, process_groups)
-            SELECT id, 1, 'background', created_at, created_at, created_at + interval '30 s',
-                created_at + interval '2 s', 'completed', '', '[]' FROM bg
-            """
-        )
-        conn.execute(
-            """
-            INSERT INTO runs_runevent (run_id, seq, type, data, attempt, created_at)
-            SELECT bg.id, s,
-                CASE WHEN s = 1 THEN %(created)s WHEN s = 2 THEN %(started)s
-                     WHEN s = %(n)s THEN %(completed)s ELSE %(delta)s END,
-                CASE WHEN s < 3 OR s = %(n)s THEN '{}'::jsonb ELSE jsonb_build_object('text', 'chunk ' || s) END,
-                CASE WHEN s = 1 THEN NULL ELSE 1 END,
-                bg.created_at
-            FROM bg CROSS JOIN generate_series(1, %(n)s) AS s
-            ORDER BY bg.created_at, s
-            """,
-            {
-                "n": events_per_run,
-                "created": EventType.RUN_CREATED.value,
-                "started": EventType.RUN_STARTED.value,
-                "completed": EventType.RUN_COMPLETED.value,
-                "delta": EventType.OUTPUT_DELTA.value,
-            },
-        )
+        for sql, defaults in ((run_sql, run_params), (attempt_sql, attempt_params), (event_sql, event_params)):
+            conn.execute(sql, {**defaults, **given})
         conn.execute("ANALYZE")
         # Flushed now, so that writing out the inserted pages does not overlap the measurements:
         # the rows are meant to be already in the database, not on their way to disk.

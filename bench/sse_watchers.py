@@ -1,6 +1,6 @@
 """Benchmark: many SSE watchers of one run on one uvicorn web process (or several).
 
-    .venv/bin/python bench/sse_watchers.py [--watchers 500] [--events 100] [--interval 0.1]
+    .venv/bin/python -m bench sse_watchers [--watchers 500] [--events 100] [--interval 0.1]
                                            [--web-processes 1] [--database-url URL]
 
 With `--web-processes N` uvicorn serves through N child processes (`--workers N`); the kernel
@@ -9,7 +9,7 @@ spreads the watchers' connections over them, and the web figures are the sum ove
 Without --database-url it starts a throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR
 --durable`) and stops it afterwards. Three processes: the web process (uvicorn), a writer that
 appends one event at a time through `runs.services.run_events_append` and records each commit's
-wall-clock time, and this one, which holds every watcher as an asyncio socket client.
+wall-clock time (tests/support/sse_writer.py), and this one, which holds every watcher as an asyncio socket client.
 
 Reported: the delay from commit to delivery over every (watcher, event) pair — p50, p99, max —
 and the web process's RSS, threads and database connections (pg_stat_activity) with the watchers
@@ -25,43 +25,17 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.lib import RESULTS, Sampler, bench_database, durable_cluster
+from bench.lib import RESULTS, Sampler, bench_database, durable_cluster, percentile
 from tests.support.procs import ROOT, Procs, group_members, proc_status
+from tests.support.sse_writer import paced_command
 
 WEB_APP_NAME = "bench-sse-web"
-
-
-def writer_main(run_id: str, generation: int, count: int, interval: float) -> int:
-    """The writer process: one event per transaction, printing `seq committed_at` after each."""
-    import django
-
-    django.setup()
-    from runs import services
-    from runs.events import EventType
-
-    for i in range(count):
-        rows = services.run_events_append(
-            run_id=run_id, generation=generation, events=[(EventType.OUTPUT_DELTA, {"text": f"delta {i}"})]
-        )
-        print(rows[-1].seq, repr(time.time()), flush=True)  # returned = committed
-        time.sleep(interval)  # pacing the load, not synchronising
-    run = services.run_complete(run_id=run_id, generation=generation, output={"deltas": count})
-    print(run.last_seq, repr(time.time()), flush=True)
-    return 0
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def main() -> int:
@@ -71,12 +45,8 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between the writer's commits")
     parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N")
     parser.add_argument("--database-url", help="an existing, empty PostgreSQL database instead of a new cluster")
-    parser.add_argument("--writer", nargs=4, metavar=("RUN", "GEN", "COUNT", "INTERVAL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    if args.writer:
-        run_id, gen, count, interval = args.writer
-        return writer_main(run_id, int(gen), int(count), float(interval))
 
     with ExitStack() as stack:
         url = args.database_url or stack.enter_context(durable_cluster()).url
@@ -150,13 +120,7 @@ def main() -> int:
             sampler = Sampler(web.pid, db_connections, interval=0.05, status=web_status)
             sampler.start()
             writer = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--writer",
-                str(run.pk),
-                str(run.generation),
-                str(args.events),
-                str(args.interval),
+                *paced_command(run.pk, run.generation, count=args.events, interval=args.interval),
                 cwd=ROOT,
                 env=env,
                 stdout=asyncio.subprocess.PIPE,
@@ -216,7 +180,7 @@ def main() -> int:
         RESULTS.mkdir(parents=True, exist_ok=True)
         out_path = RESULTS / f"sse_watchers-{time.strftime('%Y%m%d-%H%M%S')}.json"
         out_path.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nJSON: {out_path.relative_to(ROOT)}")
+        print(f"\nJSON: {out_path}")
         return 0 if complete == args.watchers else 1
 
 
@@ -246,7 +210,3 @@ def print_table(r: dict[str, Any]) -> None:
 
 def _triple(w: dict[str, Any], key: str, fmt: Any) -> str:
     return " / ".join(fmt(w[k][key]) for k in ("before_watchers", "idle_with_watchers", "peak_during_burst"))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Cancel committed → released per kind of step: await, child process, thread abandon, HTTP stream.
 
-    .venv/bin/python bench/step_kinds.py [--quick] [--samples N] [--background 200] [--tool-ms 60000]
+    .venv/bin/python -m bench step_kinds [--quick] [--samples N] [--background 200] [--tool-ms 60000]
 
 Starts a durable throwaway PostgreSQL cluster, measures the floor (`bench/floor.py`)
 in a scratch database there, then starts one uvicorn web process and two worker processes that
@@ -23,13 +23,10 @@ release write, as p50 / p99 after the commit.
 import argparse
 import json
 import os
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import (
     RESULTS,
@@ -283,7 +280,3 @@ def main() -> int:
         print(stages_markdown(report["stages"]))
     print(f"written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

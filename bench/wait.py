@@ -1,6 +1,6 @@
 """Benchmark: the server-side wait (`GET /api/runs/{id}/wait/`) of many clients on one run.
 
-    .venv/bin/python bench/wait.py [--waiters 200] [--rounds 5]
+    .venv/bin/python -m bench wait [--waiters 200] [--rounds 5]
 
 Without run_all it starts its own throwaway durable cluster and one web process (no worker: the
 run is written directly, bench.scenarios.make_running_run). Each round, `--waiters` clients (raw
@@ -14,12 +14,8 @@ answer, `wait_result` `ended` — p50/p99 over every waiter of every round.
 import argparse
 import asyncio
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import lib
 from tests.support.procs import threads_of
@@ -132,7 +128,3 @@ def main() -> int:
         result = measure(ctx, waiters=args.waiters, rounds=args.rounds)
     lib.save_and_print("wait", machine, result, args.out, figures(result), "≤")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

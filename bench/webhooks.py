@@ -1,7 +1,7 @@
 """Webhooks: deliveries per second by two workers, commit → delivered latency at a steady load, and
 what an endpoint adds to a cancel's transaction (docs/design/webhooks.md).
 
-    .venv/bin/python bench/webhooks.py [--burst 2000] [--steady 400] [--rate 20] [--cancels 300]
+    .venv/bin/python -m bench webhooks [--burst 2000] [--steady 400] [--rate 20] [--cancels 300]
 
 A durable throwaway PostgreSQL cluster, a web process and two workers (bench/lib.py `app_running`),
 and the tests' receiver in its own process (tests/support/webhook_receiver.py), which verifies every
@@ -21,8 +21,6 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib import RESULTS, app_running, durable_cluster, machine_facts, postgres_facts, summary
 from tests.support.procs import Procs, free_port, wait_log_line
@@ -138,7 +136,3 @@ def main() -> int:
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
