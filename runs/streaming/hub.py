@@ -43,10 +43,10 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
+from runs.notify.listener import Listener
 from runs.selectors import run_events_json_bounded
 from runs.selectors.event_text import run_events_frames, sse_frame
 from runs.selectors.states import run_last_seqs
-from runs.streaming.listener import Listener
 
 log = logging.getLogger(__name__)
 

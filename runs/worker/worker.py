@@ -45,9 +45,9 @@ from django.db import DatabaseError, connection
 from runs import logs, notify, services
 from runs.conf import conf
 from runs.models import Run
+from runs.notify.listener import Listener
 from runs.selectors.clock import db_now
 from runs.selectors.states import queue_next_start_in, run_worker_states
-from runs.streaming.listener import Listener
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import Execution
 from runs.worker.db import Db

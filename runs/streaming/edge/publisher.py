@@ -62,12 +62,12 @@ from django.utils import timezone
 from runs import notify
 from runs.conf import conf
 from runs.models import LIVE_VALUES
+from runs.notify.listener import conninfo
 from runs.selectors.published import runs_events_after_heads
 from runs.selectors.states import run_last_seqs_ended_since, run_last_seqs_live
 from runs.streaming import hub
 from runs.streaming.edge import grip
 from runs.streaming.edge.endings import ENDED_TTL, Endings
-from runs.streaming.listener import conninfo
 
 if TYPE_CHECKING:
     import psycopg
