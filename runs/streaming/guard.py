@@ -37,14 +37,14 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.selectors import users_active
 from runs.selectors.credentials import sessions_kept, sessions_open, token_users
 from runs.selectors.states import run_ids_live, run_owners
-from runs.streaming import hub
+from runs.streaming import hub, opening
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +157,8 @@ def _batches(keys: Collection[K]) -> Iterator[list[K]]:
         yield ordered[i : i + BATCH]
 
 
-def _recheck_sync(user_ids: set[int], token_ids: set[int], session_keys: set[str], run_ids: set[str]) -> _Found:
-    """One query per kind of key (per BATCH keys), for every stream of the process."""
-    try:
-        return _found(user_ids, token_ids, session_keys, run_ids)
-    finally:
-        connection.close()  # as every read of the stream pools: no connection outlives the call
-
-
 def _found(user_ids: set[int], token_ids: set[int], session_keys: set[str], run_ids: set[str]) -> _Found:
+    """One query per kind of key (per BATCH keys), for every stream of the process."""
     active: dict[int, bool] = {}
     for users in _batches(user_ids):
         active.update(users_active(user_ids=users))
@@ -248,8 +241,8 @@ class StreamGuard:
         try:
             # On the stream-opening pool: these are the opening checks again, and the live reads
             # must not wait behind them.
-            found = await hub.run_open_check(
-                _recheck_sync,
+            found = await opening.call(
+                _found,
                 {w.user_id for w in watches},
                 {w.token_id for w in watches if w.token_id is not None},
                 {w.session_key for w in watches if w.session_key is not None},

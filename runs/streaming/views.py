@@ -32,7 +32,8 @@ from runs.conf import conf
 from runs.http.errors import error_response_for
 from runs.http.request_end import at_request_end
 from runs.metrics import series
-from runs.streaming.checks import Opened, checked
+from runs.streaming import opening
+from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, hold
 from runs.streaming.guard import Watch, get_guard, too_many_streams
 from runs.streaming.hub import Frame, get_hub, read_frames
@@ -59,7 +60,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         held = await hold.respond(request, run_id)
         if held is not None:
             return held
-    opened = await checked(request, run_id)
+    opened = await opening.answer(open_checks, request, run_id)
     if isinstance(opened, HttpResponse):
         return opened
     # Caps and state come last (docs/design/api.md#check-order): here, on the event loop, the count is checked and

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
@@ -42,7 +42,7 @@ from runs.events import EventType
 from runs.http.errors import error_response, error_response_for
 from runs.http.request_end import at_request_end
 from runs.models import Run
-from runs.streaming import hub
+from runs.streaming import hub, opening
 from runs.streaming.checks import read_checks
 from runs.streaming.guard import Watch, get_guard, too_many_streams
 from runs.streaming.responses import Unanswered, WatchedResponse, served_under_wsgi
@@ -102,31 +102,25 @@ def _timeout(value: str | None) -> float | HttpResponse:
 
 
 def _checks(request: HttpRequest, run_id: str) -> _Admitted | HttpResponse:
-    try:
-        reader = read_checks(request, run_id)
-        if isinstance(reader, HttpResponse):
-            return reader
-        timeout = _timeout(request.GET.get("timeout"))
-        if isinstance(timeout, HttpResponse):
-            return timeout
-        return _Admitted(
-            answer=_answer_of(reader.run),
-            timeout=timeout,
-            sees_ticket=can_see_ticket(reader.user, reader.run),
-            user_id=int(reader.user.pk),
-            token_id=reader.token_id,
-            session_key=reader.session_key,
-        )
-    finally:
-        connection.close()  # the wait must not hold it
+    reader = read_checks(request, run_id)
+    if isinstance(reader, HttpResponse):
+        return reader
+    timeout = _timeout(request.GET.get("timeout"))
+    if isinstance(timeout, HttpResponse):
+        return timeout
+    return _Admitted(
+        answer=_answer_of(reader.run),
+        timeout=timeout,
+        sees_ticket=can_see_ticket(reader.user, reader.run),
+        user_id=int(reader.user.pk),
+        token_id=reader.token_id,
+        session_key=reader.session_key,
+    )
 
 
 def _read_answer(run_id: str) -> Answer | None:
-    try:
-        run = run_with_current_attempt(runs=Run.objects.select_related("owner").filter(pk=run_id)).first()
-        return None if run is None else _answer_of(run)
-    finally:
-        connection.close()
+    run = run_with_current_attempt(runs=Run.objects.select_related("owner").filter(pk=run_id)).first()
+    return None if run is None else _answer_of(run)
 
 
 def _result(status: str) -> WaitResult | None:
@@ -150,7 +144,7 @@ async def _shared_answer(feed: hub.RunFeed) -> Answer | None:
     key = (feed.run_id, feed.version)
     task = reads.get(key)
     if task is None:
-        task = reads[key] = hub.detached(feed.hub.loop, hub.run_open_check(_read_answer, feed.run_id))
+        task = reads[key] = hub.detached(feed.hub.loop, opening.call(_read_answer, feed.run_id))
         task.add_done_callback(lambda done: reads.pop(key, None) if reads.get(key) is done else None)
     return await asyncio.shield(task)
 
@@ -170,10 +164,7 @@ def _answer_bytes(admitted: _Admitted, answer: Answer, result: WaitResult) -> by
 @csrf_exempt
 @served_under_wsgi
 async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    try:
-        admitted = await hub.run_open_check(_checks, request, run_id)
-    except (DatabaseError, TimeoutError):
-        return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+    admitted = await opening.answer(_checks, request, run_id)
     if isinstance(admitted, HttpResponse):
         return admitted
     result = _result(admitted.answer.status)

@@ -45,8 +45,8 @@ from runs.http.errors import error_response, error_response_for
 from runs.models import TERMINAL_VALUES
 from runs.selectors import run_event_sizes, run_events_json_after
 from runs.selectors.states import run_status_last_seq
-from runs.streaming import hub
-from runs.streaming.checks import Opened, check
+from runs.streaming import hub, opening
+from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, publisher
 from runs.streaming.edge.link import Link, mint, read
 from runs.streaming.guard import EDGE_MARGIN, edge_streams, get_guard, too_many_streams
@@ -71,10 +71,7 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
         return None
     # This loop's own streams of each user, read (not changed) from the opening thread.
     plain = get_guard().counts
-    try:
-        return await hub.run_open_check(_connect_sync, request, run_id, plain)
-    except (DatabaseError, TimeoutError):
-        return _unavailable()
+    return await opening.answer(_connect_sync, request, run_id, plain)
 
 
 @csrf_exempt
@@ -105,7 +102,7 @@ def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         return _recover_sync(found, token, position, request.path)
     except DatabaseError:
         # Pushpin retries a failed fetch by itself (five times, backing off).
-        return _unavailable()
+        return opening.unavailable()
 
 
 def _not_pushpins(request: HttpRequest) -> HttpResponse:
@@ -119,20 +116,13 @@ def _not_pushpins(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def _unavailable() -> HttpResponse:
-    return error_response(503, "database_unavailable", "the database is unavailable; retry later")
-
-
 def _connect_sync(request: HttpRequest, run_id: str, plain: dict[int, int]) -> HttpResponse:
     # The checks and the replay on one borrowed connection: ten thousand watchers arriving
     # together is the edge's everyday load.
-    try:
-        opened = check(request, run_id)
-        if isinstance(opened, HttpResponse):
-            return opened
-        return _connect(request, opened, plain)
-    finally:
-        connection.close()
+    opened = open_checks(request, run_id)
+    if isinstance(opened, HttpResponse):
+        return opened
+    return _connect(request, opened, plain)
 
 
 def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> HttpResponse:
