@@ -108,7 +108,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
     types = opened.types
-    series.SSE_STREAMS_OPEN.inc()
+    series.stream_opened()
     try:
         yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
         next_keepalive = loop.time() + keepalive
@@ -157,7 +157,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
                 feed.drop(waiter)
     finally:
         hub.unsubscribe(feed)
-        series.SSE_STREAMS_OPEN.dec()
+        series.stream_closed()
         watch.release()
 
 

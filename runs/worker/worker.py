@@ -44,6 +44,7 @@ from django.db import DatabaseError, connection
 
 from runs import logs, notify, services
 from runs.conf import conf
+from runs.metrics import series
 from runs.models import Run
 from runs.notify.listener import Listener
 from runs.selectors.clock import db_now
@@ -125,6 +126,8 @@ class Worker:
 
     def run(self, *, install_signals: bool = True) -> int:
         """Run until stopped (or, with --once / --max-runs, until done); returns the runs finished."""
+        # The process's metrics set up at its start: a metrics directory that is refused stops it here.
+        series.made()
         loop = asyncio.new_event_loop()
         switch = sys.getswitchinterval()
         # The loop thread (notifications, token trips) competes for the GIL with the database
