@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
+from runs.http.asgi import Unanswered
 from runs.http.errors import error_response
 from runs.http.request_end import request_ended
 from runs.streaming.guard import Watch
@@ -51,12 +52,6 @@ class WatchedResponse(StreamingHttpResponse):
             super().close()
         finally:
             self.watch.release()
-
-
-class Unanswered(Exception):
-    """A wait whose 200 has begun cannot answer after all (its database lost, its caller's sight of
-    the run lost, the run deleted): its body is left unfinished, and the client's next try is
-    answered as a new request is (503, 401, 404)."""
 
 
 def served_under_wsgi(view: View) -> View:

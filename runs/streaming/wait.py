@@ -39,13 +39,14 @@ from runs.access import can_see_ticket
 from runs.api.selectors import run_with_current_attempt
 from runs.api.serializers import RunOutputSerializer
 from runs.events import EventType
+from runs.http.asgi import Unanswered
 from runs.http.errors import error_response, error_response_for
 from runs.http.request_end import at_request_end
 from runs.models import Run
 from runs.streaming import hub, opening
 from runs.streaming.checks import read_checks
 from runs.streaming.guard import Watch, get_guard, too_many_streams
-from runs.streaming.responses import Unanswered, WatchedResponse, served_under_wsgi
+from runs.streaming.responses import WatchedResponse, served_under_wsgi
 from runs.transitions import Status, is_terminal
 
 # The longest wait one request may ask for, and the wait when it asks for none: a client that
