@@ -1,31 +1,7 @@
-"""Fair use of the streams a web process serves (docs/design/streaming.md#limits): the per-user cap and the periodic
-re-check of who holds each open stream — those it holds itself, and those the edge holds for it.
-
-- **The cap.** A stream that passed its checks is admitted by `StreamGuard.admit`, which counts it
-  against its user's `RUNLEDGER_MAX_STREAMS_PER_USER` in this process, or refuses it (the view
-  answers 429). The count is checked and taken in one step on the event loop, with no await in
-  between, so a burst of opens cannot all slip under the cap. It is given back exactly once
-  (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
-  body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
-  runs.asgi's handler calls what the view registered (runs.http.request_end), Django's own
-  closes the response, and under a WSGI server (runserver) closing the response does both
-  (runs.streaming.responses). Under Django's own handler a client can also leave between the view's
-  answer and the response being sent, where nothing says so: a slot whose body has not started
-  `RUNLEDGER_SSE_START_SECONDS` after it was taken is given back then (`Watch.start`).
-- **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
-  stream's (user, credential, run) at once: a handful of queries for the whole process, never
-  one per stream (`_recheck_sync`). A stream whose user was deactivated or deleted, whose token
-  was deleted or expired, whose session ended (logged out, flushed or expired), or whose run it may no
-  longer see (deleted, or the permission to see others' runs taken away) is ended: `Watch.end`
-  sets a flag the stream looks at between frames and wakes it if it is waiting. The client
-  reconnects and is answered 401 or 404 like any new stream. A failed re-check ends nothing.
-- **The edge's streams** (`EdgeStreams`) count against the same cap, in the process that answered
-  their connect or last fetched their link: from the connect until their run ended, their link
-  expired, or Pushpin stopped fetching it (`EDGE_MARGIN` seconds after the fetch it was due) — a
-  client that left is noticed only then, as Pushpin does not say; the first fetch after a connect
-  comes sooner than the others for that reason (grip.link_timeout). Each fetch of the link runs the
-  same re-check for that stream (`EdgeStreams.allowed`, its answer kept for
-  `RUNLEDGER_SSE_RECHECK_SECONDS` so the watchers of one run by one user cost one).
+"""Fair use of the streams a web process serves (docs/design/streaming.md#limits): the per-user cap
+(`StreamGuard.admit`, each slot given back once by `Watch.release`) and the periodic re-check of
+who holds each open stream, those the edge holds for it included (`EdgeStreams`)
+(docs/design/streaming.md#guard says how).
 """
 
 import asyncio

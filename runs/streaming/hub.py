@@ -1,30 +1,6 @@
-"""The per-process hub that feeds SSE streams (docs/design/streaming.md#hub): one feed per watched run, shared reads.
-
-What a stream sends comes only from the events table. Everything here is about *when* to read it
-and how to read it once for many watchers:
-
-- one `Listener` per process (started lazily with the first stream) turns `runledger_events`
-  notifications into wake-ups of the feed of that run; its (re)connect wakes every feed, since
-  notifications sent while it was down are lost;
-- each feed has one pump task that reads `seq > head` when woken; all watchers of the run share
-  that read and its already-encoded frames — one query per run per wake-up, not per watcher;
-- a tick every `RUNLEDGER_POLL_SECONDS` (`RUNLEDGER_SQLITE_POLL_SECONDS` on SQLite, which has no
-  LISTEN) compares every watched run's `last_seq` with its feed's head in one query for the whole
-  process and wakes the feeds that are behind: a lost notification delays, never loses, and the
-  backstop costs one query per process per tick however many runs are watched;
-- a watcher behind the feed's buffer (replay, a slow client) reads the table itself, through
-  `RunFeed.read`, which coalesces identical reads (a reconnect storm on one cursor) — but only
-  with a read started since the feed last advanced, so a joined read never predates what the
-  watcher knows is committed;
-- reads run in short calls on a small thread pool that close their connection: an idle stream
-  holds no database connection and no query runs per watcher while nothing happens.
-- every read is bounded in rows (`PAGE`) and in bytes (RUNLEDGER_MAX_PAGE_BYTES, at least one
-  event), and a feed's buffer in frames and bytes (`BUFFER`, `BUFFER_BYTES`): a watched run of big
-  events costs a process a few MB, whatever its events hold.
-
-Why reading `seq > head` is enough: seq is allocated under the run's row lock in the inserting
-transaction, so seq n+1 cannot commit before n does; whatever a read returns is contiguous from
-head + 1. Nothing trusts a notification's payload beyond "look again".
+"""The per-process hub that feeds SSE streams (docs/design/streaming.md#hub): one feed per watched run,
+one shared read per wake-up, the events encoded once as frames, and a poll backstop
+(docs/design/streaming.md#hub-reads says how).
 """
 
 import asyncio

@@ -1,22 +1,9 @@
 """The SSE stream of a run's events (docs/design/streaming.md#stream): a plain async view, read-only.
 
-`GET /api/runs/{id}/stream/?after_seq=N` replays the stored events with seq > N, then follows new
-ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
-`EventSource` sends on reconnect), else `after_seq`, else 0, and each SSE `id:` is the bare seq,
-so a reconnect resumes exactly after the last event the client fully received. Where the frames
-come from, and how many watchers share one read, is hub.py. With `?types=` (docs/design/streaming.md#types)
-a watcher sends only the frames of those types and the terminal one, picked from the shared frames
-as it sends them; its cursor still passes the others.
-
-Checks run in the order of docs/design/api.md#check-order (checks.py): authentication (401), visibility
-(404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
-a live run's end), then the user's cap of streams in this process, the edge's it answered for
-included (429; guard.py, which also ends open streams whose user, credential or sight
-of the run is gone). A stream ends cleanly after `RUNLEDGER_SSE_MAX_SECONDS`, between whole
-frames: the client reconnects with its Last-Event-ID. Closing the stream only stops this generator: nothing here writes, but for the
-count of a failed token attempt. Behind the edge (`RUNLEDGER_GRIP_URL`), a client's connect that
-Pushpin signed is answered with the replay and hold instructions instead, and Pushpin holds the
-stream (edge/hold.py, which also answers Pushpin's fetches of the stream's link).
+Its checks run on the opening threads (opening.py, checks.py), then the user's cap (guard.py);
+the body sends the hub's shared frames (hub.py) until the terminal event, the stream's lifetime or
+the re-check's end. Behind the edge (`RUNLEDGER_GRIP_URL`) a connect Pushpin signed is answered by
+edge/hold.py instead.
 """
 
 import asyncio

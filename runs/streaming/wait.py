@@ -1,25 +1,7 @@
 """A server-side wait (docs/design/streaming.md#wait): `GET /api/runs/{id}/wait/?timeout=S` answers
-the run's JSON (GET /api/runs/{id}/'s) plus `wait_result` as soon as the run has ended (`ended`) or
-waits (`waiting`: paused, or asking for input), else after S seconds (`timeout`, the run as it is).
-
-For a program with no SSE client (a cron job, a shell script) that needs only to know when. It
-waits as a stream does, on the hub's wake-ups (hub.py): its checks and its reads run on the hub's
-opening threads, each closing its connection, so while it waits it holds no thread and no database
-connection, only a place among its run's feed's waiters. It counts against its user's cap of
-streams (guard.py: 429), and the periodic re-check ends it as it ends a stream. The watchers of one
-run woken by the same advance of its feed share one read of the run (`_shared_answer`).
-
-A wait that must wait answers as a stream does: the head (200) at once, the body when the wait
-ends. So the middleware chain runs when the waiter arrives, not when the waiters of a run all
-answer at once (its synchronous steps are hops to one shared thread: 200 waiters answered in
-0.6-1 s that way, against a few ms). The price is that a wait which cannot answer after all (the
-database lost, the caller's sight of the run lost, the run deleted) leaves its body unfinished
-(`Unanswered`): the client's next try is answered as a new request (503, 401, 404). Under a WSGI
-server, which sends nothing before the body's first chunk, such a wait is a 503 to retry instead
-(responses.py).
-
-Checks, in the order of docs/design/api.md#check-order: authentication (401), visibility (404),
-method (405), `timeout` (400), then the cap (429).
+the run's JSON plus `wait_result` once the run has ended or waits, else after S seconds. It waits
+as a stream does, on the hub's wake-ups, with the same checks, cap and re-check
+(docs/design/streaming.md#wait-answer says how it answers).
 """
 
 import asyncio

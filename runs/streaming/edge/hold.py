@@ -1,32 +1,7 @@
-"""The streams the edge holds (docs/design/edge.md#grip): a client's connect, answered with the replay and hold
-instructions, and Pushpin's fetches of the stream's link, each answered the same way or with the
-stream's end.
-
-- **A client's connect** (`respond`, on the stream's path `…/stream/`, signed by Pushpin —
-  `grip.signed_by_pushpin`) carries the client's credentials: it is checked exactly as a stream
-  the web process serves itself (runs/streaming/checks.py: 401, 404, 400, 204), then counted
-  against the user's cap of streams (`EdgeStreams`, runs/streaming/guard.py: 429). The position
-  is the client's `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The
-  hold's link is `…/stream/link/`, with a token minted for this run, this user and this
-  credential, until the stream's lifetime (link.py), which Pushpin returns with each fetch
-  (`grip.LINK_CHANNEL`).
-- **Pushpin's fetch of that link** (`recover`: after a gap, or every link timeout,
-  busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
-  with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
-  nothing (401 or 404 unless signed, `_not_pushpins`; an empty end if signed). Each fetch
-  re-checks the token's holder as the web processes re-check their own streams: a deactivated or
-  deleted user, a deleted token, an ended session, or a run no longer visible ends the stream
-  with nothing more, and the token's expiry — the lifetime plain streams have — with the events
-  it missed. Ending is a 2xx without hold instructions: Pushpin ends the client's stream, whose
-  reconnect (with Last-Event-ID) is checked as a new connect. The position is `Grip-Last`'s (never
-  the link's, fixed at the connect).
-
-The answer is an ordinary finite response — the events after the position, read from the table,
-at most REPLAY_MAX of them and about REPLAY_MAX_BYTES — plus, while the run is live and the replay
-reached its last event, hold instructions on the run's channel with the last id sent, so Pushpin
-keeps the client and follows with what the publisher (publisher.py) sends. A replay that
-reaches the terminal event, or stops short of the last one stored, ends there without a hold: the
-client reconnects with its Last-Event-ID for the rest, as from a web process's own stream.
+"""The streams the edge holds (docs/design/edge.md#hold): a client's connect through Pushpin, checked
+as a stream the web process serves itself and answered with the replay and hold instructions
+(`respond`), and Pushpin's fetches of the stream's link, answered the same way or with the
+stream's end (`recover`).
 """
 
 import logging
