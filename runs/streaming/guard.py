@@ -1,5 +1,5 @@
 """Fair use of the streams a web process serves (docs/design/streaming.md#limits): the per-user cap
-(`StreamGuard.admit`, each slot given back once by `Watch.release`) and the periodic re-check of
+(`StreamGuard.take_slot`, each slot given back once by `Watch.release`) and the periodic re-check of
 who holds each open stream, those the edge holds for it included (`EdgeStreams`)
 (docs/design/streaming.md#guard says how).
 """
@@ -162,7 +162,7 @@ class StreamGuard:
         self.recheck_seconds = conf.SSE_RECHECK_SECONDS
         self._task: asyncio.Task[None] | None = None
 
-    def admit(self, *, user_id: int, token_id: int | None, session_key: str | None, run_id: str) -> Watch | None:
+    def take_slot(self, *, user_id: int, token_id: int | None, session_key: str | None, run_id: str) -> Watch | None:
         """Count a new stream of the user, or None when the user already holds the cap."""
         cap = conf.MAX_STREAMS_PER_USER
         held = self.counts.get(user_id, 0)
@@ -268,7 +268,7 @@ class EdgeStreams:
                 del held[link]
             return len(held)
 
-    def admit(self, *, user_id: int, link: str, run_id: str, until: float, plain: int) -> bool:
+    def take_slot(self, *, user_id: int, link: str, run_id: str, until: float, plain: int) -> bool:
         """Count a new edge stream of the user, unless the user already holds the cap together
         with `plain`, the streams this process serves them itself. At the cap, the streams of runs
         that have ended since are let go first (their streams ended with them): one query, only then."""

@@ -52,7 +52,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return opened
     # Caps and state come last (docs/design/api.md#check-order): here, on the event loop, the count is checked and
     # taken in one step; a 204 above never counted.
-    watch = get_guard().admit(
+    watch = get_guard().take_slot(
         user_id=opened.user_id, token_id=opened.token_id, session_key=opened.session_key, run_id=opened.run_id
     )
     if watch is None:

@@ -155,7 +155,7 @@ async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return _no_store(
             HttpResponse(_answer_bytes(admitted, admitted.answer, result), content_type="application/json")
         )
-    watch = get_guard().admit(
+    watch = get_guard().take_slot(
         user_id=admitted.user_id, token_id=admitted.token_id, session_key=admitted.session_key, run_id=run_id
     )
     if watch is None:

@@ -115,7 +115,7 @@ def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> Htt
     # Counted first, before the replay is read: a refused connect costs no read. A finished run's
     # stream ends with its replay, so it holds nothing.
     counted = not opened.terminal
-    if counted and not edge_streams.admit(
+    if counted and not edge_streams.take_slot(
         user_id=held.user_id, link=token, run_id=held.run_id, until=_until(timeout), plain=plain.get(held.user_id, 0)
     ):
         return error_response_for(too_many_streams())
