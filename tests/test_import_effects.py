@@ -3,14 +3,16 @@ interpreter once Django is set up, leaves the environment, the settings, prometh
 class and Django's signal receivers as they were. What a process must set up is done at its start
 (runworker, the ASGI wrapper) or first use (docs/design/operations.md#metrics-store)."""
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
+from runs.conf import conf
+from runs.worker.db import Db
 from tests.support.local_files import run_python
-
-pytestmark = [pytest.mark.sqlite, pytest.mark.timeout(120)]
 
 IMPORT_EVERYTHING = """
 import importlib, json, os, pkgutil, warnings, weakref
@@ -61,6 +63,8 @@ print(json.dumps({
 """
 
 
+@pytest.mark.sqlite
+@pytest.mark.timeout(120)
 def test_importing_every_module_of_the_app_changes_no_environment_variable_setting_or_global(tmp_path: Path) -> None:
     done = run_python(
         IMPORT_EVERYTHING,
@@ -77,3 +81,26 @@ def test_importing_every_module_of_the_app_changes_no_environment_variable_setti
     assert found["settings"] == []
     assert found["value_class_kept"] is True
     assert found["receivers"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(30)
+def test_a_workers_lanes_end_their_own_sessions_idle_in_a_transaction_past_a_lease_once_made() -> None:
+    """A worker's lanes, once made (at its start), give their connections, and only theirs, the
+    server-side bound on a transaction left idle."""
+
+    def timeout_ms() -> str:
+        with connection.cursor() as cursor:
+            # In milliseconds, whatever unit it was set in.
+            cursor.execute("SELECT setting FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout'")
+            row = cursor.fetchone()
+            assert row is not None
+            return str(row[0])
+
+    db = Db(work_threads=1)
+    try:
+        on_lanes = asyncio.run(db.control.call(timeout_ms))
+    finally:
+        db.stop()
+    assert on_lanes == str(int(conf.LEASE_SECONDS * 1000))
+    assert timeout_ms() == "0"  # this thread's connection is no lane's
