@@ -338,3 +338,13 @@ def test_every_site_variable_the_guides_name_is_declared_in_the_registry() -> No
     }
     assert named and named - {"DJANGO_SETTINGS_MODULE"} <= declared, named - declared
     assert {"DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_SECURE_HSTS_SECONDS", "DJANGO_CORS_ALLOWED_ORIGINS"} <= named
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(60)
+def test_a_bad_database_url_stops_the_site_at_load_naming_the_variable_never_its_password() -> None:
+    refused = _run("manage.py", "check", DATABASE_URL="mysql://runledger:hunter2-secret@db.internal/runledger")
+    assert refused.returncode != 0
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last == "django.core.exceptions.ImproperlyConfigured: DATABASE_URL must be a postgres:// or sqlite:// URL"
+    assert "hunter2-secret" not in refused.stderr
