@@ -1,7 +1,8 @@
 """The standalone site's ASGI application: `uvicorn config.asgi:application`.
 
-Django's own, with the app's wrapper (runs/asgi.py says what it adds), as any host project may
-apply it; this site also serves its static files when no web server is in front (embedded default).
+Django's own, wrapped by `runs.asgi.wrap` (the web process's start around the app's ASGI wrapper,
+runs/http/asgi.py), as any host project may apply it; this site also serves its static files when
+no web server is in front (embedded default).
 """
 
 import os

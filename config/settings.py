@@ -1,10 +1,8 @@
-"""Runledger settings.
+"""The standalone site's settings (docs/design/deployment.md#settings).
 
-`DATABASE_URL` selects the database (postgres://… or sqlite:///path); without it the embedded
-default is a SQLite file next to the project. Every setting of the app (`RUNLEDGER_*`, runs/conf.py)
-is read from the environment variable of the same name, as any project can with
-`runs.conf.settings_from_environment()`, so tests can make intervals short; the site's own
-variables are in config/environment.py.
+Its environment is read through two registries: the app's settings (`RUNLEDGER_*`, runs/conf.py),
+as any project can with `runs.conf.settings_from_environment()`, and the site's own (`DATABASE_URL`,
+`DJANGO_*` and a few `RUNLEDGER_*`, config/environment.py).
 """
 
 import contextlib
@@ -19,7 +17,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.environment import BASE_DIR, Site, site
+from config.environment import BASE_DIR, LOCAL_HOSTS, Site, site
 from runs.api.schema_settings import SCHEMA_SETTINGS
 from runs.conf import AppSettings, settings_from_environment
 
@@ -30,43 +28,6 @@ app = AppSettings(os.environ)
 _refused = site.value_problems() + app.value_problems()
 if _refused:
     raise ImproperlyConfigured("; ".join(_refused))
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit():
-        raise ImproperlyConfigured(f"{name} must be a whole number ≥ 0, not {raw!r}")
-    return int(raw)
-
-
-def _env_list(name: str, default: list[str]) -> list[str]:
-    if name not in os.environ:
-        return default
-    return [item.strip() for item in os.environ[name].split(",") if item.strip()]
-
-
-def _is_origin(text: str) -> bool:
-    try:
-        parts = urlsplit(text)
-    except ValueError:  # an unclosed [ of an IPv6 address
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.netloc) and text == f"{parts.scheme}://{parts.netloc}"
-
-
-def _env_origins(name: str) -> list[str]:
-    """Origins (`https://app.example.com`, a port if it is not the scheme's) from a comma list,
-    each refused here unless it is one: a path, a trailing slash or `*` would match no browser's
-    Origin header, and the site would refuse its pages without saying why."""
-    origins = _env_list(name, [])
-    for origin in origins:
-        if not _is_origin(origin):
-            raise ImproperlyConfigured(
-                f"{name} must list origins such as https://app.example.com (a scheme and a host, a port if need "
-                f"be, nothing after it), not {origin!r}"
-            )
-    return origins
 
 
 # Connections a web process may hold at once on PostgreSQL (RUNLEDGER_DB_POOL_SIZE): its stream
@@ -148,16 +109,12 @@ def sqlite_database(path: Path) -> dict[str, Any]:
     }
 
 
-# Hosts a machine reaches only from itself: the embedded default, tests and a proxy on the same box.
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]", "testserver")
-
-
 def _secret_key(allowed_hosts: list[str]) -> str:
     """DJANGO_SECRET_KEY; required as soon as any host beyond this machine is allowed, so a public
     deployment never signs sessions with a key anyone could read. Refused here, at settings load,
     so every command and every server refuses alike. The embedded default keeps a random key of
     its own in a file beside the project (RUNLEDGER_LOCAL_SECRET_FILE), made on first use."""
-    key = os.environ.get("DJANGO_SECRET_KEY", "")
+    key = site.DJANGO_SECRET_KEY
     if key:
         return key
     public = [host for host in allowed_hosts if host not in LOCAL_HOSTS]
@@ -207,26 +164,26 @@ def _read_private(path: Path) -> str:
         return file.read()
 
 
-DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
-ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", list(LOCAL_HOSTS))
+DEBUG = site.DJANGO_DEBUG
+ALLOWED_HOSTS = site.DJANGO_ALLOWED_HOSTS
 SECRET_KEY = _secret_key(ALLOWED_HOSTS)
-CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+CSRF_TRUSTED_ORIGINS = site.DJANGO_CSRF_TRUSTED_ORIGINS
 
 # Behind a TLS-terminating proxy (deploy/nginx.conf.template): cookies only over HTTPS, HSTS, plain
 # HTTP redirected, and the proxy's X-Forwarded-Proto trusted to say which it was — the proxy must
 # set it (the template does), or a client could claim HTTPS. The health checks answer over plain
 # HTTP too, for load balancers. HSTS covers subdomains and asks for preloading by default, as
 # `check --deploy` expects; DJANGO_SECURE_HSTS_PRELOAD=0 opts out.
-SECURE_HTTPS = os.environ.get("DJANGO_SECURE_HTTPS", "") == "1"
+SECURE_HTTPS = site.DJANGO_SECURE_HTTPS
 if SECURE_HTTPS:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = True
     SECURE_REDIRECT_EXEMPT = [r"^healthz/$", r"^readyz/$"]
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_HSTS_SECONDS = _env_int("DJANGO_SECURE_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_SECONDS = site.DJANGO_SECURE_HSTS_SECONDS
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = os.environ.get("DJANGO_SECURE_HSTS_PRELOAD", "1") == "1"
+    SECURE_HSTS_PRELOAD = site.DJANGO_SECURE_HSTS_PRELOAD
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -255,8 +212,8 @@ MIDDLEWARE = [
 # gives a host, with django-cors-headers (the cors extra), for the app's API only. Cookies too only
 # with DJANGO_CORS_ALLOW_CREDENTIALS=1, which also trusts those origins' writes for CSRF (each write
 # still carries the CSRF token).
-_cors_origins = _env_origins("DJANGO_CORS_ALLOWED_ORIGINS")
-_cors_credentials = os.environ.get("DJANGO_CORS_ALLOW_CREDENTIALS", "") == "1"
+_cors_origins = site.DJANGO_CORS_ALLOWED_ORIGINS
+_cors_credentials = site.DJANGO_CORS_ALLOW_CREDENTIALS
 if _cors_credentials and not _cors_origins:
     raise ImproperlyConfigured("DJANGO_CORS_ALLOW_CREDENTIALS=1 needs the origins, in DJANGO_CORS_ALLOWED_ORIGINS")
 if _cors_origins:
@@ -298,8 +255,8 @@ TEMPLATES = [
 ]
 
 DATABASES = {
-    "default": database_from_url(os.environ["DATABASE_URL"])
-    if os.environ.get("DATABASE_URL")
+    "default": database_from_url(site.DATABASE_URL)
+    if site.DATABASE_URL
     else sqlite_database(BASE_DIR / "runledger.sqlite3")
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

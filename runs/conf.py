@@ -1,16 +1,10 @@
-"""The settings registry: every `RUNLEDGER_*` setting of the app, declared once
-(docs/design/deployment.md#settings).
+"""The settings registry: every `RUNLEDGER_*` setting of the app, declared once, with its kind,
+default, processes and doc (docs/design/deployment.md#settings).
 
-A declaration says what the setting must be, its default, which processes read it and what it
-does (runs/setting_kinds.py has the kinds). The app reads each through `conf`
-(`conf.LEASE_SECONDS`): a project that did not set one gets its default, so a host project sets
-only what it wants. One validation comes from the same declarations: the system check `runs.E002`
-everywhere, which `runworker`, `runedge` and the ASGI application also apply under
-`--skip-checks` (`conf.require()`). The app never reads the environment: a settings module that
-wants the `RUNLEDGER_*` variables takes them with `settings_from_environment()`, which refuses a
-bad value at settings load, as the standalone site does; `check` warns of variables the settings
-do not hold (`runs.W001`). A read trusts those checks: it converts, never refuses.
-`AppSettings.reference()` renders the docs' table from the declarations.
+The app reads each through `conf` (`conf.LEASE_SECONDS`), a project's default where unset; one
+validation (`problems`) serves the system check `runs.E002` and `conf.require()` at each process's
+start; `settings_from_environment()` takes the variables for a settings module; the docs' table is
+`AppSettings.reference()`.
 """
 
 import hashlib

@@ -9,7 +9,7 @@ names; `problems` is the one validation of them all.
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -37,7 +37,7 @@ class Setting(Generic[T]):
         self.name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = PREFIX + name
+        self.name = getattr(owner, "prefix", PREFIX) + name
 
     @overload
     def __get__(self, registry: None, owner: type | None = None) -> Self: ...
@@ -210,7 +210,9 @@ def pattern(regex: str) -> Callable[[str], bool]:
 
 class Registry:
     """Settings declared as class attributes, read from Django's settings or, given `environ`,
-    from the environment variables of the same names."""
+    from the environment variables of the same names (`prefix` and the attribute's)."""
+
+    prefix: ClassVar[str] = PREFIX
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ

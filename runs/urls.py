@@ -1,13 +1,9 @@
-"""The app's URLs, under the `runs` namespace, in three groups a host may include apart:
-
-- `api`: the REST API and the SSE streams (`api/…`);
-- `pages`: the end-user pages (`runs/`, `runs/<id>/`, and the bare prefix sending there);
-- `operations`: the probes and `/metrics/` (`healthz/`, `readyz/`, `metrics/`).
-
-`path("<prefix>/", include("runs.urls"))` takes all three; `include(parts("api", "operations"))`
-only those named, still under the one namespace (two includes of one namespace would let `reverse`
-see only one of them). The staff console and its dashboard come with the admin site's own URLs
-(runs.admin).
+"""The app's URLs, under the `runs` namespace, in three groups a host may include apart
+(docs/how-to/embed.md): `api` (the REST API and the SSE streams), `pages` (the end-user pages) and
+`operations` (the probes and /metrics/). `path("<prefix>/", include("runs.urls"))` takes all three;
+`include(parts("api", "operations"))` only those named, still under the one namespace (two
+includes of one namespace would let `reverse` see only one). The staff console comes with the
+admin site's URLs (runs.admin).
 """
 
 from django.urls import URLPattern, URLResolver, include, path

@@ -73,7 +73,9 @@ def run_script(owner: User, script: list[Any]) -> Run:
 
 
 def lost_attempts_counted() -> float:
-    return sum(sample.value for sample in series.ATTEMPTS_LOST.collect()[0].samples if sample.name.endswith("_total"))
+    return sum(
+        sample.value for sample in series.made().ATTEMPTS_LOST.collect()[0].samples if sample.name.endswith("_total")
+    )
 
 
 def stored(run: Run) -> list[tuple[str, Any]]:

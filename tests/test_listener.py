@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from runs import notify, services
-from runs.streaming.listener import Listener
+from runs.notify.listener import Listener
 from tests.factories import queued_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

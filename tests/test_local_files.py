@@ -104,7 +104,7 @@ def test_a_secret_key_file_of_another_user_is_refused(tmp_path: Path) -> None:
 COUNT_AND_LOOK = """
 import json, os, stat
 from runs.metrics import series, store
-series.EVENTS_APPENDED.inc()
+series.made().EVENTS_APPENDED.inc()
 where = store.directory()
 print(json.dumps({
     "directory": where,

@@ -195,7 +195,7 @@ def test_a_list_of_runs_leaves_the_partial_output_to_the_run_itself(alice: User)
 
 
 def usage_counted(agent: str, counter: str) -> float:
-    samples = series.USAGE.collect()[0].samples
+    samples = series.made().USAGE.collect()[0].samples
     return sum(
         s.value for s in samples if s.name.endswith("_total") and s.labels == {"agent": agent, "counter": counter}
     )

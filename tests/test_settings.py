@@ -308,3 +308,43 @@ def test_the_settings_reference_has_a_row_for_each_setting_with_its_default_mean
     assert rows["RUNLEDGER_WORKER_LISTEN"].split(" | ")[2] == "1"
     assert rows["RUNLEDGER_TOOL_ENV"].split(" | ")[2] == "empty"
     assert Site.reference().count("\n") == len(Site.declared()) + 2
+
+
+# --- the standalone site's environment ----------------------------------------------------------------
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(10)
+def test_the_site_reads_its_environment_only_through_its_registries() -> None:
+    """Every variable config/ reads is declared (config/environment.py, runs/conf.py), so the
+    reference generated from them names each: a raw read of os.environ would be missing there."""
+    allowed = ("Site(os.environ)", "AppSettings(os.environ)", 'os.environ.setdefault("DJANGO_SETTINGS_MODULE"')
+    raw = [
+        f"{path.name}: {line.strip()}"
+        for path in sorted((ROOT / "config").glob("*.py"))
+        for line in path.read_text().splitlines()
+        if re.search(r"os\.(environ|getenv)", line) and not any(use in line for use in allowed)
+    ]
+    assert raw == []
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(10)
+def test_every_site_variable_the_guides_name_is_declared_in_the_registry() -> None:
+    declared = {s.name for s in Site.declared()}
+    guides = [ROOT / "docs" / "how-to" / name for name in ("deploy.md", "cross-origin.md", "edge.md", "frontend.md")]
+    named = {
+        name for guide in guides for name in re.findall(r"\b(?:DJANGO_[A-Z_]*[A-Z]|DATABASE_URL)\b", guide.read_text())
+    }
+    assert named and named - {"DJANGO_SETTINGS_MODULE"} <= declared, named - declared
+    assert {"DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_SECURE_HSTS_SECONDS", "DJANGO_CORS_ALLOWED_ORIGINS"} <= named
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(60)
+def test_a_bad_database_url_stops_the_site_at_load_naming_the_variable_never_its_password() -> None:
+    refused = _run("manage.py", "check", DATABASE_URL="mysql://runledger:hunter2-secret@db.internal/runledger")
+    assert refused.returncode != 0
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last == "django.core.exceptions.ImproperlyConfigured: DATABASE_URL must be a postgres:// or sqlite:// URL"
+    assert "hunter2-secret" not in refused.stderr

@@ -24,7 +24,7 @@ from runs import services
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import ApiToken, Run
 from runs.services.tokens import token_create
-from runs.streaming.guard import _recheck_sync
+from runs.streaming.guard import _found
 from tests.factories import queued_run, running_run
 from tests.support.browser import give_password, site_login
 from tests.support.db import token_for
@@ -458,7 +458,7 @@ def test_a_recheck_costs_the_same_few_queries_for_hundreds_of_streams_as_for_one
         tokens = {token_create(user=user, name="t")[0].pk: user.pk for user in users}
         sessions = {session_cookie(user)[0].session.session_key or "" for user in users}
         with CaptureQueriesContext(connection) as captured:
-            found = _recheck_sync({u.pk for u in users}, set(tokens), sessions, {str(r.pk) for r in runs})
+            found = _found({u.pk for u in users}, set(tokens), sessions, {str(r.pk) for r in runs})
         assert found.active_users == {user.pk: False for user in users}
         assert found.token_users == tokens
         assert found.sessions == sessions

@@ -1,14 +1,9 @@
-"""What every web entry of the app shares, owned by none of them: the API (runs/api/), the stream
-and its edge (runs/streaming/), the probes, /metrics/, the sign-in pages and the ASGI wrapper.
-
-    errors.py          the one error shape, docs/design/api.md#errors (`error_body`,
-                       `error_response`, `error_response_for`)
-    authentication.py  the token header (an API token's key) and the session, read as the API reads
-                       them, outside DRF's views too
-    throttles.py       the failed sign-ins and token attempts, counted per client address (and per
-                       username), refused beyond the limit: every token attempt goes through it
-    request_end.py     what a view has called once its request has surely ended (the ASGI
-                       wrapper calls it)
-
-It imports nothing above the models: whatever answers HTTP may build on it.
+"""What every web entry of the app shares, owned by none of them (the API, the streams, the probes,
+/metrics/, the sign-in pages); it imports nothing above the models and selectors:
+    asgi.py            the ASGI wrapper: dispatch by kind of view, body limit, request end, static
+    errors.py          the one error shape (docs/design/api.md#errors)
+    authentication.py  the token header and the session, read as the API reads them
+    throttles.py       failed sign-ins and token attempts, counted and refused beyond the limit
+    request_end.py     what a view has called once its request has surely ended
+    outbound.py        the address guard every outbound request goes through
 """

@@ -1,13 +1,8 @@
 """Who a request is (docs/design/api.md#authentication), read the same way on every endpoint: the
-token header (`Authorization: Token <key>`, programs; the key looked up by its digest,
-runs.models_tokens) for the API, the stream and /metrics/ alike, and the session (browsers:
-EventSource sends no headers).
-
-Every token attempt is throttled per client address (runs.http.throttles): a request that carries
-a token header from an address with too many recent failures is refused with `TooManyRequests`
-(429) whatever its key — a valid key too, or a guesser who hits one would go on — and a failed one
-is counted. Requests without a token header (the session) are neither checked nor
-counted. The API's DRF authentication class (runs.api.authentication) is this, inside DRF.
+token header (`Authorization: Token <key>`, looked up by its digest) for the API, the stream and
+/metrics/ alike, and the session (browsers: EventSource sends no headers). Every token attempt is
+throttled per client address first (throttles.py): from a blocked address even a valid key is a
+429. The API's DRF authentication class (runs.api.authentication) is this, inside DRF.
 """
 
 from datetime import timedelta

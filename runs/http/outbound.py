@@ -1,13 +1,9 @@
 """Requests the platform sends to addresses its users chose (webhooks): only to public addresses,
-checked on the address actually connected to (docs/design/webhooks.md#safe-requests).
-
-A name is resolved once per connection, every address it gives is checked, and the connection is
-made to the checked address itself: no second resolution between the check and the connect that a
-DNS answer changed in between could slip a private address through. The request keeps its host
-name (the Host header, TLS's SNI and certificate check), only the socket goes to the address.
-No proxy from the environment, no redirects: both would send the request somewhere unchecked.
-A URL being registered is checked without DNS (`url_problem`): a request thread never waits on a
-resolver, and no answer says what a name resolves to.
+checked on the address actually connected to (docs/design/webhooks.md#safe-requests). A name is
+resolved once per connection and the socket goes to the checked address itself, the request
+keeping its host name (Host, SNI, the certificate check); no proxy from the environment and no
+redirects, which would send it somewhere unchecked. A URL being registered is checked without DNS
+(`url_problem`).
 """
 
 import asyncio

@@ -1,13 +1,9 @@
-"""What a view has called once its request has surely ended, whatever happened to it: a stream's
-slot of its user's cap, given back even when the client left before the stream's body ever ran
-(an unstarted async generator runs no `finally`).
-
-The view registers with `at_request_end`, in what the server handed the request: its ASGI scope,
-or under a WSGI server its environ. Once the request is over, the app's ASGI wrapper (runs.asgi)
-calls what was registered in the scope, and under WSGI the stream's own relay
-(runs.streaming.responses) what was registered in the environ (`request_ended`). Django's own ASGI
-handler calls nothing here: whatever registers must also be given back another way
-(runs.streaming.guard says how).
+"""What a view has called once its request has surely ended, whatever happened to it
+(docs/design/streaming.md#guard): a stream's slot, given back even when the client left before the
+stream's body ever ran. The view registers with `at_request_end` in its ASGI scope or WSGI environ;
+the app's ASGI wrapper (asgi.py) or, under WSGI, the stream's relay (runs.streaming.responses) calls
+it (`request_ended`). Django's own ASGI handler calls nothing here: whatever registers must also be
+given back another way.
 """
 
 from collections.abc import Callable

@@ -1,42 +1,7 @@
-"""Throttled sign-ins and token attempts (docs/design/fair-use.md#sign-in-throttle): the one count
-of failed authentications that every web entry shares (the API, the stream, /metrics/, the sign-in
-pages), so it lives with them, below any one of them; its rows are its own bookkeeping, never a
-run's.
-
-Failed attempts are counted in the database (`AuthFailure`), so that every web process counts
-against one limit: per client address for token attempts (the API's and the metrics bearer); per
-client address and per username for sign-ins. A key with RUNLEDGER_AUTH_FAILURES_MAX failures
-younger than RUNLEDGER_AUTH_FAILURE_WINDOW_SECONDS is refused with `TooManyRequests` before its
-credential is looked at, so a guess cannot succeed while blocked. The window slides: the refusal's
-Retry-After is when the oldest of those failures leaves it, which lets one more attempt through.
-Refused attempts are not counted, so a blocked key opens again on time. 0 = unlimited: nothing is
-read or written.
-
-A blocked username refuses only the addresses that failed for it within the window (a third key,
-the pair). Were it refused from everywhere, anyone could keep anyone out of password sign-in with
-a few wrong passwords a minute; this way its owner, from an address of their own, still signs in.
-What it costs: an attacker with N addresses gets the limit, plus one guess per address and window
-once the username is blocked (each address is also held to the limit over all usernames) — N more
-guesses per window, where refusing everywhere allowed none.
-
-Two ways in, for two costs:
-
-- A token attempt comes with every API request that carries `Authorization: Token`, so success
-  must stay cheap: the address's standing (`token_block`, the `max`-th newest failure in the window)
-  is read in the same statement as the key (runs.selectors.credentials.token_with_failure) and a
-  blocked address refused whatever the key (`refuse_blocked`); a key that is not found is checked
-  alone (`auth_token_check`, one indexed SELECT of at most `max` rows) and then recorded as a failure
-  (`auth_token_failed`: an INSERT, and a bounded DELETE of expired rows). Attempts that pass the check
-  together may exceed the limit by those in flight during one token look-up (about a millisecond); a
-  key is 256 random bits (160 for one DRF issued before), so that opens nothing to a guesser.
-- A sign-in is rare and its password check takes most of a second on purpose, which is a long
-  time for concurrent guesses to pass a check together. So `auth_login_begin` records the attempt
-  as a failure *first*, then counts the others, and `auth_login_end` takes it back unless it failed.
-  Each attempt commits its record before it counts, so of two racing attempts the later one to
-  count sees the other's record: no more than `max` failures ever reach the password check.
-
-The table holds only failures younger than the window, and those being checked: every recorded
-failure deletes up to PURGE_BATCH expired ones, and `manage.py purge_runs` deletes the rest.
+"""Throttled sign-ins and token attempts (docs/design/fair-use.md#sign-in-throttle): the one count of
+failed authentications every web entry shares (the API, the stream, /metrics/, the sign-in pages),
+kept in the database (`AuthFailure`) so every web process counts against one limit
+(docs/design/fair-use.md#throttle-counts says how).
 """
 
 import hashlib

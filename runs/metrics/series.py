@@ -19,79 +19,106 @@ from runs.events import USAGE_INCOMPLETE
 from runs.metrics import store
 from runs.selectors.overview import cancel_release_seconds
 
-store.install()  # before any metric below is made
 
-# Not registered anywhere: a scrape reads every process's files (`runs.metrics.views`).
-EVENTS_APPENDED = Counter(
-    "runledger_events_appended", "Events appended to runs (by workers, commands and the sweeper)", registry=None
-)
-ATTEMPTS_LOST = Counter(
-    "runledger_attempts_lost",
-    "Attempts whose worker was lost: its lease lapsed before it released the run",
-    registry=None,
-)
-# Observed for each attempt `runs.selectors.overview.CANCELLED_UNDER` counts, when it is released
-# (by its worker, or by a sweeper at its lease's lapse): the dashboard's latencies are the same.
-CANCEL_RELEASE = Histogram(
-    "runledger_cancel_release_seconds",
-    "From a cancel or stop committed to the worker's release of the attempt it ended",
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
-    registry=None,
-)
-# livesum: the open streams of the processes alive now; a dead process's share is dropped at the
-# next scrape (`store.forget_dead`).
-SSE_STREAMS_OPEN = Gauge("runledger_sse_streams_open", "SSE streams open", multiprocess_mode="livesum", registry=None)
-# By agent and counter (`usage.reported`, docs/design/events.md#usage): both bounded, by the agents
-# registered and the counters each reports (runs.events.USAGE_COUNTERS_MAX).
-USAGE = Counter(
-    "runledger_usage",
-    "What agents reported they used (usage.reported), by counter",
-    ["agent", "counter"],
-    registry=None,
-)
+class Series:
+    """Every metric this process counts. Not registered anywhere: a scrape reads every process's
+    files (`runs.metrics.views`)."""
 
-WEBHOOK_DELIVERIES = Counter(
-    "runledger_webhook_deliveries",
-    "Webhook delivery attempts, by outcome: success (a 2xx) or failure (any other answer, or none)",
-    ["outcome"],
-    registry=None,
-)
-_webhooks_by_outcome = {outcome: WEBHOOK_DELIVERIES.labels(outcome=outcome) for outcome in ("success", "failure")}
-HTTP_REQUESTS = Counter("runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None)
+    def __init__(self) -> None:
+        self.EVENTS_APPENDED = Counter(
+            "runledger_events_appended", "Events appended to runs (by workers, commands and the sweeper)", registry=None
+        )
+        self.ATTEMPTS_LOST = Counter(
+            "runledger_attempts_lost",
+            "Attempts whose worker was lost: its lease lapsed before it released the run",
+            registry=None,
+        )
+        # Observed for each attempt `runs.selectors.overview.CANCELLED_UNDER` counts, when it is
+        # released (by its worker, or by a sweeper at its lease's lapse): the dashboard's latencies
+        # are the same.
+        self.CANCEL_RELEASE = Histogram(
+            "runledger_cancel_release_seconds",
+            "From a cancel or stop committed to the worker's release of the attempt it ended",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=None,
+        )
+        # livesum: the open streams of the processes alive now; a dead process's share is dropped at
+        # the next scrape (`store.forget_dead`).
+        self.SSE_STREAMS_OPEN = Gauge(
+            "runledger_sse_streams_open", "SSE streams open", multiprocess_mode="livesum", registry=None
+        )
+        # By agent and counter (`usage.reported`, docs/design/events.md#usage): both bounded, by the
+        # agents registered and the counters each reports (runs.events.USAGE_COUNTERS_MAX).
+        self.USAGE = Counter(
+            "runledger_usage",
+            "What agents reported they used (usage.reported), by counter",
+            ["agent", "counter"],
+            registry=None,
+        )
+        self.WEBHOOK_DELIVERIES = Counter(
+            "runledger_webhook_deliveries",
+            "Webhook delivery attempts, by outcome: success (a 2xx) or failure (any other answer, or none)",
+            ["outcome"],
+            registry=None,
+        )
+        self.webhooks_by_outcome = {
+            outcome: self.WEBHOOK_DELIVERIES.labels(outcome=outcome) for outcome in ("success", "failure")
+        }
+        self.HTTP_REQUESTS = Counter(
+            "runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None
+        )
+        self.http_by_status = {status: self.HTTP_REQUESTS.labels(status=str(status)) for status in HTTP_STATUSES}
+
 
 # The statuses Runledger answers with, present (at 0) from the first scrape; others appear when used.
 HTTP_STATUSES = (200, 201, 202, 204, 301, 302, 304, 400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 503)
-_http_by_status = {status: HTTP_REQUESTS.labels(status=str(status)) for status in HTTP_STATUSES}
+
+
+@functools.cache
+def made() -> Series:
+    """This process's metrics, made at its first count (or its start: runworker, the ASGI wrapper),
+    never at import: the store goes into multiprocess mode first, so every one is exported."""
+    store.install()
+    return Series()
 
 
 def events_appended(count: int) -> None:
-    transaction.on_commit(functools.partial(EVENTS_APPENDED.inc, count), robust=True)
+    transaction.on_commit(functools.partial(made().EVENTS_APPENDED.inc, count), robust=True)
 
 
 def attempts_lost(count: int) -> None:
     if count:
-        transaction.on_commit(functools.partial(ATTEMPTS_LOST.inc, count), robust=True)
+        transaction.on_commit(functools.partial(made().ATTEMPTS_LOST.inc, count), robust=True)
 
 
 def usage_reported(agent: str, report: Mapping[str, Any]) -> None:
     for counter, value in report.items():
         if counter != USAGE_INCOMPLETE and value:
-            inc = USAGE.labels(agent=agent, counter=counter).inc
+            inc = made().USAGE.labels(agent=agent, counter=counter).inc
             transaction.on_commit(functools.partial(inc, value), robust=True)
 
 
 def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:
     seconds = cancel_release_seconds(ended_at=ended_at, released_at=released_at)
-    transaction.on_commit(functools.partial(CANCEL_RELEASE.observe, seconds), robust=True)
+    transaction.on_commit(functools.partial(made().CANCEL_RELEASE.observe, seconds), robust=True)
 
 
 def webhook_delivered(outcome: str) -> None:
     # Counted when the answer came: its record may fail, and the request was still sent.
-    _webhooks_by_outcome[outcome].inc()
+    made().webhooks_by_outcome[outcome].inc()
 
 
 def http_response(status: int) -> None:
-    counter = _http_by_status.get(status)
+    metrics = made()
+    counter = metrics.http_by_status.get(status)
     if counter is None:
-        counter = _http_by_status.setdefault(status, HTTP_REQUESTS.labels(status=str(status)))
+        counter = metrics.http_by_status.setdefault(status, metrics.HTTP_REQUESTS.labels(status=str(status)))
     counter.inc()
+
+
+def stream_opened() -> None:
+    made().SSE_STREAMS_OPEN.inc()
+
+
+def stream_closed() -> None:
+    made().SSE_STREAMS_OPEN.dec()

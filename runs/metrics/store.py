@@ -1,31 +1,8 @@
-"""Where a process's counters live: prometheus-client's multiprocess files, one directory per
-machine and database (docs/design/operations.md#metrics).
+"""Where a process's counters live: prometheus-client's multiprocess files, one private directory
+per machine and database, named by process identity (docs/design/operations.md#metrics-store).
 
-Every web and worker process on a machine writes its counters and histograms to mmap files of its
-own in `RUNLEDGER_METRICS_DIR`; a scrape of any web process adds up every file there.
-A process that exits leaves its files behind, so its counts stay in the totals: a restart never
-makes a counter go down. The directory is derived from the database the settings name (see
-runs/conf.py), so a plain `uvicorn config.asgi:application` and a plain `manage.py
-runworker` on one machine find the same one without any environment of their own.
-
-Two things prometheus-client leaves to us:
-
-- **Process identity.** Its files are named by pid, and pids are reused: a new process with a dead
-  one's pid would reopen the dead one's files, and its live gauge (streams open) would start from
-  the dead process's count. Files are named `<pid>-<start time>` instead (the kernel's start time
-  of the process, from /proc), so no two processes ever share a file.
-- **Dead processes' live gauges.** `mark_process_dead` needs a hook uvicorn does not have (it
-  respawns workers without telling anyone), and SIGKILL runs no hook at all. So every scrape
-  removes the live-gauge files of processes that no longer exist (`forget_dead`); their counters
-  and histograms stay.
-- **Other users of the machine.** The default directory has a name anyone can predict, in a folder
-  where anyone may make one first (and fill it with links to files of ours). So the directory is
-  used only when it is this user's alone — a real directory, not a link, owned by this user, mode
-  0700 (`runs.private_paths`) — and each file in it is made 0600, never through a link. In the
-  system temporary folder a directory that is not is left alone, and the process counts in a
-  private directory of its own instead (its counts then do not add up with the other processes',
-  which the log says); a directory the operator chose (RUNLEDGER_METRICS_DIR elsewhere) that is not
-  stops the process.
+`install` puts prometheus-client in multiprocess mode at a process's start or first count, never
+at import.
 """
 
 import glob
@@ -95,7 +72,7 @@ def directory() -> str:
 
 
 def _choose(path: str) -> str:
-    """The directory to count in: `path` once it is private (see the module docstring)."""
+    """The directory to count in: `path` once it is private (docs/design/operations.md#metrics-store)."""
     problem = private_directory(path)
     if problem is None:
         return path
@@ -128,9 +105,9 @@ _installed = False
 
 
 def install() -> None:
-    """Put prometheus-client in multiprocess mode with our directory and file names. Runs before
-    any metric is made (runs.metrics.series imports this first); metrics made earlier by other
-    code keep per-process values and are not exported."""
+    """Put prometheus-client in multiprocess mode with our directory and file names, before any
+    metric of ours is made (`runs.metrics.series.made`); metrics made earlier by other code keep
+    per-process values and are not exported."""
     global _installed, _directory
     if _installed:
         return  # a second value class would open this process's files twice

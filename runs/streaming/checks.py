@@ -9,7 +9,6 @@ per user comes after these (guard.py), for the streams the edge holds too.
 
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connection
 from django.http import HttpRequest, HttpResponse
 
 from runs.access import User
@@ -21,7 +20,6 @@ from runs.http.authentication import request_credentials
 from runs.http.errors import error_response, error_response_for
 from runs.models import Run
 from runs.selectors import run_get
-from runs.streaming import hub
 
 
 @dataclass(frozen=True)
@@ -45,15 +43,6 @@ def parse_cursor(name: str, value: str) -> int | HttpResponse:
             400, "validation_error", f"{name} must be an integer >= 0", {name: [f"{value!r} is not an integer >= 0"]}
         )
     return cursor
-
-
-def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
-    """Every check before streaming, in one short synchronous call on the stream-opening pool."""
-    try:
-        return check(request, run_id)
-    finally:
-        # Streams live long; the connection this check used must not live with them.
-        connection.close()
 
 
 @dataclass(frozen=True)
@@ -89,8 +78,9 @@ def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
     return Reader(run=run, user=user, token_id=token_id, session_key=session_key)
 
 
-def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
-    """`open_checks`, leaving the connection to the caller (who reads on with it, then closes it)."""
+def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+    """Every check that opens a stream, in order, or the answer that refuses it; run on the opening
+    threads (opening.py), which close the connection it used."""
     reader = read_checks(request, run_id)
     if isinstance(reader, HttpResponse):
         return reader
@@ -133,13 +123,3 @@ def check(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
 def last_event_id(request: HttpRequest) -> str | None:
     # EventSource sends the header only when it has an id; an empty one means "none yet".
     return request.headers.get("Last-Event-ID") or None
-
-
-async def checked(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
-    """`open_checks` on the stream-opening pool, or the answer that refuses the stream."""
-    try:
-        # Bounded (hub.run_open_check): a herd waits its turn, a storm behind a database that does
-        # not answer is answered at once.
-        return await hub.run_open_check(open_checks, request, run_id)
-    except (DatabaseError, TimeoutError):
-        return error_response(503, "database_unavailable", "the database is unavailable; retry later")

@@ -1,31 +1,7 @@
-"""Fair use of the streams a web process serves (docs/design/streaming.md#limits): the per-user cap and the periodic
-re-check of who holds each open stream — those it holds itself, and those the edge holds for it.
-
-- **The cap.** A stream that passed its checks is admitted by `StreamGuard.admit`, which counts it
-  against its user's `RUNLEDGER_MAX_STREAMS_PER_USER` in this process, or refuses it (the view
-  answers 429). The count is checked and taken in one step on the event loop, with no await in
-  between, so a burst of opens cannot all slip under the cap. It is given back exactly once
-  (`Watch.release`), by the stream's body when it ends — or, for a client that left before the
-  body ever ran (an unstarted async generator never runs its `finally`), when the request ends:
-  runs.asgi's handler calls what the view registered (runs.http.request_end), Django's own
-  closes the response, and under a WSGI server (runserver) closing the response does both
-  (runs.streaming.responses). Under Django's own handler a client can also leave between the view's
-  answer and the response being sent, where nothing says so: a slot whose body has not started
-  `RUNLEDGER_SSE_START_SECONDS` after it was taken is given back then (`Watch.start`).
-- **The re-check.** Every `RUNLEDGER_SSE_RECHECK_SECONDS` one task per process looks at every open
-  stream's (user, credential, run) at once: a handful of queries for the whole process, never
-  one per stream (`_recheck_sync`). A stream whose user was deactivated or deleted, whose token
-  was deleted or expired, whose session ended (logged out, flushed or expired), or whose run it may no
-  longer see (deleted, or the permission to see others' runs taken away) is ended: `Watch.end`
-  sets a flag the stream looks at between frames and wakes it if it is waiting. The client
-  reconnects and is answered 401 or 404 like any new stream. A failed re-check ends nothing.
-- **The edge's streams** (`EdgeStreams`) count against the same cap, in the process that answered
-  their connect or last fetched their link: from the connect until their run ended, their link
-  expired, or Pushpin stopped fetching it (`EDGE_MARGIN` seconds after the fetch it was due) — a
-  client that left is noticed only then, as Pushpin does not say; the first fetch after a connect
-  comes sooner than the others for that reason (grip.link_timeout). Each fetch of the link runs the
-  same re-check for that stream (`EdgeStreams.allowed`, its answer kept for
-  `RUNLEDGER_SSE_RECHECK_SECONDS` so the watchers of one run by one user cost one).
+"""Fair use of the streams a web process serves (docs/design/streaming.md#limits): the per-user cap
+(`StreamGuard.take_slot`, each slot given back once by `Watch.release`) and the periodic re-check of
+who holds each open stream, those the edge holds for it included (`EdgeStreams`)
+(docs/design/streaming.md#guard says how).
 """
 
 import asyncio
@@ -37,14 +13,14 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.selectors import users_active
 from runs.selectors.credentials import sessions_kept, sessions_open, token_users
 from runs.selectors.states import run_ids_live, run_owners
-from runs.streaming import hub
+from runs.streaming import hub, opening
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +133,8 @@ def _batches(keys: Collection[K]) -> Iterator[list[K]]:
         yield ordered[i : i + BATCH]
 
 
-def _recheck_sync(user_ids: set[int], token_ids: set[int], session_keys: set[str], run_ids: set[str]) -> _Found:
-    """One query per kind of key (per BATCH keys), for every stream of the process."""
-    try:
-        return _found(user_ids, token_ids, session_keys, run_ids)
-    finally:
-        connection.close()  # as every read of the stream pools: no connection outlives the call
-
-
 def _found(user_ids: set[int], token_ids: set[int], session_keys: set[str], run_ids: set[str]) -> _Found:
+    """One query per kind of key (per BATCH keys), for every stream of the process."""
     active: dict[int, bool] = {}
     for users in _batches(user_ids):
         active.update(users_active(user_ids=users))
@@ -193,7 +162,7 @@ class StreamGuard:
         self.recheck_seconds = conf.SSE_RECHECK_SECONDS
         self._task: asyncio.Task[None] | None = None
 
-    def admit(self, *, user_id: int, token_id: int | None, session_key: str | None, run_id: str) -> Watch | None:
+    def take_slot(self, *, user_id: int, token_id: int | None, session_key: str | None, run_id: str) -> Watch | None:
         """Count a new stream of the user, or None when the user already holds the cap."""
         cap = conf.MAX_STREAMS_PER_USER
         held = self.counts.get(user_id, 0)
@@ -248,8 +217,8 @@ class StreamGuard:
         try:
             # On the stream-opening pool: these are the opening checks again, and the live reads
             # must not wait behind them.
-            found = await hub.run_open_check(
-                _recheck_sync,
+            found = await opening.call(
+                _found,
                 {w.user_id for w in watches},
                 {w.token_id for w in watches if w.token_id is not None},
                 {w.session_key for w in watches if w.session_key is not None},
@@ -299,7 +268,7 @@ class EdgeStreams:
                 del held[link]
             return len(held)
 
-    def admit(self, *, user_id: int, link: str, run_id: str, until: float, plain: int) -> bool:
+    def take_slot(self, *, user_id: int, link: str, run_id: str, until: float, plain: int) -> bool:
         """Count a new edge stream of the user, unless the user already holds the cap together
         with `plain`, the streams this process serves them itself. At the cap, the streams of runs
         that have ended since are let go first (their streams ended with them): one query, only then."""

@@ -1,37 +1,11 @@
-"""The per-process hub that feeds SSE streams (docs/design/streaming.md#hub): one feed per watched run, shared reads.
-
-What a stream sends comes only from the events table. Everything here is about *when* to read it
-and how to read it once for many watchers:
-
-- one `Listener` per process (started lazily with the first stream) turns `runledger_events`
-  notifications into wake-ups of the feed of that run; its (re)connect wakes every feed, since
-  notifications sent while it was down are lost;
-- each feed has one pump task that reads `seq > head` when woken; all watchers of the run share
-  that read and its already-encoded frames — one query per run per wake-up, not per watcher;
-- a tick every `RUNLEDGER_POLL_SECONDS` (`RUNLEDGER_SQLITE_POLL_SECONDS` on SQLite, which has no
-  LISTEN) compares every watched run's `last_seq` with its feed's head in one query for the whole
-  process and wakes the feeds that are behind: a lost notification delays, never loses, and the
-  backstop costs one query per process per tick however many runs are watched;
-- a watcher behind the feed's buffer (replay, a slow client) reads the table itself, through
-  `RunFeed.read`, which coalesces identical reads (a reconnect storm on one cursor) — but only
-  with a read started since the feed last advanced, so a joined read never predates what the
-  watcher knows is committed;
-- reads run in short calls on a small thread pool that close their connection: an idle stream
-  holds no database connection and no query runs per watcher while nothing happens.
-- every read is bounded in rows (`PAGE`) and in bytes (RUNLEDGER_MAX_PAGE_BYTES, at least one
-  event), and a feed's buffer in frames and bytes (`BUFFER`, `BUFFER_BYTES`): a watched run of big
-  events costs a process a few MB, whatever its events hold.
-
-Why reading `seq > head` is enough: seq is allocated under the run's row lock in the inserting
-transaction, so seq n+1 cannot commit before n does; whatever a read returns is contiguous from
-head + 1. Nothing trusts a notification's payload beyond "look again".
+"""The per-process hub that feeds SSE streams (docs/design/streaming.md#hub): one feed per watched run,
+one shared read per wake-up, the events encoded once as frames, and a poll backstop
+(docs/design/streaming.md#hub-reads says how).
 """
 
 import asyncio
 import contextvars
 import logging
-import math
-import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,10 +17,10 @@ from django.db import DatabaseError, connection, connections
 from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
+from runs.notify.listener import Listener
 from runs.selectors import run_events_json_bounded
 from runs.selectors.event_text import run_events_frames, sse_frame
 from runs.selectors.states import run_last_seqs
-from runs.streaming.listener import Listener
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +34,6 @@ BUFFER_BYTES = 1_000_000
 
 # Reads are short and never hold their connection, so a few threads serve any number of streams.
 _read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runledger-sse-read")
-# The checks that open a stream (auth, visibility, cursor) get their own few threads: a reconnect
-# storm of hundreds of clients then queues here instead of opening hundreds of connections at once
-# (which measured as connect timeouts), and never delays the live reads above.
-_open_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="runledger-sse-open")
-
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -140,77 +109,6 @@ async def read_page(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
     """`read_frames` as one frame of the whole page (runs.selectors.event_text), for a watcher
     behind the buffer, which only sends it on: one object a page instead of one an event."""
     return await _run_sync(_page_sync, run_id, after_seq, rows)
-
-
-def open_bound() -> float:
-    """Seconds a stream request's checks may take once they run: a connect timeout for the check
-    itself, and a little more."""
-    options = connection.settings_dict.get("OPTIONS", {})
-    return float(options.get("connect_timeout", options.get("timeout", 3))) + 2.0
-
-
-# When a check last failed on the database (monotonic), and the checks waiting for their turn,
-# woken when one does.
-_failed_at = -math.inf
-_in_line: set["asyncio.Future[None]"] = set()
-
-
-def _failed() -> None:
-    """A check failed on the database: from now on (for a bound) checks wait their turn only as
-    long as their bound, and those in line give up at once."""
-    global _failed_at
-    _failed_at = time.monotonic()
-    for waiting in list(_in_line):
-        waiting.get_loop().call_soon_threadsafe(_wake, waiting)
-
-
-def _wake(waiting: "asyncio.Future[None]") -> None:
-    if not waiting.done():
-        waiting.set_result(None)
-
-
-async def run_open_check(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """`fn` on the stream-opening pool (it must close the connection it used), bounded by
-    `open_bound()` from when it starts: TimeoutError past it.
-
-    The few threads take the checks in turn. While the database answers, a check waits its turn
-    however long the line: a herd of connects (thousands in two seconds, after a deploy or an edge
-    restart) is answered, each in turn, not refused for waiting. While it does not (a check failed
-    on it within a bound), each check in line is given up at once and a new one waits at most its
-    bound, turn included, so that a storm of reconnects behind an unreachable database is answered
-    503 promptly instead of waiting out a connect timeout per check. A check given up before its
-    turn never runs."""
-    loop = asyncio.get_running_loop()
-    started: asyncio.Future[None] = loop.create_future()
-
-    def run() -> T:
-        loop.call_soon_threadsafe(_wake, started)
-        try:
-            return fn(*args, **kwargs)
-        except DatabaseError:
-            _failed()
-            raise
-
-    work = asyncio.ensure_future(sync_to_async(run, thread_sensitive=False, executor=_open_executor)())
-    bound = open_bound()
-    try:
-        if time.monotonic() - _failed_at > bound:
-            failing: asyncio.Future[None] = loop.create_future()
-            _in_line.add(failing)
-            try:
-                await asyncio.wait((started, work, failing), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                _in_line.discard(failing)
-            if not started.done() and not work.done():
-                raise TimeoutError("the database failed a check while this one waited its turn")
-        try:
-            async with asyncio.timeout(bound):
-                return await work
-        except TimeoutError:
-            _failed()  # a check that hangs: the database may not answer
-            raise
-    finally:
-        work.cancel()  # a check given up before its turn never runs
 
 
 def detached(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> "asyncio.Task[T]":

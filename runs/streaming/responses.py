@@ -1,15 +1,6 @@
 """How a stream and a wait answer, under any server (docs/design/streaming.md#servers): a response
-that gives its user's slot back when closed (`WatchedResponse`), the body a wait leaves unfinished
-on purpose (`Unanswered`), and both views served by a WSGI server such as Django's `runserver`
-(`served_under_wsgi`).
-
-Under WSGI Django runs an async view through async_to_sync, on an event loop made for that call
-and closed after it, and reads an async body whole before it sends a byte: a stream would arrive
-all at once at its run's end, and the hub and the guard, one per event loop, would be made anew for
-every request, the cap with them. So under WSGI both views run on one event loop the process keeps
-in a thread of its own, as under an ASGI server; the server's thread pulls the body from it chunk
-by chunk and writes each as it comes; and closing the response, which a WSGI server does however
-the client left, closes the body there and calls what the view registered for the request's end.
+that gives its user's slot back when closed (`WatchedResponse`), and both views served by a WSGI
+server such as `runserver` on one event loop the process keeps (`served_under_wsgi`).
 """
 
 import asyncio
@@ -24,6 +15,7 @@ from typing import Any, TypeVar
 
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
+from runs.http.asgi import Unanswered
 from runs.http.errors import error_response
 from runs.http.request_end import request_ended
 from runs.streaming.guard import Watch
@@ -51,12 +43,6 @@ class WatchedResponse(StreamingHttpResponse):
             super().close()
         finally:
             self.watch.release()
-
-
-class Unanswered(Exception):
-    """A wait whose 200 has begun cannot answer after all (its database lost, its caller's sight of
-    the run lost, the run deleted): its body is left unfinished, and the client's next try is
-    answered as a new request is (503, 401, 404)."""
 
 
 def served_under_wsgi(view: View) -> View:

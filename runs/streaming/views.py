@@ -1,22 +1,9 @@
 """The SSE stream of a run's events (docs/design/streaming.md#stream): a plain async view, read-only.
 
-`GET /api/runs/{id}/stream/?after_seq=N` replays the stored events with seq > N, then follows new
-ones live until the terminal event. The cursor is the `Last-Event-ID` header when given (what
-`EventSource` sends on reconnect), else `after_seq`, else 0, and each SSE `id:` is the bare seq,
-so a reconnect resumes exactly after the last event the client fully received. Where the frames
-come from, and how many watchers share one read, is hub.py. With `?types=` (docs/design/streaming.md#types)
-a watcher sends only the frames of those types and the terminal one, picked from the shared frames
-as it sends them; its cursor still passes the others.
-
-Checks run in the order of docs/design/api.md#check-order (checks.py): authentication (401), visibility
-(404), cursor (400), state (204 for a finished run already read to its end, 400 for a cursor past
-a live run's end), then the user's cap of streams in this process, the edge's it answered for
-included (429; guard.py, which also ends open streams whose user, credential or sight
-of the run is gone). A stream ends cleanly after `RUNLEDGER_SSE_MAX_SECONDS`, between whole
-frames: the client reconnects with its Last-Event-ID. Closing the stream only stops this generator: nothing here writes, but for the
-count of a failed token attempt. Behind the edge (`RUNLEDGER_GRIP_URL`), a client's connect that
-Pushpin signed is answered with the replay and hold instructions instead, and Pushpin holds the
-stream (edge/hold.py, which also answers Pushpin's fetches of the stream's link).
+Its checks run on the opening threads (opening.py, checks.py), then the user's cap (guard.py);
+the body sends the hub's shared frames (hub.py) until the terminal event, the stream's lifetime or
+the re-check's end. Behind the edge (`RUNLEDGER_GRIP_URL`) a connect Pushpin signed is answered by
+edge/hold.py instead.
 """
 
 import asyncio
@@ -32,7 +19,8 @@ from runs.conf import conf
 from runs.http.errors import error_response_for
 from runs.http.request_end import at_request_end
 from runs.metrics import series
-from runs.streaming.checks import Opened, checked
+from runs.streaming import opening
+from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, hold
 from runs.streaming.guard import Watch, get_guard, too_many_streams
 from runs.streaming.hub import Frame, get_hub, read_frames
@@ -59,12 +47,12 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         held = await hold.respond(request, run_id)
         if held is not None:
             return held
-    opened = await checked(request, run_id)
+    opened = await opening.answer(open_checks, request, run_id)
     if isinstance(opened, HttpResponse):
         return opened
     # Caps and state come last (docs/design/api.md#check-order): here, on the event loop, the count is checked and
     # taken in one step; a 204 above never counted.
-    watch = get_guard().admit(
+    watch = get_guard().take_slot(
         user_id=opened.user_id, token_id=opened.token_id, session_key=opened.session_key, run_id=opened.run_id
     )
     if watch is None:
@@ -107,7 +95,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
     feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
     cursor = opened.cursor
     types = opened.types
-    series.SSE_STREAMS_OPEN.inc()
+    series.stream_opened()
     try:
         yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
         next_keepalive = loop.time() + keepalive
@@ -156,7 +144,7 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
                 feed.drop(waiter)
     finally:
         hub.unsubscribe(feed)
-        series.SSE_STREAMS_OPEN.dec()
+        series.stream_closed()
         watch.release()
 
 

@@ -1,25 +1,7 @@
 """A server-side wait (docs/design/streaming.md#wait): `GET /api/runs/{id}/wait/?timeout=S` answers
-the run's JSON (GET /api/runs/{id}/'s) plus `wait_result` as soon as the run has ended (`ended`) or
-waits (`waiting`: paused, or asking for input), else after S seconds (`timeout`, the run as it is).
-
-For a program with no SSE client (a cron job, a shell script) that needs only to know when. It
-waits as a stream does, on the hub's wake-ups (hub.py): its checks and its reads run on the hub's
-opening threads, each closing its connection, so while it waits it holds no thread and no database
-connection, only a place among its run's feed's waiters. It counts against its user's cap of
-streams (guard.py: 429), and the periodic re-check ends it as it ends a stream. The watchers of one
-run woken by the same advance of its feed share one read of the run (`_shared_answer`).
-
-A wait that must wait answers as a stream does: the head (200) at once, the body when the wait
-ends. So the middleware chain runs when the waiter arrives, not when the waiters of a run all
-answer at once (its synchronous steps are hops to one shared thread: 200 waiters answered in
-0.6-1 s that way, against a few ms). The price is that a wait which cannot answer after all (the
-database lost, the caller's sight of the run lost, the run deleted) leaves its body unfinished
-(`Unanswered`): the client's next try is answered as a new request (503, 401, 404). Under a WSGI
-server, which sends nothing before the body's first chunk, such a wait is a 503 to retry instead
-(responses.py).
-
-Checks, in the order of docs/design/api.md#check-order: authentication (401), visibility (404),
-method (405), `timeout` (400), then the cap (429).
+the run's JSON plus `wait_result` once the run has ended or waits, else after S seconds. It waits
+as a stream does, on the hub's wake-ups, with the same checks, cap and re-check
+(docs/design/streaming.md#wait-answer says how it answers).
 """
 
 import asyncio
@@ -31,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
@@ -39,13 +21,14 @@ from runs.access import can_see_ticket
 from runs.api.selectors import run_with_current_attempt
 from runs.api.serializers import RunOutputSerializer
 from runs.events import EventType
+from runs.http.asgi import Unanswered
 from runs.http.errors import error_response, error_response_for
 from runs.http.request_end import at_request_end
 from runs.models import Run
-from runs.streaming import hub
+from runs.streaming import hub, opening
 from runs.streaming.checks import read_checks
 from runs.streaming.guard import Watch, get_guard, too_many_streams
-from runs.streaming.responses import Unanswered, WatchedResponse, served_under_wsgi
+from runs.streaming.responses import WatchedResponse, served_under_wsgi
 from runs.transitions import Status, is_terminal
 
 # The longest wait one request may ask for, and the wait when it asks for none: a client that
@@ -102,31 +85,25 @@ def _timeout(value: str | None) -> float | HttpResponse:
 
 
 def _checks(request: HttpRequest, run_id: str) -> _Admitted | HttpResponse:
-    try:
-        reader = read_checks(request, run_id)
-        if isinstance(reader, HttpResponse):
-            return reader
-        timeout = _timeout(request.GET.get("timeout"))
-        if isinstance(timeout, HttpResponse):
-            return timeout
-        return _Admitted(
-            answer=_answer_of(reader.run),
-            timeout=timeout,
-            sees_ticket=can_see_ticket(reader.user, reader.run),
-            user_id=int(reader.user.pk),
-            token_id=reader.token_id,
-            session_key=reader.session_key,
-        )
-    finally:
-        connection.close()  # the wait must not hold it
+    reader = read_checks(request, run_id)
+    if isinstance(reader, HttpResponse):
+        return reader
+    timeout = _timeout(request.GET.get("timeout"))
+    if isinstance(timeout, HttpResponse):
+        return timeout
+    return _Admitted(
+        answer=_answer_of(reader.run),
+        timeout=timeout,
+        sees_ticket=can_see_ticket(reader.user, reader.run),
+        user_id=int(reader.user.pk),
+        token_id=reader.token_id,
+        session_key=reader.session_key,
+    )
 
 
 def _read_answer(run_id: str) -> Answer | None:
-    try:
-        run = run_with_current_attempt(runs=Run.objects.select_related("owner").filter(pk=run_id)).first()
-        return None if run is None else _answer_of(run)
-    finally:
-        connection.close()
+    run = run_with_current_attempt(runs=Run.objects.select_related("owner").filter(pk=run_id)).first()
+    return None if run is None else _answer_of(run)
 
 
 def _result(status: str) -> WaitResult | None:
@@ -150,7 +127,7 @@ async def _shared_answer(feed: hub.RunFeed) -> Answer | None:
     key = (feed.run_id, feed.version)
     task = reads.get(key)
     if task is None:
-        task = reads[key] = hub.detached(feed.hub.loop, hub.run_open_check(_read_answer, feed.run_id))
+        task = reads[key] = hub.detached(feed.hub.loop, opening.call(_read_answer, feed.run_id))
         task.add_done_callback(lambda done: reads.pop(key, None) if reads.get(key) is done else None)
     return await asyncio.shield(task)
 
@@ -170,10 +147,7 @@ def _answer_bytes(admitted: _Admitted, answer: Answer, result: WaitResult) -> by
 @csrf_exempt
 @served_under_wsgi
 async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    try:
-        admitted = await hub.run_open_check(_checks, request, run_id)
-    except (DatabaseError, TimeoutError):
-        return error_response(503, "database_unavailable", "the database is unavailable; retry later")
+    admitted = await opening.answer(_checks, request, run_id)
     if isinstance(admitted, HttpResponse):
         return admitted
     result = _result(admitted.answer.status)
@@ -181,7 +155,7 @@ async def run_wait(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return _no_store(
             HttpResponse(_answer_bytes(admitted, admitted.answer, result), content_type="application/json")
         )
-    watch = get_guard().admit(
+    watch = get_guard().take_slot(
         user_id=admitted.user_id, token_id=admitted.token_id, session_key=admitted.session_key, run_id=run_id
     )
     if watch is None:

@@ -1,20 +1,7 @@
-"""One attempt of one run, executed by a worker: the agent driver.
+"""One attempt of one run, executed by a worker: the agent driver (docs/design/execution.md#driver).
 
-The agent runs in its own task, one directive at a time, raced against the attempt's token. When
-the token trips (the run ended, its lease was lost, the worker shuts down) the driver cancels the
-agent's task, gives it `RUNLEDGER_CANCEL_GRACE_SECONDS` to unwind and otherwise abandons it: the
-worker stops awaiting it, and whatever it produces later is dropped (and would be refused by the
-generation fence anyway). The child processes, threads and HTTP streams the agent started through
-its context (`runs.worker.steps`) share that one deadline: at the trip each process group gets
-SIGTERM, at the deadline SIGKILL, threads still running are abandoned and streams are closed. Only
-once the processes are reaped does the attempt record `released_at` — so the whole unwind stays
-inside the budget `AttemptConfig.fence_after` sets aside for it.
-
-Pause and shutdown requests are honoured at the next safe boundary: between two directives, after
-everything emitted so far is stored.
-
-The attempt's lease and heartbeat are `runs.worker.lease`; its writes, batched and retried,
-`runs.worker.writer`.
+The agent runs in its own task, raced against the attempt's token; its lease and heartbeat are
+`runs.worker.lease`, its writes `runs.worker.writer`, the steps it starts `runs.worker.steps`.
 """
 
 import asyncio

@@ -1,16 +1,9 @@
-"""Database calls from the worker's event loop, on a few dedicated threads.
-
-Django's ORM is synchronous, and each thread has its own connection. The worker keeps a small,
-fixed set of threads whose connections live as long as the worker (a claim or a cancellation
-re-read does not pay for a new connection), are closed after a connection-level error (so the
-next call reconnects) and when the worker stops.
-
-Three lanes keep control traffic (cancellation re-reads, heartbeats, releases) from queueing behind
-event appends or a long sweep. On SQLite, where a file has one writer at a time anyway, the lanes
-share a single thread, so the worker's own writers never contend for the file lock.
-
-A PostgreSQL restart costs each thread one failed call: the error closes its connection and the
-next call connects again, so the worker reconnects by itself once the server is back.
+"""Database calls from the worker's event loop, on a few dedicated threads in lanes
+(docs/design/deployment.md#connections): `control` (cancellation re-reads, heartbeats, releases),
+`sweep`, `webhooks` and `work`, so control traffic never queues behind appends or a long sweep.
+Each thread keeps its connection for the worker's life and drops it after a connection-level
+error, so the worker reconnects by itself after a PostgreSQL restart; on SQLite the lanes share one
+thread, the file's one writer.
 """
 
 import asyncio
@@ -52,9 +45,6 @@ def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwarg
     timeout_ms = max(1000, int(conf.LEASE_SECONDS * 1000))
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false)", [str(timeout_ms)])
-
-
-connection_created.connect(_on_connection_created, dispatch_uid="runledger-worker-lane-session")
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -123,14 +113,8 @@ WEBHOOK_THREADS = 1
 
 
 def without_pool() -> None:
-    """Take this process off the connection pool (call before its first connection).
-
-    The lanes' threads keep their connections for life: they are the worker's own fixed pool, and
-    psycopg_pool adds nothing to them but harm. A pool smaller than the lanes starved the last
-    ones (a worker with a pool of 2 claimed a run and stalled, with no error); and while the server
-    is down, a call waits up to the pool's timeout for a connection instead of being refused at
-    once, which held an attempt's writer past the moment its lease told it to stop (its released_at
-    fell after its lease had lapsed, in tests/test_pg_restart.py)."""
+    """Take this process off the connection pool, at its start (`runworker`), before its first
+    connection: the lanes' threads keep theirs for life (docs/design/deployment.md#connections)."""
     settings.DATABASES[DEFAULT_DB_ALIAS]["OPTIONS"].pop("pool", None)
 
 
@@ -139,6 +123,8 @@ class Db:
     for the sweeper, `webhooks` for webhook deliveries, `work` for the rest."""
 
     def __init__(self, *, work_threads: int) -> None:
+        # Here, when a worker starts, not at import: only the lanes' connections get the setting.
+        connection_created.connect(_on_connection_created, dispatch_uid="runledger-worker-lane-session")
         self.sqlite = connection.vendor == "sqlite"
         if self.sqlite:
             self.work = self.control = self.sweep = self.webhooks = DbLane("runledger-db", 1)

@@ -1,12 +1,7 @@
-"""An attempt's lease: how long it may go on executing without a renewal, and the heartbeat that
-renews it.
-
-Self-fencing: the attempt may execute only while it certainly holds its lease. Its lease is
-counted from the moment the last successful renewal (or the claim) was *sent*, on the loop's
-monotonic clock; `AttemptConfig.fence_after` (runs.intervals) seconds later — the lease less the time the agent
-gets to unwind and a margin — the attempt stops itself and makes no more writes, whether the
-database is unreachable, a renewal hangs, or the process was stalled. So it has stopped, and
-recorded when, before any sweeper may requeue the run; its writes are fenced by generation anyway.
+"""An attempt's lease and the heartbeat that renews it (docs/design/execution.md#leases). Self-fencing:
+the lease is counted from when the last successful renewal (or the claim) was sent, on the loop's
+monotonic clock, and `AttemptConfig.fence_after` seconds later the attempt stops itself and writes
+no more, whatever held it up, so it has stopped before any sweeper may requeue the run.
 """
 
 import asyncio

@@ -1,33 +1,8 @@
 """Tool processes whose worker died: the operating system's side (docs/design/execution.md#orphans).
 
-An agent's child process (`runs.worker.steps`) runs in a process group of its own, which the
-attempt stops as a whole. A worker that dies without unwinding — SIGKILL, the OOM killer, a crash
-— stops nothing, so two more guards end what it started, however it died:
-
-- **The kernel ends the leader** (the process the agent started) the moment the worker process
-  ends: the child asks for it between fork and exec (`PR_SET_PDEATHSIG`, `dies_with`). This holds
-  wherever the worker runs, with no other worker and no database.
-- **A worker on the same machine kills the rest of the group.** The parent-death signal is not
-  inherited by the processes the leader starts, so each group is recorded on its attempt
-  (`RunAttempt.process_groups`, with the leader's start time) as soon as it starts, and the attempt
-  records where its worker runs (`RunAttempt.machine`: the boot and the PID namespace, so two
-  containers on one host are two places). Every worker, when it starts and before each sweep,
-  finds the attempts of its machine whose lease lapsed (or that are marked lost) and SIGKILLs what
-  is left of their groups (`Reaper`) — before its sweep requeues their runs — then forgets them.
-
-Across machines: a worker on another machine can neither see nor signal these processes, and
-requeues the run all the same (the machine may never come back). The leader is dead by then (the
-kernel's signal); members it left keep running until a worker runs on their machine again: its
-next sweep, or the start of the next worker there. A machine that rebooted has nothing left (its
-boot id changed). A worker that is its PID namespace's init (PID 1 in a container) takes every
-process in the namespace with it. Not covered: a process that leaves its group (a new session or
-group, a daemon), and members started in the moment between the fork and the record of the group
-by a worker that died in that moment (the leader still dies).
-
-Process ids are reused, so nothing is signalled on an id alone: a group id stays reserved by Linux
-while any member lives, a group is ours only if its leader is gone or is still the recorded process
-(same start time), and only members started no earlier than that leader are killed, each through
-a pidfd checked again after it was opened.
+The kernel ends each group's leader with its worker (`dies_with`); a worker on the same machine
+kills what is left of lost attempts' groups (`Reaper`), never a process whose id was reused
+(docs/design/execution.md#orphan-groups).
 """
 
 import contextlib

@@ -1,28 +1,7 @@
 """The steps an agent takes through its context that cancelling its task cannot stop by itself
-(docs/design/execution.md#step-kinds): child processes, blocking code in threads, HTTP streams.
-
-An attempt tracks each one from start to end, so that whatever the agent does when the attempt
-stops — honour the cancellation, or ignore it and be abandoned — nothing it started is still
-running when the attempt records `released_at`:
-
-- a **child process** runs in a process group (a session) of its own. When the attempt stops,
-  the group gets SIGTERM at once and SIGKILL at the unwind deadline, and the leader is reaped
-  before the release. A group lives as long as its leader: when the leader exits, whatever it
-  left running in its group is killed at once. So a group is signalled only while its id is
-  ours — its leader unreaped, or at the leader's exit the members it left holding the id — never
-  later, when the id may belong to another process (Linux reuses no id still in use). A worker
-  that dies without unwinding takes the leader with it (the kernel's parent-death signal), and
-  the group is recorded on the attempt so that a worker on the same machine kills the rest
-  (`runs.worker.orphans`). It gets a few of the worker's environment variables, not all of them
-  (`TOOL_ENV`): the worker's own variables hold its secrets.
-- **blocking code in a thread** cannot be interrupted in Python. The agent's await ends at once;
-  the attempt waits for the thread until the unwind deadline and otherwise abandons it: its
-  result goes nowhere (the agent is gone, and appends are fenced by generation anyway), and its
-  late end is logged.
-- an **HTTP stream** is closed, response and connection, so the server sees the disconnect.
-
-Once the attempt has stopped its steps it starts no new ones: an abandoned agent that carries
-on gets `Cancelled`.
+(docs/design/execution.md#step-kinds): child processes, blocking code in threads, HTTP streams,
+each tracked from start to end so none outlives the attempt's release
+(docs/design/execution.md#stopping-steps says how).
 """
 
 import asyncio

@@ -1,30 +1,8 @@
-"""The worker: claims queued runs and executes them, at most `concurrency` at a time.
+"""The worker: claims queued runs and executes them, at most `concurrency` at a time
+(docs/design/execution.md#worker-loop).
 
-One asyncio loop per process. It waits on *a notification OR a poll timeout OR stop*, so it never
-depends on NOTIFY alone:
-- `runledger_queue` wakes the claim loop, which also tries every poll interval, or sooner when a
-  queued run's `start_after` comes first (docs/design/fair-use.md#start-after);
-- `runledger_control` makes the worker re-read that run's durable state and trip the attempt's
-  token when the run is no longer this attempt's (terminal, or moved on), or note a pause
-  request; every poll interval it re-reads the state of all runs it holds — the backstop that
-  makes a lost notification delay, never lose, a cancellation — and it re-reads them all again
-  whenever the LISTEN connection (re)connects.
-On SQLite there is no notification channel and the worker polls every RUNLEDGER_SQLITE_POLL_SECONDS.
-
-Every worker also sweeps, every RUNLEDGER_SWEEP_SECONDS (`services.runs_sweep`): it requeues runs
-whose lease lapsed — their worker died, stalled or lost the database — or fails them once
-`max_attempts` are lost, and stops live runs past their deadline. Sweeps in several workers at
-once are safe: each run is handled under its row lock, taken with SKIP LOCKED, and re-checked.
-Before each sweep, and once when it starts (before it claims), it kills the tool processes that
-lost attempts left on its machine (`runs.worker.orphans`).
-
-Every worker also delivers webhooks (`runs.worker.webhooks`): a loop of its own, woken by
-`runledger_webhooks` (docs/design/webhooks.md#delivery).
-
-Claims are `FOR NO KEY UPDATE SKIP LOCKED` (`services.run_claim`); the agents run outside any
-lock. SIGTERM/SIGINT: stop claiming, let the attempts reach a safe boundary within
-RUNLEDGER_SHUTDOWN_GRACE_SECONDS and requeue them (`worker_shutdown`, not a lost attempt); then
-force what is left. A second signal exits at once; those runs come back through lease expiry.
+One asyncio loop per process, woken by a notification OR a poll timeout OR stop; it also sweeps,
+kills what lost attempts left on its machine, and delivers webhooks.
 """
 
 import asyncio
@@ -44,10 +22,11 @@ from django.db import DatabaseError, connection
 
 from runs import logs, notify, services
 from runs.conf import conf
+from runs.metrics import series
 from runs.models import Run
+from runs.notify.listener import Listener
 from runs.selectors.clock import db_now
 from runs.selectors.states import queue_next_start_in, run_worker_states
-from runs.streaming.listener import Listener
 from runs.transitions import TERMINAL, Status
 from runs.worker.attempt import Execution
 from runs.worker.db import Db
@@ -125,6 +104,8 @@ class Worker:
 
     def run(self, *, install_signals: bool = True) -> int:
         """Run until stopped (or, with --once / --max-runs, until done); returns the runs finished."""
+        # The process's metrics set up at its start: a metrics directory that is refused stops it here.
+        series.made()
         loop = asyncio.new_event_loop()
         switch = sys.getswitchinterval()
         # The loop thread (notifications, token trips) competes for the GIL with the database

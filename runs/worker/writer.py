@@ -1,15 +1,7 @@
-"""An attempt's writer: what the agent emits, stored in its order, in as few transactions as the
-database's pace allows, and only while the attempt holds its lease.
-
-Retries after an ambiguous failure (the connection dropped, perhaps after the commit) are safe:
-appends and step counts carry what the attempt last saw (`after_seq`, `after_steps`), so the
-service recognises a write that already committed instead of storing it twice.
-
-A write that fails for any other reason than the fence or a transient database error is not
-retried: it is the attempt's `failure`, which stops the attempt, and the run fails with it
-(`invalid_output` when the database refused the data, `storage_error` otherwise) — never
-`completed` over an event that was not stored. A batch that fails is written again one event at a
-time first, so the events before the refused one are stored and the reason names it.
+"""An attempt's writer (docs/design/execution.md#leases): what the agent emits, stored in its order, in
+as few transactions as the database's pace allows, and only while the attempt holds its lease.
+Retries after an ambiguous failure are safe (appends carry what the attempt last saw); any other
+failure is the attempt's, and the run fails with it (docs/design/execution.md#writer).
 """
 
 import asyncio

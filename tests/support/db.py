@@ -17,8 +17,8 @@ from django.apps.registry import Apps
 from django.contrib.auth.models import User
 from django.db import connection, models
 
+from runs.notify.listener import APPLICATION_NAME_PREFIX
 from runs.services.tokens import token_create
-from runs.streaming.listener import APPLICATION_NAME_PREFIX
 from tests.support.procs import Proc
 from tests.support.waiting import wait_until
 
@@ -111,7 +111,7 @@ def waiting_on_a_lock() -> int:
 
 def listen_connections(role: str) -> list[tuple[str, int]]:
     """(application name, backend pid) of every LISTEN connection that processes of `role` ("web",
-    "worker") hold on the server. runs.streaming.listener names each
+    "worker") hold on the server. runs.notify.listener names each
     `runledger-listen:<role>:<process id>`."""
     with connection.cursor() as cursor:
         cursor.execute(

@@ -1,23 +1,5 @@
-"""The publisher's side of each Pushpin's control socket: publish in order, send again what was
-refused, and sync a Pushpin given up on (publisher.py says when).
-
-**Who may publish.** Pushpin 1.36's HTTP control port has no authentication: anyone who reaches it
-(any local user, on loopback) could publish into any stream. bin/edge turns it off and serves
-publish on the handler's ZeroMQ command socket instead (ZRPC: a tnetstring
-`{id, method, args}` answered `{id, success, value|condition}`), bound as a file in a folder only
-its user may enter — the user the web processes run as. The kernel then decides who publishes:
-that user (and root), nobody else. Before connecting, a web process checks that the folder is its
-own user's and closed to everyone else, so nobody can stand in for Pushpin either and read the
-events (`private_folder`).
-
-A refused publish (Pushpin down or busy, an error answer, a timeout) is sent again at the next
-try, not given up on at once: a Pushpin busy sending one item to ten thousand streams can take
-longer than the timeout to answer the next publish. A publish it took after all comes again with
-an id it has seen, and it drops it. Only after `GIVE_UP_AFTER` publish timeouts of refusals is the
-backlog dropped and the Pushpin synced once it answers: the publisher's sync items (where each
-run's streams should be, `grip.sync_item`) are published before anything else, and only the
-streams that missed something fetch it. Never Pushpin's own `recover`, which has every stream it
-holds fetch its link at once.
+"""The publisher's side of each Pushpin's control socket (docs/design/edge.md#control): publish in
+order, send again what was refused, and sync a Pushpin given up on.
 """
 
 import asyncio

@@ -1,12 +1,6 @@
-"""The runs whose end the edge's publisher published: remembered a while, and closed again a few
-seconds later for the streams held since (docs/design/edge.md#late-holds).
-
-A connect whose replay was read just before its run's terminal event commits is held at an older
-position, and its hold can reach Pushpin after the publisher's last item and close. Pushpin then
-sees no gap until something more is published on the run's channel: the close's id catches it at
-once while Pushpin still remembers that id (grip.close_item), and the close sent again
-`RUNLEDGER_GRIP_CLOSE_AGAIN_SECONDS` later (grip.close_again_item) catches it when Pushpin no longer
-does. Only the publisher (publisher.py) uses this, on its event loop.
+"""The runs whose end the edge's publisher published (docs/design/edge.md#late-holds): remembered a
+while, and closed again `RUNLEDGER_GRIP_CLOSE_AGAIN_SECONDS` later (grip.close_again_item) for a
+stream whose hold reached Pushpin after the first close. Only the publisher uses this, on its loop.
 """
 
 import time

@@ -1,32 +1,7 @@
-"""The streams the edge holds (docs/design/edge.md#grip): a client's connect, answered with the replay and hold
-instructions, and Pushpin's fetches of the stream's link, each answered the same way or with the
-stream's end.
-
-- **A client's connect** (`respond`, on the stream's path `…/stream/`, signed by Pushpin —
-  `grip.signed_by_pushpin`) carries the client's credentials: it is checked exactly as a stream
-  the web process serves itself (runs/streaming/checks.py: 401, 404, 400, 204), then counted
-  against the user's cap of streams (`EdgeStreams`, runs/streaming/guard.py: 429). The position
-  is the client's `Last-Event-ID`, else `after_seq`; any Grip-* header is ignored there. The
-  hold's link is `…/stream/link/`, with a token minted for this run, this user and this
-  credential, until the stream's lifetime (link.py), which Pushpin returns with each fetch
-  (`grip.LINK_CHANNEL`).
-- **Pushpin's fetch of that link** (`recover`: after a gap, or every link timeout,
-  busy or not) carries no credential of any user. It is answered only when signed by Pushpin,
-  with `Grip-Last` for the run and a sound token for the run of its path; anything else gets
-  nothing (401 or 404 unless signed, `_not_pushpins`; an empty end if signed). Each fetch
-  re-checks the token's holder as the web processes re-check their own streams: a deactivated or
-  deleted user, a deleted token, an ended session, or a run no longer visible ends the stream
-  with nothing more, and the token's expiry — the lifetime plain streams have — with the events
-  it missed. Ending is a 2xx without hold instructions: Pushpin ends the client's stream, whose
-  reconnect (with Last-Event-ID) is checked as a new connect. The position is `Grip-Last`'s (never
-  the link's, fixed at the connect).
-
-The answer is an ordinary finite response — the events after the position, read from the table,
-at most REPLAY_MAX of them and about REPLAY_MAX_BYTES — plus, while the run is live and the replay
-reached its last event, hold instructions on the run's channel with the last id sent, so Pushpin
-keeps the client and follows with what the publisher (publisher.py) sends. A replay that
-reaches the terminal event, or stops short of the last one stored, ends there without a hold: the
-client reconnects with its Last-Event-ID for the rest, as from a web process's own stream.
+"""The streams the edge holds (docs/design/edge.md#hold): a client's connect through Pushpin, checked
+as a stream the web process serves itself and answered with the replay and hold instructions
+(`respond`), and Pushpin's fetches of the stream's link, answered the same way or with the
+stream's end (`recover`).
 """
 
 import logging
@@ -45,8 +20,8 @@ from runs.http.errors import error_response, error_response_for
 from runs.models import TERMINAL_VALUES
 from runs.selectors import run_event_sizes, run_events_json_after
 from runs.selectors.states import run_status_last_seq
-from runs.streaming import hub
-from runs.streaming.checks import Opened, check
+from runs.streaming import hub, opening
+from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, publisher
 from runs.streaming.edge.link import Link, mint, read
 from runs.streaming.guard import EDGE_MARGIN, edge_streams, get_guard, too_many_streams
@@ -71,10 +46,7 @@ async def respond(request: HttpRequest, run_id: str) -> HttpResponse | None:
         return None
     # This loop's own streams of each user, read (not changed) from the opening thread.
     plain = get_guard().counts
-    try:
-        return await hub.run_open_check(_connect_sync, request, run_id, plain)
-    except (DatabaseError, TimeoutError):
-        return _unavailable()
+    return await opening.answer(_connect_sync, request, run_id, plain)
 
 
 @csrf_exempt
@@ -105,7 +77,7 @@ def recover(request: HttpRequest, run_id: str) -> HttpResponse:
         return _recover_sync(found, token, position, request.path)
     except DatabaseError:
         # Pushpin retries a failed fetch by itself (five times, backing off).
-        return _unavailable()
+        return opening.unavailable()
 
 
 def _not_pushpins(request: HttpRequest) -> HttpResponse:
@@ -119,20 +91,13 @@ def _not_pushpins(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def _unavailable() -> HttpResponse:
-    return error_response(503, "database_unavailable", "the database is unavailable; retry later")
-
-
 def _connect_sync(request: HttpRequest, run_id: str, plain: dict[int, int]) -> HttpResponse:
     # The checks and the replay on one borrowed connection: ten thousand watchers arriving
     # together is the edge's everyday load.
-    try:
-        opened = check(request, run_id)
-        if isinstance(opened, HttpResponse):
-            return opened
-        return _connect(request, opened, plain)
-    finally:
-        connection.close()
+    opened = open_checks(request, run_id)
+    if isinstance(opened, HttpResponse):
+        return opened
+    return _connect(request, opened, plain)
 
 
 def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> HttpResponse:
@@ -150,7 +115,7 @@ def _connect(request: HttpRequest, opened: Opened, plain: dict[int, int]) -> Htt
     # Counted first, before the replay is read: a refused connect costs no read. A finished run's
     # stream ends with its replay, so it holds nothing.
     counted = not opened.terminal
-    if counted and not edge_streams.admit(
+    if counted and not edge_streams.take_slot(
         user_id=held.user_id, link=token, run_id=held.run_id, until=_until(timeout), plain=plain.get(held.user_id, 0)
     ):
         return error_response_for(too_many_streams())

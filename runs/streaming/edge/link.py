@@ -1,23 +1,6 @@
-"""The link token of a stream the edge holds: what Pushpin sends back with each fetch of the
-stream's link, signed for one run, one user and the credential they connected with, until an
-expiry (docs/design/edge.md#recovery).
-
-Pushpin's fetches carry no credential of any user, and its `Grip-Sig` is valid for an hour on any
-path: on its own it cannot say whose stream a request is for. So each connect mints a token naming
-its run, its user and their API token (its id: the key is nowhere but with its holder) or session,
-and when it ends (the connect's time +
-`RUNLEDGER_SSE_MAX_SECONDS`), sealed with keys derived from `SECRET_KEY` (as `RUNLEDGER_GRIP_KEY`
-is, so every web process started with the same secret reads every other's tokens). The hold puts
-it where Pushpin returns it with every fetch (`grip.LINK_CHANNEL`'s previous id, in Grip-Last). A
-fetch is answered only with a token that is sound, unexpired and for the run of its path, and only
-while that user may still see that run with that credential (hold.py). Each connect's token
-is its own (a random nonce): the web processes count the streams by it.
-
-The credential itself is in the token, encrypted: a re-check must look the token or session up, and
-Pushpin's debug log writes request headers (a session key is a credential; a token's id is not, but
-is no one's business). The cipher is HMAC-SHA256 in counter mode under a
-random 96-bit nonce (a PRF stream cipher), then the whole token is MACed with another key
-(encrypt-then-MAC); both keys are HMACs of SECRET_KEY with their own labels.
+"""The link token of a stream the edge holds (docs/design/edge.md#link-token): what Pushpin sends back
+with each fetch of the stream's link, sealed for one run, one user and the credential they
+connected with, until an expiry.
 """
 
 import base64

@@ -1,45 +1,10 @@
-"""The edge's publisher: every committed event, from the events table to each Pushpin (docs/design/edge.md#publishing).
+"""The edge's publisher: every committed event, from the events table to each Pushpin
+(docs/design/edge.md#publishing).
 
-It runs in every web process started with `RUNLEDGER_GRIP_URL` (runs.asgi starts it with the
-process; under Django's own ASGI handler the first stream request starts it), so there is no
-process of its own to start; one of them publishes at a time:
-
-- **One leader.** Each web process's publisher takes a PostgreSQL advisory lock, keyed by the set
-  of Pushpin URLs, on a connection of its own; the one that holds it publishes, the others try
-  again every `RUNLEDGER_POLL_SECONDS`. The lock lives as long as that connection: a leader that
-  dies or loses the database lets another take over within a poll, and never two publish at once
-  for long (a leader that lost its connection stops at its next look at it). One publisher, so
-  every event is published once, in seq order, whatever the number of web processes.
-- **From the table, after a NOTIFY.** The leader LISTENs on `runledger_events`; a notification
-  only says "look at run R", and the leader reads R's events after the last one it published
-  (`head`), in seq order, and publishes them — the events one read found as one item, whose `id`
-  is the last one's seq and `prev-id` the seq before the first (`GROUP_MAX`). Every run named
-  since the last read is read in one statement (runs.selectors.published), reads start
-  `PUMP_GAP` apart, and what one read found goes out in one publish command (control.py splits
-  only a huge one). A run the leader
-  has not seen is read from its first event: on taking the lead it reads the
-  `last_seq` of every live run (after LISTEN, so nothing committed in between is missed), and any
-  other run is new since. The terminal event is followed by a `close`, which ends the held streams,
-  and the same close is sent again `RUNLEDGER_GRIP_CLOSE_AGAIN_SECONDS` later, for a stream whose
-  hold reached Pushpin after the first (endings.py).
-- **Revocations, pushed.** It LISTENs on `runledger_revoked` too (revocation.py sends it): a user
-  whose credential was revoked has their channel closed before the next read is published, which
-  ends every stream the edge holds for them; their reconnects are checked anew (hold.py).
-- **Gaps are Pushpin's to repair.** Pushpin holds each stream at the id it has, so an event that
-  never arrives (a publish lost, a leader that died between a commit and its publish) shows as
-  a `prev-id` that does not follow, and Pushpin then fetches what is missing from the web
-  processes (hold.py); an idle stream also asks again after `RUNLEDGER_GRIP_LINK_SECONDS`
-  (the first time after `RUNLEDGER_GRIP_LINK_FIRST_SECONDS`).
-  A publish that fails (Pushpin down or busy, an error answer, a timeout) is sent again, in
-  order, every `RUNLEDGER_POLL_SECONDS`; one still refused after six publish timeouts is given
-  up, and that Pushpin synced before anything more is sent to it (control.py). A new leader syncs
-  every Pushpin before its first publish: each live run gets an item saying where its streams
-  should be (`grip.sync_item`), and each run that ended in the last `ENDED_TTL` its close, so only
-  the streams that missed something fetch it. Not Pushpin's `recover`, which has every stream it
-  holds fetch its link at once: ten thousand of them after a leader's restart or a lost database
-  connection, more than Pushpin can hand to the web processes (its proxy answers 502 to what it
-  cannot, and a stream whose fetch fails five times ends).
-  Publishes go to each Pushpin's command socket, which only this user can reach (control.py).
+Every web process with `RUNLEDGER_GRIP_URL` runs one, started with the process (runs.asgi) or by
+its first stream request; the one holding an advisory lock leads: it reads what each NOTIFY names
+from the table, publishes it in order (control.py), closes ended runs (endings.py), and syncs each
+Pushpin it takes the lead of or gave up on (docs/design/edge.md#sync).
 """
 
 import asyncio
@@ -62,12 +27,12 @@ from django.utils import timezone
 from runs import notify
 from runs.conf import conf
 from runs.models import LIVE_VALUES
+from runs.notify.listener import conninfo
 from runs.selectors.published import runs_events_after_heads
 from runs.selectors.states import run_last_seqs_ended_since, run_last_seqs_live
 from runs.streaming import hub
 from runs.streaming.edge import grip
 from runs.streaming.edge.endings import ENDED_TTL, Endings
-from runs.streaming.listener import conninfo
 
 if TYPE_CHECKING:
     import psycopg

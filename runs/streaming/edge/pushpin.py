@@ -1,15 +1,6 @@
-"""Pushpin in the foreground, with a configuration of its own (`bin/edge`, `manage.py runedge`).
-
-Debian's Pushpin 1.36 expects system services (zurl's sockets under /var/run/zurl, fixed ZeroMQ
-ports 5560-5563, logs in /var/log): the configuration written here starts every part of it under
-its runner from one private folder instead — its own zurl, ZeroMQ sockets as files in that folder
-— so any user can run any number of them side by side (its main file's keys override Debian's
-internal.conf). Clients reach it on a TCP port or on a Unix socket (`unix:PATH`) in nginx's folder
-(docs/how-to/deploy.md#front-door); it reaches the web processes over TCP only (its routes take
-HOST:PORT or a ZeroMQ target). Its HTTP control port, which has no authentication,
-is off: publish and recover go to the handler's command socket, a file in the control folder only
-this user may enter (control.py). Its key is `RUNLEDGER_GRIP_KEY`, read from the settings
-as the web processes read it.
+"""Pushpin in the foreground, with a configuration of its own (`bin/edge`, `manage.py runedge`;
+docs/design/edge.md#pushpin-config): every part of it under its runner from one private folder,
+its HTTP control port off, its key `RUNLEDGER_GRIP_KEY`.
 """
 
 import contextlib

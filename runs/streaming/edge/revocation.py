@@ -1,14 +1,7 @@
 """Revocations the edge's streams must not wait for (docs/design/edge.md#revocation): a user
-deactivated or deleted, an API token of theirs deleted (by its holder, the admin, or with the token
-that issued it), or a session of theirs ended (logout).
-
-Each sends `runledger_revoked` with the user's id, inside the transaction that revokes, so it is
-delivered when that commits; the edge's leading publisher then closes the user's channel, which
-every stream the edge holds for them is on (grip.user_channel), and each client's reconnect is
-checked as a new connect. Sent whether or not this process has an edge: the admin or a command
-may revoke where only the web processes publish. A notification lost (no leader at that moment)
-or a revocation not listed here (a permission taken away, a session or token that expired) waits for the
-stream's next link fetch instead, the bound the design page states.
+deactivated or deleted, an API token of theirs deleted, or a session of theirs ended, each sending
+`runledger_revoked` inside the transaction that revokes, so the leading publisher closes that
+user's streams once it commits.
 """
 
 from typing import Any

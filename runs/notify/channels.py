@@ -1,11 +1,7 @@
-"""The one place that knows the cross-process notification channels and their payloads.
+"""The cross-process notification channels and their payloads (docs/design/deployment.md#notifications).
 
-On PostgreSQL a notification is `pg_notify` inside the writing transaction, so it is delivered
-only if, and when, that transaction commits. Notifications only wake readers: the database rows
-are the authority, and every listener also re-reads on a timer, so a lost one delays, never loses.
-The one fact a payload carries that a reader acts on is a terminal status: it is committed (the
-notification would not exist otherwise) and absorbing (no later write can undo it).
-On SQLite there is no cross-process channel; readers and workers poll.
+A note is `pg_notify` inside the writing transaction, delivered only at its commit; it wakes
+readers, never replaces their reads. On SQLite `send` does nothing: readers poll.
 """
 
 from uuid import UUID

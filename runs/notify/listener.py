@@ -1,8 +1,7 @@
-"""One PostgreSQL LISTEN connection per process, reconnecting by itself.
+"""One PostgreSQL LISTEN connection per process that reconnects by itself (docs/design/deployment.md#notifications).
 
-Notifications only wake local waiters; every consumer also re-reads durable state on a timer, and
-on every (re)connect `on_connect` runs so consumers re-read whatever they may have missed while
-the connection was down. On SQLite there is nothing to listen to and `run()` returns at once.
+Each (re)connect calls `on_connect`, so consumers re-read what they may have missed while it was
+down. On SQLite there is nothing to listen to and `run()` returns at once.
 """
 
 import asyncio
@@ -13,8 +12,8 @@ from typing import Any
 
 from django.db import connections
 
-from runs import notify
 from runs.conf import conf
+from runs.notify import channels as notify
 
 log = logging.getLogger(__name__)
 

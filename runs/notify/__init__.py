@@ -1,0 +1,47 @@
+"""LISTEN/NOTIFY, for the services that send and the worker and streams that listen
+(docs/design/deployment.md#notifications): `channels` (the channels, their payloads, `send`) and
+`listener` (the reconnecting LISTEN connection)."""
+
+from runs.notify.channels import (
+    CHANNELS,
+    CONTROL,
+    EVENTS,
+    QUEUE,
+    REVOKED,
+    WEBHOOKS,
+    Note,
+    control_changed,
+    credential_revoked,
+    events_committed,
+    parse_control_payload,
+    parse_events_payload,
+    parse_revoked_payload,
+    run_queued,
+    send,
+    slot_freed,
+    webhooks_due,
+)
+from runs.notify.listener import APPLICATION_NAME_PREFIX, Listener, conninfo
+
+__all__ = [
+    "APPLICATION_NAME_PREFIX",
+    "CHANNELS",
+    "CONTROL",
+    "EVENTS",
+    "QUEUE",
+    "REVOKED",
+    "WEBHOOKS",
+    "Listener",
+    "Note",
+    "conninfo",
+    "control_changed",
+    "credential_revoked",
+    "events_committed",
+    "parse_control_payload",
+    "parse_events_payload",
+    "parse_revoked_payload",
+    "run_queued",
+    "send",
+    "slot_freed",
+    "webhooks_due",
+]
