@@ -41,7 +41,7 @@ def from_drf_tokens(apps, schema_editor):
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {key}, user_id, created FROM {table}")
         while rows := cursor.fetchmany(BATCH):
-            # The same digest as runs.models_tokens.key_digest, spelled here as migrations must.
+            # The same digest as runs.models.key_digest, spelled here as migrations must.
             ApiToken.objects.bulk_create(
                 ApiToken(
                     user_id=user_id,

@@ -36,9 +36,6 @@ from runs.access import SEES_EVERY_RUN, AnyUser, can_see, sees_every_run
 from runs.exceptions import NotFound
 from runs.models import Run, RunEvent
 
-# The streams and the edge import these from here until they name runs.selectors.wire.
-from runs.selectors.wire import event_json, run_events_json_after, run_events_json_bounded  # noqa: F401
-
 __all__ = ["run_get", "run_list"]
 
 

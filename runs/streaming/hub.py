@@ -18,9 +18,8 @@ from runs import notify
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.notify.listener import Listener
-from runs.selectors import run_events_json_bounded
-from runs.selectors.event_text import run_events_frames, sse_frame
 from runs.selectors.states import run_last_seqs
+from runs.selectors.wire import run_events_frames, run_events_json_bounded, sse_frame
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +105,7 @@ async def read_frames(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
 
 
 async def read_page(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
-    """`read_frames` as one frame of the whole page (runs.selectors.event_text), for a watcher
+    """`read_frames` as one frame of the whole page (runs.selectors.wire), for a watcher
     behind the buffer, which only sends it on: one object a page instead of one an event."""
     return await _run_sync(_page_sync, run_id, after_seq, rows)
 

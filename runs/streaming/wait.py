@@ -18,13 +18,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from runs.access import can_see_ticket
-from runs.api.selectors import run_with_current_attempt
-from runs.api.serializers import RunOutputSerializer
 from runs.events import EventType
 from runs.http.asgi import Unanswered
 from runs.http.errors import error_response, error_response_for
 from runs.http.request_end import at_request_end
 from runs.models import Run
+from runs.selectors.run_json import run_json, run_with_current_attempt
 from runs.streaming import hub, opening
 from runs.streaming.checks import read_checks
 from runs.streaming.guard import Watch, get_guard, too_many_streams
@@ -66,8 +65,8 @@ class _Admitted:
 
 
 def _answer_of(run: Run) -> Answer:
-    # Without a request, the serializer leaves the ticket out; the caller adds it if theirs to see.
-    data = dict(RunOutputSerializer(run).data)
+    # Without the ticket; the caller adds it if theirs to see.
+    data = run_json(run)
     return Answer(data=data, ticket=run.resume_ticket or None, status=run.status, last_seq=run.last_seq)
 
 

@@ -18,8 +18,9 @@ from runs.cursors import plain_int
 from runs.exceptions import NotFound
 from runs.http.errors import error_response, error_response_for
 from runs.models import TERMINAL_VALUES
-from runs.selectors import run_event_sizes, run_events_json_after
+from runs.selectors import run_event_sizes
 from runs.selectors.states import run_status_last_seq
+from runs.selectors.wire import run_events_json_after
 from runs.streaming import hub, opening
 from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, publisher
