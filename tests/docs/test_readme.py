@@ -4,7 +4,7 @@ import pytest
 
 pytestmark = pytest.mark.sqlite
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_starts_with_the_two_commands() -> None:

@@ -16,7 +16,7 @@ from tests.support.live import Live
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_example_streams_cancels_and_sees_the_work_stop(live: Live, alice: User) -> None:

@@ -18,7 +18,7 @@ from runs.models import RunEvent
 from runs.transitions import END_CODE_MEANINGS, END_CODES, FailCode, StopCode
 from tests.factories import running_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
 
 

@@ -10,7 +10,7 @@ from runs.transitions import ALLOWED, END_CODES, TERMINAL
 
 pytestmark = pytest.mark.sqlite
 
-STATES = Path(__file__).resolve().parent.parent / "docs" / "design" / "states.md"
+STATES = Path(__file__).resolve().parents[2] / "docs" / "design" / "states.md"
 
 
 def test_the_state_diagram_is_the_transition_table() -> None:

@@ -19,7 +19,7 @@ from tests.support.descriptions import REPOSITORY, description_links, links_that
 
 pytestmark = pytest.mark.sqlite
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The distributions' long descriptions (the app's and the client's pyproject.toml name them).
 READMES = ["README.md", "clients/python/README.md"]
 CITING = ["runs", "tests", "bench", "config", "clients", "deploy", "bin"]
