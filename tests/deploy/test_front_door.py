@@ -1,23 +1,14 @@
-"""Production (docs/design/operations.md#deploy, deploy/): settings that refuse an unsafe start, a
-real nginx started from deploy/nginx.conf.template in front of uvicorn and a worker in the front
-door's layout (docs/how-to/deploy.md#front-door: uvicorn on a Unix socket in the folder
-deploy/tmpfiles.d/runledger.conf makes, nginx the only way in, the SSE edge on a socket beside it),
-the app's own body limit without it, and the systemd units.
-
-The settings proofs start processes with nothing of the suite's environment: only PATH and the
-variables an operator sets, on the embedded default database (no DATABASE_URL).
-"""
+"""The front door in production (docs/how-to/deploy.md#front-door, deploy/): a real nginx started from
+deploy/nginx.conf.template in front of uvicorn and a worker in the front door's layout — uvicorn on a
+Unix socket in the folder deploy/tmpfiles.d/runledger.conf makes, nginx the only way in, the SSE edge
+on a socket beside it."""
 
 import asyncio
-import contextlib
 import grp
 import json
-import os
 import re
-import secrets
 import shutil
 import stat
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,20 +19,16 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.management import load_command_class
-from uvicorn.main import main as uvicorn_command
 
-from runs import services
-from runs.conf import conf
-from runs.models import Run, RunAttempt, RunEvent
+from runs.models import Run, RunEvent
 from tests.factories import queued_run
 from tests.support.browser import give_password
 from tests.support.db import token_for
+from tests.support.deploy import run_to_end, unit_uvicorn
 from tests.support.edge import control_socket, edge_env, listening_tcp_ports, start_edge, wait_leading
 from tests.support.nginx import (
     TEMPLATE,
     TEMPLATE_VARIABLES,
-    TMPFILES,
     Nginx,
     fill_template,
     front_door,
@@ -50,11 +37,9 @@ from tests.support.nginx import (
     template_variables,
 )
 from tests.support.procs import (
-    ROOT,
     Proc,
     Procs,
     descendants,
-    free_port,
     python_as,
     require_root,
     subprocess_env,
@@ -70,88 +55,7 @@ from tests.support.workers import wait_status
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
-PUBLIC_HOST = "runledger.example.com"
 MB = 1024 * 1024
-
-
-def operator_env(**values: str) -> dict[str, str]:
-    """What a process started by hand gets: PATH and `values`, nothing of the suite's environment
-    (no DATABASE_URL: the embedded SQLite default)."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **values}
-
-
-def run_to_end(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    # Bounded: a server that started after all is stopped by the timeout (and the test fails).
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-
-
-# --- settings -------------------------------------------------------------------------------------
-
-
-@pytest.mark.sqlite
-def test_a_public_host_without_a_secret_key_stops_every_command_and_the_server(tmp_path: Path) -> None:
-    key_file = tmp_path / "local-secret-key"
-    env = operator_env(DJANGO_ALLOWED_HOSTS=f"localhost,{PUBLIC_HOST}", RUNLEDGER_LOCAL_SECRET_FILE=str(key_file))
-    for args in (
-        [sys.executable, "manage.py", "check"],
-        [sys.executable, "manage.py", "runworker"],
-        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(free_port())],
-    ):
-        done = run_to_end(args, env)
-        assert done.returncode != 0, (args, done.stdout, done.stderr)
-        assert f"DJANGO_SECRET_KEY must be set: DJANGO_ALLOWED_HOSTS allows {PUBLIC_HOST}" in done.stderr, args
-    assert not key_file.exists()  # a public deployment never falls back to a local key
-
-
-@pytest.mark.sqlite
-def test_check_deploy_passes_with_the_four_documented_variables() -> None:
-    documented = {
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-        "DJANGO_ALLOWED_HOSTS": PUBLIC_HOST,
-        "DJANGO_CSRF_TRUSTED_ORIGINS": f"https://{PUBLIC_HOST}",
-        "DJANGO_SECURE_HTTPS": "1",
-    }
-    check = [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"]
-    done = run_to_end(check, operator_env(**documented))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "System check identified no issues" in done.stdout
-
-    # The same check fails without DJANGO_SECURE_HTTPS: it does look at the security settings.
-    documented.pop("DJANGO_SECURE_HTTPS")
-    done = run_to_end(check, operator_env(**documented))
-    assert done.returncode != 0
-    assert {"security.W004", "security.W008", "security.W012", "security.W016"} <= set(
-        re.findall(r"security\.W\d+", done.stdout + done.stderr)
-    )
-
-
-@pytest.mark.sqlite
-def test_the_embedded_default_keeps_a_random_local_key_of_its_own(procs: Procs, tmp_path: Path) -> None:
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    print_key = [sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"]
-
-    def keys_of(key_file: Path, processes: int) -> set[str]:
-        env = operator_env(DJANGO_SETTINGS_MODULE="config.settings", RUNLEDGER_LOCAL_SECRET_FILE=str(key_file))
-        started = [procs.start("print-key", print_key, env) for _ in range(processes)]
-        for proc in started:
-            proc.wait_exit(timeout=60)
-        return {proc.log().strip() for proc in started}
-
-    # Processes starting at once on no key yet: one key is made, and every process reads it whole.
-    first = keys_of(keys / "secret-key", 4)
-    assert len(first) == 1
-    (key,) = first
-    assert key == (keys / "secret-key").read_text().strip()
-    assert len(key) >= 50
-    assert stat.S_IMODE((keys / "secret-key").stat().st_mode) == 0o600
-    # Kept: a later process gets the same key.
-    assert keys_of(keys / "secret-key", 1) == {key}
-    # Random, not a constant of the code: another file, another key.
-    (other,) = keys_of(keys / "another-key", 1)
-    assert other != key
-    assert key not in (ROOT / "config" / "settings.py").read_text()
-    assert sorted(path.name for path in keys.iterdir()) == ["another-key", "secret-key"]  # nothing left beside
 
 
 # --- nginx in front -------------------------------------------------------------------------------
@@ -180,13 +84,6 @@ class Front:
     worker: Proc
     static_root: Path
     door: Path  # the front door's folder, as deploy/tmpfiles.d/runledger.conf makes it
-
-
-def unit_uvicorn(name: str) -> dict[str, Any]:
-    """The options of the uvicorn that unit `name` starts, as uvicorn's own parser reads them."""
-    program, args = exec_start(unit_settings(ROOT / "deploy" / name)["Service"])
-    assert program == "uvicorn", name
-    return dict(uvicorn_command.make_context("uvicorn", args).params)
 
 
 def web_unit_listener(door: Path) -> tuple[Path, list[str]]:
@@ -533,262 +430,3 @@ def test_runedge_takes_a_socket_for_clients_in_a_closed_folder_and_never_one_ups
         assert done.returncode != 0 and "reaches the web processes over TCP only" in done.stderr, done.stderr
     finally:
         shutil.rmtree(open_folder, ignore_errors=True)
-
-
-# --- without nginx --------------------------------------------------------------------------------
-
-
-@dataclass
-class BareWeb:
-    web: Proc
-    tmpdir: Path  # its TMPDIR, where Django would spool request bodies
-
-
-@pytest.fixture(scope="module")
-def bare(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BareWeb]:
-    """uvicorn alone, as in a deployment without a proxy, with an empty temporary folder of its own."""
-    registry = Procs(Path(tmp_path_factory.mktemp("bare")))
-    tmpdir = Path(tmp_path_factory.mktemp("bare-tmpdir"))
-    try:
-        with django_db_blocker.unblock():
-            # Its metrics files (by default under TMPDIR) elsewhere: that folder is for spooled bodies only.
-            metrics = tmp_path_factory.mktemp("bare-metrics")
-            env = subprocess_env(TMPDIR=str(tmpdir), RUNLEDGER_METRICS_DIR=str(metrics))
-        yield BareWeb(web=registry.uvicorn(env=env), tmpdir=tmpdir)
-    finally:
-        registry.stop_all()
-
-
-def open_files_under(pid: int, folder: Path) -> list[str]:
-    """Files the process holds open in `folder` (an unnamed O_TMPFILE shows as `folder/#inode`)."""
-    found = []
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            target = os.readlink(fd)
-            if target.startswith(str(folder)):
-                found.append(target)
-    return found
-
-
-def assert_nothing_spooled(bare: BareWeb) -> None:
-    assert list(bare.tmpdir.iterdir()) == []
-    assert open_files_under(bare.web.pid, bare.tmpdir) == []
-
-
-def assert_payload_too_large(answer: Any) -> None:
-    assert answer.status == 413
-    assert answer.headers["connection"] == "close"
-    assert answer.headers["content-type"] == "application/json"
-    error = json.loads(answer.body)["error"]
-    assert error["code"] == "payload_too_large"
-    assert error["detail"] == {"limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}
-    assert answer.closed  # the unread body is never read: the connection goes with the answer
-
-
-@pytest.mark.sqlite
-def test_without_nginx_a_declared_body_over_the_limit_is_refused_at_once_unread(bare: BareWeb) -> None:
-    assert bare.web.port is not None
-    # An anonymous client declares 1.5 GB and sends only its headers.
-    answer = upload(("127.0.0.1", bare.web.port), "/api/runs/", size=1_500_000_000, body_bytes=0)
-    print(f"413 in {answer.seconds * 1000:.2f} ms")
-    assert_payload_too_large(answer)
-    assert answer.seconds < 2
-    assert_nothing_spooled(bare)
-
-
-@pytest.mark.sqlite
-def test_without_nginx_a_chunked_body_is_refused_once_it_passes_the_limit(bare: BareWeb) -> None:
-    assert bare.web.port is not None
-    # 16 MB/s: the bound below then leaves the server 150 ms to answer, on a busy machine too.
-    answer = upload(("127.0.0.1", bare.web.port), "/api/runs/", size=64 * MB, chunked=True, chunk_size=16 * 1024)
-    print(f"413 after {answer.sent / 1024:.0f} KiB of the chunked body")
-    assert_payload_too_large(answer)
-    # Answered before the client had sent as much as Django keeps in memory before it spools to
-    # disk (FILE_UPLOAD_MAX_MEMORY_SIZE): whatever the server read, none of it reached a file.
-    assert settings.DATA_UPLOAD_MAX_MEMORY_SIZE < answer.sent < settings.FILE_UPLOAD_MAX_MEMORY_SIZE
-    assert_nothing_spooled(bare)
-
-
-@pytest.mark.sqlite
-def test_without_nginx_a_body_under_the_limit_is_served(bare: BareWeb, alice: User) -> None:
-    assert bare.web.port is not None
-    headers = {"Authorization": f"Token {token_for(alice)}", "Content-Type": "application/json"}
-    body = json.dumps({"agent": "demo", "input": {"deltas": 1, "pad": "x" * 200_000}}).encode()
-    assert len(body) < settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    answer = request(("127.0.0.1", bare.web.port), "/api/runs/", method="POST", headers=headers, body=body)
-    assert answer.status == 201, answer.body[:300]
-    created = json.loads(answer.body)
-    assert len(created["input"]["pad"]) == 200_000
-    assert_nothing_spooled(bare)
-    # The module's worker (`front`, when it is up) takes this run too: end it, and let the worker
-    # let go of it, so that no transaction of the worker's meets the database's flush after the test.
-    services.run_cancel(run_id=created["id"], actor=alice)
-    wait_until(
-        lambda: not RunAttempt.objects.filter(run_id=created["id"], released_at__isnull=True).exists(),
-        what="the run's attempt released",
-    )
-
-
-# --- the systemd units ----------------------------------------------------------------------------
-
-UNITS = {
-    "runledger-web.service",
-    "runledger-worker@.service",
-    "runledger-edge.service",
-    "runledger-edge-origin.service",
-}
-# The units whose processes count metrics (GET /metrics/ adds up every process's counters).
-COUNTING = {"runledger-web.service", "runledger-worker@.service", "runledger-edge-origin.service"}
-# The front door's folder, and its line in deploy/tmpfiles.d/runledger.conf.
-DOOR = "/run/runledger"
-CHECKOUT = "/srv/runledger"  # where the units expect the project
-
-
-# The sandbox every unit sets, beside NoNewPrivileges, ProtectSystem and PrivateTmp above.
-SANDBOX = {
-    "UMask": "0077",
-    "ProtectHome": "yes",
-    "PrivateDevices": "yes",
-    "ProtectKernelTunables": "yes",
-    "ProtectKernelModules": "yes",
-    "ProtectKernelLogs": "yes",
-    "ProtectControlGroups": "yes",
-    "ProtectClock": "yes",
-    "ProtectHostname": "yes",
-    "ProtectProc": "invisible",
-    "RestrictNamespaces": "yes",
-    "RestrictRealtime": "yes",
-    "RestrictSUIDSGID": "yes",
-    "LockPersonality": "yes",
-    "CapabilityBoundingSet": "",
-    "SystemCallArchitectures": "native",
-    "SystemCallFilter": "@system-service",
-}
-
-
-def unit_settings(path: Path) -> dict[str, dict[str, list[str]]]:
-    """section → key → values (systemd allows a key more than once)."""
-    sections: dict[str, dict[str, list[str]]] = {}
-    section: dict[str, list[str]] = {}
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = sections.setdefault(line[1:-1], {})
-            continue
-        key, equals, value = line.partition("=")
-        assert equals, f"{path.name}: not a setting: {raw!r}"
-        section.setdefault(key.strip(), []).append(value.strip())
-    return sections
-
-
-def exec_start(service: dict[str, list[str]]) -> tuple[str, list[str]]:
-    """The program (as in this checkout's virtualenv) and arguments of a unit's one ExecStart."""
-    (command,) = service["ExecStart"]
-    program, *args = command.split()
-    assert program.startswith(f"{CHECKOUT}/.venv/bin/"), program
-    local = Path(sys.executable).parent / Path(program).name
-    assert local.exists(), f"{program}: no {local.name} in the virtualenv"
-    return local.name, args
-
-
-@pytest.mark.sqlite
-def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefully() -> None:
-    assert {path.name for path in (ROOT / "deploy").glob("*.service")} == UNITS
-    units = {name: unit_settings(ROOT / "deploy" / name) for name in UNITS}
-    for name, unit in units.items():
-        service = unit["Service"]
-        for key, value in {
-            "User": "runledger",
-            "WorkingDirectory": CHECKOUT,
-            "EnvironmentFile": "/etc/runledger/env",
-            "KillSignal": "SIGTERM",
-            "KillMode": "mixed",
-            "Restart": "on-failure",
-            **SANDBOX,
-        }.items():
-            assert service.get(key) == [value], (name, key)
-        assert unit["Install"]["WantedBy"] == ["multi-user.target"], name
-        # Thousands of streams need thousands of files (systemd's default soft limit is 1,024);
-        # memory and tasks are bounded.
-        assert int(service["LimitNOFILE"][0]) >= 65536, name
-        assert re.fullmatch(r"\d+[KMG]", service["MemoryMax"][0]), name
-        assert 0 < int(service["TasksMax"][0]) <= 4096, name
-    for name in COUNTING:
-        service = units[name]["Service"]
-        # Their /tmp is private: both name one metrics directory, kept across restarts, private.
-        assert service["RuntimeDirectory"] == ["runledger-metrics"], name
-        assert service["RuntimeDirectoryPreserve"] == ["yes"], name
-        assert service["RuntimeDirectoryMode"] == ["0700"], name
-        assert "RUNLEDGER_METRICS_DIR=/run/runledger-metrics" in service["Environment"], name
-
-    # The web unit: uvicorn's own parser takes its arguments; the application is config.asgi's. It
-    # listens on a socket in the front door's folder and nowhere else, and believes the
-    # X-Forwarded-For of whoever connects there: only nginx may (test_only_nginx_reaches_the_web_processes).
-    web = units["runledger-web.service"]["Service"]
-    _, args = exec_start(web)
-    options = unit_uvicorn("runledger-web.service")
-    assert options["app"] == "config.asgi:application"
-    assert re.search(r"^application\b", (ROOT / "config" / "asgi.py").read_text(), re.MULTILINE)
-    assert str(Path(options["uds"]).parent) == DOOR and not {"--host", "--port", "--fd"} & set(args)
-    assert options["forwarded_allow_ips"] == "*" and options["proxy_headers"]
-    assert web["ReadWritePaths"] == [DOOR] and web["ExecStartPre"] == [f"-/usr/bin/rm -f {options['uds']}"]
-    assert options["workers"] > 1
-    assert options["timeout_graceful_shutdown"] < int(web["TimeoutStopSec"][0])
-    (door,) = [line.split() for line in TMPFILES.read_text().splitlines() if line and not line.startswith("#")]
-    assert door == ["d", DOOR, "0750", "runledger", "www-data", "-"]
-    assert re.search(r"^user www-data www-data;$", TEMPLATE.read_text(), re.MULTILINE)  # nginx's workers: the group
-
-    # The worker unit: manage.py runworker, whose own parser takes its arguments; systemd waits
-    # longer than the worker's shutdown grace before it kills a worker still requeueing its runs.
-    worker = units["runledger-worker@.service"]["Service"]
-    program, args = exec_start(worker)
-    assert program == "python"
-    assert args[:2] == ["manage.py", "runworker"] and (ROOT / args[0]).exists()
-    load_command_class("runs", "runworker").create_parser("manage.py", "runworker").parse_args(args[2:])
-    assert int(worker["TimeoutStopSec"][0]) > conf.SHUTDOWN_GRACE_SECONDS + 5
-
-    # The edge unit: what bin/edge runs, manage.py runedge, whose own parser takes its arguments;
-    # nginx reaches it through a socket in the front door's folder, and it reaches the edge's own
-    # web processes on loopback (Pushpin 1.36 reaches no Unix socket), which trust no forwarded
-    # header; its control socket in a folder only its user enters. SIGTERM to runedge alone
-    # (KillMode=mixed, above), which passes it on to Pushpin once (tests/test_edge.py).
-    edge = units["runledger-edge.service"]["Service"]
-    program, args = exec_start(edge)
-    assert program == "python"
-    assert args[:2] == ["manage.py", "runedge"] and "manage.py runedge" in (ROOT / "bin" / "edge").read_text()
-    parser = load_command_class("runs", "runedge").create_parser("manage.py", "runedge")
-    edge_options = vars(parser.parse_args(args[2:]))
-    origin = unit_uvicorn("runledger-edge-origin.service")
-    assert edge_options["upstream"] == f"{origin['host']}:{origin['port']}" and origin["host"] == "127.0.0.1"
-    assert origin["proxy_headers"] is False and origin["app"] == "config.asgi:application"
-    assert str(Path(edge_options["port"].removeprefix("unix:")).parent) == DOOR and edge["ReadWritePaths"] == [DOOR]
-    assert edge_options["control"] == "/run/runledger-edge/control"
-    assert edge["RuntimeDirectory"] == ["runledger-edge"] and edge["RuntimeDirectoryMode"] == ["0700"]
-
-    # bin/run, for development on loopback, trusts no forwarded header either (its shell's defaults
-    # filled in).
-    (command,) = re.findall(
-        r"\.venv/bin/uvicorn (config\.asgi:.*?) &$", (ROOT / "bin" / "run").read_text(), re.S | re.M
-    )
-    args = re.sub(r'"\$\{\w+:-([^}]*)\}"', r"\1", command.replace("\\\n", " ")).split()
-    assert uvicorn_command.make_context("uvicorn", args).params["proxy_headers"] is False
-
-
-@pytest.mark.sqlite
-@pytest.mark.timeout(60)
-def test_systemd_reads_each_unit_without_a_complaint_and_rates_its_exposure_ok() -> None:
-    for name in sorted(UNITS):
-        path = str(ROOT / "deploy" / name)
-        verified = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True, timeout=30)
-        # The one complaint expected here: the checkout is not in /srv/runledger on this machine.
-        complaints = [line for line in verified.stderr.splitlines() if "is not executable" not in line]
-        assert complaints == [], (name, complaints)
-        rated = subprocess.run(
-            ["systemd-analyze", "security", "--offline=true", path], capture_output=True, text=True, timeout=30
-        )
-        found = re.search(r"Overall exposure level for \S+: (\d+\.\d) (\w+)", rated.stdout)
-        assert found is not None, rated.stdout + rated.stderr
-        # systemd's scale: 0 (exposed to nothing) to 10; "OK" is below 2.
-        assert (float(found[1]), found[2]) <= (2.0, "OK") and found[2] == "OK", (name, found[0])
