@@ -244,7 +244,7 @@ def event_json(event: RunEvent) -> str:
 # itself, or a number has a fraction — PostgreSQL prints the stored digits in plain notation
 # (0.00001) where Python's encoder writes what `json.loads` makes of them (1e-05). The regular
 # expression finds either, reading strings as whole tokens; such an event's data goes through
-# Python as before (tests/test_event_text.py compares the two on any JSON).
+# Python as before (tests/core/test_event_text.py compares the two on any JSON).
 _STRING = r'"(?:[^"\\]|\\.)*"'
 _NOT_PLAIN = rf'^(?:[^".]|{_STRING})*(?:\.|"(?:[^"\\]|\\.)*(?:, |: ))'
 _EVENT_COLUMNS = """seq, type, CASE WHEN plain THEN replace(replace(data, ', ', ','), ': ', ':') ELSE data END, plain,

@@ -130,7 +130,7 @@ def without_pool() -> None:
     ones (a worker with a pool of 2 claimed a run and stalled, with no error); and while the server
     is down, a call waits up to the pool's timeout for a connection instead of being refused at
     once, which held an attempt's writer past the moment its lease told it to stop (its released_at
-    fell after its lease had lapsed, in tests/test_pg_restart.py)."""
+    fell after its lease had lapsed, in tests/worker/test_pg_restart.py)."""
     settings.DATABASES[DEFAULT_DB_ALIAS]["OPTIONS"].pop("pool", None)
 
 

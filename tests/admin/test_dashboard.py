@@ -1,6 +1,6 @@
 """The staff dashboard: who may open it, a query count that does not grow with the
 tables, and what its queue age and cancel → released latencies count — the same as /metrics/.
-What it shows, in a real browser, is tests/test_dashboard_browser.py."""
+What it shows, in a real browser, is tests/admin/test_dashboard_browser.py."""
 
 from collections.abc import Callable
 from datetime import timedelta

@@ -1,7 +1,7 @@
 """Every list and page bounded in bytes as well as rows: a list item carries a
 run's big values only by name, and never reads them from the database; an events page stops at its
 byte bound. (Streams, the Python client and the attack itself, against a web process:
-tests/test_bounded_answers_live.py.)"""
+tests/api/test_bounded_answers_live.py.)"""
 
 import json
 from typing import Any

@@ -2,7 +2,7 @@
 big events in bounded reads without a gap, the Python client lists what was left out and pages
 through big events, and six parallel 500-run pages of 255 kB inputs no longer take the web
 process's memory, nor do the events pages of 62 MB of events a page's stream fills a gap from.
-(The rules themselves, in process: tests/test_bounded_answers.py.)"""
+(The rules themselves, in process: tests/api/test_bounded_answers.py.)"""
 
 import asyncio
 from collections.abc import Callable, Iterator

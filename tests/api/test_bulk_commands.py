@@ -1,6 +1,6 @@
 """Bulk cancel and stop by filter (docs/design/commands.md#bulk-commands):
 `POST /api/runs/cancel/` and `POST /api/runs/stop/`, on PostgreSQL and SQLite. The race with real
-worker processes is in tests/test_bulk_race.py."""
+worker processes is in tests/api/test_bulk_race.py."""
 
 from collections.abc import Callable
 from typing import Any

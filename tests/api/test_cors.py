@@ -4,7 +4,7 @@ JSON, Idempotency-Key and Last-Event-ID allowed), give an origin not listed no C
 never open the app's pages or the admin; with the cookie settings a session's write from the listed
 origin still needs its CSRF token, and without them it is refused. The standalone site applies
 exactly the page's blocks, and refuses origins no browser sends. The same in Chromium:
-tests/test_cors_browser.py."""
+tests/api/test_cors_browser.py."""
 
 import json
 import subprocess

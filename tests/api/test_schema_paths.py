@@ -2,7 +2,7 @@
 hosts' prefixes and at the standalone site's root — the stream and the wait among them, each path
 resolving to the view it documents; a site below a path of its own names it as the server; a
 host's SPECTACULAR_SETTINGS and REST_FRAMEWORK change nothing of the schema, asked many times at
-once. tests/test_generated_client.py generates a client from a live server's schema."""
+once. tests/client/test_generated_client.py generates a client from a live server's schema."""
 
 import json
 import re

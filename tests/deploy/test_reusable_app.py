@@ -1,7 +1,7 @@
 """`runs` as an app of any project: its API keeps its own DRF behaviour whatever the
 project's REST_FRAMEWORK says, it refuses a SQLite database without the two options it needs, its
 URLs come in groups under one namespace, and it changes no other app's admin unless asked.
-tests/test_host.py proves the whole of it in a project made by `django-admin startproject`."""
+tests/deploy/test_host.py proves the whole of it in a project made by `django-admin startproject`."""
 
 import json
 from pathlib import Path

@@ -118,7 +118,7 @@ def test_the_systemd_units_start_the_projects_own_commands_and_stop_them_gracefu
     # nginx reaches it through a socket in the front door's folder, and it reaches the edge's own
     # web processes on loopback (Pushpin 1.36 reaches no Unix socket), which trust no forwarded
     # header; its control socket in a folder only its user enters. SIGTERM to runedge alone
-    # (KillMode=mixed, above), which passes it on to Pushpin once (tests/test_edge.py).
+    # (KillMode=mixed, above), which passes it on to Pushpin once (tests/edge/test_bin_edge.py).
     edge = units["runledger-edge.service"]["Service"]
     program, args = exec_start(edge)
     assert program == "python"

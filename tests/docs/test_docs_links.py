@@ -43,6 +43,11 @@ SUFFIXES = {
 # What a build or an install made (clients/js: its dependencies, its build, its compiled tests).
 MADE = {"__pycache__", "results", "node_modules", "dist", ".test-build"}
 CITATION = re.compile(r"\bdocs/((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
+# A test module named by its path from the checkout's root (the Python client's own tests too),
+# perhaps with one of its tests: `<path>::<test>`.
+TEST_FILE = re.compile(r"(?<![\w/.-])((?:clients/python/)?tests/(?:[\w-]+/)*[\w-]+\.py)(?:::(\w+))?")
+# Where the manual, the READMEs, the changelog and the project's files name test modules.
+NAMING_TESTS = ["docs", "README.md", "CHANGELOG.md", "pyproject.toml", *CITING]
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 EXPLICIT_ID = re.compile(r"\{[^}]*#([\w-]+)[^}]*\}\s*$")
 
@@ -119,6 +124,29 @@ def test_every_cited_page_and_anchor_exists() -> None:
             continue
         if anchor is not None and anchor not in ids.setdefault(page, heading_ids(path)):
             broken.append(f"{where}: docs/{page} has no heading #{anchor}")
+    assert broken == []
+
+
+def test_every_named_test_module_and_test_exists() -> None:
+    # A test module moved or split, and a page, a comment or a threat table still naming where it was.
+    named, broken = 0, []
+    for top in NAMING_TESTS:
+        paths = [ROOT / top] if (ROOT / top).is_file() else sorted((ROOT / top).rglob("*"))
+        for path in paths:
+            parts = path.relative_to(ROOT).parts
+            made = set(parts) & MADE or any(part.endswith(".egg-info") for part in parts)
+            if not path.is_file() or path.suffix not in SUFFIXES or made:
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                for match in TEST_FILE.finditer(line):
+                    named += 1
+                    module, test = ROOT / match.group(1), match.group(2)
+                    where = f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+                    if not module.is_file():
+                        broken.append(f"{where}: no such file")
+                    elif test is not None and not re.search(rf"^(async )?def {test}\(", module.read_text(), re.M):
+                        broken.append(f"{where}: no such test")
+    assert named > 50  # docs/security.md alone names dozens; a broken search finds nothing
     assert broken == []
 
 

@@ -1,6 +1,6 @@
 """docs/how-to/frontend.md is the React example app (clients/js/examples/react-app) file for file,
 and bundles it as the package's `build:example` script does: the guide a reader follows and the app
-the browser test drives (tests/test_react_example_browser.py) cannot drift apart."""
+the browser test drives (tests/client/test_react_example_browser.py) cannot drift apart."""
 
 import json
 

@@ -4,8 +4,8 @@ or `Last-Event-ID` stays exact; unknown names are a 400 naming them.
 
 The pages are read in process (the Django test client); the proof that a stream of deltas cut at
 random points loses and repeats nothing goes through a uvicorn, with a writer in a third process
-(as tests/test_sse_resilience.py does for every event). The stream's contract with `types` is in
-tests/test_sse.py.
+(as tests/streaming/test_sse_resilience.py does for every event). The stream's contract with `types` is in
+tests/streaming/test_sse.py.
 """
 
 import asyncio

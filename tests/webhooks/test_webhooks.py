@@ -1,7 +1,7 @@
 """Webhooks in process (docs/design/webhooks.md): endpoints through the API, the outbox written in
 the event's own transaction, the claim's lease and fence, signing, and the refusal of private
 addresses at registration and at connect time. The deliveries to a receiver in its own process
-are tests/test_webhooks_delivery.py."""
+are tests/webhooks/test_webhooks_delivery.py."""
 
 import asyncio
 import json
