@@ -16,20 +16,13 @@ from django.contrib.auth.models import User
 from runs import services
 from runs.models import RunAttempt
 from tests.support.db import token_for
-from tests.support.procs import (
-    Proc,
-    Procs,
-    subprocess_env,
-)
+from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.raw_http import request, upload
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 MB = 1024 * 1024
-
-
-# --- without nginx --------------------------------------------------------------------------------
 
 
 @dataclass

@@ -36,15 +36,7 @@ from tests.support.nginx import (
     start_nginx,
     template_variables,
 )
-from tests.support.procs import (
-    Proc,
-    Procs,
-    descendants,
-    python_as,
-    require_root,
-    subprocess_env,
-    wait_log_line,
-)
+from tests.support.procs import Proc, Procs, descendants, python_as, require_root, subprocess_env, wait_log_line
 from tests.support.raw_http import request, trickle_headers, upload
 from tests.support.runs import assert_exact_log, status_of
 from tests.support.signin import sign_in_over_http, signed_in_over_http
@@ -56,9 +48,6 @@ from tests.support.workers import wait_status
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 MB = 1024 * 1024
-
-
-# --- nginx in front -------------------------------------------------------------------------------
 
 
 @pytest.mark.sqlite

@@ -13,18 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.deploy import operator_env, run_to_end
-from tests.support.procs import (
-    ROOT,
-    Procs,
-    free_port,
-)
+from tests.support.procs import ROOT, Procs, free_port
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 PUBLIC_HOST = "runledger.example.com"
-
-
-# --- settings -------------------------------------------------------------------------------------
 
 
 @pytest.mark.sqlite

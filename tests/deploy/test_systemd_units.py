@@ -11,13 +11,8 @@ from uvicorn.main import main as uvicorn_command
 
 from runs.conf import conf
 from tests.support.deploy import CHECKOUT, exec_start, unit_settings, unit_uvicorn
-from tests.support.nginx import (
-    TEMPLATE,
-    TMPFILES,
-)
-from tests.support.procs import (
-    ROOT,
-)
+from tests.support.nginx import TEMPLATE, TMPFILES
+from tests.support.procs import ROOT
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 

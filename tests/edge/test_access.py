@@ -49,10 +49,7 @@ from tests.support.edge import (
 )
 from tests.support.faults import Api, Stats, follow
 from tests.support.nginx import shared_folder, start_nginx
-from tests.support.procs import (
-    Procs,
-    require_root,
-)
+from tests.support.procs import Procs, require_root
 from tests.support.raw_http import request, trickle_headers
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.seed import SEED
@@ -61,9 +58,6 @@ from tests.support.threads import in_thread
 from tests.support.workers import wait_status
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-# --- access -------------------------------------------------------------------------------------
 
 
 @pytest.mark.edge

@@ -12,26 +12,12 @@ from django.contrib.auth.models import User
 
 from tests.factories import running_run
 from tests.support.db import token_for
-from tests.support.edge import (
-    control_socket,
-    edge_env,
-    settings_of,
-    start_edge,
-    until_seq,
-)
-from tests.support.procs import (
-    Procs,
-    process_gone,
-    subprocess_env,
-    uvicorn_refusal,
-)
+from tests.support.edge import control_socket, edge_env, settings_of, start_edge, until_seq
+from tests.support.procs import Procs, process_gone, subprocess_env, uvicorn_refusal
 from tests.support.sse import Event, Stream, auth_headers, stream_path
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-# --- bin/edge and the settings ------------------------------------------------------------------
 
 
 @pytest.mark.edge

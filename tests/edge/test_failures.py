@@ -33,12 +33,7 @@ from tests.support.edge import (
     watch_meanwhile,
 )
 from tests.support.faults import Api, Stats, follow
-from tests.support.procs import (
-    Procs,
-    free_port,
-    process_gone,
-    wait_log_line,
-)
+from tests.support.procs import Procs, free_port, process_gone, wait_log_line
 from tests.support.proxies import CuttableProxy, SeenRequest
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.seed import SEED
@@ -48,9 +43,6 @@ from tests.support.waiting import wait_until
 from tests.support.workers import wait_status
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-# --- what goes wrong ----------------------------------------------------------------------------
 
 
 @pytest.mark.edge

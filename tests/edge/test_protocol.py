@@ -32,21 +32,12 @@ from runs.streaming.edge.link import Link, mint, read
 from runs.streaming.edge.publisher import _groups, lock_key
 from runs.streaming.hub import make_frame
 from tests.factories import running_run
-from tests.support.edge import (
-    signed,
-)
-from tests.support.procs import (
-    Procs,
-    subprocess_env,
-    uvicorn_refusal,
-)
+from tests.support.edge import signed
+from tests.support.procs import Procs, subprocess_env, uvicorn_refusal
 from tests.support.runs import fresh
 from tests.support.sse import request_once, stream_path
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-# --- the protocol, in this process ---------------------------------------------------------------
 
 
 def test_grip_last_is_read_for_the_runs_channel_only() -> None:

@@ -20,19 +20,13 @@ from tests.support.edge import (
     wait_leading,
     watched_to_the_end,
 )
-from tests.support.procs import (
-    Procs,
-    connections_to,
-)
+from tests.support.procs import Procs, connections_to
 from tests.support.runs import assert_exact_log
 from tests.support.sse import Event, Stream, auth_headers, request_once, stream_path, watch
 from tests.support.waiting import wait_until
 from tests.support.workers import wait_status
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-
-# --- watchers through the edge ------------------------------------------------------------------
 
 
 @pytest.mark.edge
