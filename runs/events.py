@@ -4,7 +4,7 @@ terminal event of each terminal status, wait reasons and requeue causes.
 This is the one module that spells them. Python code names them through these enums; the watch
 page's script receives `browser_vocabulary()` from the page (a JSON script tag), so no template nor
 page script spells an event type either. @runledger/client spells the terminal types and
-`output.delta`, checked against these by tests/test_js_static.py.
+`output.delta`, checked against these by tests/client/test_js_static.py.
 """
 
 import re
@@ -218,7 +218,7 @@ def forkable_types(declared: Iterable[str]) -> frozenset[str]:
 PARTIAL_OUTPUT_MEANING = "true when the run's `partial_output` is not null (the run JSON has it)"
 
 # What each event's `data` holds, for the reference (docs/reference/events.md is rendered from this;
-# tests/test_docs_reference.py drives runs through every platform type and compares the keys). For
+# tests/docs/test_docs_reference.py drives runs through every platform type and compares the keys). For
 # the types an agent emits, the keys the platform requires or writes; the agent may add its own.
 EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
     EventType.RUN_CREATED: (

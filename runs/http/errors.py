@@ -27,7 +27,7 @@ def error_response_for(exc: RunledgerError) -> JsonResponse:
 
 
 # Every `error.code` a response can carry, its HTTP status and what it means: the reference
-# (docs/reference/errors.md) is rendered from this, and tests/test_docs_reference.py checks that
+# (docs/reference/errors.md) is rendered from this, and tests/docs/test_docs_reference.py checks that
 # every code the project's code spells is here.
 ERROR_CODES: dict[str, tuple[int, str]] = {
     "validation_error": (400, "a malformed body, query, header or cursor; `detail` says which field"),

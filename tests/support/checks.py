@@ -1,5 +1,5 @@
 """What must hold of runs once the dust settles, read straight from the database: of one run's
-log, of a run's attempts, and of every run of a fault-injection workload (tests/test_faults.py)."""
+log, of a run's attempts, and of every run of a fault-injection workload (tests/worker/test_faults.py)."""
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence

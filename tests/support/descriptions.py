@@ -1,7 +1,7 @@
 """A long description as the package index shows it: the links of a README rendered by
 readme_renderer (the index's own renderer, GitHub's Markdown), those that lead nowhere there, and the
-file of the checkout a link into the repository names. tests/test_package.py reads the built
-metadata with it, tests/test_docs_links.py the READMEs themselves."""
+file of the checkout a link into the repository names. tests/deploy/test_package.py reads the built
+metadata with it, tests/docs/test_docs_links.py the READMEs themselves."""
 
 import tomllib
 from html.parser import HTMLParser

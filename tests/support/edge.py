@@ -1,29 +1,44 @@
 """Debian's Pushpin in front of web processes, started by `bin/edge` as an operator would; a tap on
 its control socket that loses or refuses a chosen publish; and what an attacker of the edge would
 use: a Grip-Sig Pushpin really signed, the TCP ports its parts listen on, a process of another user.
+Then the edge tests' stack (web process, edge, worker), its watchers, what Pushpin's log says it
+did, and requests made as Pushpin makes them (tests/edge/).
 
 `bin/edge` (manage.py runedge) starts Pushpin's runner in a process group of its own, and the
 runner starts its parts (condure, zurl, the proxy and the handler) each in one of their own: they
 are recorded as the `Proc`'s companions, so stopping it by its PID also makes sure they are gone.
 """
 
+import asyncio
 import atexit
 import http.server
 import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import jwt
 import zmq
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
 
+from runs import services
+from runs.events import EventType
+from runs.models import Run
+from runs.streaming.edge import grip
 from runs.streaming.edge.control import parse_tnetstring, tnetstring
 from tests.support.procs import (
     ROOT,
@@ -38,7 +53,10 @@ from tests.support.procs import (
     wait_log_line,
 )
 from tests.support.raw_http import Trickled
+from tests.support.runs import assert_exact_log, fresh
+from tests.support.sse import Event, Stream, request_once, stream_path, watch
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_status
 
 # Pushpin fetches each held stream's link this often (the re-check, and the safety net of a lost publish).
 LINK_SECONDS = "2"
@@ -311,3 +329,200 @@ class PublishTap:
             return tnetstring({"id": request["id"], "success": True, "value": {}})
         request["args"]["items"] = kept
         return None
+
+
+def stack(procs: Procs, *, worker: bool = True, control: str = "", log_level: int = 2, **env: str) -> tuple[Proc, Edge]:
+    """A web process behind bin/edge, leading the publishing, and a worker unless told not to
+    (tests that claim runs themselves)."""
+    control = control or control_socket()
+    web = procs.uvicorn(env=edge_env(control, **env))
+    wait_leading(web)
+    edge = start_edge(procs, upstream=web, control=control, log_level=log_level)
+    if worker:
+        procs.worker("edge-worker", concurrency=4)
+    return web, edge
+
+
+@contextmanager
+def tapped_stack(procs: Procs, log_level: int = 2, **env: str) -> Iterator[tuple[PublishTap, Proc, Edge]]:
+    """`stack` without its worker, the publishes going to Pushpin through a tap that can lose or
+    refuse them."""
+    control = control_socket()
+    tap = PublishTap(control).start()
+    try:
+        yield (
+            tap,
+            *stack(procs, worker=False, control=control, log_level=log_level, **env, RUNLEDGER_GRIP_URL=tap.url),
+        )
+    finally:
+        tap.stop()
+
+
+def session_headers(user: User) -> dict[str, str]:
+    """What a browser's EventSource sends: the session cookie, no token."""
+    browser = Client()
+    browser.force_login(user)
+    return {"Cookie": f"sessionid={browser.cookies['sessionid'].value}"}
+
+
+async def watch_all(
+    base_url: str, path: str, headers: list[dict[str, str]], *, until: Callable[[list[list[Event]]], bool] | None = None
+) -> tuple[list[list[Event]], list[asyncio.Task[list[Event]]]]:
+    """Open one stream per headers through `base_url` and wait until each follows the run: the
+    events each has received so far (lists that keep filling) and the tasks that end with them."""
+    got: list[list[Event]] = [[] for _ in headers]
+    connected = [asyncio.Event() for _ in headers]
+    tasks = [
+        asyncio.create_task(watch(base_url, path, h, connected=c, got=g, timeout=90))
+        for h, c, g in zip(headers, connected, got, strict=True)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(c.wait() for c in connected)), 30)
+    return got, tasks
+
+
+async def until_each_has(got: list[list[Event]], n: int, timeout: float = 30) -> None:
+    """Until each watcher of `watch_all` has `n` events, within `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while min(len(g) for g in got) < n:
+        assert asyncio.get_running_loop().time() < deadline, [len(g) for g in got]
+        await asyncio.sleep(0.02)  # polling the watchers' progress; the deadline above bounds it
+
+
+async def watch_meanwhile(
+    edge: Edge, run: Run, headers: list[dict[str, str]], meanwhile: Callable[[], object]
+) -> list[list[Event]]:
+    """Watchers of `run` through the edge; once each has 10 events, `meanwhile` (in a thread);
+    then every stream to its end."""
+    got, tasks = await watch_all(edge.url, stream_path(run), headers)
+    await until_each_has(got, 10)
+    await asyncio.to_thread(meanwhile)
+    return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+
+
+def link_requests(edge: Edge, run: Run) -> list[float]:
+    """When (time.time()) Pushpin asked for the run's events itself, by its log."""
+    link = f"[handler] GET {edge.url}/api/runs/{run.pk}/stream/link/ "
+    return [
+        datetime.strptime(line[7:30], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        for line in edge.log().splitlines()
+        if link in line
+    ]
+
+
+def publishes(edge: Edge, run: Run) -> int:
+    """How many items Pushpin took on the run's channel, by its log."""
+    return edge.log().count(f"publish channel={grip.channel(str(run.pk))} ")
+
+
+def published(edge: Edge, run: Run, seq: int) -> bool:
+    """Whether Pushpin took the item that ends with the run's event `seq`, by its debug log (log_level=3)."""
+    channel, item_id = f'"channel": "{grip.channel(str(run.pk))}"', f'"id": "{seq}"'
+    return any(channel in line and item_id in line for line in edge.log().splitlines() if "IN command: publish" in line)
+
+
+def signed(key: str, **claims: Any) -> str:
+    """A Grip-Sig as Pushpin makes it, with `claims` changed."""
+    body = {"iss": "pushpin", "exp": int(time.time()) + 3600, **claims}
+    return jwt.encode(body, key, algorithm="HS256")
+
+
+def watched_to_the_end(
+    procs: Procs, edge: Edge, run: Run, headers: list[dict[str, str]], *, once_connected: Callable[[], object]
+) -> Run:
+    """Watchers of the queued `run` through the edge; once all are connected, `once_connected`,
+    then a worker takes the run: each watcher gets its exact log. The run, completed."""
+
+    async def scenario() -> list[list[Event]]:
+        _, tasks = await watch_all(edge.url, stream_path(run), headers)
+        await asyncio.to_thread(once_connected)
+        assert all(not task.done() for task in tasks)
+        # Only now does a worker take the run.
+        await asyncio.to_thread(procs.worker, "edge-worker")
+        return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+
+    got = asyncio.run(scenario())
+    completed = wait_status(run, "completed")
+    for events in got:
+        assert_exact_log(events, completed)
+    return completed
+
+
+def complete(run: Run) -> None:
+    """End the run as its worker would."""
+    services.run_complete(run_id=run.pk, generation=fresh(run).generation, output="done")
+
+
+def end_the_publishers_connection() -> None:
+    """What a network cut or a restarted database does to the leading publisher's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE %s",
+            ["runledger-edge:%"],
+        )
+        assert cursor.fetchall(), "no publisher connected"
+
+
+def direct_connect(web: Proc, run: Run, sig: str, headers: dict[str, str]) -> Stream:
+    """A connect straight to the web process with Pushpin's signature: what Pushpin passes on, so
+    the hold instructions (the link included) are in the answer's headers."""
+    return request_once(web.url, stream_path(run), {"Grip-Sig": sig, **headers})
+
+
+def fetch_link(
+    web: Proc, path: str, *, sig: str | None, last_id: int | None, token: str | None
+) -> tuple[Stream, list[int]]:
+    """A GET of a link as Pushpin makes it (its signature and a Grip-Last for each channel of the
+    hold, nothing else): the answer, and the seqs of the events in its body."""
+    run_id = path.split("/")[3]
+    headers = {"Grip-Sig": sig} if sig is not None else {}
+    lasts = [f"{grip.channel(run_id)}; last-id={last_id}"] if last_id is not None else []
+    lasts += [f"{grip.LINK_CHANNEL}; last-id={token}"] if token is not None else []
+    if lasts:
+        headers["Grip-Last"] = ", ".join(lasts)
+
+    async def go() -> tuple[Stream, list[int]]:
+        answer = await Stream(web.url, path, headers).open()
+        try:
+            body = await answer.read_all() if answer.status == 200 else answer.body
+            return answer, [event.seq for event in answer.parser.feed(body)]
+        finally:
+            answer.close()
+
+    return asyncio.run(go())
+
+
+def link_of(answer: Stream) -> tuple[str, str]:
+    """The path of a hold's link (`Grip-Link: </…/stream/link/>; rel=next; …`), and its token (the
+    previous id of the link's channel: `Grip-Channel: run-…; prev-id=2, runledger-link; prev-id=T`)."""
+    path = answer.headers["grip-link"].partition(">")[0].removeprefix("<")
+    return path, answer.headers["grip-channel"].rpartition("prev-id=")[2]
+
+
+def append_and_complete(run: Run) -> None:
+    """What a worker would write next: one delta, then the run's end."""
+    fresh_run = fresh(run)
+    services.run_events_append(
+        run_id=run.pk, generation=fresh_run.generation, events=[(EventType.OUTPUT_DELTA, {"text": "real"})]
+    )
+    services.run_complete(run_id=run.pk, generation=fresh_run.generation, output="real")
+
+
+async def until_seq(stream: Stream, seq: int) -> Any:
+    """The stream's events up to the one of `seq`."""
+    async for event in stream.events():
+        yield event
+        if event.seq >= seq:
+            return
+
+
+def settings_of(**env: str) -> subprocess.CompletedProcess[str]:
+    """A process that prints the signing key the settings give it with `env`."""
+    code = "import django; django.setup(); from runs.conf import conf; print(conf.GRIP_KEY)"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**subprocess_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

@@ -1,4 +1,4 @@
-"""Clients for the fault-injection tests (tests/test_faults.py).
+"""Clients for the fault-injection tests (tests/worker/test_faults.py).
 
 JSON requests and SSE streams over raw asyncio sockets, one connection per request, each bounded
 in time. They ride out killed web processes and an unreachable database the way a careful program

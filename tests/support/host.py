@@ -2,7 +2,7 @@
 fresh virtualenv with the built wheel (never the checkout), `django-admin startproject config
 host`, the few lines docs/how-to/embed.md says a host adds (read from the page), and its
 processes — the host's stock uvicorn and `manage.py runworker` — started from the host's folder.
-tests/test_host.py drives them over HTTP."""
+tests/deploy/test_host.py drives them over HTTP."""
 
 import asyncio
 import contextlib

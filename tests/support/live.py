@@ -6,6 +6,7 @@ The web process sends `retry: 20` (ms), so a client that honours it resumes afte
 tens of milliseconds and hundreds of cuts fit in a few seconds.
 """
 
+import asyncio
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -14,10 +15,13 @@ from typing import Any
 
 import pytest
 
+import runledger_client as rl
 from runs.models import RunEvent
 from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.proxies import CuttableProxy
 
+# The Python client's retry against the live server: quick, since every failure here is a cut.
+FAST = rl.Retry(base=0.02, cap=0.2)
 # Webhook endpoints on 127.0.0.1 for the clients' webhooks tests (nothing listens: their
 # deliveries are listed, pending).
 LIVE_ENV = {"RUNLEDGER_SSE_RETRY_MS": "20", "RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE": "1"}
@@ -78,3 +82,8 @@ def assert_is_the_stored_log(objects: list[Any], run_id: object) -> None:
     stored = [e.as_dict() for e in RunEvent.objects.filter(run_id=run_id).order_by("seq")]
     assert [o["seq"] for o in objects] == list(range(1, len(stored) + 1))
     assert objects == stored
+
+
+def run_async(make: Callable[[], Any], timeout: float = 60) -> Any:
+    """Run the coroutine `make()` to its end, within `timeout` seconds."""
+    return asyncio.run(asyncio.wait_for(make(), timeout))

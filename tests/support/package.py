@@ -1,5 +1,5 @@
 """The distributions of the checkout, as `python -m build` makes them: what `pip install django-runledger`
-(and `pip install runledger-client`) gets. tests/test_package.py checks their contents, and a host
+(and `pip install runledger-client`) gets. tests/deploy/test_package.py checks their contents, and a host
 project can install the app's wheel."""
 
 import email.parser

@@ -63,7 +63,7 @@ FAST_INTERVALS = {
 
 # For tests that hold more streams of one user on one web process than the default cap (20) to
 # prove something else (many watchers, aborted streams): the cap's own tests are
-# test_stream_limits.py.
+# tests/streaming/test_stream_limits.py.
 UNCAPPED = {"RUNLEDGER_MAX_STREAMS_PER_USER": "0"}
 
 
@@ -228,7 +228,7 @@ class Procs:
         Without Django's system checks: they import every URL module and check every model and
         admin, 0.3 to 0.4 s of CPU at each of the suite's few hundred worker starts, and decide
         nothing a worker does. What a worker requires of its settings and agents it checks itself,
-        with or without them (tests/test_settings.py); tests/test_deploy.py and the host's tests
+        with or without them (tests/deploy/test_settings.py); tests/deploy/ and the host's tests
         start it as operators do."""
         cmd = [sys.executable, "manage.py", "runworker", "--skip-checks", "--worker-id", worker_id]
         cmd += ["--concurrency", str(concurrency)]

@@ -1,7 +1,7 @@
 """Writes clients/js/openapi.json: the OpenAPI schema the app serves at /api/schema/ (as the
 standalone site mounts it), from which `npm run build` generates the package's types. Run it
 (`npm run schema`, or `python clients/js/scripts/schema.py` from the repository's root) after a
-change to the API; tests/test_js_schema.py fails until the file is the served schema again."""
+change to the API; tests/client/test_js_schema.py fails until the file is the served schema again."""
 
 import json
 import os

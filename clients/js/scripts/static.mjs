@@ -2,7 +2,7 @@
 // app's own pages load it, runs/static/runs/runledger-client.js, under a header that names the
 // package's version and its source. The app's wheel ships that file, so a site installed with pip
 // needs no npm (docs/design/clients.md#browser). `npm run build:static` builds and writes it;
-// `node scripts/static.mjs <path>` writes the same bytes elsewhere, for tests/test_js_static.py,
+// `node scripts/static.mjs <path>` writes the same bytes elsewhere, for tests/client/test_js_static.py,
 // which fails while the committed file is not what a fresh build writes.
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";

@@ -1,6 +1,6 @@
 // What the API answers and takes, named from the OpenAPI schema the server serves: src/schema.ts is
 // generated from clients/js/openapi.json at every build (`npm run types`), and a test compares that
-// file with the schema a live server serves (tests/test_js_schema.py). The objects keep the API's
+// file with the schema a live server serves (tests/client/test_js_schema.py). The objects keep the API's
 // field names (`last_seq`, `created_at`), as the JSON pages and the stored log have them.
 import type { components, operations, paths } from "./schema.js";
 

@@ -1,7 +1,7 @@
 // One round of streams through the cutting proxy (tests/support/proxies.py CuttableProxy, every
 // stream connection cut after a random number of bytes, anywhere in a frame): five runs streamed
 // live at once while the worker executes them, one of them with chosen types; each stream must be
-// exactly the stored log. tests/test_js_client.py runs rounds until 200 cuts or more fell, and
+// exactly the stored log. tests/client/test_js_client.py runs rounds until 200 cuts or more fell, and
 // compares what this reports (RUNLEDGER_REPORT) with the database too.
 import assert from "node:assert/strict";
 import { test } from "node:test";

@@ -2,7 +2,7 @@
 // the cutting proxy (docs/design/streaming.md#frames). It takes an event's id when it parses the
 // `id:` line, not when the event is dispatched; with `id:` last, that loses an event only when a
 // cut falls between the `id:` line and the blank line ending its frame. This reports what each
-// run's stream delivered (RUNLEDGER_REPORT); tests/test_js_client.py counts the losses against
+// run's stream delivered (RUNLEDGER_REPORT); tests/client/test_js_client.py counts the losses against
 // the cuts that fell in a frame's last byte.
 import assert from "node:assert/strict";
 import { test } from "node:test";

@@ -1,7 +1,7 @@
 // @runledger/client/react: the reducer that rebuilds a run's state from its log, and useRun
 // rendered by React DOM (in jsdom) against the live server — in StrictMode, whose double effects
 // must not open a second stream nor deliver an event twice; remounted as after a reload; its
-// commands. The hook's proof in a real browser is the example app's (tests/test_frontend_browser.py).
+// commands. The hook's proof in a real browser is the example app's (tests/client/test_react_example_browser.py).
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { JSDOM } from "jsdom";

@@ -1,4 +1,4 @@
-// What the package's tests share. They run against a live Runledger that tests/test_js_client.py
+// What the package's tests share. They run against a live Runledger that tests/client/test_js_client.py
 // starts (uvicorn, a worker, a cutting proxy) and describes in the environment; run alone they
 // fail at once, naming the variable.
 import { writeFileSync, readFileSync, existsSync } from "node:fs";
@@ -8,7 +8,7 @@ import { Client, type ClientOptions, type RunEvent } from "@runledger/client";
 
 export function env(name: string): string {
   const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: these tests run through pytest (tests/test_js_client.py)`);
+  if (!value) throw new Error(`${name} is not set: these tests run through pytest (tests/client/test_js_client.py)`);
   return value;
 }
 

@@ -1,6 +1,6 @@
 """The sync and async drivers against an in-process server (httpx.MockTransport) that fails on
 purpose: connections that die before an answer or mid-stream, 503s. The live suite (the project's
-tests/test_python_client.py) does the same against real processes."""
+tests/client/test_python_client.py) does the same against real processes."""
 
 import asyncio
 import json

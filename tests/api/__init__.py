@@ -1,0 +1,1 @@
+"""The REST API: requests and answers, authentication, tokens, throttles, CORS, bounded answers, hostile input."""

@@ -1,0 +1,1 @@
+"""The run's core in process: models, the state machine, services and selectors, budgets, limits, retention."""

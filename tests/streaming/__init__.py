@@ -1,0 +1,1 @@
+"""Streams and waits a web process serves itself: SSE, resumes, stream limits, LISTEN, runserver."""

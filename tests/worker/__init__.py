@@ -1,0 +1,1 @@
+"""Worker processes: claims, attempts, leases, deaths, policies, the sweeper, faults, PostgreSQL restarts."""
