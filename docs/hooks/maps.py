@@ -44,9 +44,9 @@ def _leading_comment(source: str) -> str:
 def _help_text(tree: ast.Module) -> str:
     """A management command's `help`, as its class spells it."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "help" for t in node.targets):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                return node.value.value
+        named = isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "help" for t in node.targets)
+        if named and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return node.value.value
     return ""
 
 
@@ -68,11 +68,13 @@ def _top_level(text: str) -> Iterator[int]:
 
 def _phrase(text: str, shortest: int = 25) -> str:
     """`text` up to its first sentence end, or colon or semicolon that leaves at least `shortest`
-    characters (a title such as "Webhooks:" says too little); past the width, up to its last comma
-    or dash within it."""
+    characters (a title such as "Webhooks:" says too little); past the width, without its asides in
+    brackets, then up to its last comma or dash within it."""
     ends = (i for i in _top_level(text) if text[i] in ".:;" and text[i + 1 : i + 2] in ("", " "))
     cut = next((i for i in ends if i >= shortest or text[i] == "."), len(text))
     text = text[:cut]
+    if len(text) > _WIDTH:
+        text = re.sub(r" \([^()]*\)", "", text)
     if len(text) > _WIDTH:
         breaks = [i for i in _top_level(text) if shortest <= i <= _WIDTH and text[i : i + 2] in (", ", " —")]
         text = text[: breaks[-1]] if breaks else text
@@ -128,11 +130,12 @@ def docstring_prose(source: str) -> str | None:
     return match["doc"].split(INDEX_HEADER, 1)[0]
 
 
-def with_index(source: str, text: str) -> str:
-    """`source` with its docstring ending in the index `text` (the docstring made if missing)."""
+def with_index(source: str, text: str, name: str) -> str:
+    """`source` with its docstring ending in the index `text`; a package without a docstring gets
+    one, which says no more than its `name` until someone writes what it is for."""
     match = _DOCSTRING.match(source)
     if match is None:
-        return f'"""{text}"""\n' + ("\n" + source if source.strip() else "")
+        return f'"""The `{name}` package.\n\n{text}"""\n' + ("\n" + source if source.strip() else "")
     prose = match["doc"].split(INDEX_HEADER, 1)[0].rstrip()
     doc = f"{prose}\n\n{text}" if prose else text
     return source[: match.start("doc")] + doc + source[match.end("doc") :]
@@ -145,7 +148,7 @@ def stale_indexes(write: bool = False) -> list[str]:
     for package in sorted(indexed_packages(), key=lambda p: -len(p.parts)):
         init = package / "__init__.py"
         source = init.read_text()
-        new = with_index(source, index(package))
+        new = with_index(source, index(package), ".".join(package.relative_to(ROOT).parts))
         if new != source:
             found.append(f"{init.relative_to(ROOT)}: its module index is stale")
             if write:

@@ -2,6 +2,14 @@
 types of its own it emits, and write it as an async generator of directives. The modules named in
 `RUNLEDGER_AGENTS` (default: the built-in `demo`) are imported by every process at start, which
 fills the registry.
+
+Modules (docs/hooks/reference.py --write keeps this index):
+
+    base.py         The pluggable agent interface
+    demo.py         The built-in `demo` agent
+    loading.py      Loading the agents a deployment names in `RUNLEDGER_AGENTS`
+    openai_chat.py  The `openai_chat` agent: streams an answer from any OpenAI-compatible Chat
+                    Completions endpoint
 """
 
 from runs.agents.base import (

@@ -1,8 +1,19 @@
 """Every non-trivial read of runs and events, with the visibility rule (docs/design/api.md#access);
 `__all__` is the public API for host code (docs/reference/python.md), the rest may change. Beside
-it, a module per subject: `overview` the whole system's figures, `states` runs' state by id for the
-processes that follow them, `credentials` which tokens and sessions still hold, `clock` the
-database's clock."""
+it, a module per subject.
+
+Modules (docs/hooks/reference.py --write keeps this index):
+
+    clock.py        The database's clock, the one every process judges time-bound state by
+    credentials.py  Which credentials hold: a request's API token
+    event_text.py   A page of a run's events as the one text it is sent as
+    overview.py     Reads about the whole system rather than one run
+    published.py    What the edge's publisher reads after a wake-up
+    results.py      What a run produced and used, for its JSON
+    states.py       The state of runs by id, many in one query, for the processes that follow runs
+                    rather than show them
+    webhooks.py     Reads of webhook endpoints and deliveries
+"""
 
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence

@@ -1,21 +1,27 @@
-"""Every write to runs, events and attempts, one module per job:
+"""Every write to runs, events and attempts, one module per job. Each service on a run is one
+transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in `runs.transitions`,
+write the run and its event(s) together, and notify at commit. Callers import the services from
+here. `__all__` is the public API for host code (docs/reference/python.md); the other names are the
+project's own and may change.
 
-- `core`: the locked write core every service is made of (lock, check, append, end, park, requeue);
-- `creation`: what a run is made of (`RunSpec`) and its insert;
-- `commands`: cancel, stop, pause, resume;
-- `bulk`: cancel or stop every run that matches a filter, one run's command at a time;
-- `rerun`: an ended run run again, or forked from the middle of its log;
-- `scheduling`: a queued run's priority and start time, changed;
-- `execution`: the writes of a worker's attempt;
-- `sweeper`: lapsed leases and passed deadlines, and where lost attempts' tool processes may be left;
-- `idempotency`: retry-safe creates and bulk commands;
-- `retention`: purging old terminal runs, and what else outlived its use (idempotency records,
-  failed authentications: runs.http.throttles counts those).
+Modules (docs/hooks/reference.py --write keeps this index):
 
-Each service on a run is one transaction: lock the run row (`FOR NO KEY UPDATE`), check the transition in
-`runs.transitions`, write the run and its event(s) together, and notify at commit. Callers import
-the services from here. `__all__` is the public API for host code (docs/reference/python.md); the
-other names are the project's own and may change.
+    bulk.py               Cancel or stop every run that matches a filter
+    commands.py           The commands people and programs send a run
+    core.py               The locked write core every service is made of
+    creation.py           Creating runs: what a new run is made of (`RunSpec`), its checks, and its
+                          insert
+    execution.py          The writes of a worker's attempt
+    idempotency.py        Retry-safe creates: at most one run per
+    quotas.py             Per-owner limits, enforced where runs are made and claimed
+    rerun.py              Running an ended run again, and forking it from the middle of its log
+    retention.py          Retention: deleting old terminal runs with their events and attempts
+    scheduling.py         Changing when a queued run may start and how it ranks
+    sweeper.py            The sweeper every worker runs
+    tokens.py             API tokens issued and revoked
+    webhook_endpoints.py  Webhook endpoints registered, changed, rotated and deleted
+    webhooks.py           The webhook outbox: notifications written in the transaction of the event
+                          they report
 """
 
 # Every service is imported here for the project's own callers; only `__all__` is promised.
