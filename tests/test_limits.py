@@ -1,7 +1,7 @@
 """Fair use (docs/design/fair-use.md): the active-runs cap at create, the running cap and fair
 claiming at claim, default budgets and deadline, the demo agent's input bounds, and limit settings
 that cannot work refused at start. (Stream limits: tests/test_stream_limits.py; throttles:
-tests/test_auth_throttles.py.)"""
+tests/test_auth_throttle.py.)"""
 
 import subprocess
 import sys

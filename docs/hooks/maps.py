@@ -104,7 +104,7 @@ def _entries(package: Path) -> Iterator[tuple[str, str]]:
 def index(package: Path) -> str:
     """The index of `package`'s modules, as its docstring ends: a name and a summary a line."""
     entries = list(_entries(package))
-    column = max(len(name) for name, _ in entries) + 2
+    column = max((len(name) for name, _ in entries), default=0) + 2
     lines = [INDEX_HEADER, ""]
     for name, text in entries:
         wrapped = textwrap.wrap(text, _WIDTH - 4 - column) or [""]
@@ -113,13 +113,13 @@ def index(package: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def indexed_packages() -> list[Path]:
+def indexed_packages(root: Path = ROOT) -> list[Path]:
     """The packages whose docstring ends with an index: every package of runs/ but Django's fixed
     places (migrations, management commands), which docs/layout.md lists, and tests/support/."""
-    runs = ROOT / "runs"
+    runs = root / "runs"
     packages = [p.parent for p in modules(runs) if p.name == "__init__.py"]
     kept = [p for p in packages if not {"migrations", "management"} & set(p.relative_to(runs).parts)]
-    return [*kept, ROOT / "tests" / "support"]
+    return [*kept, root / "tests" / "support"]
 
 
 def docstring_prose(source: str) -> str | None:
@@ -141,16 +141,16 @@ def with_index(source: str, text: str, name: str) -> str:
     return source[: match.start("doc")] + doc + source[match.end("doc") :]
 
 
-def stale_indexes(write: bool = False) -> list[str]:
+def stale_indexes(write: bool = False, root: Path = ROOT) -> list[str]:
     """The package indexes that differ from what the packages hold (rewritten when `write`)."""
     found = []
     # The deepest first: a package's index shows each subpackage's summary, as that one now reads.
-    for package in sorted(indexed_packages(), key=lambda p: -len(p.parts)):
+    for package in sorted(indexed_packages(root), key=lambda p: -len(p.parts)):
         init = package / "__init__.py"
         source = init.read_text()
-        new = with_index(source, index(package), ".".join(package.relative_to(ROOT).parts))
+        new = with_index(source, index(package), ".".join(package.relative_to(root).parts))
         if new != source:
-            found.append(f"{init.relative_to(ROOT)}: its module index is stale")
+            found.append(f"{init.relative_to(root)}: its module index is stale")
             if write:
                 init.write_text(new)
     return found
@@ -160,13 +160,13 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def listing(*tops: str) -> str:
+def listing(*tops: str, root: Path = ROOT) -> str:
     """A table of every module under `tops`, by its path, with its summary; each package's row
     (its `__init__.py`) first, in bold."""
     rows = ["| Module | What it is for |", "|---|---|"]
     for top in tops:
-        for path in modules(ROOT / top):
-            where = path.relative_to(ROOT)
+        for path in modules(root / top):
+            where = path.relative_to(root)
             if path.name == "__init__.py":
                 folder = f"{where.parent}/"
                 text = summary(path)
@@ -174,3 +174,20 @@ def listing(*tops: str) -> str:
             else:
                 rows.append(f"| `{where}` | {_cell(summary(path))} |")
     return "\n".join(rows) + "\n"
+
+
+# What docs/layout.md lists, module by module.
+LISTED = ("runs", "tests", "bench", "clients/python")
+
+
+def unlisted(page: str, root: Path = ROOT) -> list[str]:
+    """The modules under LISTED (their `__init__.py`: the package's folder) that `page` does not
+    name by their path."""
+    missing = []
+    for top in LISTED:
+        for path in modules(root / top):
+            where = path.relative_to(root)
+            name = f"{where.parent}/" if path.name == "__init__.py" else str(where)
+            if f"`{name}`" not in page:
+                missing.append(name)
+    return missing

@@ -1,6 +1,6 @@
 """Reads the API composes from `runs.selectors` (visibility stays there).
 
-They could move into `runs/selectors.py`; they live here because only the API uses them so far.
+They could move into `runs/selectors/`; they live here because only the API uses them so far.
 """
 
 from django.db.models import F, Prefetch, QuerySet
