@@ -307,8 +307,8 @@ def test_each_changelog_entry_is_short_and_links_the_manual() -> None:
 @pytest.mark.timeout(30)
 def test_a_long_or_unlinked_changelog_entry_is_refused() -> None:
     text = (
-        "## [0.1.0]\n\n### Added\n\n- One line ([docs/a.md](docs/a.md)).\n"
-        "- Four lines\n  two\n  three\n  four ([docs/a.md](docs/a.md)).\n\n"
+        "## [0.1.0]\n\n### Added\n\n- One line ([docs/index.md](docs/index.md)).\n"
+        "- Four lines\n  two\n  three\n  four ([docs/index.md](docs/index.md)).\n\n"
         "### Improved\n\n- No link.\n"
     )
     assert changelog_problems(text) == [

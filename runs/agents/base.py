@@ -1,45 +1,11 @@
 """The pluggable agent interface (docs/design/execution.md#agents).
 
-An agent is an async generator function taking an `AgentContext` and yielding directives:
-`Emit` (an event to append), `Step` (one unit of the `max_steps` budget: a model turn or a tool
-call), `Wait` (park the run for input), `Complete` or `Fail`. A generator that ends without
-`Complete` or `Fail` completes with no output.
-
-Cancellation is cooperative first, forced second. The worker runs the agent in a task: when the
-attempt's token trips (the run was cancelled or stopped, its lease lapsed, the worker shuts down)
-it cancels that task, so the agent stops at its next await; code that must not be cancelled
-half-way races itself against `ctx.token` with `token.race(...)`. An agent that ignores both is
-abandoned after RUNLEDGER_CANCEL_GRACE_SECONDS — the worker stops awaiting it and its late results
-are never committed (appends are fenced by the attempt's generation).
-
-Some steps an await alone cannot stop. Start them through the context and the attempt stops them
-for you, whether the agent honours the cancellation or is abandoned, before it records
-`released_at` (the attempt's grace is one deadline for all of it):
-- `proc = await ctx.start_process(program, *args, **kwargs)` — a child process
-  (`asyncio.create_subprocess_exec` arguments; an `asyncio.subprocess.Process`: `proc.pid`,
-  `await proc.wait()`, `await proc.communicate()`) in a process group of its own. On stop the group
-  gets SIGTERM, then SIGKILL after the grace, and the process is reaped. When the process exits,
-  whatever it left running in its group is killed. Put `proc.pid` in the `tool.started` event.
-- `result = await ctx.to_thread(fn, *args, **kwargs)` — blocking code in a thread. A Python thread
-  cannot be interrupted: on stop the await ends at once, the attempt waits for the thread until
-  the grace is over and then abandons it; its result is discarded and its late end logged.
-- `async with ctx.http_stream(method, url, **kwargs) as response:` — an `httpx.Response` to iterate
-  (`response.aiter_lines()`, `aiter_bytes()`); keyword arguments go to `httpx.AsyncClient.stream`
-  (httpx's default timeouts apply unless you pass `timeout=`), and `client=` uses a client of yours.
-  On stop the response and its connection are closed, so the server sees the disconnect.
-Once the attempt has stopped, these refuse to start anything (`Cancelled`).
-
-A new attempt gets the run's stored events in `ctx.events`, so it continues from them instead of
-re-emitting what is already stored.
-
-What an agent used (model tokens, …) it reports as a `usage.reported` event, summed into the run's
-`usage`. A run cancelled or stopped under it takes no more events; what it learnt of its usage
-until then it hands to `ctx.report_usage_at_stop(counters)` as it unwinds, and the attempt adds it
-to the run with its release (docs/design/events.md#usage).
-
-When a run ends other than `completed`, its JSON shows its `partial_output`, made of its events by
-the rule the agent registers (`partial_output=`; by default the text of its `output.delta` events,
-docs/design/execution.md#partial-output).
+An agent is an async generator function taking an `AgentContext` and yielding directives: `Emit`
+(an event to append), `Step` (one unit of the `max_steps` budget), `Wait` (park the run for input),
+`Complete` or `Fail`; one that ends without `Complete` or `Fail` completes with no output. The
+worker cancels its task when the attempt's token trips and abandons it after the grace
+(docs/design/execution.md#step-kinds); the child processes, threads and HTTP streams it starts
+through its context stop with the attempt (docs/how-to/agents.md#steps-an-await-cannot-stop).
 """
 
 import asyncio

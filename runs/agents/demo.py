@@ -1,22 +1,10 @@
 """The built-in `demo` agent: makes every execution path visible and testable without a network.
 
-Input (defaults): {"deltas": 40, "delay_ms": 100, "tool": null, "ask": null, "children": 0}
-- `deltas` text chunks (`output.delta`), `delay_ms` apart — the "model stream";
-- `tool`, called halfway with `tool.started` / `tool.finished` (`status` "ok" and its result); it
-  takes `tool_ms` (default 5000) milliseconds. One of each kind of step a cancel must stop:
-  "slow" (an await that honours cancellation), "stubborn" (an await that ignores it: the worker
-  abandons it), "process" (a real child process, which starts a grandchild of its own in its
-  process group; its `pid` is in `tool.started`) or "blocking" (synchronous code in a thread);
-- `ask`: a prompt; halfway the run goes `waiting` (`input_required`), and the resume input is
-  echoed in the output as `answer`;
-- `children`: that many child demo runs spawned first, each with the same input but no children;
-  `child_input` (an object), if given, overrides keys of the children's input (e.g. to make the
-  children outlast their parent).
-
-Every attempt continues from the stored events: deltas, tool calls, the question and spawned
-children already stored are not produced again, so after a requeue or resume the stored text is
-exactly what one uninterrupted run produces (`demo_text(deltas)`). A tool call a pause sealed
-`interrupted` is started anew, with a `tool.started` of its own.
+Its input and what each key does: docs/design/execution.md#agents; besides those, `child_input`
+(an object) overrides keys of its children's input (to make them outlast their parent, say).
+Every attempt continues from the stored events: what is already stored is not produced again, so
+after a requeue or resume the stored text is exactly what one uninterrupted run produces
+(`demo_text(deltas)`); a tool call a pause sealed `interrupted` is started anew.
 """
 
 import asyncio

@@ -1,35 +1,7 @@
 """The `openai_chat` agent: streams an answer from any OpenAI-compatible Chat Completions endpoint
-(OpenAI, vLLM, Ollama, …). It is registered when `runs.agents.openai_chat` is in RUNLEDGER_AGENTS;
-the endpoint is RUNLEDGER_OPENAI_BASE_URL with RUNLEDGER_OPENAI_API_KEY.
-
-Input: {"model": "...", "messages": [{"role": "...", "content": "..."}, ...]}, optionally
-`max_tokens` (at most RUNLEDGER_OPENAI_MAX_TOKENS), `temperature` and `continue` (see below). It is
-checked when the run is created (`check_input`: a 400 naming each key, nothing stored) and again
-before anything is sent, for a run created under other settings. Each streamed chunk's text is an
-`output.delta`; the request is one model turn (`Step("model")`); the run completes with
-{"text": the whole answer, "usage": what the server reported, "finish_reason": ...}. The stored
-text (the deltas, in order) is always exactly `text`.
-
-What the request used is a `usage.reported` event, {"input_tokens", "output_tokens"} (the
-server's `prompt_tokens` and `completion_tokens`), before the run's end, or `{"incomplete": true}`
-when the server did not say. A run cancelled or stopped mid-stream takes no more events: the usage
-the server sent until then — some send it with every chunk (vLLM's `continuous_usage_stats`) —
-goes to `ctx.report_usage_at_stop`, the same `incomplete` when it sent none.
-
-It speaks the streaming protocol itself, over `ctx.http_stream`, rather than through the official
-SDK: the attempt must be able to close the stream whatever the agent does — an agent abandoned
-for ignoring a cancellation included — and it can close only what it opened (runs/agents/base.py).
-The SDK (3.x) sends through an httpx2 client of its own; it can be given such a client or
-transport, never a response, so handing it the attempt's stream would take a transport that
-translates requests, bodies, streams and errors between httpx2 and the attempt's httpx — more code,
-and more ways to go wrong, than the protocol: one POST, answered with server-sent events whose
-`data:` is a JSON chunk, `data: [DONE]` last, the usage in a final chunk when asked for. Each
-request is sent once: the platform's requeue is the retry.
-
-A requeued attempt (its worker died) does not store again what is already stored. With `continue`
-(input, default RUNLEDGER_OPENAI_CONTINUE) it sends the stored text as a final assistant message
-for the server to go on from — vLLM's `continue_final_message`; OpenAI's API cannot continue a
-partial message. Otherwise it asks again and stores only what goes beyond the stored text.
+(OpenAI, vLLM, Ollama, …), over the attempt's own HTTP stream rather than the official SDK
+(docs/design/execution.md#openai-chat). Its settings, input, what it stores, a cancel and a lost
+worker: docs/how-to/agents.md#a-real-model-openai_chat.
 """
 
 import asyncio
