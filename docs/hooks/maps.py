@@ -44,8 +44,10 @@ def _leading_comment(source: str) -> str:
 def _help_text(tree: ast.Module) -> str:
     """A management command's `help`, as its class spells it."""
     for node in ast.walk(tree):
-        named = isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "help" for t in node.targets)
-        if named and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Constant):
+            continue
+        named = any(isinstance(t, ast.Name) and t.id == "help" for t in node.targets)
+        if named and isinstance(node.value.value, str):
             return node.value.value
     return ""
 
