@@ -6,7 +6,6 @@ Never a browser build downloaded by a tool: `chromium` is the Debian package (bi
         web = procs.uvicorn()
         give_password(staff, PASSWORD)
         admin_login(browser_page, web.url, "oncall", PASSWORD)
-        ...
         save_screenshot(browser_page, "something")   # artifacts/something.png
 
 Tests using these need `@pytest.mark.browser`, `processes` and `django_db(transaction=True)`,
