@@ -136,6 +136,8 @@ def with_index(source: str, text: str, name: str) -> str:
     """`source` with its docstring ending in the index `text`; a package without a docstring gets
     one, which says no more than its `name` until someone writes what it is for."""
     match = _DOCSTRING.match(source)
+    if match is None and ast.get_docstring(ast.parse(source)) is not None:
+        raise ValueError(f"{name}: its docstring is not in triple double quotes, where an index can go")
     if match is None:
         return f'"""The `{name}` package.\n\n{text}"""\n' + ("\n" + source if source.strip() else "")
     prose = match["doc"].split(INDEX_HEADER, 1)[0].rstrip()
