@@ -256,6 +256,23 @@ def test_a_docstring_of_13_lines_is_too_long_but_a_package_index_is_not_counted(
     assert long_docstrings(tmp_path) == ["runs/essay.py: 13 lines"]
 
 
+# A module longer than this is split along its purposes (a package's generated index aside).
+MODULE_LINES = 450
+
+
+@pytest.mark.timeout(30)
+def test_no_module_of_runs_is_over_450_lines() -> None:
+    maps = code_maps()
+    long = {}
+    for path in maps.modules(ROOT / "runs"):
+        source = path.read_text()
+        index = source.split(maps.INDEX_HEADER, 1)[1].split('"""', 1)[0] if maps.INDEX_HEADER in source else ""
+        lines = len(source.splitlines()) - len(index.splitlines())
+        if lines > MODULE_LINES:
+            long[str(path.relative_to(ROOT))] = lines
+    assert long == {}
+
+
 # --- no issue cited by its number -------------------------------------------------------------------
 
 
