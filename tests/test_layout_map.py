@@ -145,21 +145,37 @@ NAMING = ("runs", "tests", "bench", "config", "clients/python", "docs")
 MADE = {"__pycache__", "node_modules", "results", ".test-build", "dist"}
 
 
+def _docstrings(node: ast.AST) -> Iterator[tuple[int, str]]:
+    """The docstrings of a module, its classes and its functions, wherever their statements nest,
+    each with its first line's number."""
+    body = getattr(node, "body", None)
+    if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+        first = body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            yield first.lineno, first.value.value
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        inner = getattr(node, field, None)
+        for child in inner if isinstance(inner, list) else []:
+            yield from _docstrings(child)
+
+
 def _prose(path: Path, text: str) -> Iterator[tuple[int, str]]:
     """The lines of `text` a reader reads as prose: a Python module's docstrings and comments (its
     strings are data: a URL, a template's name), every line of any other page."""
     if path.suffix != ".py":
         yield from enumerate(text.splitlines(), 1)
         return
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                for offset, line in enumerate(str(first.value.value).splitlines()):
-                    yield first.lineno + offset, line
-    for token in tokenize.generate_tokens(io.StringIO(text).readline):
-        if token.type == tokenize.COMMENT:
-            yield token.start[0], token.string
+    lines = text.splitlines()
+    naming = [line for line in lines if NAMED_PATH.search(line)]
+    if not naming:
+        return  # nothing to look for: spare the parse
+    for number, doc in _docstrings(ast.parse(text)):
+        for offset, line in enumerate(doc.splitlines()):
+            yield number + offset, line
+    if any("#" in line for line in naming):
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                yield token.start[0], token.string
 
 
 def dead_paths(texts: dict[Path, str], root: Path) -> list[str]:
