@@ -18,6 +18,8 @@ import pytest
 from tests.support.docs import code_maps, generated_part, reference_renderer
 from tests.support.procs import ROOT
 
+# docs/hooks/maps.py, loaded once: what the docs' build and `reference.py --write` run.
+MAPS = code_maps()
 LAYOUT_PARTS = ("layout-runs", "layout-tests", "layout-bench", "layout-clients")
 # A module says what it is for in a few lines and links its design page; a longer text is an essay
 # the design page should hold. The generated index of a package's modules is a map, not counted.
@@ -39,28 +41,28 @@ def _layout() -> str:
 def test_the_layout_listings_and_the_package_indexes_are_what_the_code_renders() -> None:
     renderer = reference_renderer()
     stale = [name for name in LAYOUT_PARTS if generated_part("layout.md", name) != renderer.render(name)]
-    stale += code_maps().stale_indexes()
+    stale += MAPS.stale_indexes()
     assert stale == [], "rewrite them: .venv/bin/python docs/hooks/reference.py --write"
 
 
 @pytest.mark.timeout(30)
 def test_the_layout_names_every_module_by_its_path() -> None:
-    assert code_maps().unlisted(_layout()) == []
+    assert MAPS.unlisted(_layout()) == []
 
 
 def _indexed_names(init: Path) -> set[str]:
     """The names a package's index lists (the first word of each of its entries)."""
-    maps = code_maps()
-    doc = maps._DOCSTRING.match(init.read_text())
-    assert doc is not None and maps.INDEX_HEADER in doc["doc"], f"{init}: its docstring has no index"
-    lines = doc["doc"].split(maps.INDEX_HEADER, 1)[1].splitlines()
+
+    doc = MAPS._DOCSTRING.match(init.read_text())
+    assert doc is not None and MAPS.INDEX_HEADER in doc["doc"], f"{init}: its docstring has no index"
+    lines = doc["doc"].split(MAPS.INDEX_HEADER, 1)[1].splitlines()
     return {line.split()[0] for line in lines if line.startswith("    ") and not line.startswith("     ")}
 
 
 @pytest.mark.timeout(30)
 def test_each_package_index_names_each_module_of_its_package() -> None:
     wrong = {}
-    for package in code_maps().indexed_packages():
+    for package in MAPS.indexed_packages():
         there = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
         there |= {f"{p.parent.name}/" for p in package.glob("*/__init__.py") if "__pycache__" not in p.parts}
         listed = _indexed_names(package / "__init__.py")
@@ -72,7 +74,7 @@ def test_each_package_index_names_each_module_of_its_package() -> None:
 def _copy_tree(to: Path) -> None:
     """The checkout's Python modules of the mapped folders, and docs/layout.md, under `to`."""
     for top in ("runs", "tests", "bench", "clients/python"):
-        for path in code_maps().modules(ROOT / top):
+        for path in MAPS.modules(ROOT / top):
             target = to / path.relative_to(ROOT)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
@@ -82,9 +84,9 @@ def _copy_tree(to: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_module_added_or_removed_fails_the_maps_until_they_are_written(tmp_path: Path) -> None:
-    maps = code_maps()
+
     _copy_tree(tmp_path)
-    assert maps.stale_indexes(root=tmp_path) == []
+    assert MAPS.stale_indexes(root=tmp_path) == []
     (tmp_path / "runs" / "services" / "made_up.py").write_text('"""A made-up service: no more."""\n')
     (tmp_path / "runs" / "worker" / "lease.py").unlink()
     (tmp_path / "runs" / "made_up").mkdir()
@@ -92,30 +94,30 @@ def test_a_module_added_or_removed_fails_the_maps_until_they_are_written(tmp_pat
     (tmp_path / "runs" / "made_up" / "part.py").write_text("# A made-up package's only part.\n")
 
     page = (tmp_path / "docs" / "layout.md").read_text()
-    assert maps.unlisted(page, root=tmp_path) == ["runs/made_up/", "runs/made_up/part.py", "runs/services/made_up.py"]
-    assert maps.stale_indexes(root=tmp_path) == [
+    assert MAPS.unlisted(page, root=tmp_path) == ["runs/made_up/", "runs/made_up/part.py", "runs/services/made_up.py"]
+    assert MAPS.stale_indexes(root=tmp_path) == [
         "runs/made_up/__init__.py: its module index is stale",
         "runs/services/__init__.py: its module index is stale",
         "runs/worker/__init__.py: its module index is stale",
         "runs/__init__.py: its module index is stale",
     ]
 
-    assert len(maps.stale_indexes(write=True, root=tmp_path)) == 4
-    assert maps.stale_indexes(root=tmp_path) == []  # written once, current
+    assert len(MAPS.stale_indexes(write=True, root=tmp_path)) == 4
+    assert MAPS.stale_indexes(root=tmp_path) == []  # written once, current
     services = (tmp_path / "runs" / "services" / "__init__.py").read_text()
     assert "    made_up.py " in services and "A made-up service" in services
     assert "lease.py" not in (tmp_path / "runs" / "worker" / "__init__.py").read_text()
     made_up = (tmp_path / "runs" / "made_up" / "__init__.py").read_text()
-    assert made_up.startswith('"""The `runs.made_up` package.\n\n' + maps.INDEX_HEADER)
+    assert made_up.startswith('"""The `runs.made_up` package.\n\n' + MAPS.INDEX_HEADER)
     assert "    part.py  A made-up package's only part\n" in made_up
-    listing = maps.listing("runs", root=tmp_path)
+    listing = MAPS.listing("runs", root=tmp_path)
     assert "| `runs/services/made_up.py` | A made-up service: no more |" in listing
-    assert [name for name in maps.unlisted(listing, root=tmp_path) if name.startswith("runs/")] == []
+    assert [name for name in MAPS.unlisted(listing, root=tmp_path) if name.startswith("runs/")] == []
 
 
 @pytest.mark.timeout(30)
 def test_a_summary_is_the_docstrings_first_phrase_without_its_links(tmp_path: Path) -> None:
-    maps = code_maps()
+
     cases = {
         '"""Webhooks (docs/design/webhooks.md): the endpoints users register; their deliveries."""': (
             "Webhooks: the endpoints users register"
@@ -128,7 +130,7 @@ def test_a_summary_is_the_docstrings_first_phrase_without_its_links(tmp_path: Pa
     for number, (source, _) in enumerate(cases.items()):
         path = tmp_path / f"m{number}.py"
         path.write_text(source)
-        found[source] = maps.summary(path)
+        found[source] = MAPS.summary(path)
     assert found == cases
 
 
@@ -241,14 +243,14 @@ def test_a_path_that_moved_is_a_dead_reference(tmp_path: Path) -> None:
 
 def docstring_lines(source: str) -> int:
     """The lines of a module's docstring above its generated index (0: none)."""
-    prose = code_maps().docstring_prose(source)
+    prose = MAPS.docstring_prose(source)
     return len(prose.strip("\n").splitlines()) if prose else 0
 
 
 def long_docstrings(root: Path) -> list[str]:
     found = []
     for top in SHORT_DOCSTRINGS:
-        for path in code_maps().modules(root / top):
+        for path in MAPS.modules(root / top):
             lines = docstring_lines(path.read_text())
             if lines > DOCSTRING_LINES:
                 found.append(f"{path.relative_to(root)}: {lines} lines")
@@ -266,9 +268,7 @@ def test_a_docstring_of_13_lines_is_too_long_but_a_package_index_is_not_counted(
     (tmp_path / "runs" / "essay.py").write_text('"""' + "A line.\n" * 12 + 'One too many."""\n')
     (tmp_path / "runs" / "short.py").write_text('"""' + "A line.\n" * 11 + 'The twelfth."""\n')
     index = "\n".join(f"    m{n}.py  module {n}" for n in range(30))
-    (tmp_path / "runs" / "p" / "__init__.py").write_text(
-        f'"""A package.\n\n{code_maps().INDEX_HEADER}\n\n{index}\n"""\n'
-    )
+    (tmp_path / "runs" / "p" / "__init__.py").write_text(f'"""A package.\n\n{MAPS.INDEX_HEADER}\n\n{index}\n"""\n')
     assert long_docstrings(tmp_path) == ["runs/essay.py: 13 lines"]
 
 
@@ -278,11 +278,11 @@ MODULE_LINES = 450
 
 @pytest.mark.timeout(30)
 def test_no_module_of_runs_is_over_450_lines() -> None:
-    maps = code_maps()
+
     long = {}
-    for path in maps.modules(ROOT / "runs"):
+    for path in MAPS.modules(ROOT / "runs"):
         source = path.read_text()
-        index = source.split(maps.INDEX_HEADER, 1)[1].split('"""', 1)[0] if maps.INDEX_HEADER in source else ""
+        index = source.split(MAPS.INDEX_HEADER, 1)[1].split('"""', 1)[0] if MAPS.INDEX_HEADER in source else ""
         lines = len(source.splitlines()) - len(index.splitlines())
         if lines > MODULE_LINES:
             long[str(path.relative_to(ROOT))] = lines
