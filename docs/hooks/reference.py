@@ -12,6 +12,9 @@ rewrites the parts:
 
     .venv/bin/python docs/hooks/reference.py --write
 
+Also the maps of the code (docs/hooks/maps.py): docs/layout.md's listings and the module index that
+ends each package docstring of runs/ and tests/support/__init__.py.
+
 Sources: the settings registries (runs/conf.py, config/environment.py), the OpenAPI schema the app
 serves (runs/api/schema.py), the CLI's parser (clients/python/runledger_client/cli.py), the event
 vocabulary (runs/events.py), the end codes (runs/transitions.py), the error codes
@@ -20,6 +23,7 @@ vocabulary (runs/events.py), the end codes (runs/transitions.py), the error code
 
 import argparse
 import ast
+import importlib.util
 import inspect
 import json
 import os
@@ -32,6 +36,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOCS = ROOT / "docs"
 PART = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
+
+
+def _maps() -> Any:
+    """docs/hooks/maps.py, loaded from its file as MkDocs loads this one (a hook is no package)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks_maps", Path(__file__).with_name("maps.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _django() -> None:
@@ -280,6 +293,10 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "errors": _errors,
     "end-codes": _end_codes,
     "python": _python,
+    "layout-runs": lambda: _maps().listing("runs"),
+    "layout-tests": lambda: _maps().listing("tests"),
+    "layout-bench": lambda: _maps().listing("bench"),
+    "layout-clients": lambda: _maps().listing("clients/python"),
 }
 
 
@@ -291,7 +308,7 @@ def render(name: str) -> str:
 def stale(write: bool = False) -> list[str]:
     """The generated parts that differ from what the code renders (rewritten when `write`)."""
     _django()
-    found: list[str] = []
+    found: list[str] = _maps().stale_indexes(write)
     for page in sorted(DOCS.rglob("*.md")):
         text = page.read_text()
 

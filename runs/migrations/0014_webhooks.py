@@ -58,7 +58,7 @@ ATTEMPT = [
 ]
 
 ENABLED = models.Q(("enabled", True))
-# The lead chains this after the round's other migrations; only 0012 is needed by it.
+# Its tables need only 0012's columns; it follows 0013 so that the migrations form one line.
 AFTER = ("runs", "0013_run_results")
 
 

@@ -1,17 +1,15 @@
 """Real-browser fixtures: Playwright for Python driving Debian's Chromium.
 
-Never a browser build downloaded by a tool (`playwright install` cannot reach anything here):
-`chromium` is the Debian package, which bin/test installs when it is missing.
+Never a browser build downloaded by a tool: `chromium` is the Debian package (bin/test installs it).
 
     def test_something(browser_page: Page, procs: Procs) -> None:
         web = procs.uvicorn()
         give_password(staff, PASSWORD)
         admin_login(browser_page, web.url, "oncall", PASSWORD)
-        ...
         save_screenshot(browser_page, "something")   # artifacts/something.png
 
-Tests using these need `@pytest.mark.browser`, and a server process: `processes` and
-`django_db(transaction=True)`, so that what the test writes is committed for uvicorn to see.
+Tests using these need `@pytest.mark.browser`, `processes` and `django_db(transaction=True)`,
+so that what the test writes is committed for the server process to see.
 """
 
 import shutil

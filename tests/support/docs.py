@@ -4,7 +4,8 @@ as a reader types them into one terminal.
 
 A block the tests run carries a title on its fence, which the built site shows above it:
 ```` ```sh title="Create a run" ````. The tests find blocks by that title. Also the renderer of the
-reference pages' generated parts (docs/hooks/reference.py), as the docs' build loads it.
+reference pages' generated parts (docs/hooks/reference.py), as the docs' build loads it, and the
+maps of the code it writes (docs/hooks/maps.py).
 """
 
 import importlib.util
@@ -55,13 +56,23 @@ def titled(page: str, lang: str) -> dict[str, str]:
     return found
 
 
-def reference_renderer() -> ModuleType:
-    """docs/hooks/reference.py, loaded from its file as `mkdocs build` loads a hook."""
-    spec = importlib.util.spec_from_file_location("docs_hooks_reference", DOCS / "hooks" / "reference.py")
+def _hook(name: str) -> ModuleType:
+    """docs/hooks/`name`.py, loaded from its file as `mkdocs build` loads a hook."""
+    spec = importlib.util.spec_from_file_location(f"docs_hooks_{name}", DOCS / "hooks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def reference_renderer() -> ModuleType:
+    """docs/hooks/reference.py: the renderer of the reference pages' generated parts."""
+    return _hook("reference")
+
+
+def code_maps() -> ModuleType:
+    """docs/hooks/maps.py: the maps of the code (docs/layout.md's listings, the package indexes)."""
+    return _hook("maps")
 
 
 def generated_part(page: str, name: str) -> str:

@@ -1,26 +1,13 @@
 """An OpenAI-compatible Chat Completions server in a process of its own, standing in for a model
-server (OpenAI, vLLM, Ollama) in tests and benchmarks: real HTTP/1.1, real SSE
-(`data: {chunk JSON}` frames ending with `data: [DONE]`), the usage in a last chunk when the request
-asks for it (`stream_options.include_usage`).
+server (OpenAI, vLLM, Ollama) in tests and benchmarks: real HTTP/1.1, real SSE (`data: {chunk
+JSON}` frames ending with `data: [DONE]`), the usage in a last chunk when the request asks for it.
 
     python -m tests.support.openai_server --port P --log FILE
 
-The model name chooses the behaviour, words joined by "+" (e.g. "test+words-200+slow-50ms"):
-    words-N       the answer has N words (default 12), one chunk each: "w0 ", "w1 ", ...
-    slow-Nms      N ms between two chunks (default 0)
-    wait-Nms      N ms before the response starts (a model slow to its first token)
-    drop-after-N  the connection is closed after N content chunks, the response left unfinished
-    status-N      an HTTP N answer with an OpenAI error body instead of a stream
-    usage-each    the usage so far in every chunk too (vLLM's `continuous_usage_stats`), so that a
-                  client that closes the stream mid-way knows what it used up to its close
-The answer depends on nothing else, so a request asked again gets the same text, as from a
-deterministic model. vLLM's `continue_final_message` (with `add_generation_prompt` false) takes the
-final assistant message as the start of the answer and streams only the rest.
-
-Each connection, request, chunk sent and end of a response is one JSON line in the log file,
-stamped with time.time(). The server watches each connection between two chunks (select), so a
-client that goes away mid-stream is seen, and logged (`disconnect`), at once — what a model server
-sees of a run whose stream was stopped. `ModelServer` starts it and reads that log for a test.
+The model name chooses the behaviour (`Behaviour`); the answer depends on nothing else, as from a
+deterministic model. Each connection, request, chunk sent and end of a response is one JSON line in
+the log file; a client that goes away mid-stream is seen between two chunks and logged
+(`disconnect`) at once. `ModelServer` starts it and reads that log for a test.
 """
 
 import argparse
@@ -61,6 +48,19 @@ def answer_text(words: int = DEFAULT_WORDS) -> str:
 
 @dataclass(frozen=True)
 class Behaviour:
+    """What a model name asks for, words joined by "+" (e.g. "test+words-200+slow-50ms"):
+
+        words-N       the answer has N words (default 12), one chunk each: "w0 ", "w1 ", ...
+        slow-Nms      N ms between two chunks (default 0)
+        wait-Nms      N ms before the response starts (a model slow to its first token)
+        drop-after-N  the connection is closed after N content chunks, the response left unfinished
+        status-N      an HTTP N answer with an OpenAI error body instead of a stream
+        usage-each    the usage so far in every chunk too (vLLM's `continuous_usage_stats`), so that
+                      a client that closes the stream mid-way knows what it used up to its close
+
+    vLLM's `continue_final_message` (with `add_generation_prompt` false) takes the final assistant
+    message as the start of the answer and streams only the rest."""
+
     words: int = DEFAULT_WORDS
     pace: float = 0.0
     drop_after: int | None = None
