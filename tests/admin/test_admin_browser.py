@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
@@ -16,6 +17,12 @@ from tests.support.runs import status_of
 pytestmark = BROWSER_TESTS
 
 PASSWORD = "a-password-for-the-browser"
+
+
+@pytest.fixture
+def viewer(make_user: Callable[..., User]) -> User:
+    """Staff on call who may view runs, and no more."""
+    return make_user("oncall", perms=("runs.view_run",), is_staff=True)
 
 
 def watch_live(page: Page, procs: Procs, staff: User, owner: User) -> tuple[Run, str, list[str]]:
@@ -126,11 +133,10 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
 
 
 def test_the_tail_shows_every_event_of_any_type_as_it_comes_with_no_page_read(
-    browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
+    browser_page: Page, procs: Procs, viewer: User, alice: User
 ) -> None:
-    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
     page = browser_page
-    run, base, requests = watch_live(page, procs, staff, alice)
+    run, base, requests = watch_live(page, procs, viewer, alice)
 
     # 250 events of a type the run's agent never declared (more than two pages of events), one
     # output delta, then the end.
@@ -148,14 +154,13 @@ def test_the_tail_shows_every_event_of_any_type_as_it_comes_with_no_page_read(
 
 
 def test_the_tail_of_a_run_its_reader_may_no_longer_see_says_why_and_stops(
-    browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
+    browser_page: Page, procs: Procs, viewer: User, alice: User
 ) -> None:
-    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
     page = browser_page
-    run, base, requests = watch_live(page, procs, staff, alice)
+    run, base, requests = watch_live(page, procs, viewer, alice)
 
     # Access taken away: the server's re-check ends the open stream, and its reconnect is a 404.
-    staff.user_permissions.clear()
+    viewer.user_permissions.clear()
     expect(page.locator("#rl-tail-status")).to_have_text("refused: no such run (404)", timeout=20_000)
     expect(page.locator("#rl-tail-status")).to_have_class("rl-tail-trouble")
     streams = [url for url in requests if url.startswith(f"{base}/api/runs/{run.pk}/stream/")]
