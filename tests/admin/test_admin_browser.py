@@ -10,21 +10,33 @@ from playwright.sync_api import Page, expect
 from runs import services
 from runs.models import Run
 from tests.factories import running_run
-from tests.support.browser import admin_login, give_password, save_screenshot
+from tests.support.browser import BROWSER_TESTS, admin_login, give_password, save_screenshot
 from tests.support.procs import Procs
 from tests.support.runs import status_of
 
-pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+pytestmark = BROWSER_TESTS
 
 PASSWORD = "a-password-for-the-browser"
 
 
-def watch_live(page: Page, url: str, staff: User, run: Run) -> None:
-    """`staff` signed in on `run`'s page at `url`, its live tail live."""
+@pytest.fixture
+def viewer(make_user: Callable[..., User]) -> User:
+    """Staff on call who may view runs, and no more."""
+    return make_user("oncall", perms=("runs.view_run",), is_staff=True)
+
+
+def watch_live(page: Page, procs: Procs, staff: User, owner: User) -> tuple[Run, str, list[str]]:
+    """A running run of `owner`'s, a new web process, and `staff` signed in on the run's page there,
+    its live tail live: the run, the process's URL, and every URL the page requested."""
+    run = running_run(owner)
+    url = procs.uvicorn().url
+    requests: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
     give_password(staff, PASSWORD)
     admin_login(page, url, staff.username, PASSWORD)
     page.goto(f"{url}/admin/runs/run/{run.pk}/change/")
     expect(page.locator("#rl-tail-status")).to_have_text("live")
+    return run, url, requests
 
 
 def notes(run: Run, count: int) -> None:
@@ -88,10 +100,8 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
     browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
 ) -> None:
     staff = make_user("oncall", perms=("runs.view_run", "runs.cancel_run", "runs.stop_run"), is_staff=True)
-    run = running_run(alice)
-    web = procs.uvicorn()
     page = browser_page
-    watch_live(page, web.url, staff, run)
+    run, _, _ = watch_live(page, procs, staff, alice)
     expect(page.locator("text=Stop run…")).to_have_count(1)
 
     # An event type the tail does not listen for shows up once the next one reveals the gap.
@@ -123,15 +133,10 @@ def test_a_run_ended_elsewhere_turns_terminal_on_the_open_page_with_every_event(
 
 
 def test_the_tail_shows_every_event_of_any_type_as_it_comes_with_no_page_read(
-    browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
+    browser_page: Page, procs: Procs, viewer: User, alice: User
 ) -> None:
-    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
-    run = running_run(alice)
-    web = procs.uvicorn()
     page = browser_page
-    requests: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    watch_live(page, web.url, staff, run)
+    run, base, requests = watch_live(page, procs, viewer, alice)
 
     # 250 events of a type the run's agent never declared (more than two pages of events), one
     # output delta, then the end.
@@ -145,27 +150,22 @@ def test_the_tail_shows_every_event_of_any_type_as_it_comes_with_no_page_read(
     assert seqs == list(range(1, run.last_seq + 1))
     # All of them came on the one stream, none from an events page.
     assert [url for url in requests if "/events/" in url] == []
-    assert len([url for url in requests if url.startswith(f"{web.url}/api/runs/{run.pk}/stream/")]) == 1
+    assert len([url for url in requests if url.startswith(f"{base}/api/runs/{run.pk}/stream/")]) == 1
 
 
 def test_the_tail_of_a_run_its_reader_may_no_longer_see_says_why_and_stops(
-    browser_page: Page, procs: Procs, make_user: Callable[..., User], alice: User
+    browser_page: Page, procs: Procs, viewer: User, alice: User
 ) -> None:
-    staff = make_user("oncall", perms=("runs.view_run",), is_staff=True)
-    run = running_run(alice)
-    web = procs.uvicorn()
     page = browser_page
-    requests: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    watch_live(page, web.url, staff, run)
+    run, base, requests = watch_live(page, procs, viewer, alice)
 
     # Access taken away: the server's re-check ends the open stream, and its reconnect is a 404.
-    staff.user_permissions.clear()
+    viewer.user_permissions.clear()
     expect(page.locator("#rl-tail-status")).to_have_text("refused: no such run (404)", timeout=20_000)
     expect(page.locator("#rl-tail-status")).to_have_class("rl-tail-trouble")
-    streams = [url for url in requests if url.startswith(f"{web.url}/api/runs/{run.pk}/stream/")]
+    streams = [url for url in requests if url.startswith(f"{base}/api/runs/{run.pk}/stream/")]
     assert len(streams) == 2  # the stream, and the reconnect refused
     # Many retry intervals later (its backoff starts at 200 ms), still no other: it stopped.
     page.wait_for_timeout(1500)
-    assert len([url for url in requests if url.startswith(f"{web.url}/api/runs/{run.pk}/stream/")]) == 2
+    assert len([url for url in requests if url.startswith(f"{base}/api/runs/{run.pk}/stream/")]) == 2
     assert status_of(run) == "running"

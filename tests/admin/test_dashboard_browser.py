@@ -20,17 +20,12 @@ from runs.exceptions import InvalidTransition
 from runs.models import Run, RunAttempt
 from runs.selectors.clock import db_now
 from tests.factories import queued_run
-from tests.support.browser import DEFAULT_TIMEOUT_MS, admin_login, give_password, save_screenshot
+from tests.support.browser import BROWSER_TESTS, DEFAULT_TIMEOUT_MS, admin_login, give_password, save_screenshot
 from tests.support.dashboard import READ_PAGE, assert_same, expected, shown
 from tests.support.procs import Procs, subprocess_env
 from tests.support.waiting import wait_until
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.processes,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(240),
-]
+pytestmark = [*BROWSER_TESTS, pytest.mark.timeout(240)]
 
 PASSWORD = "a-password-for-the-browser"
 URL = "/admin/runs/dashboard/"

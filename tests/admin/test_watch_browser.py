@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from runs import services
 from runs.models import Run, RunAttempt, RunEvent
-from tests.support.browser import give_password, save_screenshot
+from tests.support.browser import BROWSER_TESTS, give_password, save_screenshot
 from tests.support.procs import Procs
 from tests.support.proxies import CuttableProxy, SeenRequest
 from tests.support.runs import status_of, stored_text
@@ -27,7 +27,7 @@ from tests.support.waiting import wait_until
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+pytestmark = BROWSER_TESTS
 
 PASSWORD = "watch-page-pw"
 
@@ -40,6 +40,13 @@ class Site:
 
     def open(self, run: Run) -> None:
         self.page.goto(f"{self.proxy.url}/runs/{run.pk}/")
+
+    def watch(self, seen: int, **input: Any) -> Run:
+        """A new demo run of the user's (`input` over demo_run's), open here, `seen` events shown."""
+        run = demo_run(self.user, **input)
+        self.open(run)
+        self.wait_seq_at_least(seen)
+        return run
 
     def attr(self, name: str) -> str | None:
         return self.page.locator("#watch").get_attribute(f"data-{name}")
@@ -115,9 +122,7 @@ def test_a_cut_connection_reconnects_after_the_last_event_shown_and_the_text_is_
 
 
 def test_a_reload_mid_stream_catches_up_and_the_run_keeps_running(site: Site) -> None:
-    run = demo_run(site.user, deltas=80, delay_ms=40)
-    site.open(run)
-    site.wait_seq_at_least(10)
+    run = site.watch(10, deltas=80, delay_ms=40)
     site.page.reload()
     assert status_of(run) == "running"  # closing the page's stream did not end the run
     site.wait_attr("connection", "live")
@@ -130,9 +135,7 @@ def test_a_reload_mid_stream_catches_up_and_the_run_keeps_running(site: Site) ->
 
 
 def test_going_offline_and_back_resumes_after_the_last_event_shown_and_the_run_never_stops(site: Site) -> None:
-    run = demo_run(site.user, deltas=150, delay_ms=40)
-    site.open(run)
-    site.wait_seq_at_least(8)
+    run = site.watch(8, deltas=150, delay_ms=40)
     site.page.context.set_offline(True)
     site.proxy.cut_streams()  # what the open connection does offline is the browser's affair
     site.wait_attr("connection", "reconnecting")
@@ -153,9 +156,7 @@ def test_going_offline_and_back_resumes_after_the_last_event_shown_and_the_run_n
 
 
 def test_stop_cancels_once_and_shows_when_the_worker_released_the_run(site: Site) -> None:
-    run = demo_run(site.user, deltas=400, delay_ms=50)
-    site.open(run)
-    site.wait_seq_at_least(6)
+    run = site.watch(6, deltas=400, delay_ms=50)
     site.page.click("#stop")
     site.wait_attr("status", "cancelled")
     assert site.page.locator("#stop-state").text_content() == "cancelled"
@@ -177,9 +178,7 @@ def test_stop_cancels_once_and_shows_when_the_worker_released_the_run(site: Site
 
 
 def test_stop_after_the_run_completed_unseen_shows_the_committed_state(site: Site) -> None:
-    run = demo_run(site.user, deltas=400, delay_ms=50)
-    site.open(run)
-    site.wait_seq_at_least(6)
+    run = site.watch(6, deltas=400, delay_ms=50)
     site.proxy.cut_streams(hold=True)  # the page can no longer hear the run
     site.wait_attr("connection", "reconnecting")
     generation = Run.objects.get(pk=run.pk).generation
@@ -223,9 +222,7 @@ def test_the_pages_fit_a_phone_screen(site: Site) -> None:
 
 
 def test_stop_of_a_run_whose_worker_died_shows_the_release_once_its_lease_lapses(site: Site, procs: Procs) -> None:
-    run = demo_run(site.user, deltas=400, delay_ms=50)
-    site.open(run)
-    site.wait_seq_at_least(6)
+    run = site.watch(6, deltas=400, delay_ms=50)
     worker = next(p for p in procs.started if p.name == "worker-watch-w1")
     worker.kill()
     site.page.click("#stop")

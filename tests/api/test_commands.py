@@ -14,7 +14,7 @@ from runs.exceptions import RunConflict
 from runs.models import Run, RunEvent
 from tests.conftest import ON_SQLITE
 from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
-from tests.support.api import RUN_KEYS, assert_error, client_for, client_with, url
+from tests.support.api import RUN_KEYS, assert_ended, assert_error, client_for, client_with, url
 from tests.support.db import token_for
 from tests.support.runs import event_types
 from tests.support.threads import race
@@ -28,14 +28,7 @@ pytestmark = pytest.mark.sqlite
 def test_cancel_ends_a_live_run_and_answers_200_with_it(api: APIClient, alice: User, make: Callable[..., Run]) -> None:
     run = make(alice)
     response = api.post(url(run, "cancel"), {"note": "changed my mind"}, format="json")
-    assert response.status_code == 200, response.content
-    body = response.json()
-    assert (body["status"], body["end_code"], body["end_reason"], body["ended_by"]) == (
-        "cancelled",
-        "cancelled_by_user",
-        "changed my mind",
-        "alice",
-    )
+    body = assert_ended(response, "cancelled", "cancelled_by_user", "changed my mind", "alice")
     assert body["ended_at"] is not None and body["resume_ticket"] is None
     assert event_types(run)[-1] == "run.cancelled"
 
@@ -115,8 +108,8 @@ def stopper(make_user: Callable[..., User]) -> APIClient:
 
 def test_stop_ends_the_run_with_the_code_and_reason(stopper: APIClient, alice: User) -> None:
     run = running_run(alice)
-    body = stopper.post(url(run, "stop"), {"reason": "maintenance"}, format="json").json()
-    assert (body["status"], body["end_code"], body["end_reason"], body["ended_by"]) == (
+    assert_ended(
+        stopper.post(url(run, "stop"), {"reason": "maintenance"}, format="json"),
         "stopped",
         "staff",
         "maintenance",

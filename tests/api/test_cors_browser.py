@@ -21,19 +21,14 @@ from playwright.sync_api import Page
 
 from runs.models import Run
 from tests.factories import queued_run
-from tests.support.browser import give_password, site_login
+from tests.support.browser import BROWSER_TESTS, give_password, site_login
 from tests.support.db import token_for
 from tests.support.live import assert_is_the_stored_log
 from tests.support.other_origin import OtherOrigin
 from tests.support.procs import Proc, Procs, subprocess_env
 from tests.support.proxies import CuttableProxy
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.processes,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(120),
-]
+pytestmark = [*BROWSER_TESTS, pytest.mark.timeout(120)]
 
 PASSWORD = "cross-origin-pw"
 LISTED = "127.0.0.1"  # the app's host in the origin the sites list; "localhost" is another origin

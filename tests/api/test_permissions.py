@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Run
 from tests.factories import queued_run, waiting_run
-from tests.support.api import assert_error, client_for, url
+from tests.support.api import assert_ended, assert_error, client_for, url
 from tests.support.runs import event_types
 
 pytestmark = pytest.mark.sqlite
@@ -105,14 +105,7 @@ def test_cancel_run_permission_cancels_any_visible_run_as_staff(alice: User, mak
     run = queued_run(alice)
     staff = make_user("staffer", perms=("runs.view_run", "runs.cancel_run"))
     response = client_for(staff).post(url(run, "cancel"), {"note": "tidy up"}, format="json")
-    assert response.status_code == 200, response.content
-    body = response.json()
-    assert (body["status"], body["end_code"], body["end_reason"], body["ended_by"]) == (
-        "cancelled",
-        "cancelled_by_staff",
-        "tidy up",
-        "staffer",
-    )
+    assert_ended(response, "cancelled", "cancelled_by_staff", "tidy up", "staffer")
     own = queued_run(staff)
     assert client_for(staff).post(url(own, "cancel"), {}, format="json").json()["end_code"] == "cancelled_by_user"
 

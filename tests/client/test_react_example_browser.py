@@ -24,7 +24,7 @@ from playwright.sync_api import Page, expect
 
 from runs.models import Run, RunEvent
 from tests.factories import queued_run
-from tests.support.browser import save_screenshot
+from tests.support.browser import BROWSER_TESTS, save_screenshot
 from tests.support.db import token_for
 from tests.support.live import LIVE_ENV, cut_budgets, mid_frame
 from tests.support.node import built_example
@@ -35,12 +35,7 @@ from tests.support.runs import status_of, stored_text
 from tests.support.seed import SEED
 from tests.support.waiting import wait_until
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.processes,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.timeout(120),
-]
+pytestmark = [*BROWSER_TESTS, pytest.mark.timeout(120)]
 
 LISTED = "127.0.0.1"  # the app's host in the origin the site lists; "localhost" is another origin
 WAIT_MS = 20_000

@@ -22,11 +22,11 @@ from runs import services
 from runs.models import Run
 from tests.factories import running_run
 from tests.support.agents import AGENTS_ENV, PLAN_UPDATED
-from tests.support.browser import give_password, save_screenshot, site_login
+from tests.support.browser import BROWSER_TESTS, give_password, save_screenshot, site_login
 from tests.support.procs import Procs, subprocess_env
 from tests.support.runs import event_types, stored_text
 
-pytestmark = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+pytestmark = BROWSER_TESTS
 
 PASSWORD = "stream-client-pw"
 WAIT_MS = 20_000

@@ -8,6 +8,7 @@ from runs import services
 from runs.exceptions import BudgetExhausted, StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import assert_log_is_sound, running_run
+from tests.support.runs import assert_stopped_by_the_system
 from tests.support.threads import race
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
@@ -22,13 +23,9 @@ def agent_events(run: Run) -> list[RunEvent]:
 
 
 def assert_stopped_by_budget(run: Run, budget: str, limit: int) -> None:
+    reason = f"{budget} budget of {limit} exhausted"
     run.refresh_from_db()
-    assert (run.status, run.end_code, run.ended_by) == ("stopped", "budget_exhausted", "system")
-    assert run.end_reason == f"{budget} budget of {limit} exhausted"
-    last = RunEvent.objects.get(run=run, seq=run.last_seq)
-    assert (last.type, last.attempt) == ("run.stopped", None)
-    data = {"code": "budget_exhausted", "reason": run.end_reason, "by": "system"}
-    assert last.data == {**data, "partial_output": run.partial_events > 0}
+    assert_stopped_by_the_system(run, "budget_exhausted", reason, partial_output=run.partial_events > 0)
     # Closed by the platform; the worker records its release once it has stopped.
     attempt = RunAttempt.objects.get(run=run, generation=run.generation)
     assert (attempt.outcome, attempt.released_at) == (AttemptOutcome.STOPPED, None)

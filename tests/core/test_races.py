@@ -15,7 +15,7 @@ from runs.models import RunAttempt, RunEvent
 from runs.transitions import FailCode
 from tests.conftest import ON_SQLITE
 from tests.factories import assert_log_is_sound, queued_run, running_run
-from tests.support.threads import race
+from tests.support.threads import race, race_a_cancel
 
 RACERS = 50
 RUNS = 3 if ON_SQLITE else 6
@@ -84,14 +84,11 @@ def test_appends_racing_a_cancel_never_land_after_the_terminal_event(alice: User
     for _ in range(RUNS):
         run = running_run(alice)
 
-        def act(i: int, run_id: Any = run.pk) -> Any:
-            if i == 0:
-                return services.run_cancel(run_id=run_id, actor=alice)
+        def append_ten(run_id: Any = run.pk) -> None:
             for _ in range(10):
                 services.run_events_append(run_id=run_id, generation=1, events=[("output.delta", {"text": "x"})])
-            return None
 
-        results = race(8, act)
+        results = race_a_cancel(8, run, alice, append_ten)
         assert all(r is None or not isinstance(r, BaseException) or isinstance(r, RunConflict) for r in results)
         events = assert_log_is_sound(run)
         assert events[-1].type == "run.cancelled"
@@ -154,12 +151,7 @@ def test_creating_children_while_the_parent_is_cancelled_leaves_no_live_orphan(a
     for _ in range(RUNS):
         parent = running_run(alice)
 
-        def act(i: int, parent_id: Any = parent.pk) -> Any:
-            if i == 0:
-                return services.run_cancel(run_id=parent_id, actor=alice)
-            return queued_run(alice, parent_id=parent_id)
-
-        results = race(10, act)
+        results = race_a_cancel(10, parent, alice, lambda parent_id=parent.pk: queued_run(alice, parent_id=parent_id))
         assert all(not isinstance(r, BaseException) or isinstance(r, RunConflict) for r in results)
         children = list(parent.children.all())
         assert all(child.status == "cancelled" and child.end_code == "parent_cancelled" for child in children)

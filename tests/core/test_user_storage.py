@@ -10,8 +10,6 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -24,7 +22,7 @@ from runs.storable import json_bytes
 from runs.transitions import FailCode
 from tests.factories import running_run, waiting_run
 from tests.support.api import api_for, assert_error
-from tests.support.db import token_for
+from tests.support.db import migrated_across, token_for
 from tests.support.procs import Procs, subprocess_env
 from tests.support.storage import assert_sizes_stored, measured_bytes
 from tests.support.threads import race
@@ -232,11 +230,7 @@ def test_a_web_process_takes_both_caps_from_its_environment(procs: Procs, alice:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_migration_0008_measures_the_runs_stored_before_it(alice: User) -> None:
-    executor = MigrationExecutor(connection)
-    before, after = [("runs", "0007_attempt_guards")], [("runs", "0008_stored_bytes")]
-    executor.migrate(before)
-    try:
-        old = executor.loader.project_state(before).apps
+    with migrated_across("0007_attempt_guards", "0008_stored_bytes") as old:
         now = timezone.now()
         OldRun, OldEvent = old.get_model("runs", "Run"), old.get_model("runs", "RunEvent")
         run = OldRun.objects.create(
@@ -254,12 +248,6 @@ def test_migration_0008_measures_the_runs_stored_before_it(alice: User) -> None:
         )
         for seq, data in ((1, {"agent": "demo"}), (2, {"code": "agent_error", "error": {"trace": "x" * 300}})):
             OldEvent.objects.create(run_id=run.pk, seq=seq, type="run.x", data=data, created_at=now)
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(after)
-        # And on to the last migration: the models below, and the tests after this one, are today's.
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
     migrated = Run.objects.get(pk=run.pk)
     # Measured in the database's own text of the JSON: at least the compact size, a little above it.
     exact = {"input": json_bytes(migrated.input), "error": json_bytes(migrated.error)}

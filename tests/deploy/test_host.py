@@ -54,8 +54,7 @@ def served(request: pytest.FixtureRequest, venv: Venv, tmp_path_factory: pytest.
     folder = tmp_path_factory.mktemp(f"host-{request.param}")
     with ExitStack() as stack:
         database = hosts.database_for(request, stack)
-        host = hosts.start_project(venv, folder)
-        hosts.add_the_app(host, database)
+        host = hosts.start_with_the_app(venv, folder, database)
         checked = host.must("check")
         host.must("migrate")
         token = host.create_admin_token()
@@ -170,8 +169,7 @@ def test_metrics_answer_the_hosts_bearer_and_refuse_a_caller_without_it(served: 
 def test_the_guides_asgi_wrapper_serves_the_host_and_counts_its_requests(
     venv: Venv, tmp_path: Path, procs: Procs
 ) -> None:
-    host = hosts.start_project(venv, tmp_path)
-    hosts.add_the_app(host)
+    host = hosts.start_with_the_app(venv, tmp_path)
     hosts.wrap_the_application(host)
     assert host.must("check").strip().splitlines()[-1] == hosts.NO_ISSUES
     host.must("migrate")
@@ -194,8 +192,7 @@ def test_the_guides_asgi_wrapper_serves_the_host_and_counts_its_requests(
 def test_a_bad_setting_value_is_refused_by_check_and_runworker_with_the_registrys_message(
     venv: Venv, tmp_path: Path
 ) -> None:
-    host = hosts.start_project(venv, tmp_path)
-    hosts.add_the_app(host, RUNLEDGER_LEASE_SECONDS="soon")
+    host = hosts.start_with_the_app(venv, tmp_path, RUNLEDGER_LEASE_SECONDS="soon")
     checked = host.manage("check")
     assert checked.returncode != 0
     (line,) = [line for line in checked.stderr.splitlines() if "(runs.E002)" in line]
@@ -219,8 +216,7 @@ def conf_values(host: Host, env: dict[str, str], *names: str) -> list[str]:
 def test_a_host_that_takes_the_environment_reads_a_good_value_and_check_refuses_a_bad_one_by_name(
     venv: Venv, tmp_path: Path
 ) -> None:
-    host = hosts.start_project(venv, tmp_path)
-    hosts.add_the_app(host, RUNLEDGER_MAX_STREAMS_PER_USER=3)
+    host = hosts.start_with_the_app(venv, tmp_path, RUNLEDGER_MAX_STREAMS_PER_USER=3)
     hosts.take_the_environment(host)
     good = host.env | {
         "RUNLEDGER_MAX_STREAMS_PER_USER": "7",
@@ -247,8 +243,7 @@ def test_a_host_that_takes_the_environment_reads_a_good_value_and_check_refuses_
 def test_check_warns_a_host_that_ignores_its_environment_naming_the_variables_never_their_values(
     venv: Venv, tmp_path: Path
 ) -> None:
-    host = hosts.start_project(venv, tmp_path)
-    hosts.add_the_app(host)
+    host = hosts.start_with_the_app(venv, tmp_path)
     secret = "a-metrics-bearer-never-shown"
     env = host.env | {
         "RUNLEDGER_AGENTS": "my agents",  # ignored, so never refused: the warning is what tells
@@ -270,8 +265,7 @@ def test_a_host_whose_own_apis_keep_drfs_tokens_keeps_them_when_runledger_takes_
     venv: Venv, tmp_path: Path
 ) -> None:
     # A host upgrading from a release that asked for DRF's token app, and keeping it for its own APIs.
-    host = hosts.start_project(venv, tmp_path)
-    hosts.add_the_app(host)
+    host = hosts.start_with_the_app(venv, tmp_path)
     with host.settings.open("a") as settings:
         settings.write('INSTALLED_APPS += ["rest_framework.authtoken"]\n')
     (before,) = [line.split()[-1] for line in host.must("showmigrations", "runs").splitlines() if "_api_tokens" in line]

@@ -61,6 +61,14 @@ def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     return body
 
 
+def assert_ended(response: Any, status: str, code: str, reason: str, by: str) -> dict[str, Any]:
+    """A 200 answering a command with the run it ended: its status, end_code, end_reason and ended_by."""
+    assert response.status_code == 200, response.content
+    body: dict[str, Any] = response.json()
+    assert (body["status"], body["end_code"], body["end_reason"], body["ended_by"]) == (status, code, reason, by)
+    return body
+
+
 def client_with(key: str | None) -> APIClient:
     """An API test client sending `key` as its token (None: anonymous)."""
     client = APIClient()

@@ -8,8 +8,8 @@ Never a browser build downloaded by a tool: `chromium` is the Debian package (bi
         admin_login(browser_page, web.url, "oncall", PASSWORD)
         save_screenshot(browser_page, "something")   # artifacts/something.png
 
-Tests using these need `@pytest.mark.browser`, `processes` and `django_db(transaction=True)`,
-so that what the test writes is committed for the server process to see.
+A module of tests using these is marked BROWSER_TESTS (browser, processes, a transactional
+database), so that what the test writes is committed for the server process to see.
 """
 
 import shutil
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+
+BROWSER_TESTS = [pytest.mark.browser, pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM_ARGS = [
     "--no-sandbox",  # the tests run as root

@@ -8,7 +8,8 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from django.apps.registry import Apps
 from django.contrib.auth.models import User
 from django.db import connection, models
+from django.db.migrations.executor import MigrationExecutor
 
 from runs.notify.listener import APPLICATION_NAME_PREFIX
 from runs.services.tokens import token_create
@@ -48,6 +50,20 @@ def database_dump() -> bytes:
     env = {**os.environ, "PGPASSWORD": db.get("PASSWORD") or ""}
     command = [str(_pg_bindir() / "pg_dump"), "-h", db["HOST"], "-p", str(db["PORT"]), "-U", db["USER"], db["NAME"]]
     return subprocess.run(command, env=env, capture_output=True, check=True, timeout=120).stdout
+
+
+@contextmanager
+def migrated_across(before: str, after: str) -> Iterator[Apps]:
+    """The models of runs' migration `before`, the database migrated back to it; on leaving,
+    migrated through `after` alone, then on to the last migration (today's models again)."""
+    executor = MigrationExecutor(connection)
+    executor.migrate([("runs", before)])
+    try:
+        yield executor.loader.project_state([("runs", before)]).apps
+    finally:
+        MigrationExecutor(connection).migrate([("runs", after)])
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def drf_token_model() -> type[models.Model]:

@@ -209,6 +209,13 @@ def add_the_app(host: Host, database: dict[str, Any] | None = None, **settings: 
     host.append_settings(chosen | {name: json.loads(value) for name, value in FAST_INTERVALS.items()} | settings)
 
 
+def start_with_the_app(venv: Venv, parent: Path, database: dict[str, Any] | None = None, **settings: Any) -> Host:
+    """start_project, then add_the_app with `database` and `settings`."""
+    host = start_project(venv, parent)
+    add_the_app(host, database, **settings)
+    return host
+
+
 def wrap_the_application(host: Host) -> None:
     """The guide's ASGI application, the app's wrapper, in place of startproject's last line of asgi.py."""
     _replace_once(host.file("asgi.py"), "application = get_asgi_application()\n", block(GUIDE, "python", "asgi.py"))

@@ -54,6 +54,17 @@ def deltas_of(run: Run, generation: int) -> int:
     return RunEvent.objects.filter(run_id=run.pk, type=EventType.OUTPUT_DELTA, attempt=generation).count()
 
 
+def assert_stopped_by_the_system(run: Run, code: str, reason: str, *, partial_output: bool) -> None:
+    """`run` (read afresh) was stopped by the platform for `code`, its run.stopped event last and
+    of no attempt."""
+    run.refresh_from_db()
+    assert (run.status, run.end_code, run.ended_by) == ("stopped", code, "system")
+    assert run.end_reason == reason
+    last = RunEvent.objects.get(run=run, seq=run.last_seq)
+    assert (last.type, last.attempt) == ("run.stopped", None)
+    assert last.data == {"code": code, "reason": reason, "by": "system", "partial_output": partial_output}
+
+
 def assert_exact_log(events: list[Event], run: Run, after: int = 0) -> None:
     """The events (as a stream delivered them) are exactly the stored ones after `after`: no gap,
     no duplicate, in order."""

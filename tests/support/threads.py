@@ -7,7 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
+from django.contrib.auth.models import User
 from django.db import connection
+
+from runs import services
+from runs.models import Run
 
 T = TypeVar("T")
 
@@ -36,6 +40,11 @@ def race(n: int, target: Callable[[int], Any]) -> list[Any]:
         t.join(timeout=90)
         assert not t.is_alive(), "a racing thread hung"
     return results
+
+
+def race_a_cancel(n: int, run: Run, actor: User, other: Callable[[], Any]) -> list[Any]:
+    """`race`: thread 0 cancels `run` as `actor` while the n - 1 others each call `other`."""
+    return race(n, lambda i: services.run_cancel(run_id=run.pk, actor=actor) if i == 0 else other())
 
 
 def in_thread(fn: Callable[[], Any]) -> Callable[[], Any]:

@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.test.utils import override_settings
 from django.utils import timezone
@@ -23,6 +21,7 @@ from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, We
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run
 from tests.support.api import api_for, assert_error
+from tests.support.db import migrated_across
 from tests.support.threads import race
 
 pytestmark = pytest.mark.sqlite
@@ -176,11 +175,7 @@ def test_delivery_bodies_in_the_console_need_the_permission_to_see_runs(make_use
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_migration_0015_stores_one_body_per_event_and_counts_it_on_the_run(alice: User) -> None:
-    executor = MigrationExecutor(connection)
-    before, after = [("runs", "0014_webhooks")], [("runs", "0015_webhook_notifications")]
-    executor.migrate(before)
-    try:
-        old = executor.loader.project_state(before).apps
+    with migrated_across("0014_webhooks", "0015_webhook_notifications") as old:
         now = timezone.now()
         run = old.get_model("runs", "Run").objects.create(
             owner_id=alice.pk,
@@ -211,11 +206,6 @@ def test_migration_0015_stores_one_body_per_event_and_counts_it_on_the_run(alice
                 created_at=now,
                 give_up_at=now,
             )
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(after)
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
     notification = WebhookNotification.objects.get()
     assert notification.body == body and (notification.run_id, notification.seq) == (run.pk, 2)
     assert WebhookDelivery.objects.filter(notification=notification).count() == 3

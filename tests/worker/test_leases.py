@@ -36,6 +36,16 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 LONG: dict[str, Any] = {"deltas": 300, "delay_ms": 25}
 
 
+def streaming_beside_w2(procs: Procs, alice: User, streamed: int, **fields: Any) -> tuple[Proc, Run]:
+    """Worker w1 (returned) streaming a LONG run of `alice`'s, `streamed` deltas in, and w2 started
+    beside it: it cannot claim the run while w1 holds it, but it sweeps."""
+    first = procs.worker("w1")
+    run = queued_run(alice, input=LONG, **fields)
+    wait_streaming(run, streamed)
+    procs.worker("w2")
+    return first, run
+
+
 def assert_taken_over(run: Run, *, lost: int, cause: str) -> None:
     """The run was requeued after attempt `lost` (with `cause`) and nothing that attempt wrote
     landed after that; the stored text is one uninterrupted run's, every chunk once."""
@@ -55,10 +65,7 @@ def assert_taken_over(run: Run, *, lost: int, cause: str) -> None:
 
 @pytest.mark.sqlite
 def test_a_killed_workers_run_is_taken_over_under_the_next_generation(procs: Procs, alice: User) -> None:
-    first_worker = procs.worker("w1")
-    run = queued_run(alice, input=LONG)
-    wait_streaming(run, 10)
-    procs.worker("w2")  # idle: it cannot claim a running run, but it sweeps
+    first_worker, run = streaming_beside_w2(procs, alice, 10)
 
     first_worker.kill()
 
@@ -76,10 +83,7 @@ def test_a_killed_workers_run_is_taken_over_under_the_next_generation(procs: Pro
 
 @pytest.mark.sqlite
 def test_a_run_whose_lost_attempts_reach_max_attempts_fails_worker_lost(procs: Procs, alice: User) -> None:
-    first_worker = procs.worker("w1")
-    run = queued_run(alice, input=LONG, max_attempts=1)
-    wait_streaming(run, 3)
-    procs.worker("w2")
+    first_worker, run = streaming_beside_w2(procs, alice, 3, max_attempts=1)
 
     first_worker.kill()
 
@@ -175,10 +179,7 @@ def test_settings_that_cannot_work_are_refused_at_start_with_a_message_naming_th
 
 
 def test_a_stalled_worker_stops_its_attempt_itself_and_its_late_writes_are_dropped(procs: Procs, alice: User) -> None:
-    stalled = procs.worker("w1")
-    run = queued_run(alice, input=LONG)
-    wait_streaming(run, 5)
-    procs.worker("w2")
+    stalled, run = streaming_beside_w2(procs, alice, 5)
 
     stalled.signal(signal.SIGSTOP)  # as a long GC pause or a frozen VM: no renewal, no write
     try:
@@ -262,10 +263,7 @@ def test_an_append_whose_commit_answer_was_lost_is_stored_once(procs: Procs, ali
 
 @pytest.mark.sqlite
 def test_sigterm_requeues_without_losing_a_retry_and_another_worker_completes(procs: Procs, alice: User) -> None:
-    leaving = procs.worker("w1")
-    run = queued_run(alice, input=LONG, max_attempts=1)
-    wait_streaming(run, 10)
-    procs.worker("w2")
+    leaving, run = streaming_beside_w2(procs, alice, 10, max_attempts=1)
 
     assert leaving.stop(timeout=15) == 0
 

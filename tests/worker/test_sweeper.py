@@ -16,7 +16,7 @@ from runs import services
 from runs.exceptions import StaleAttempt, StaleTicket
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from tests.factories import assert_log_is_sound, queued_run, running_run, waiting_run
-from tests.support.runs import event_types
+from tests.support.runs import assert_stopped_by_the_system, event_types
 from tests.support.threads import race
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
@@ -167,13 +167,8 @@ def test_live_runs_past_their_deadline_are_stopped_deadline_exceeded(alice: User
 
     assert sorted(swept.stopped) == sorted([queued.pk, running.pk, waiting.pk])
     for run in (queued, running, waiting):
-        run.refresh_from_db()
-        assert (run.status, run.end_code, run.ended_by) == ("stopped", "deadline_exceeded", "system")
-        assert run.end_reason == f"deadline {deadline.isoformat()} passed"
-        last = RunEvent.objects.get(run=run, seq=run.last_seq)
-        assert (last.type, last.attempt) == ("run.stopped", None)
-        data = {"code": "deadline_exceeded", "reason": run.end_reason, "by": "system"}
-        assert last.data == {**data, "partial_output": False}
+        reason = f"deadline {deadline.isoformat()} passed"
+        assert_stopped_by_the_system(run, "deadline_exceeded", reason, partial_output=False)
         assert_log_is_sound(run)
     # The running run's attempt is closed; its worker records the release once it has stopped.
     attempt = RunAttempt.objects.get(run=running)

@@ -29,6 +29,13 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 STREAMING: dict[str, Any] = {"deltas": 500, "delay_ms": 20}
 
 
+def asking(procs: Procs, alice: User, question: str, deltas: int, delay_ms: int) -> Run:
+    """A demo run of `alice`'s that a worker has taken to its `question`, half its deltas in: waiting."""
+    procs.worker("w1")
+    run = queued_run(alice, input={"deltas": deltas, "delay_ms": delay_ms, "ask": question})
+    return wait_status(run, "waiting")
+
+
 # --- running ------------------------------------------------------------------------------------
 
 
@@ -272,10 +279,7 @@ def test_pause_then_resume_completes_with_the_text_produced_once(procs: Procs, a
 
 @pytest.mark.sqlite
 def test_asking_for_input_waits_and_echoes_the_answer(procs: Procs, alice: User) -> None:
-    procs.worker("w1")
-    run = queued_run(alice, input={"deltas": 6, "delay_ms": 5, "ask": "your name?"})
-
-    run = wait_status(run, "waiting")
+    run = asking(procs, alice, "your name?", deltas=6, delay_ms=5)
     waiting = RunEvent.objects.get(run_id=run.pk, seq=run.last_seq)
     assert waiting.type == "run.waiting" and waiting.data == {"reason": "input_required", "prompt": "your name?"}
     assert stored_text(run) == demo_text(3)  # halfway
@@ -290,9 +294,7 @@ def test_asking_for_input_waits_and_echoes_the_answer(procs: Procs, alice: User)
 
 @pytest.mark.sqlite
 def test_cancelling_a_waiting_run_invalidates_its_ticket(procs: Procs, alice: User) -> None:
-    procs.worker("w1")
-    run = queued_run(alice, input={"deltas": 4, "delay_ms": 1, "ask": "go on?"})
-    run = wait_status(run, "waiting")
+    run = asking(procs, alice, "go on?", deltas=4, delay_ms=1)
     ticket = run.resume_ticket
 
     services.run_cancel(run_id=run.pk, actor=alice)
