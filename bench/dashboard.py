@@ -1,20 +1,9 @@
-"""What the staff dashboard's figures cost as history grows: the same recent activity
-on top of x1 and x100 history, on a throwaway PostgreSQL.
+"""What the staff dashboard's figures cost as history grows: the same recent activity on top of x1
+and x100 history, on a throwaway PostgreSQL.
 
-Recent activity, the same in both tiers: in the last hour RECENT_ENDED runs ended (a fifth of them
-cancelled while running, their attempts released), RECENT_EVENTS events, HELD runs held by four
-workers (two of them stale), QUEUED queued and WAITING waiting. History: x1 = 1,000 ended runs
-(10 events and one attempt each, 2 to 30 days old), x100 = 100,000 (1,000,000 events). Rows are
-cloned with SQL from runs made through the services, in time order, as the application writes
-them; then VACUUM ANALYZE.
+    .venv/bin/python -m bench dashboard [--repeats 20] [--scale 1.0]
 
-Measured per tier, median of REPEATS: the figures' reads (`selectors.overview.system_overview`:
-a process's first, which counts the hour's events, and the refreshes after it; each query alone),
-and the whole page through Django's test client (session, permission, reads, charts, template).
-And what the events' BRIN index adds to an append (`append_cost`). Results in
-bench/results/dashboard.json.
-
-    .venv/bin/python -m bench dashboard [--repeats 20]
+How it works: docs/benchmarks.md#method-dashboard.
 """
 
 import argparse

@@ -2,18 +2,7 @@
 
     .venv/bin/python -m bench model_stream [--cancels 40]
 
-bench/run_all.py measures it too (`model_server` makes every process it starts load the agent).
-The model server is tests/support/openai_server.py, a process of its own that logs when it saw a
-client go (select between chunks, time.time() on this machine). One at a time, with nothing else
-running, an `openai_chat` run streams a slow answer (a chunk every 20 ms); once it has stored a few
-deltas it is cancelled through the service layer, and measured:
-- committed: the cancel call → its return (the transaction committed);
-- closed: the cancel's commit (`ended_at`) → the server seeing its connection closed — what stops
-  the generating (and billing) on a real model server;
-- released: the cancel's commit → the attempt's `released_at`;
-- the chunks the server sent after the commit: generated, never stored (one every 20 ms here).
-The floor of "closed" is the least a cross-process cancel of a stream costs: a transaction's
-NOTIFY reaching another process (bench/floor.py) plus a loopback TCP close seen by select.
+How it works: docs/benchmarks.md#method-model_stream.
 """
 
 import argparse

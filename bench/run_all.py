@@ -2,27 +2,7 @@
 
     .venv/bin/python -m bench run_all [--quick | --size smoke] [--no-growth]
 
-1. Starts a durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`: fsync on).
-2. Runs the floor (`bench/floor.py`: raw psycopg doing the same work) against a
-   scratch database `floor` in that cluster — never the application's database.
-3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
-   processes (default settings: production intervals), and measures:
-   cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
-   10/100/1000 watchers), replay (JSON pages, SSE), cancel per kind of step (await, child
-   process, thread abandon, HTTP stream; bench/step_kinds.py), alone and under 200 running runs,
-   cancel → model stream closed (bench/model_stream.py), and the Python client's stream and resume
-   after a cut (bench/client_stream.py). The processes load the tests' agents
-   (tests/support/agents.py) and openai_chat beside the demo.
-   Every one of these runs with the fair-use caps at 0 (bench/lib.py `UNCAPPED`).
-4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
-   database holds x10 and x100 more, and measures again.
-5. Fair use under attack (bench/fair_use.py): ten hostile users and one measured, with the limits
-   on — in a child process with its own cluster and processes.
-6. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
-   and bench/results/summary.md (docs/benchmarks.md).
-
-Ratios are "times the floor": for a time, figure / floor; for a rate, floor / figure. 1.0 is the
-floor itself; absolute times drift on a shared machine, ratios from the same run hold better.
+How it works: docs/benchmarks.md#method-run_all.
 """
 
 import argparse
