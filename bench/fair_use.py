@@ -365,7 +365,7 @@ def main() -> int:
         "mode": args.size,
         "config": {**cfg, "workers": WORKERS, "concurrency": CONCURRENCY, "alice_input": ALICE},
         "limits": limits,
-        "machine": machine_facts(idle_seconds=3),
+        "machine": machine_facts(idle_seconds=0.2 if args.size == "smoke" else 3),
     }
     began = time.time()
     with (

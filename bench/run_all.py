@@ -41,6 +41,8 @@ FULL: dict[str, Any] = {
     "request_samples": 300,
     **step_kinds.FULL,
     **client_stream.FULL,
+    # Phases left out, by the name of the module that measures them standalone (see SMOKE).
+    "skip": (),
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -60,11 +62,14 @@ QUICK: dict[str, Any] = {
     **step_kinds.QUICK,
     **client_stream.QUICK,
 }
-# Every phase once at the least that runs it (the CI's smoke run, tests/bench/: its figures mean nothing).
+# Each of its own phases once at the least that runs it (the CI's smoke run, tests/bench/: its figures
+# mean nothing), one growth tier; without the phases whose module the suite smoke-runs on its own.
 SMOKE: dict[str, Any] = {
     **QUICK,
+    "skip": ("api_requests", "step_kinds", "client_stream", "model_stream", "fair_use"),
     "floor_args": ["--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000"],
     "cancel_runs": 2,
+    "cancel_delay_ms": 100,
     "start_samples": 2,
     "append_deltas": 20,
     "many_runs": 2,
@@ -73,7 +78,7 @@ SMOKE: dict[str, Any] = {
     "watchers": [2],
     "watch_events": 3,
     "replay_events": 100,
-    "tiers": [("x10", 10, 10), ("x100", 20, 10)],
+    "tiers": [("x10", 10, 10)],
     "growth_cancel_runs": 2,
     "growth_watchers": 2,
     "model_cancels": 2,
@@ -119,7 +124,7 @@ def tier_suite(
         timings[name] = round(time.time() - t0, 1)
         return value
 
-    if full:
+    if full and "api_requests" not in cfg["skip"]:
         from bench.api_requests import measure as one_at_a_time
 
         out["requests"] = phase("one request at a time", one_at_a_time, ctx, samples=cfg["request_samples"])
@@ -151,7 +156,7 @@ def tier_suite(
             via=via,
             floor=lib.floor_command(floor_url, *cfg["floor_args"]) if full and via == "service" else None,
         )
-    if full:
+    if full and "step_kinds" not in cfg["skip"]:
         from bench import scenarios_steps
 
         out["step_kinds"] = phase(
@@ -163,6 +168,7 @@ def tier_suite(
             delay_ms=cfg["step_delay_ms"],
             tool_ms=cfg["step_tool_ms"],
         )
+    if full and "client_stream" not in cfg["skip"]:
         out["client_stream"] = phase(
             "Python client: stream and resume",
             client_stream.measure,
@@ -196,7 +202,8 @@ def main() -> int:
         return 0
     cfg = SIZES[args.size]
     began = time.time()
-    machine = lib.machine_facts(idle_seconds=3)
+    # The machine's own load before the start; a smoke run's figures mean nothing, so a glance is enough.
+    machine = lib.machine_facts(idle_seconds=0.2 if args.size == "smoke" else 3)
     result: dict[str, Any] = {
         "benchmark": "run_all",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -222,8 +229,9 @@ def main() -> int:
             tiers: dict[str, Any] = {}
             lib.log("tier x1 (only the benchmark's own rows)")
             tiers["x1"], replay_run = tier_suite(ctx, cfg, full=True, replay_run=None, floor_url=floor_url)
-            lib.log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
-            tiers["x1"]["model_stream"] = model_stream.measure(ctx, model, cancels=cfg["model_cancels"])
+            if "model_stream" not in cfg["skip"]:
+                lib.log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
+                tiers["x1"]["model_stream"] = model_stream.measure(ctx, model, cancels=cfg["model_cancels"])
             if not args.no_growth:
                 have = 0
                 for label, total_runs, per_run in cfg["tiers"]:
@@ -239,8 +247,9 @@ def main() -> int:
             tiers["x1"]["floor"] = result["floor"]
             result["tiers"] = tiers
             result["web_process_log_tail"] = ctx.web.log()[-2000:]
-    lib.log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
-    result["fair_use"] = fair_use.in_own_process(size=args.size)
+    if "fair_use" not in cfg["skip"]:
+        lib.log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
+        result["fair_use"] = fair_use.in_own_process(size=args.size)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     result["total_seconds"] = round(time.time() - began, 1)
     rows = figures(result)

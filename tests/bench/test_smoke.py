@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
+from bench import run_all
 from bench.__main__ import benchmarks
 from tests.support.procs import ROOT
 
@@ -46,6 +47,8 @@ SMALLEST: dict[str, list[str]] = {
     "floor": ["{scratch}", "--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000"],
     "model_stream": ["--cancels", "2"],
     "profile": ["start", "--rate", "50"],
+    # Each of its phases once, one growth tier; the phases it leaves out are the benchmarks it names in
+    # run_all.SMOKE["skip"] (api_requests, step_kinds, client_stream, model_stream, fair_use), run here alone.
     "run_all": ["--size", "smoke"],
     "sse_watchers": ["--watchers", "3", "--events", "3", "--interval", "0.05"],
     "step_kinds": ["--samples", "1", "--background", "2", "--quick"],
@@ -54,11 +57,17 @@ SMALLEST: dict[str, list[str]] = {
 }
 # Those that drive Debian's Pushpin (bin/edge installs it), and the longest, which runs every other phase.
 EDGE = {"edge_vs_pushpin", "edge_watchers"}
-SECONDS = {"run_all": 540, "fair_use": 300}
+SECONDS = {"run_all": 300, "fair_use": 300}
 
 
 def test_every_benchmark_has_a_smallest_run_here() -> None:
     assert sorted(SMALLEST) == benchmarks()
+
+
+def test_run_all_leaves_out_of_its_smoke_run_only_benchmarks_smoke_run_alone() -> None:
+    left_out = run_all.SMOKE["skip"]
+    assert left_out and set(left_out) <= set(SMALLEST) - {"run_all"}
+    assert run_all.FULL["skip"] == run_all.QUICK["skip"] == ()
 
 
 @pytest.fixture
