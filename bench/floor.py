@@ -18,6 +18,8 @@ import psycopg
 CHANNEL = "floor_events"
 WARM_UP = 20  # transactions before the measured ones: connection caches, the first page of the index
 PAGE = 1000
+# The least that runs every measurement (the suite's smoke runs: figures that mean nothing).
+SMOKE_OPTIONS = ("--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000")
 DELTA = '{"text": "the sky is blue "}'
 
 SCHEMA = """

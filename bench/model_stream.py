@@ -20,7 +20,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, percentile, run_floor, summary
+from bench.lib import (
+    RESULTS,
+    Ctx,
+    app_running,
+    durable_cluster,
+    floor_option,
+    machine_facts,
+    percentile,
+    run_floor,
+    summary,
+)
 from tests.support.openai_server import ModelServer
 from tests.support.procs import Procs
 from tests.support.waiting import wait_until
@@ -152,11 +162,12 @@ def figure_rows(m: dict[str, Any] | None, floor: dict[str, Any]) -> list[dict[st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cancels", type=int, default=40, help="runs to cancel, one at a time")
+    floor_option(parser)
     parser.add_argument("--out", default=str(RESULTS / "model_stream.json"))
     args = parser.parse_args()
     machine = machine_facts()
     with durable_cluster() as cluster, model_server() as server:
-        floor = run_floor(cluster.create_database("floor"))
+        floor = run_floor(cluster.create_database("floor"), *args.floor_args)
         with app_running(cluster, workers=1, concurrency=4) as ctx:
             result = measure(ctx, server, cancels=args.cancels)
     report = {"benchmark": "model_stream", "at": datetime.now(UTC).isoformat(), "machine": machine, **result}

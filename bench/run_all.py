@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import client_stream, fair_use, lib, model_stream, step_kinds
+from bench.floor import SMOKE_OPTIONS as FLOOR_SMOKE
 from runs.events import EventType
 from tests.support.agents import AGENTS_ENV
 
@@ -67,7 +68,7 @@ QUICK: dict[str, Any] = {
 SMOKE: dict[str, Any] = {
     **QUICK,
     "skip": ("api_requests", "step_kinds", "client_stream", "model_stream", "fair_use"),
-    "floor_args": ["--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000"],
+    "floor_args": list(FLOOR_SMOKE),
     "cancel_runs": 2,
     "cancel_delay_ms": 100,
     "start_samples": 2,

@@ -18,6 +18,7 @@ from bench.lib import (
     app_running,
     durable_cluster,
     floor_command,
+    floor_option,
     git_revision,
     log,
     machine_facts,
@@ -213,6 +214,7 @@ def main() -> int:
     parser.add_argument("--delay-ms", type=int, default=FULL["step_delay_ms"], help="the background runs' pace")
     parser.add_argument("--tool-ms", type=int, default=FULL["step_tool_ms"], help="how long each step would last")
     parser.add_argument("--trace", action="store_true", help="also trace each cancellation's stages in the workers")
+    floor_option(parser)
     parser.add_argument("--out", default=str(RESULTS / "step_kinds.json"))
     args = parser.parse_args()
     samples = args.samples or (QUICK if args.quick else FULL)["step_samples"]
@@ -225,7 +227,7 @@ def main() -> int:
     machine = machine_facts(idle_seconds=3)
     with durable_cluster() as cluster:
         floor_url = cluster.create_database("floor")
-        floor = run_floor(floor_url)
+        floor = run_floor(floor_url, *args.floor_args)
         with app_running(cluster, workers=2, concurrency=concurrency(args.background), env=env) as ctx:
             from bench import scenarios_steps
 

@@ -14,10 +14,12 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from bench import run_all
+from bench import floor, run_all
 from bench.__main__ import benchmarks
 from tests.support.procs import ROOT
 
+# The floor that a benchmark measures beside its figures, at its least too.
+FLOOR_SMOKE = f"--floor-args={' '.join(floor.SMOKE_OPTIONS)}"
 # Each benchmark's options for its smallest run: one of each thing it does.
 SMALLEST: dict[str, list[str]] = {
     "api_requests": ["--samples", "3", "--no-floor"],
@@ -44,14 +46,14 @@ SMALLEST: dict[str, list[str]] = {
         "1",
     ],
     "fair_use": ["--size", "smoke"],
-    "floor": ["{scratch}", "--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000"],
-    "model_stream": ["--cancels", "2"],
+    "floor": ["{scratch}", *floor.SMOKE_OPTIONS],
+    "model_stream": ["--cancels", "2", FLOOR_SMOKE],
     "profile": ["start", "--rate", "50"],
     # Each of its phases once, one growth tier; the phases it leaves out are the benchmarks it names in
     # run_all.SMOKE["skip"] (api_requests, step_kinds, client_stream, model_stream, fair_use), run here alone.
     "run_all": ["--size", "smoke"],
     "sse_watchers": ["--watchers", "3", "--events", "3", "--interval", "0.05"],
-    "step_kinds": ["--samples", "1", "--background", "2", "--quick"],
+    "step_kinds": ["--samples", "1", "--background", "2", "--quick", FLOOR_SMOKE],
     "wait": ["--waiters", "2", "--rounds", "1"],
     "webhooks": ["--burst", "5", "--steady", "3", "--rate", "20", "--cancels", "2"],
 }
