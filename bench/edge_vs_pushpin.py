@@ -301,6 +301,7 @@ def run_phase(
     counted: dict[str, list[int]],
     backends: tuple[str, ...],
     work: Path,
+    settle: float,
     watch: Callable[[], Callable[[], dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Connect the watchers of `paths` (one each), then run `emitter` (prints `run seq time`
@@ -310,7 +311,7 @@ def run_phase(
     log(f"{name}: {len(paths)} watchers through {base} from {clients} client processes")
     shares = [paths[i::clients] for i in range(clients)]
     client_procs, connect_seconds = start_clients(name, base, shares, token, env, work)
-    time.sleep(5)  # the connect burst's tail settles before the meter starts (a baseline, not a wait)
+    time.sleep(settle)  # the connect burst's tail settles before the meter starts (a baseline, not a wait)
     emitting = subprocess.Popen(emitter, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     pids = {f"{who}{i}": pid for who, found in counted.items() for i, pid in enumerate(found)}
     # The backends connect with the emitter's first event (LISTEN is older); looked up at once.
@@ -406,6 +407,7 @@ def main() -> int:
     parser.add_argument("--pushpin-seconds", type=float, default=60, help="phase 1's events last this long")
     parser.add_argument("--edge-seconds", type=float, help="phase 2's (default 1.25 x the link timeout)")
     parser.add_argument("--clients", type=int, default=4, help="client processes holding the watchers")
+    parser.add_argument("--settle", type=float, default=5, help="seconds after the connects before the meter starts")
     parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N behind the edge")
     parser.add_argument("--profile", action="store_true", help="py-spy on the web process in phase 2 (a diagnosis)")
     parser.add_argument("--edge-log-level", type=int, default=1, help="Pushpin's (3: debug, a diagnosis)")
@@ -476,7 +478,7 @@ def main() -> int:
         edge = start_edge(origin_port, control)
         paths = [f"/runs/{r}/" for r in range(args.runs) for _ in range(args.per_run)]
         publisher = bench_command("edge_vs_pushpin", "--publisher", f"ipc://{control}", str(args.runs))
-        shared = {"token": token, "clients": args.clients, "env": env, "work": work}
+        shared = {"token": token, "clients": args.clients, "env": env, "work": work, "settle": args.settle}
         phases["pushpin"] = run_phase(
             name="pushpin",
             base=edge.url,

@@ -31,7 +31,7 @@ SMALLEST: dict[str, list[str]] = {
     "dashboard": ["--repeats", "1", "--scale", "0.01"],
     "edge_vs_pushpin": [
         *("--runs", "2", "--per-run", "2", "--interval", "0.2", "--clients", "1"),
-        *("--pushpin-seconds", "1", "--edge-seconds", "2"),
+        *("--pushpin-seconds", "1", "--edge-seconds", "2", "--settle", "0.5"),
     ],
     "edge_watchers": [
         "--watchers",
