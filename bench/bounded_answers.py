@@ -1,22 +1,8 @@
 """Bounded answers: what one user's big rows cost a web process's memory.
 
-    .venv/bin/python -m bench bounded_answers [--runs 200] [--input-kb 255] [--parallel 6]
-                                              [--events 200] [--event-kb 250]
+    .venv/bin/python -m bench bounded_answers [--runs 200] [--input-kb 255] [--parallel 6] [--events 200] [--event-kb 250]
 
-A throwaway durable PostgreSQL cluster and one uvicorn web process (no worker: nothing runs, so
-nothing else moves the web process's memory), with the default limits but the per-user caps of
-bench/lib.py `UNCAPPED`. Three phases, each measured on the web process from /proc/<pid>/status:
-VmRSS before, the peak during (VmHWM, reset through /proc/<pid>/clear_refs just before) and VmRSS
-after. Each answer's size is the bytes of its body.
-
-1. The attack of the issue: the user creates `--runs` runs whose input is `--input-kb` kB (just
-   under the request body limit) and cancels each, then sends `--parallel` parallel
-   `GET /api/runs/?page_size=500`.
-2. One run with `--events` events of `--event-kb` kB each (appended through the services, as a
-   worker would), then `--parallel` parallel `GET /api/runs/{id}/events/?limit=1000`.
-3. The same run's SSE stream replayed from seq 0 to its end, `--parallel` at once.
-
-A table on stdout, JSON in bench/results/bounded_answers-<time>.json (gitignored). Figures only.
+How it works: docs/benchmarks.md#method-bounded_answers.
 """
 
 import argparse

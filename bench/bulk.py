@@ -3,22 +3,7 @@ single run's cancel measured meanwhile (docs/design/commands.md#bulk-commands).
 
     .venv/bin/python -m bench bulk [--base 2000] [--samples 30]
 
-A throwaway durable PostgreSQL cluster, one web process and one worker process (concurrency 20).
-The benchmark's user makes `--base` runs through the create service, a quarter of them one
-customer's (`metadata: {"customer": "42"}`), each a demo run that streams for a minute, so the
-worker holds some of them while they are cancelled.
-
-1. A single cancel's latency alone: create a run over HTTP, cancel it over HTTP, `--samples` times.
-2. The bulk cancel of the customer's runs over HTTP (`POST /api/runs/cancel/`, max 500), timed;
-   meanwhile another connection creates and cancels single runs, as in 1, and their cancels' latency
-   is recorded.
-3. The list, `GET /api/runs/?metadata.customer=42&page_size=50`, `--samples` times, and its query
-   under EXPLAIN (ANALYZE, BUFFERS), at x1, then with finished runs of the same user (other
-   customers: the filter must skip them) inserted until the table holds x10 and x100 the base —
-   older than the customer's, so the first page is the newest runs; and the same for a customer
-   with one of every 5,000 of those older runs (`c17`), the sparse case.
-
-Figures only; nothing is asserted.
+How it works: docs/benchmarks.md#method-bulk.
 """
 
 import argparse

@@ -2,15 +2,7 @@
 
     .venv/bin/python -m bench cancel_latency [--runs 200] [--delay-ms 1000] [--via service,http]
 
-Starts a durable throwaway PostgreSQL cluster, one uvicorn web process and two worker processes
-(bench/lib.py `app_running`, as bench/run_all.py does), creates `--runs` demo runs that stream a
-delta every `--delay-ms`, waits until every one is running and streaming, then cancels them one
-by one — through the service layer (`services.run_cancel`) and/or the real HTTP API
-(`POST /api/runs/{id}/cancel/` with a token, keep-alive) — and measures, per run:
-- committed: the request's start → its return (the command's transaction committed), and
-- released: the request's start → the attempt's `released_at` (the worker stopped executing it).
-Prints p50/p95/p99/max and writes JSON (bench/results/cancel_latency.json). The machine's CPU
-use during the cancels is recorded beside them: on 2 cores the tail is mostly waiting for one.
+How it works: docs/benchmarks.md#method-cancel_latency.
 """
 
 import argparse

@@ -1,19 +1,8 @@
-"""Benchmark: the Python client (clients/python) reading a run's stream.
+"""Benchmark: the Python client (clients/python) reading a run's stream, and resuming it after a cut.
 
     .venv/bin/python -m bench client_stream [--events 10000] [--cuts 200]
 
-Without run_all it starts its own throwaway durable cluster and one web process (no worker: the
-runs are written directly, bench.scenarios.make_running_run). Measured:
-
-1. Throughput: `Client.stream()` and `AsyncClient.stream()` read a finished run of N stored
-   events (+ its terminal event) from after_seq=0 — every event parsed into an `Event` — median of
-   three; beside them the same stream read raw (bytes off a socket, parsed afterwards).
-2. Resume cost: a stored run read through a CuttableProxy that cuts each stream connection after
-   a fixed number of body bytes (mid-frame). For each cut: from the proxy closing the connection
-   to the client yielding the first event it did not have (seq = the next request's
-   Last-Event-ID + 1) — noticing the drop, the wait, reconnecting, the server's checks and the
-   first frame. On an extra web process that sends `retry: 0` (the client's own cost), and for a
-   few cuts on the default one (`retry: 2000`: the wait the server asks for, honoured).
+How it works: docs/benchmarks.md#method-client_stream.
 """
 
 import argparse

@@ -1,20 +1,9 @@
-"""What the staff dashboard's figures cost as history grows: the same recent activity
-on top of x1 and x100 history, on a throwaway PostgreSQL.
+"""What the staff dashboard's figures cost as history grows: the same recent activity on top of x1
+and x100 history, on a throwaway PostgreSQL.
 
-Recent activity, the same in both tiers: in the last hour RECENT_ENDED runs ended (a fifth of them
-cancelled while running, their attempts released), RECENT_EVENTS events, HELD runs held by four
-workers (two of them stale), QUEUED queued and WAITING waiting. History: x1 = 1,000 ended runs
-(10 events and one attempt each, 2 to 30 days old), x100 = 100,000 (1,000,000 events). Rows are
-cloned with SQL from runs made through the services, in time order, as the application writes
-them; then VACUUM ANALYZE.
+    .venv/bin/python -m bench dashboard [--repeats 20] [--scale 1.0]
 
-Measured per tier, median of REPEATS: the figures' reads (`selectors.overview.system_overview`:
-a process's first, which counts the hour's events, and the refreshes after it; each query alone),
-and the whole page through Django's test client (session, permission, reads, charts, template).
-And what the events' BRIN index adds to an append (`append_cost`). Results in
-bench/results/dashboard.json.
-
-    .venv/bin/python -m bench dashboard [--repeats 20]
+How it works: docs/benchmarks.md#method-dashboard.
 """
 
 import argparse
@@ -40,8 +29,9 @@ def _columns(model: Any, skip: tuple[str, ...]) -> list[str]:
     return [f.column for f in model._meta.concrete_fields if f.column not in skip]
 
 
-def seed(history: int) -> None:
-    """History first, then the last hour's activity: the order the application writes them in."""
+def seed(history: int, scale: float = 1.0) -> None:
+    """History first, then the last hour's activity (its counts times `scale`, at least one of each
+    and four held, two of them stale): the order the application writes them in."""
     from django.contrib.auth.models import User
     from django.db import connection
 
@@ -95,16 +85,18 @@ def seed(history: int) -> None:
                 [outcome],
             )
 
+    recent_ended, recent_events = max(5, int(RECENT_ENDED * scale)), max(1, int(RECENT_EVENTS * scale))
+    held, waiting, queued = (max(least, int(n * scale)) for n, least in ((HELD, 4), (WAITING, 1), (QUEUED, 1)))
     # History: spread over 2 to 30 days ago, oldest first.
     clone(
         done, history, ended=f"now() - interval '30 days' + g * (interval '28 days' / {history})", outcome="completed"
     )
     # The last hour: runs ended (a fifth cancelled, released 20-80 ms after), then the events.
-    recent = f"now() - interval '59 minutes' + g * (interval '58 minutes' / {RECENT_ENDED})"
-    clone(done, RECENT_ENDED * 4 // 5, ended=recent, outcome="completed")
+    recent = f"now() - interval '59 minutes' + g * (interval '58 minutes' / {recent_ended})"
+    clone(done, recent_ended * 4 // 5, ended=recent, outcome="completed")
     clone(
         cancelled,
-        RECENT_ENDED // 5,
+        recent_ended // 5,
         ended=recent,
         outcome="cancelled",
         released="e.ended_at + (20 + random() * 60) * interval '1 ms'",
@@ -115,9 +107,9 @@ def seed(history: int) -> None:
                 SELECT %s, 100 + g, 'output.delta', '{{"text": "x"}}', 1,
                        now() - interval '59 minutes' + g * (interval '58 minutes' / %s), 11
                 FROM generate_series(1, %s) g""",
-            [done.pk, RECENT_EVENTS, RECENT_EVENTS],
+            [done.pk, recent_events, recent_events],
         )
-    for i in range(HELD):
+    for i in range(held):
         run = running_run(owner, input={"deltas": 1})
         RunAttempt.objects.filter(run=run, outcome="").update(worker=f"worker-{i % 4}")
     # Two stale: their lease lapsed, no sweeper here.
@@ -126,10 +118,10 @@ def seed(history: int) -> None:
             "UPDATE runs_runattempt SET lease_expires_at = now() - interval '5 s' WHERE id IN "
             "(SELECT id FROM runs_runattempt WHERE outcome = '' LIMIT 2)"
         )
-    for _ in range(WAITING):
+    for _ in range(waiting):
         run = running_run(owner, input={"deltas": 1})
         services.run_wait(run_id=run.pk, generation=run.generation, reason="input_required", prompt="?")
-    for _ in range(QUEUED):
+    for _ in range(queued):
         services.run_create(owner=owner, agent="demo", input={"deltas": 1})
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
@@ -224,7 +216,7 @@ def append_cost(url: str, rounds: int = 12, batches: int = 200) -> dict[str, flo
     return {name: round(statistics.median(values), 4) for name, values in times.items()}
 
 
-def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
+def tier(name: str, history: int, url: str, repeats: int, scale: float = 1.0) -> dict[str, Any]:
     """One tier in this process, on its own database (a process sets Django up for one database)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ["DATABASE_URL"] = url
@@ -236,13 +228,15 @@ def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
 
     call_command("migrate", verbosity=0)
     log(f"{name}: seeding {history:,} ended runs of history and the last hour's activity")
-    seed(history)
+    seed(history, scale)
     with connection.cursor() as cursor:
         cursor.execute("SELECT (SELECT count(*) FROM runs_run), (SELECT count(*) FROM runs_runevent)")
         runs, events = cursor.fetchone()
     measured = measure(repeats)
     if name == "x1":
-        measured["append_ms_per_10_events"] = append_cost(url)
+        measured["append_ms_per_10_events"] = append_cost(
+            url, rounds=max(2, int(12 * scale)), batches=max(10, int(200 * scale))
+        )
         log(f"{name}: a 10-event append transaction, median ms: {measured['append_ms_per_10_events']}")
     log(
         f"{name}: {runs:,} runs, {events:,} events: reads cold {measured['reads_cold_ms']} ms,"
@@ -259,13 +253,15 @@ def tier(name: str, history: int, url: str, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--scale", type=float, default=1.0, help="each tier's history times this (0.01: a smoke run)")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="each tier's rows and the append rounds times this (0.01: a smoke run)"
+    )
     parser.add_argument("--tier", help=argparse.SUPPRESS)  # with --database-url: one tier, JSON on stdout's last line
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tier:
         history = int(dict(TIERS)[args.tier] * args.scale)
-        print(json.dumps(tier(args.tier, history, args.database_url, args.repeats), default=str))
+        print(json.dumps(tier(args.tier, history, args.database_url, args.repeats, args.scale), default=str))
         return
     results: dict[str, Any] = {"machine": machine_facts(), "tiers": {}}
     tier_args = ["--repeats", str(args.repeats), "--scale", str(args.scale)]

@@ -1,36 +1,8 @@
-"""Benchmark: the edge's cost against Pushpin's own, in one run of this script.
+"""Benchmark: the edge's cost against Pushpin's own, the same watchers and events both ways.
 
-    .venv/bin/python -m bench edge_vs_pushpin [--runs 100] [--per-run 100] [--interval 2]
-        [--pushpin-seconds 60] [--edge-seconds 150] [--clients 4] [--web-processes 1]
+    .venv/bin/python -m bench edge_vs_pushpin [--runs 100] [--per-run 100] [--interval 2] [--clients 4]
 
-`--runs` x `--per-run` watchers (10,000), each run emitting an event every `--interval` seconds
-(the runs' events spread evenly over the interval), in two phases, each on a Pushpin started by
-`bin/edge` (the same configuration):
-
-1. **pushpin** — no Runledger in the path: a plain GRIP origin (this script's `--origin`, an
-   asyncio HTTP server) answers each connect with hold headers on the run's channel, and a
-   publisher (`--publisher`) writes each event as one item to Pushpin's command socket, with the
-   id and previous id Runledger's items carry and a frame of the same shape and size (a hold
-   with a previous id needs a next link, given without a timeout: fetched only after a gap).
-2. **edge** — through Runledger: a web process (uvicorn) with RUNLEDGER_GRIP_URL behind bin/edge,
-   the watchers' connects checked by it, each run's events committed one per transaction by a
-   writer (`--writer`, the workers' stand-in) and published by the web process's publisher; with
-   Pushpin's fetches of each stream's link (the first after RUNLEDGER_GRIP_LINK_FIRST_SECONDS,
-   default 120 s, then every RUNLEDGER_GRIP_LINK_SECONDS, default 600 s; each x1-1.5).
-
-In each phase the watchers connect first (not measured); the CPU meter runs from the first event
-to the last stream's end. Counted: every part of Pushpin (condure, zurl, proxy, handler, runner,
-bin/edge's Python wrapper) in both phases; in phase 2 also the web process(es) and, shown apart,
-the PostgreSQL backends serving them (the publisher's LISTEN connection, its reads, the link
-fetches' checks). Not counted: the client processes, the writer and its backend, the phase-1
-origin and publisher (the stand-ins for what commits and publishes). A delivery is one event
-received by one watcher. `--edge-seconds` defaults to 1.25 x the link timeout, the mean time
-between two fetches of one stream's link, so the window holds one fetch per stream: what a
-steady state costs.
-
-Reported: watchers that got every event exactly once and in order, deliveries, CPU seconds and
-µs per delivery of each process group, the ratio (Pushpin + Runledger) ÷ Pushpin-direct, and
-publish/commit → delivery p50/p99/max. A table on stdout, JSON in bench/results/ (gitignored).
+How it works: docs/benchmarks.md#method-edge_vs_pushpin.
 """
 
 import argparse
@@ -329,6 +301,7 @@ def run_phase(
     counted: dict[str, list[int]],
     backends: tuple[str, ...],
     work: Path,
+    settle: float,
     watch: Callable[[], Callable[[], dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Connect the watchers of `paths` (one each), then run `emitter` (prints `run seq time`
@@ -338,7 +311,7 @@ def run_phase(
     log(f"{name}: {len(paths)} watchers through {base} from {clients} client processes")
     shares = [paths[i::clients] for i in range(clients)]
     client_procs, connect_seconds = start_clients(name, base, shares, token, env, work)
-    time.sleep(5)  # the connect burst's tail settles before the meter starts (a baseline, not a wait)
+    time.sleep(settle)  # the connect burst's tail settles before the meter starts (a baseline, not a wait)
     emitting = subprocess.Popen(emitter, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     pids = {f"{who}{i}": pid for who, found in counted.items() for i, pid in enumerate(found)}
     # The backends connect with the emitter's first event (LISTEN is older); looked up at once.
@@ -434,6 +407,7 @@ def main() -> int:
     parser.add_argument("--pushpin-seconds", type=float, default=60, help="phase 1's events last this long")
     parser.add_argument("--edge-seconds", type=float, help="phase 2's (default 1.25 x the link timeout)")
     parser.add_argument("--clients", type=int, default=4, help="client processes holding the watchers")
+    parser.add_argument("--settle", type=float, default=5, help="seconds after the connects before the meter starts")
     parser.add_argument("--web-processes", type=int, default=1, help="uvicorn --workers N behind the edge")
     parser.add_argument("--profile", action="store_true", help="py-spy on the web process in phase 2 (a diagnosis)")
     parser.add_argument("--edge-log-level", type=int, default=1, help="Pushpin's (3: debug, a diagnosis)")
@@ -504,7 +478,7 @@ def main() -> int:
         edge = start_edge(origin_port, control)
         paths = [f"/runs/{r}/" for r in range(args.runs) for _ in range(args.per_run)]
         publisher = bench_command("edge_vs_pushpin", "--publisher", f"ipc://{control}", str(args.runs))
-        shared = {"token": token, "clients": args.clients, "env": env, "work": work}
+        shared = {"token": token, "clients": args.clients, "env": env, "work": work, "settle": args.settle}
         phases["pushpin"] = run_phase(
             name="pushpin",
             base=edge.url,

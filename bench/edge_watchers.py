@@ -1,27 +1,9 @@
 """Benchmark: thousands of SSE watchers of one run through the edge (Pushpin, bin/edge), compared
 with watchers of the same kind of run served by the web process itself.
 
-    .venv/bin/python -m bench edge_watchers [--watchers 10000] [--direct-watchers 1000]
-        [--events 100] [--interval 0.1] [--clients 4] [--web-processes 1] [--database-url URL]
+    .venv/bin/python -m bench edge_watchers [--watchers 10000] [--direct-watchers 1000] [--events 100] [--interval 0.1]
 
-Two phases on one throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`):
-
-1. **direct** — `--direct-watchers` streams on one uvicorn web process, no edge (what
-   bench/sse_watchers.py measures; 0 skips it);
-2. **edge** — `--watchers` streams through `bin/edge` in front of the web process(es), started
-   with `RUNLEDGER_GRIP_URL`: Pushpin holds the streams and the web process publishes each event.
-
-In each phase the watchers connect and wait at the run's first events; then a writer process
-(bench/sse_watchers.py's) commits `--events` events one per transaction, `--interval` s apart,
-recording each commit's wall-clock time, and completes the run. The watchers are raw asyncio
-protocols (uvloop) spread over `--clients` processes, each recording the arrival time of every
-read; frames are parsed afterwards (bench.lib.parse_sse), so parsing costs nothing meanwhile.
-
-Reported per phase: watchers that got every event exactly once and in order, commit → delivery
-p50/p95/p99/max over every (watcher, event) pair, and RSS, CPU and connection counts of the web
-process(es) and of Pushpin (all its parts), idle with every watcher connected and at peak during
-the burst. A table on stdout, JSON in bench/results/ (gitignored). The client processes share the
-machine's cores with everything they measure, so the delays are an upper bound on the server's.
+How it works: docs/benchmarks.md#method-edge_watchers.
 """
 
 import argparse

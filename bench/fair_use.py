@@ -1,47 +1,8 @@
 """Fair use under attack: ten users try to take everything while an eleventh streams.
 
-    .venv/bin/python -m bench fair_use [--quick | --size smoke]
+    .venv/bin/python -m bench fair_use [--quick | --size smoke] [--running-cap N]
 
-A throwaway durable PostgreSQL cluster, one uvicorn web process and two workers of 8 slots each
-(bench/lib.py `app_running`). Unlike every other benchmark this one runs WITH the fair-use limits
-(bench/lib.py `UNCAPPED` is overridden): the defaults — 20 streams per user, streams of 300 s at
-most, the default budgets (100,000 events) and deadline, no running cap, and one slot of each
-worker kept for owners with no run running (RUNLEDGER_WORKER_NEWCOMER_SLOTS=1) — plus one set here:
-RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER=200 (50 with --quick) instead of 1,000, so that the hostile
-users reach it within seconds.
-
-Without a running cap, fair claiming orders the queue but cannot free a slot: the ten users' runs
-that sleep a minute between 100,000 deltas take the 14 slots open to everyone and keep them for
-days. The kept slots (2 of 16) are what the eleventh user gets; `--running-cap N` sets
-RUNLEDGER_MAX_RUNNING_PER_USER=N as well (with 1, each hostile user holds one slot, 10 of 16).
-
-1. Unloaded: the user "alice" creates N demo runs one after another ({"deltas": 100, "delay_ms":
-   20}; N=10, 5 with --quick), each watched over its SSE stream from right after the create (from
-   seq 0, so nothing is missed): start latency (create request sent → `run.started` written by the
-   worker that claimed the run, → received, → the first `output.delta` received), the delivery
-   delay of every event (received - its `created_at`, both this machine's clock), and whether
-   every event came once, in order, up to the terminal one.
-2. Ten hostile users, each in threads of its own: (a) create runs as fast as they can until refused
-   (429), then try again every second (a refused create costs little; a request flood is not what
-   these limits address — there is no per-user request throttle, docs/design/fair-use.md). Half their
-   runs are fast writers ({"deltas": 100000, "delay_ms": 0}: bounded by the default max_events
-   budget), half slot holders ({"deltas": 100000, "delay_ms": 60000}); users 0, 2, … queue their
-   writers first, users 1, 3, … their holders first — under the running cap only the oldest queued
-   run of each runs, so five users write flat out the whole time and five hold a slot. (b) Every
-   fifth request is over a bound: {"deltas": 100000000} and {"children": 300} (400) or a body over
-   the 256 KiB limit (413). (c) Open streams on their fast writers, in the order they run, one
-   after another until refused (429) or 40 held, each read as fast as it comes (the bytes are
-   drained, not parsed: the server really sends them); a stream that ends moves on to the user's
-   next fast writer.
-3. Once every hostile user has been refused a create, has opened its streams and has a run running,
-   alice measures again. Meanwhile this process samples the database every second: queued runs,
-   running runs per owner, events the hostile runs commit.
-
-Reported: both of alice's measurements side by side, the hostile users' answers (201 / 429 / 400 /
-413) and streams (opened / refused), the queue and running-per-owner, CPU of the web and worker
-processes and of this client, the machine. A table on stdout, JSON in bench/results/fair_use.json
-(gitignored). Figures only: nothing here asserts a time. This process drains every hostile stream
-on the same two cores, so the loaded figures are an upper bound.
+How it works: docs/benchmarks.md#method-fair_use.
 """
 
 import argparse
@@ -404,7 +365,7 @@ def main() -> int:
         "mode": args.size,
         "config": {**cfg, "workers": WORKERS, "concurrency": CONCURRENCY, "alice_input": ALICE},
         "limits": limits,
-        "machine": machine_facts(idle_seconds=3),
+        "machine": machine_facts(idle_seconds=0.2 if args.size == "smoke" else 3),
     }
     began = time.time()
     with (

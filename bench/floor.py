@@ -2,28 +2,7 @@
 
     .venv/bin/python -m bench floor DATABASE_URL [--samples 500] [--append-seconds 3] [--replay-rows 100000]
 
-Point it at a scratch database: it creates two tables of its own there (`floor_run`,
-`floor_event`, shaped like the app's runs and events) and drops them when it is done. Every other
-benchmark reports its figures as multiples of these ("x floor"), measured in the same sitting:
-absolute times drift on a shared machine, ratios hold better.
-
-What it measures, each the least the application's version of it could cost:
-
-1. **lock-check-write** — a cancel's or an append's transaction: lock the run's row
-   (`SELECT … FOR NO KEY UPDATE`), check its status, bump `last_seq` and `events_used`, insert the
-   event, `pg_notify`, commit (a durable commit: fsync as the server is configured).
-2. **transaction → NOTIFY received** — the same transaction, timed from its start to the moment a
-   `LISTEN`ing connection in another process has the notification: the least a cross-process cancel
-   signal costs.
-3. **batched appends** — events/s when one writer commits 1, 10 or 100 events per lock-check-write
-   transaction (one multi-row insert and one notification each), for `--append-seconds` each.
-4. **replay** — reading `--replay-rows` stored events of one run in `seq` order, in pages of 1,000
-   (`seq > cursor ORDER BY seq LIMIT 1000`), as a stream's replay and the events pages do.
-
-It prints a table, then the figures as one JSON object on the last line (what bench/lib.py's
-`run_floor` reads): `lock_check_write_ms` and `txn_start_to_notified_ms` (`p50`, `p99`),
-`append_batch_{1,10,100}_ev_per_s`, `replay_100k_s` (the time, whatever `--replay-rows`) and
-`replay_rows`. Times are taken with `time.monotonic()`, one system-wide clock for both processes.
+How it works: docs/benchmarks.md#method-floor.
 """
 
 import argparse
@@ -39,6 +18,8 @@ import psycopg
 CHANNEL = "floor_events"
 WARM_UP = 20  # transactions before the measured ones: connection caches, the first page of the index
 PAGE = 1000
+# The least that runs every measurement (the suite's smoke runs: figures that mean nothing).
+SMOKE_OPTIONS = ("--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000")
 DELTA = '{"text": "the sky is blue "}'
 
 SCHEMA = """

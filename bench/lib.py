@@ -5,10 +5,12 @@ Nothing here sets Django up at import, so a driver can start a cluster and point
 it before `django.setup()` (which `app_running` does).
 """
 
+import argparse
 import itertools
 import json
 import os
 import platform
+import shlex
 import shutil
 import socket
 import statistics
@@ -179,6 +181,17 @@ def bench_command(name: str, *args: str) -> list[str]:
 
 def floor_command(url: str, *options: str) -> list[str]:
     return bench_command("floor", url, *options)
+
+
+def floor_option(parser: argparse.ArgumentParser) -> None:
+    """`--floor-args`: the options of the floor a benchmark measures beside its figures."""
+    parser.add_argument(
+        "--floor-args",
+        type=shlex.split,
+        default=[],
+        metavar="OPTIONS",
+        help="bench/floor.py's options, e.g. --floor-args='--samples 5' (default: its own)",
+    )
 
 
 def run_floor(url: str, *options: str) -> dict[str, Any]:
@@ -409,7 +422,8 @@ def app_running(
     connection.close()
     logs = Path(tempfile.mkdtemp(prefix="runledger-bench-logs-"))
     procs = Procs(logs)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DATABASE_URL": url}
+    # Nothing is measured on the way out: the workers' runs need not reach a safe boundary first.
+    env = {"RUNLEDGER_SHUTDOWN_GRACE_SECONDS": "0", **os.environ, "PYTHONUNBUFFERED": "1", "DATABASE_URL": url}
     try:
         web = procs.uvicorn(env={**env, "DATABASE_URL": f"{url}?application_name={WEB_APP_NAME}"}, timeout=60)
         started = [procs.worker(f"bench-{i}", concurrency=concurrency, env=env, timeout=60) for i in range(workers)]

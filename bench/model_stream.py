@@ -2,18 +2,7 @@
 
     .venv/bin/python -m bench model_stream [--cancels 40]
 
-bench/run_all.py measures it too (`model_server` makes every process it starts load the agent).
-The model server is tests/support/openai_server.py, a process of its own that logs when it saw a
-client go (select between chunks, time.time() on this machine). One at a time, with nothing else
-running, an `openai_chat` run streams a slow answer (a chunk every 20 ms); once it has stored a few
-deltas it is cancelled through the service layer, and measured:
-- committed: the cancel call → its return (the transaction committed);
-- closed: the cancel's commit (`ended_at`) → the server seeing its connection closed — what stops
-  the generating (and billing) on a real model server;
-- released: the cancel's commit → the attempt's `released_at`;
-- the chunks the server sent after the commit: generated, never stored (one every 20 ms here).
-The floor of "closed" is the least a cross-process cancel of a stream costs: a transaction's
-NOTIFY reaching another process (bench/floor.py) plus a loopback TCP close seen by select.
+How it works: docs/benchmarks.md#method-model_stream.
 """
 
 import argparse
@@ -31,7 +20,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.lib import RESULTS, Ctx, app_running, durable_cluster, machine_facts, percentile, run_floor, summary
+from bench.lib import (
+    RESULTS,
+    Ctx,
+    app_running,
+    durable_cluster,
+    floor_option,
+    machine_facts,
+    percentile,
+    run_floor,
+    summary,
+)
 from tests.support.openai_server import ModelServer
 from tests.support.procs import Procs
 from tests.support.waiting import wait_until
@@ -163,11 +162,12 @@ def figure_rows(m: dict[str, Any] | None, floor: dict[str, Any]) -> list[dict[st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cancels", type=int, default=40, help="runs to cancel, one at a time")
+    floor_option(parser)
     parser.add_argument("--out", default=str(RESULTS / "model_stream.json"))
     args = parser.parse_args()
     machine = machine_facts()
     with durable_cluster() as cluster, model_server() as server:
-        floor = run_floor(cluster.create_database("floor"))
+        floor = run_floor(cluster.create_database("floor"), *args.floor_args)
         with app_running(cluster, workers=1, concurrency=4) as ctx:
             result = measure(ctx, server, cancels=args.cancels)
     report = {"benchmark": "model_stream", "at": datetime.now(UTC).isoformat(), "machine": machine, **result}

@@ -2,27 +2,7 @@
 
     .venv/bin/python -m bench run_all [--quick | --size smoke] [--no-growth]
 
-1. Starts a durable PostgreSQL cluster (`bin/pgcluster start DIR --durable`: fsync on).
-2. Runs the floor (`bench/floor.py`: raw psycopg doing the same work) against a
-   scratch database `floor` in that cluster — never the application's database.
-3. Migrates the application database `runledger`, starts one uvicorn web process and two worker
-   processes (default settings: production intervals), and measures:
-   cancel (service call and HTTP), start, append (one run, many runs), stream (one client;
-   10/100/1000 watchers), replay (JSON pages, SSE), cancel per kind of step (await, child
-   process, thread abandon, HTTP stream; bench/step_kinds.py), alone and under 200 running runs,
-   cancel → model stream closed (bench/model_stream.py), and the Python client's stream and resume
-   after a cut (bench/client_stream.py). The processes load the tests' agents
-   (tests/support/agents.py) and openai_chat beside the demo.
-   Every one of these runs with the fair-use caps at 0 (bench/lib.py `UNCAPPED`).
-4. Growth: inserts background rows (finished runs of another user, 10 events each) until the
-   database holds x10 and x100 more, and measures again.
-5. Fair use under attack (bench/fair_use.py): ten hostile users and one measured, with the limits
-   on — in a child process with its own cluster and processes.
-6. Prints every figure beside its floor and as a ratio, and writes bench/results/summary.json
-   and bench/results/summary.md (docs/benchmarks.md).
-
-Ratios are "times the floor": for a time, figure / floor; for a rate, floor / figure. 1.0 is the
-floor itself; absolute times drift on a shared machine, ratios from the same run hold better.
+How it works: docs/benchmarks.md#method-run_all.
 """
 
 import argparse
@@ -34,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import client_stream, fair_use, lib, model_stream, step_kinds
+from bench.floor import SMOKE_OPTIONS as FLOOR_SMOKE
 from runs.events import EventType
 from tests.support.agents import AGENTS_ENV
 
@@ -61,6 +42,8 @@ FULL: dict[str, Any] = {
     "request_samples": 300,
     **step_kinds.FULL,
     **client_stream.FULL,
+    # Phases left out, by the name of the module that measures them standalone (see SMOKE).
+    "skip": (),
 }
 QUICK: dict[str, Any] = {
     **FULL,
@@ -80,11 +63,14 @@ QUICK: dict[str, Any] = {
     **step_kinds.QUICK,
     **client_stream.QUICK,
 }
-# Every phase once at the least that runs it (the CI's smoke run, tests/bench/: its figures mean nothing).
+# Each of its own phases once at the least that runs it (the CI's smoke run, tests/bench/: its figures
+# mean nothing), one growth tier; without the phases whose module the suite smoke-runs on its own.
 SMOKE: dict[str, Any] = {
     **QUICK,
-    "floor_args": ["--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000"],
+    "skip": ("api_requests", "step_kinds", "client_stream", "model_stream", "fair_use"),
+    "floor_args": list(FLOOR_SMOKE),
     "cancel_runs": 2,
+    "cancel_delay_ms": 100,
     "start_samples": 2,
     "append_deltas": 20,
     "many_runs": 2,
@@ -93,7 +79,7 @@ SMOKE: dict[str, Any] = {
     "watchers": [2],
     "watch_events": 3,
     "replay_events": 100,
-    "tiers": [("x10", 10, 10), ("x100", 20, 10)],
+    "tiers": [("x10", 10, 10)],
     "growth_cancel_runs": 2,
     "growth_watchers": 2,
     "model_cancels": 2,
@@ -139,7 +125,7 @@ def tier_suite(
         timings[name] = round(time.time() - t0, 1)
         return value
 
-    if full:
+    if full and "api_requests" not in cfg["skip"]:
         from bench.api_requests import measure as one_at_a_time
 
         out["requests"] = phase("one request at a time", one_at_a_time, ctx, samples=cfg["request_samples"])
@@ -171,7 +157,7 @@ def tier_suite(
             via=via,
             floor=lib.floor_command(floor_url, *cfg["floor_args"]) if full and via == "service" else None,
         )
-    if full:
+    if full and "step_kinds" not in cfg["skip"]:
         from bench import scenarios_steps
 
         out["step_kinds"] = phase(
@@ -183,6 +169,7 @@ def tier_suite(
             delay_ms=cfg["step_delay_ms"],
             tool_ms=cfg["step_tool_ms"],
         )
+    if full and "client_stream" not in cfg["skip"]:
         out["client_stream"] = phase(
             "Python client: stream and resume",
             client_stream.measure,
@@ -216,7 +203,8 @@ def main() -> int:
         return 0
     cfg = SIZES[args.size]
     began = time.time()
-    machine = lib.machine_facts(idle_seconds=3)
+    # The machine's own load before the start; a smoke run's figures mean nothing, so a glance is enough.
+    machine = lib.machine_facts(idle_seconds=0.2 if args.size == "smoke" else 3)
     result: dict[str, Any] = {
         "benchmark": "run_all",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -242,8 +230,9 @@ def main() -> int:
             tiers: dict[str, Any] = {}
             lib.log("tier x1 (only the benchmark's own rows)")
             tiers["x1"], replay_run = tier_suite(ctx, cfg, full=True, replay_run=None, floor_url=floor_url)
-            lib.log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
-            tiers["x1"]["model_stream"] = model_stream.measure(ctx, model, cancels=cfg["model_cancels"])
+            if "model_stream" not in cfg["skip"]:
+                lib.log(f"  cancel → model stream closed ({cfg['model_cancels']} openai_chat runs, one at a time)")
+                tiers["x1"]["model_stream"] = model_stream.measure(ctx, model, cancels=cfg["model_cancels"])
             if not args.no_growth:
                 have = 0
                 for label, total_runs, per_run in cfg["tiers"]:
@@ -259,8 +248,9 @@ def main() -> int:
             tiers["x1"]["floor"] = result["floor"]
             result["tiers"] = tiers
             result["web_process_log_tail"] = ctx.web.log()[-2000:]
-    lib.log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
-    result["fair_use"] = fair_use.in_own_process(size=args.size)
+    if "fair_use" not in cfg["skip"]:
+        lib.log("fair use under attack: bench/fair_use.py in its own process (with the limits on)")
+        result["fair_use"] = fair_use.in_own_process(size=args.size)
     result["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     result["total_seconds"] = round(time.time() - began, 1)
     rows = figures(result)

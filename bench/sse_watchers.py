@@ -1,21 +1,8 @@
 """Benchmark: many SSE watchers of one run on one uvicorn web process (or several).
 
-    .venv/bin/python -m bench sse_watchers [--watchers 500] [--events 100] [--interval 0.1]
-                                           [--web-processes 1] [--database-url URL]
+    .venv/bin/python -m bench sse_watchers [--watchers 500] [--events 100] [--interval 0.1] [--web-processes 1]
 
-With `--web-processes N` uvicorn serves through N child processes (`--workers N`); the kernel
-spreads the watchers' connections over them, and the web figures are the sum over the children.
-
-Without --database-url it starts a throwaway durable PostgreSQL cluster (`bin/pgcluster start DIR
---durable`) and stops it afterwards. Three processes: the web process (uvicorn), a writer that
-appends one event at a time through `runs.services.run_events_append` and records each commit's
-wall-clock time (tests/support/sse_writer.py), and this one, which holds every watcher as an asyncio socket client.
-
-Reported: the delay from commit to delivery over every (watcher, event) pair — p50, p99, max —
-and the web process's RSS, threads and database connections (pg_stat_activity) with the watchers
-idle and at peak during the burst. A table on stdout, JSON in bench/results/ (gitignored).
-Figures only: nothing here asserts a time. Delivery includes this client process parsing all
-streams on one core, so the delays are an upper bound on the server's.
+How it works: docs/benchmarks.md#method-sse_watchers.
 """
 
 import argparse

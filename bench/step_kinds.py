@@ -1,23 +1,8 @@
 """Cancel committed → released per kind of step: await, child process, thread abandon, HTTP stream.
 
-    .venv/bin/python -m bench step_kinds [--quick] [--samples N] [--background 200] [--tool-ms 60000]
+    .venv/bin/python -m bench step_kinds [--quick] [--samples N] [--background 200] [--trace]
 
-Starts a durable throwaway PostgreSQL cluster, measures the floor (`bench/floor.py`)
-in a scratch database there, then starts one uvicorn web process and two worker processes that
-load the tests' agents too (bench/lib.py `app_running`, default settings: production intervals,
-RUNLEDGER_CANCEL_GRACE_SECONDS as the environment says, 0.5 s by default). For each kind of step
-— "await" (demo tool `slow`), "process" (demo tool `process`: a child process and its grandchild),
-"thread abandon" (demo tool `blocking`: sleeping in a thread, abandoned at the grace) and
-"HTTP stream" (the tests' `test-http-stream` agent reading a local slow-streaming server) — it
-cancels `--samples` runs one at a time, each mid-step, and measures the cancel's commit → the
-attempt's `released_at` (bench/scenarios_steps.py); first with nothing else running, then on top
-of `--background` demo runs streaming a delta every `--delay-ms`. It checks every attempt's
-outcome and every cancelled run's log. Prints the table and writes bench/results/step_kinds.json;
-bench/run_all.py runs the same scenario and puts the table in its summary.
-
-`--trace` also loads bench/trace_cancel.py into the workers and prints where the time goes: when
-each stage of every cancellation happened inside the worker, from the notification to the
-release write, as p50 / p99 after the commit.
+How it works: docs/benchmarks.md#method-step_kinds.
 """
 
 import argparse
@@ -33,6 +18,7 @@ from bench.lib import (
     app_running,
     durable_cluster,
     floor_command,
+    floor_option,
     git_revision,
     log,
     machine_facts,
@@ -228,6 +214,7 @@ def main() -> int:
     parser.add_argument("--delay-ms", type=int, default=FULL["step_delay_ms"], help="the background runs' pace")
     parser.add_argument("--tool-ms", type=int, default=FULL["step_tool_ms"], help="how long each step would last")
     parser.add_argument("--trace", action="store_true", help="also trace each cancellation's stages in the workers")
+    floor_option(parser)
     parser.add_argument("--out", default=str(RESULTS / "step_kinds.json"))
     args = parser.parse_args()
     samples = args.samples or (QUICK if args.quick else FULL)["step_samples"]
@@ -240,7 +227,7 @@ def main() -> int:
     machine = machine_facts(idle_seconds=3)
     with durable_cluster() as cluster:
         floor_url = cluster.create_database("floor")
-        floor = run_floor(floor_url)
+        floor = run_floor(floor_url, *args.floor_args)
         with app_running(cluster, workers=2, concurrency=concurrency(args.background), env=env) as ctx:
             from bench import scenarios_steps
 

@@ -1,17 +1,9 @@
 """Where a cancellation's time goes inside a worker, for `bench/step_kinds.py --trace`.
 
 The worker processes load this module as one of RUNLEDGER_AGENTS (it registers no agent). With
-BENCH_TRACE_FILE set, it wraps the worker's own functions on the way from the control
-notification to the release write, and appends a line `run_id stage time.time()` to that file at
-each (one `os.write` on an O_APPEND descriptor: whole lines from every process and thread). It
-changes no behaviour; each stamp costs a few microseconds.
-
-Stages, in order: `notified` (the control notification reached the worker's loop),
-`recheck` (the re-read of the run's state is queued on the control lane), `read` (that read
-returned, in the lane's thread), `tripped` (the attempt's token tripped: SIGTERM to its process
-groups, its agent cancelled), `close` (the agent has unwound; the attempt stops its steps),
-`reaped` (a child process's exit was reaped), `closed` (every step stopped; `released_at` is taken
-now), `written` (the release committed).
+BENCH_TRACE_FILE set, it wraps the worker's functions from the control notification to the release
+write and appends a line `run_id stage time.time()` to that file at each stage; it changes no
+behaviour. The stages: docs/benchmarks.md#method-step_kinds.
 """
 
 import functools

@@ -3,16 +3,7 @@ what an endpoint adds to a cancel's transaction (docs/design/webhooks.md).
 
     .venv/bin/python -m bench webhooks [--burst 2000] [--steady 400] [--rate 20] [--cancels 300]
 
-A durable throwaway PostgreSQL cluster, a web process and two workers (bench/lib.py `app_running`),
-and the tests' receiver in its own process (tests/support/webhook_receiver.py), which verifies every
-request with the `standardwebhooks` package and logs when it arrived.
-- burst: `--burst` runs end in one transaction (through the write core); from its commit to the
-  last notification verified at the receiver: notifications per second delivered by the two workers;
-- steady: `--steady` cancels through the service at `--rate` per second; for each, the cancel's
-  commit → its notification verified at the receiver (p50/p99);
-- cost: `--cancels` cancels of queued runs in this process, alternately of an owner with no endpoint
-  and of an owner with one matching endpoint: each cancel's time and statements.
-Writes bench/results/webhooks.json.
+How it works: docs/benchmarks.md#method-webhooks.
 """
 
 import argparse
