@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, Error, InterfaceError, OperationalError, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 
@@ -95,6 +95,11 @@ class DbLane:
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(_settle, future, result, error)
         finally:
+            if connection.vendor == "postgresql" and connection.connection is not None:
+                # Pooled (a worker run in-process, as the tests do), the session outlives the lane:
+                # it goes back without the lane's bound. `runworker` runs without a pool.
+                with contextlib.suppress(Error), connection.cursor() as cursor:
+                    cursor.execute("RESET idle_in_transaction_session_timeout")
             connections.close_all()
 
     def stop(self, timeout: float = 10) -> None:
