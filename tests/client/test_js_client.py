@@ -99,7 +99,8 @@ def after_an_id_line(tail: bytes) -> bool:
     """A cut that let `tail` through last fell between a frame's `id:` line and the blank line
     ending the frame: the only line of a frame that ends with a digit (not the `retry: 20` line
     that opens each stream)."""
-    return re.search(rb"\d\n$", tail) is not None and not tail.endswith(b"y: 20\n")
+    # \Z, not $: `$` also matches before a last newline, so a whole frame ("id: 5\n\n") would count.
+    return re.search(rb"\d\n\Z", tail) is not None and not tail.endswith(b"y: 20\n")
 
 
 ID_LINE = re.compile(rb"\nid: \d+\n")
