@@ -158,11 +158,16 @@ def test_the_text_streams_in_and_a_reload_mid_run_resumes_it_with_every_event_on
 def test_cut_again_and_again_anywhere_in_a_frame_the_page_holds_every_event_once(app: App) -> None:
     print(f"seed {SEED}")
     app.proxy.cut_streams_after(cut_budgets(SEED))
-    app.open()
-    run = app.start(deltas=120, delay_ms=10)
-    app.wait_shown("status", "completed")
-    app.assert_shows_the_stored_log(run)
-    cuts, mid = app.proxy.cuts, sum(mid_frame(tail) for tail in app.proxy.cut_tails)
+    # Runs one after another until enough cuts fell (a seed whose budgets are large cuts fewer
+    # streams a run), each shown exactly as stored.
+    for _ in range(5):
+        app.open()
+        run = app.start(deltas=120, delay_ms=10)
+        app.wait_shown("status", "completed")
+        app.assert_shows_the_stored_log(run)
+        cuts, mid = app.proxy.cuts, sum(mid_frame(tail) for tail in app.proxy.cut_tails)
+        if cuts >= 10 and mid >= 5:
+            break
     print(f"{cuts} cuts ({mid} mid-frame), {len(app.streams())} stream requests")
     assert cuts >= 10 and mid >= 5, f"seed {SEED}"
 
