@@ -1,19 +1,24 @@
 """The statements each hot endpoint sends: authentication (the token with its address's
 throttle standing, one statement), the locked transaction and the response — no read before the
-transaction, none of the run again after it.
+transaction, none of the run again after it. And the worker's claim, the middle of the start path.
 
 Counted on PostgreSQL (this file is not in the SQLite selection), where `BEGIN`/`COMMIT` and the
 notifications are statements of their own."""
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
+from runs import services
+from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 
@@ -24,12 +29,19 @@ def statements(call: Callable[[], Any], status: int) -> list[str]:
     with CaptureQueriesContext(connection) as captured:
         response = call()
     assert response.status_code == status, response.content
-    return [q["sql"].split(" ", 1)[0] + " " + _table(q["sql"]) for q in captured.captured_queries]
+    return _kinds(captured)
+
+
+def _kinds(captured: CaptureQueriesContext) -> list[str]:
+    """Each statement as its first word and the table it is about."""
+    return [q["sql"].lstrip().split(" ", 1)[0] + " " + _table(q["sql"]) for q in captured.captured_queries]
 
 
 def _table(sql: str) -> str:
     for word in (
         "runs_apitoken",
+        "runs_webhooknotification",
+        "runs_webhookdelivery",
         "runs_runevent",
         "runs_runattempt",
         "runs_authfailure",
@@ -150,3 +162,98 @@ def _captured(call: Callable[[], Any]) -> list[dict[str, Any]]:
     with CaptureQueriesContext(connection) as captured:
         assert call().status_code == 200
     return list(captured.captured_queries)
+
+
+# Pinned as they are, so that none creeps in: the later work lowers them.
+
+
+def test_healthz_sends_no_statement() -> None:
+    """The probe is the floor the API's figures are compared with (docs/benchmarks.md): no database."""
+    assert statements(lambda: Client().get("/healthz/"), 200) == []
+
+
+def test_a_create_scheduled_ahead_sends_the_statements_of_any_create(api: APIClient) -> None:
+    ahead = (timezone.now() + timedelta(hours=1)).isoformat()
+    body = {"agent": "demo", "input": {"deltas": 1}, "start_after": ahead}
+    assert statements(lambda: api.post("/api/runs/", body, format="json"), 201) == [
+        "SELECT runs_apitoken",
+        "BEGIN ",
+        "SELECT ",  # the owner's lock: a run scheduled ahead counts against the caps like any
+        "SELECT runs_run",
+        "INSERT runs_runevent",
+        "SELECT pg_notify",  # events and queue: the workers wake and find nothing due yet
+        "INSERT runs_run",
+        "COMMIT ",
+    ]
+
+
+def test_a_read_adds_the_attempt_of_a_claimed_run_and_the_partial_output_of_an_ended_one(
+    api: APIClient, alice: User
+) -> None:
+    running = running_run(alice)
+    assert statements(lambda: api.get(url(running)), 200) == [
+        "SELECT runs_apitoken",
+        "SELECT runs_run",
+        "SELECT runs_runattempt",  # its current attempt, a statement of its own
+    ]
+    services.run_events_append(
+        run_id=running.pk, generation=running.generation, events=[("output.delta", {"text": "half"})]
+    )
+    services.run_cancel(run_id=running.pk, actor=alice)
+    assert statements(lambda: api.get(url(running)), 200) == [
+        "SELECT runs_apitoken",
+        "SELECT runs_run",
+        "SELECT runs_runevent",  # the partial output, one aggregate (docs/design/execution.md#partial-output)
+        "SELECT runs_runattempt",
+    ]
+
+
+def test_a_cancel_with_a_webhook_endpoint_adds_the_outbox_writes(api: APIClient, alice: User) -> None:
+    webhook_create(owner=alice, url="https://hooks.example.test/in", events=["run.cancelled"])
+    running = running_run(alice)
+    assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
+        "SELECT runs_apitoken",
+        "BEGIN ",
+        "SELECT runs_run",
+        "INSERT runs_runevent",
+        "SELECT pg_notify",
+        "UPDATE runs_runattempt",
+        "SELECT runs_webhookendpoint",
+        "SELECT runs_runattempt",  # the notification's body: the run's JSON with its attempt ...
+        "INSERT runs_webhooknotification",
+        "INSERT runs_webhookdelivery",
+        "SELECT pg_notify",  # webhooks due: a second notification statement
+        "UPDATE runs_run",
+        "SELECT runs_run",
+        "COMMIT ",
+        "SELECT runs_runattempt",  # ... and the answer's, read again
+    ]
+
+
+def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: User) -> None:
+    run = queued_run(alice)
+    assert statements(lambda: api.get(url(run, "events")), 200) == [
+        "SELECT runs_apitoken",
+        "SELECT runs_run",  # its agent and last_seq
+        "WITH runs_runevent",  # the page and the run's state, one statement (runs.selectors.wire)
+    ]
+
+
+def test_a_claim_is_one_transaction_that_opens_the_attempt_and_writes_run_started(alice: User) -> None:
+    """The start path's middle (docs/design/execution.md#attempts): what a worker sends between a
+    create's notification and the watcher's `run.started`."""
+    queued_run(alice)
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w") is not None
+    assert _kinds(captured) == [
+        "BEGIN ",
+        "SELECT runs_run",  # a run whose priority jumps fair share, FOR NO KEY UPDATE SKIP LOCKED
+        "WITH runs_run",  # the owners in fair-share order (runs.services.quotas)
+        "SELECT runs_run",  # that owner's first claimable run, locked
+        "SELECT ",  # the database's clock (runs.selectors.clock)
+        "INSERT runs_runattempt",
+        "INSERT runs_runevent",  # run.started
+        "SELECT pg_notify",
+        "UPDATE runs_run",
+        "COMMIT ",
+    ]
