@@ -209,25 +209,20 @@ def test_a_read_adds_the_attempt_of_a_claimed_run_and_the_partial_output_of_an_e
 
 
 def test_a_cancel_with_a_webhook_endpoint_adds_the_outbox_writes(api: APIClient, alice: User) -> None:
+    without = statements(lambda: api.post(url(running_run(alice), "cancel"), {}), 200)
     webhook_create(owner=alice, url="https://hooks.example.test/in", events=["run.cancelled"])
-    running = running_run(alice)
-    assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
-        "SELECT runs_apitoken",
-        "BEGIN ",
-        "SELECT runs_run",
-        "INSERT runs_runevent",
-        "SELECT pg_notify",
-        "UPDATE runs_runattempt",
-        "SELECT runs_webhookendpoint",
-        "SELECT runs_runattempt",  # the notification's body: the run's JSON with its attempt ...
-        "INSERT runs_webhooknotification",
-        "INSERT runs_webhookdelivery",
-        "SELECT pg_notify",  # webhooks due: a second notification statement
-        "UPDATE runs_run",
-        "SELECT runs_run",
-        "COMMIT ",
-        "SELECT runs_runattempt",  # ... and the answer's, read again
-    ]
+    looked_up = without.index("SELECT runs_webhookendpoint") + 1
+    assert (
+        statements(lambda: api.post(url(running_run(alice), "cancel"), {}), 200)
+        == [
+            *without[:looked_up],
+            "SELECT runs_runattempt",  # the notification's body: the run's JSON with its attempt, read again after
+            "INSERT runs_webhooknotification",
+            "INSERT runs_webhookdelivery",
+            "SELECT pg_notify",  # webhooks due: a second notification statement
+            *without[looked_up:],
+        ]
+    )
 
 
 def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: User) -> None:
