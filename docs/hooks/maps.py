@@ -1,6 +1,6 @@
 """The maps of the code, generated from each module's docstring so that they cannot drift
 (docs/layout.md): the page's listings of runs/, tests/, bench/ and clients/python/, and the module
-index that ends each package docstring of runs/ and tests/support/__init__.py. Plain Python, no
+index after each package docstring of runs/ and tests/support/__init__.py. Plain Python, no
 Django: docs/hooks/reference.py renders and checks them with the reference pages' parts.
 """
 
@@ -104,7 +104,7 @@ def _entries(package: Path) -> Iterator[tuple[str, str]]:
 
 
 def index(package: Path) -> str:
-    """The index of `package`'s modules, as its docstring ends: a name and a summary a line."""
+    """The index of `package`'s modules, as the comment after its docstring: a name and a summary a line."""
     entries = list(_entries(package))
     column = max((len(name) for name, _ in entries), default=0) + 2
     lines = [INDEX_HEADER, ""]
@@ -116,7 +116,7 @@ def index(package: Path) -> str:
 
 
 def indexed_packages(root: Path = ROOT) -> list[Path]:
-    """The packages whose docstring ends with an index: every package of runs/ but Django's fixed
+    """The packages whose docstring is followed by an index: every package of runs/ but Django's fixed
     places (migrations, management commands), which docs/layout.md lists, and tests/support/."""
     runs = root / "runs"
     packages = [p.parent for p in modules(runs) if p.name == "__init__.py"]
@@ -125,24 +125,44 @@ def indexed_packages(root: Path = ROOT) -> list[Path]:
 
 
 def docstring_prose(source: str) -> str | None:
-    """A module's docstring as written above its generated index (None: the module has none)."""
+    """A module's docstring (None: the module has none)."""
     match = _DOCSTRING.match(source)
     if match is None:
         return None
     return match["doc"].split(INDEX_HEADER, 1)[0]
 
 
+def index_block(source: str) -> str:
+    """The generated index a package's source holds: the comment block after its docstring."""
+    start = source.find("# " + INDEX_HEADER)
+    if start < 0:
+        return ""
+    lines = []
+    for line in source[start:].splitlines(keepends=True):
+        if not line.startswith("#"):
+            break
+        lines.append(line)
+    return "".join(lines)
+
+
 def with_index(source: str, text: str, name: str) -> str:
-    """`source` with its docstring ending in the index `text`; a package without a docstring gets
-    one, which says no more than its `name` until someone writes what it is for."""
+    """`source` with the index `text` as a comment block after its docstring (the docstring stays
+    what the package is for); a package without a docstring gets one, which says no more than its
+    `name` until someone writes what it is for."""
     match = _DOCSTRING.match(source)
     if match is None and ast.get_docstring(ast.parse(source)) is not None:
         raise ValueError(f"{name}: its docstring is not in triple double quotes, where an index can go")
+    block = "\n".join(f"# {line}".rstrip() for line in text.rstrip("\n").splitlines())
     if match is None:
-        return f'"""The `{name}` package.\n\n{text}"""\n' + ("\n" + source if source.strip() else "")
-    prose = match["doc"].split(INDEX_HEADER, 1)[0].rstrip()
-    doc = f"{prose}\n\n{text}" if prose else text
-    return source[: match.start("doc")] + doc + source[match.end("doc") :]
+        head, rest = f'"""The `{name}` package."""', source
+    else:
+        prose = match["doc"].split(INDEX_HEADER, 1)[0].rstrip()
+        closing = "\n" if "\n" in prose else ""
+        head, rest = source[: match.start("doc")] + prose + closing + '"""', source[match.end() :]
+    rest = rest.lstrip("\n")
+    if rest.startswith("# " + INDEX_HEADER):
+        rest = rest[len(index_block(rest)) :].lstrip("\n")
+    return f"{head}\n\n{block}\n" + (f"\n{rest}" if rest else "")
 
 
 def stale_indexes(write: bool = False, root: Path = ROOT) -> list[str]:

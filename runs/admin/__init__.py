@@ -2,24 +2,24 @@
 filters, displays and commands, the dashboard, webhooks, API tokens, and what keeps hostile URLs from
 an admin page answering 500 (`hardening`, docs/design/fair-use.md#admin-input): the console's own
 pages always; the site's other model admins only where the project asks (RUNLEDGER_HARDEN_ADMIN).
-
-Modules (docs/hooks/reference.py --write keeps this index):
-
-    charts.py     The dashboard's charts, drawn on the server as inline SVG
-    commands.py   The staff console's commands as a table
-    dashboard.py  The staff dashboard, `/admin/runs/dashboard/`
-    display.py    How the staff console writes times, durations, event data and statuses
-    filters.py    The run list's filters, each cheap whatever the size of the run table
-    hardening.py  What keeps hostile URLs from the console's pages answering 500, for every model
-                  admin on the site
-    matching.py   The run list's "Cancel all that match" and "Stop all that match"
-    rerun.py      The run page's "Rerun" button and the links between a run and its reruns
-    results.py    What the run page shows of what a run produced and used
-    run.py        The staff console's run admin
-    schedule.py   The run page's "Schedule run" command
-    tokens.py     API tokens in the console
-    webhooks.py   Webhook endpoints and their deliveries in the console
 """
+
+# Modules (docs/hooks/reference.py --write keeps this index):
+#
+#     charts.py     The dashboard's charts, drawn on the server as inline SVG
+#     commands.py   The staff console's commands as a table
+#     dashboard.py  The staff dashboard, `/admin/runs/dashboard/`
+#     display.py    How the staff console writes times, durations, event data and statuses
+#     filters.py    The run list's filters, each cheap whatever the size of the run table
+#     hardening.py  What keeps hostile URLs from the console's pages answering 500, for every model
+#                   admin on the site
+#     matching.py   The run list's "Cancel all that match" and "Stop all that match"
+#     rerun.py      The run page's "Rerun" button and the links between a run and its reruns
+#     results.py    What the run page shows of what a run produced and used
+#     run.py        The staff console's run admin
+#     schedule.py   The run page's "Schedule run" command
+#     tokens.py     API tokens in the console
+#     webhooks.py   Webhook endpoints and their deliveries in the console
 
 from django.contrib import admin
 

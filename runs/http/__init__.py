@@ -6,15 +6,15 @@
     throttles.py       failed sign-ins and token attempts, counted and refused beyond the limit
     request_end.py     what a view has called once its request has surely ended
     outbound.py        the address guard every outbound request goes through
-
-Modules (docs/hooks/reference.py --write keeps this index):
-
-    asgi.py            The app's ASGI wrapper around Django's handler
-    authentication.py  Who a request is, read the same way on every endpoint
-    errors.py          The one error shape, {"error": {"code", "message", "detail"}}, for every
-                       endpoint
-    outbound.py        Requests the platform sends to addresses its users chose (webhooks)
-    request_end.py     What a view has called once its request has surely ended, whatever happened
-                       to it
-    throttles.py       Throttled sign-ins and token attempts
 """
+
+# Modules (docs/hooks/reference.py --write keeps this index):
+#
+#     asgi.py            The app's ASGI wrapper around Django's handler
+#     authentication.py  Who a request is, read the same way on every endpoint
+#     errors.py          The one error shape, {"error": {"code", "message", "detail"}}, for every
+#                        endpoint
+#     outbound.py        Requests the platform sends to addresses its users chose (webhooks)
+#     request_end.py     What a view has called once its request has surely ended, whatever happened
+#                        to it
+#     throttles.py       Throttled sign-ins and token attempts

@@ -1,12 +1,12 @@
 """LISTEN/NOTIFY, for the services that send and the worker and streams that listen
 (docs/design/deployment.md#notifications): `channels` (the channels, their payloads, `send`) and
 `listener` (the reconnecting LISTEN connection).
-
-Modules (docs/hooks/reference.py --write keeps this index):
-
-    channels.py  The cross-process notification channels and their payloads
-    listener.py  One PostgreSQL LISTEN connection per process that reconnects by itself
 """
+
+# Modules (docs/hooks/reference.py --write keeps this index):
+#
+#     channels.py  The cross-process notification channels and their payloads
+#     listener.py  One PostgreSQL LISTEN connection per process that reconnects by itself
 
 from runs.notify.channels import (
     CHANNELS,

@@ -3,20 +3,20 @@
 it, a module per subject: `wire` the events as they are sent (docs/design/streaming.md#wire),
 `run_json` the run as JSON, `overview` the whole system's figures, `states` runs' state by id,
 `published` the edge publisher's read, `results`, `credentials`, `webhooks`, `clock`.
-
-Modules (docs/hooks/reference.py --write keeps this index):
-
-    clock.py        The database's clock, the one every process judges time-bound state by
-    credentials.py  Which credentials hold: a request's API token
-    overview.py     Reads about the whole system rather than one run
-    published.py    What the edge's publisher reads after a wake-up
-    results.py      What a run produced and used, for its JSON
-    run_json.py     The run's JSON: the one representation of a run that the API answers
-    states.py       The state of runs by id, many in one query, for the processes that follow runs
-                    rather than show them
-    webhooks.py     Reads of webhook endpoints and deliveries
-    wire.py         The event wire format's one home
 """
+
+# Modules (docs/hooks/reference.py --write keeps this index):
+#
+#     clock.py        The database's clock, the one every process judges time-bound state by
+#     credentials.py  Which credentials hold: a request's API token
+#     overview.py     Reads about the whole system rather than one run
+#     published.py    What the edge's publisher reads after a wake-up
+#     results.py      What a run produced and used, for its JSON
+#     run_json.py     The run's JSON: the one representation of a run that the API answers
+#     states.py       The state of runs by id, many in one query, for the processes that follow runs
+#                     rather than show them
+#     webhooks.py     Reads of webhook endpoints and deliveries
+#     wire.py         The event wire format's one home
 
 from collections.abc import Collection, Mapping
 from datetime import datetime

@@ -5,26 +5,26 @@ locked write core (lock, check, append, end, park, requeue); `creation`, `comman
 `webhook_endpoints`, `webhooks` (the outbox). One transaction under the run's row lock each
 (docs/design/commands.md). `__all__` is the public API for host code (docs/reference/python.md);
 the other names are the project's own and may change.
-
-Modules (docs/hooks/reference.py --write keeps this index):
-
-    bulk.py               Cancel or stop every run that matches a filter
-    commands.py           The commands people and programs send a run
-    core.py               The locked write core every service is made of
-    creation.py           Creating runs: what a new run is made of (`RunSpec`), its checks, and its
-                          insert
-    execution.py          The writes of a worker's attempt
-    idempotency.py        Retry-safe creates: at most one run per
-    quotas.py             Per-owner limits, enforced where runs are made and claimed
-    rerun.py              Running an ended run again, and forking it from the middle of its log
-    retention.py          Retention: deleting old terminal runs with their events and attempts
-    scheduling.py         Changing when a queued run may start and how it ranks
-    sweeper.py            The sweeper every worker runs
-    tokens.py             API tokens issued and revoked
-    webhook_endpoints.py  Webhook endpoints registered, changed, rotated and deleted
-    webhooks.py           The webhook outbox: a notification written in the transaction of the event
-                          it reports
 """
+
+# Modules (docs/hooks/reference.py --write keeps this index):
+#
+#     bulk.py               Cancel or stop every run that matches a filter
+#     commands.py           The commands people and programs send a run
+#     core.py               The locked write core every service is made of
+#     creation.py           Creating runs: what a new run is made of (`RunSpec`), its checks, and its
+#                           insert
+#     execution.py          The writes of a worker's attempt
+#     idempotency.py        Retry-safe creates: at most one run per
+#     quotas.py             Per-owner limits, enforced where runs are made and claimed
+#     rerun.py              Running an ended run again, and forking it from the middle of its log
+#     retention.py          Retention: deleting old terminal runs with their events and attempts
+#     scheduling.py         Changing when a queued run may start and how it ranks
+#     sweeper.py            The sweeper every worker runs
+#     tokens.py             API tokens issued and revoked
+#     webhook_endpoints.py  Webhook endpoints registered, changed, rotated and deleted
+#     webhooks.py           The webhook outbox: a notification written in the transaction of the event
+#                           it reports
 
 # Every service is imported here for the project's own callers; only `__all__` is promised.
 # ruff: noqa: F401

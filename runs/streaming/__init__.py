@@ -9,17 +9,17 @@
     schema.py     their operations in the OpenAPI schema
     edge/         the Pushpin side (edge/__init__.py walks it)
 LISTEN is runs/notify/; the error shape and the credentials, runs/http/.
-
-Modules (docs/hooks/reference.py --write keeps this index):
-
-    checks.py     The checks that open a stream of a run's events
-    edge/         The SSE edge: Pushpin holds the clients' streams in front of the web processes
-    guard.py      Fair use of the streams a web process serves
-    hub.py        The per-process hub that feeds SSE streams
-    opening.py    The few threads that open streams and waits
-    responses.py  How a stream and a wait answer, under any server
-    schema.py     The SSE stream and the wait in the OpenAPI schema
-    views.py      The SSE stream of a run's events
-    wait.py       A server-side wait: `GET /api/runs/{id}/wait/?timeout=S` answers the run's JSON
-                  plus `wait_result` once the run has ended or waits, else after S seconds
 """
+
+# Modules (docs/hooks/reference.py --write keeps this index):
+#
+#     checks.py     The checks that open a stream of a run's events
+#     edge/         The SSE edge: Pushpin holds the clients' streams in front of the web processes
+#     guard.py      Fair use of the streams a web process serves
+#     hub.py        The per-process hub that feeds SSE streams
+#     opening.py    The few threads that open streams and waits
+#     responses.py  How a stream and a wait answer, under any server
+#     schema.py     The SSE stream and the wait in the OpenAPI schema
+#     views.py      The SSE stream of a run's events
+#     wait.py       A server-side wait: `GET /api/runs/{id}/wait/?timeout=S` answers the run's JSON
+#                   plus `wait_result` once the run has ended or waits, else after S seconds
