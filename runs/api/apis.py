@@ -241,9 +241,9 @@ class RunObjectApi(RunApi):
     # What the operation does to the run, by its rule in runs.access; None: it only reads it.
     rule: access.Rule | None = None
 
-    def get_run(self, request: Request, run_id: str, only: tuple[str, ...] = ()) -> Run:
+    def get_run(self, request: Request, run_id: str, only: tuple[str, ...] = (), for_json: bool = False) -> Run:
         user = _caller(request)
-        run = run_get(run_id=run_id, user=user, only=only)
+        run = run_get(run_id=run_id, user=user, only=only, for_json=for_json)
         if self.rule is not None:
             access.require(user, run, self.rule, run_id=run_id)
         return run
@@ -274,7 +274,7 @@ class RunDetailApi(RunObjectApi):
         responses=responses({200: RunOutputSerializer}, 404),
     )
     def get(self, request: Request, run_id: str) -> Response:
-        return Response(_run_data(self.get_run(request, run_id), request))
+        return Response(_run_data(self.get_run(request, run_id, for_json=True), request))
 
 
 class RunEventsApi(RunObjectApi):
