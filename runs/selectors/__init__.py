@@ -123,7 +123,10 @@ def run_get(
         raise NotFound(f"run {run_id} not found") from exc
     if not found or (user is not None and not can_see(user, found[0])):
         raise NotFound(f"run {run_id} not found")
-    return found[0]
+    run = found[0]
+    if for_json and not hasattr(run, JOINED_ATTEMPT):
+        setattr(run, JOINED_ATTEMPT, None)  # none joined: the ORM sets no attribute then
+    return run
 
 
 def run_list(
