@@ -123,7 +123,8 @@ def test_a_run_read_sends_what_the_orm_sends_whatever_form_its_id_takes(alice: U
     run = running_run(alice)
     for run_id in (run.pk, str(run.pk), str(run.pk).upper(), run.pk.hex):
         same_read(
-            lambda run_id=run_id: Run.objects.select_related("owner").get(pk=run_id), lambda: run_get(run_id=run_id)
+            lambda run_id=run_id: Run.objects.select_related("owner").get(pk=run_id),
+            lambda run_id=run_id: run_get(run_id=run_id),
         )
         same_read(
             lambda run_id=run_id: Run.objects.only("owner_id", "agent", "last_seq").get(pk=run_id),
