@@ -2,12 +2,14 @@
 `__all__` is the public API for host code (docs/reference/python.md), the rest may change. Beside
 it, a module per subject: `wire` the events as they are sent (docs/design/streaming.md#wire),
 `run_json` the run as JSON, `overview` the whole system's figures, `states` runs' state by id,
-`published` the edge publisher's read, `results`, `credentials`, `webhooks`, `clock`.
+`published` the edge publisher's read, `results`, `credentials`, `webhooks`, `clock`, and `compiled`
+the hot reads' statements kept.
 """
 
 # Modules (docs/hooks/reference.py --write keeps this index):
 #
 #     clock.py        The database's clock, the one every process judges time-bound state by
+#     compiled.py     Hot reads compiled once per process
 #     credentials.py  Which credentials hold: a request's API token
 #     overview.py     Reads about the whole system rather than one run
 #     published.py    What the edge's publisher reads after a wake-up
@@ -112,7 +114,7 @@ def run_get(
     """The run `run_id`, with its owner; with `user`, only one they may see (their own, or any with
     `runs.view_run` or `runs.change_run`), else `NotFound` as for no such run, never a 403. `only`
     (internal): just those fields, no owner, for a read that needs a few, such as a page of events.
-    `for_json`: with what its JSON reads besides the row (docs/design/api.md#hot-reads) — its current
+    `for_json` (internal): with what its JSON reads besides the row (docs/design/api.md#hot-reads) — its current
     attempt joined, and on PostgreSQL its partial output — so that the answer is this one statement.
     Compiled once per process (runs.selectors.compiled)."""
     if user is not None and not user.is_authenticated:

@@ -1,8 +1,7 @@
-"""`GET /api/runs/{id}/` answered without DRF's request cycle (runs.api.plain,
-docs/design/api.md#hot-reads) answers every request exactly as the operation's DRF view does — the
-same status, body and headers — whoever asks (a token, a bad or blocked one, a session, nobody) and
-whatever the run (theirs in any state, someone else's, none, a malformed id); and a request it does
-not take (another Accept, a query string, HEAD) is the DRF view's.
+"""The plain `GET /api/runs/{id}/` answers as its DRF view does (runs.api.plain,
+docs/design/api.md#hot-reads): the same status, body and headers, whoever asks (a token, a bad or
+blocked one, a session, nobody) and whatever the run (theirs in any state, someone else's, none, a
+malformed id); a request it does not take (another Accept, a query string, HEAD) is the DRF view's.
 
 Each request is sent twice through the same middleware: to the real URL, and to the DRF view mounted
 beside it (this module's URLconf).
