@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractUser
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -269,16 +269,22 @@ class RunObjectApi(RunApi):
         raise serializers.ValidationError(serializer.errors)
 
 
-class RunDetailApi(RunObjectApi):
-    """Its common GETs are answered without DRF's request cycle (runs.api.plain), by `answer` too."""
+class PlainGetApi(RunObjectApi):
+    """An operation whose common GETs are answered without DRF's request cycle (runs.api.plain), by
+    its `answer`, which its DRF `get` answers with too; `query`: it takes query parameters."""
+
+    query = False
+    answer: Callable[..., Any]
 
     @classmethod
     def as_view(cls, **initkwargs: Any) -> Any:
         view = cls(**initkwargs)
         view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
         headers = {**view.default_response_headers, **cls.answer_headers}
-        return plain_get(super().as_view(**initkwargs), cls.answer, headers)
+        return plain_get(super().as_view(**initkwargs), cls.answer, headers, query=cls.query)
 
+
+class RunDetailApi(PlainGetApi):
     @staticmethod
     def answer(user: AbstractUser, run_id: str) -> dict[str, Any]:
         run = run_get(run_id=run_id, user=user, for_json=True)
@@ -295,7 +301,9 @@ class RunDetailApi(RunObjectApi):
         return Response(self.answer(_caller(request), run_id))
 
 
-class RunEventsApi(RunObjectApi):
+class RunEventsApi(PlainGetApi):
+    query = True
+
     @extend_schema_serializer(component_name="RunEventsFilter")
     class FilterSerializer(QuerySerializer):
         after_seq = StrictIntegerField(min_value=0, required=False, default=0, help_text="at most the run's last_seq")
@@ -324,8 +332,12 @@ class RunEventsApi(RunObjectApi):
         responses=responses({200: OutputSerializer}, 400, 404),
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:
-        run = self.get_run(request, run_id, only=("agent", "last_seq"))
-        filters = _valid(self.FilterSerializer, request.query_params)
+        return self.answer(_caller(request), request.query_params, run_id)
+
+    @classmethod
+    def answer(cls, user: AbstractUser, query: QueryDict, run_id: str) -> HttpResponse:
+        run = run_get(run_id=run_id, user=user, only=("agent", "last_seq"))
+        filters = _valid(cls.FilterSerializer, query)
         types = filters.get("types")  # left out when empty: every event
         chosen = None if not types else type_selection(types, declared_types(run.agent))
         page = run_events_page(run=run, after_seq=filters["after_seq"], limit=filters["limit"], types=chosen)

@@ -1,5 +1,5 @@
 """Hot GETs answered without DRF's request cycle (docs/design/api.md#hot-reads): the common request
-— a GET that asks for JSON, or anything, with no query string — is authenticated, checked and
+— a GET that asks for JSON, or anything, with no query string but the operation's own — is authenticated, checked and
 answered here as the operation's DRF view answers it (the same authentication in the same order, the
 same error shape through the same handler, the same JSON renderer and headers); any other request
 goes to that DRF view, which keeps the operation's schema.
@@ -7,12 +7,13 @@ goes to that DRF view, which keeps the operation's schema.
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.http import HttpRequest, HttpResponseBase
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from runs.access import User
 from runs.api.errors import exception_handler
@@ -27,17 +28,22 @@ _RENDERER = JSONRenderer()
 Answer = Callable[..., Any]
 
 
-def plain_get(drf_view: Callable[..., HttpResponseBase], answer: Answer, headers: dict[str, str]) -> Any:
-    """`drf_view` (an `ApiView` subclass's `as_view()`), with its common GETs answered by `answer`;
-    `headers`: what its `finalize_response` adds to every answer (Allow, and the class's own). The
-    result keeps `drf_view`'s attributes, so that the schema finds the view class."""
+def plain_get(
+    drf_view: Callable[..., HttpResponseBase], answer: Answer, headers: dict[str, str], *, query: bool = False
+) -> Any:
+    """`drf_view` (an `ApiView` subclass's `as_view()`), with its common GETs answered by
+    `answer(user, **url_kwargs)` — `answer(user, query_dict, **url_kwargs)` with `query`, for an
+    operation that takes parameters (DRF's format parameter left to DRF); `headers`: what its
+    `finalize_response` adds to every answer (Allow, and the class's own). The result keeps
+    `drf_view`'s attributes, so that the schema finds the view class."""
 
     @functools.wraps(drf_view)
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
-        if not _plain(request):
+        if not _plain(request, query=query):
             return drf_view(request, **kwargs)
         try:
-            result = answer(_authenticated(request), **kwargs)
+            user = _authenticated(request)
+            result = answer(user, request.GET, **kwargs) if query else answer(user, **kwargs)
             response = result if isinstance(result, HttpResponseBase) else _rendered(Response(result))
         except Exception as exc:
             handled = exception_handler(exc, {"request": None})
@@ -51,10 +57,10 @@ def plain_get(drf_view: Callable[..., HttpResponseBase], answer: Answer, headers
     return view
 
 
-def _plain(request: HttpRequest) -> bool:
+def _plain(request: HttpRequest, *, query: bool) -> bool:
     return (
         request.method == "GET"
-        and not request.META.get("QUERY_STRING")
+        and (api_settings.URL_FORMAT_OVERRIDE not in request.GET if query else not request.META.get("QUERY_STRING"))
         and request.META.get("HTTP_ACCEPT") in _ACCEPTED
         # DRF's test client forces its requests' authentication by attributes only DRF's request reads.
         and getattr(request, "_force_auth_user", None) is None
@@ -68,19 +74,22 @@ def _authenticated(request: HttpRequest) -> User:
     try:
         found = token_credentials(request)
     except (exceptions.AuthenticationFailed, exceptions.NotAuthenticated) as exc:
-        exc.auth_header = "Token"  # type: ignore[attr-defined]  # as DRF's view sets it for a 401
-        raise
+        raise _challenging(exc) from None
     user = found[0] if found is not None else getattr(request, "user", None)
     if user is None or not user.is_active:
-        failed = exceptions.NotAuthenticated()
-        failed.auth_header = "Token"  # type: ignore[attr-defined]
-        raise failed
+        raise _challenging(exceptions.NotAuthenticated())
     request.user = user  # as DRF's request sets it on the request it wraps
-    return user  # type: ignore[no-any-return]
+    return cast(User, user)
+
+
+def _challenging(exc: exceptions.APIException) -> exceptions.APIException:
+    # DRF's view names its first authentication's scheme on a 401 so (the API's is the token).
+    setattr(exc, "auth_header", "Token")  # noqa: B010
+    return exc
 
 
 def _rendered(response: Response) -> Response:
     response.accepted_renderer = _RENDERER
     response.accepted_media_type = _RENDERER.media_type
-    response.renderer_context = {}
+    response.renderer_context = {}  # type: ignore[attr-defined]  # DRF's view sets it so
     return response

@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from django.db import connections, router
 from django.db.models import Field, Model, QuerySet
-from django.db.models.query import MAX_GET_RESULTS, get_related_populators
+from django.db.models.query import MAX_GET_RESULTS, get_related_populators  # type: ignore[attr-defined]
 
 M = TypeVar("M", bound=Model)
 

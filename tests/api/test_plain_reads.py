@@ -1,4 +1,4 @@
-"""The plain `GET /api/runs/{id}/` answers as its DRF view does (runs.api.plain,
+"""The plain `GET /api/runs/{id}/` and its events' page answer as their DRF views do (runs.api.plain,
 docs/design/api.md#hot-reads): the same status, body and headers, whoever asks (a token, a bad or
 blocked one, a session, nobody) and whatever the run (theirs in any state, someone else's, none, a
 malformed id); a request it does not take (another Accept, a query string, HEAD) is the DRF view's.
@@ -19,7 +19,7 @@ from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
-from runs.api.apis import RunDetailApi
+from runs.api.apis import PlainGetApi, RunDetailApi, RunEventsApi
 from runs.http import throttles
 from runs.models import AuthFailure
 from runs.selectors.run_json import run_json
@@ -28,22 +28,27 @@ from tests.support.db import token_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(60)]
 
-# The DRF view the plain one stands in front of, as `as_view` makes it without the plain path.
-_drf_view = super(RunDetailApi, RunDetailApi).as_view()
-urlpatterns = [path("drf/runs/<str:run_id>/", _drf_view), path("", include("config.urls"))]
+# The DRF views the plain ones stand in front of, as `as_view` makes them without the plain path.
+urlpatterns = [
+    path("drf/runs/<str:run_id>/", super(PlainGetApi, RunDetailApi).as_view()),
+    path("drf/runs/<str:run_id>/events/", super(PlainGetApi, RunEventsApi).as_view()),
+    path("", include("config.urls")),
+]
 here = pytest.mark.urls(__name__)
 
 
-def both(client: Client, run_id: Any, **headers: Any) -> tuple[Any, Any]:
-    plain = client.get(f"/api/runs/{run_id}/", headers=headers)
-    drf = client.get(f"/drf/runs/{run_id}/", headers=headers)
+def both(client: Client, run_id: Any, tail: str = "", **headers: Any) -> tuple[Any, Any]:
+    plain = client.get(f"/api/runs/{run_id}/{tail}", headers=headers)
+    drf = client.get(f"/drf/runs/{run_id}/{tail}", headers=headers)
     return plain, drf
 
 
 def same(plain: Any, drf: Any, status: int) -> None:
     assert (plain.status_code, drf.status_code) == (status, status), (plain.content, drf.content)
-    # Answered by the plain path (DRF's view puts itself in what it renders with), and by DRF.
-    assert "view" not in plain.renderer_context and "view" in drf.renderer_context
+    # Answered by the plain path (DRF's view puts itself in what it renders with), and by DRF; a
+    # page of events is written directly either way.
+    if hasattr(drf, "renderer_context"):
+        assert "view" not in plain.renderer_context and "view" in drf.renderer_context
     assert plain.content == drf.content
     assert dict(plain.headers) == dict(drf.headers)
 
@@ -121,6 +126,31 @@ def test_a_session_reads_runs_as_drf_answers(alice: User, bob: User) -> None:
     mine, theirs = queued_run(alice), queued_run(bob)
     same(*both(client, mine.pk), 200)
     same(*both(client, theirs.pk), 404)
+
+
+@here
+def test_a_page_of_events_is_answered_as_drf_answers_it_with_its_parameters(alice: User, bob: User) -> None:
+    client = Client()
+    run = running_run(alice)
+    services.run_events_append(
+        run_id=run.pk, generation=run.generation, events=[("output.delta", {"text": str(i)}) for i in range(5)]
+    )
+    key = token(alice)
+    pages = {
+        "events/": 200,
+        "events/?after_seq=2&limit=2": 200,
+        "events/?types=output.delta": 200,
+        "events/?limit=0": 400,
+        "events/?limit=1&limit=2": 400,
+        "events/?after_seq=99": 400,
+        "events/?types=nope": 400,
+        "events/?ignored=1": 200,
+    }
+    for tail, status in pages.items():
+        same(*both(client, run.pk, tail, **key), status)
+    same(*both(client, run.pk, "events/?limit=0", **token(bob)), 404)  # not theirs: before the parameters
+    same(*both(client, run.pk, "events/"), 401)
+    assert client.get(f"/api/runs/{run.pk}/events/?format=json", headers=key).status_code == 200  # DRF's
 
 
 def test_a_request_the_plain_path_does_not_take_is_drfs(alice: User) -> None:

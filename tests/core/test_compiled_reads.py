@@ -7,6 +7,7 @@ carries its current attempt and its partial output equal to what their own reads
 
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -25,7 +26,7 @@ from runs.selectors import _RUN, run_get
 from runs.selectors.compiled import CompiledRead, Param
 from runs.selectors.credentials import _TOKEN, _TOKEN_AND_FAILURE, token_with_failure
 from runs.selectors.results import partial_output_rules, run_partial_output
-from runs.selectors.run_json import _ATTEMPT, run_current_attempt
+from runs.selectors.run_json import _ATTEMPT, JOINED_ATTEMPT, run_current_attempt
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 
@@ -109,11 +110,12 @@ def test_the_token_read_sends_what_the_orm_sends_and_gives_the_same_token(alice:
         lambda: _TOKEN.objects(digest=digest)[0],
     )
     assert token.user == alice
+
+    def compiled(nth: int) -> ApiToken:
+        return _TOKEN_AND_FAILURE.objects(nth, digest=digest, failure_key="a failure key", since=since)[0]
+
     for nth in (2, 3, 4):
-        found = same_read(
-            lambda nth=nth: with_failure(nth),
-            lambda nth=nth: _TOKEN_AND_FAILURE.objects(nth, digest=digest, failure_key="a failure key", since=since)[0],
-        )
+        found = same_read(partial(with_failure, nth), partial(compiled, nth))
         assert (found.block_failed_at is None) == (nth > 3)
     assert token_with_failure(key=key, failures=("a failure key", 3, since))[1] == now - timedelta(seconds=2)
     assert token_with_failure(key=key + "x", failures=None) == (None, None)
@@ -122,13 +124,10 @@ def test_the_token_read_sends_what_the_orm_sends_and_gives_the_same_token(alice:
 def test_a_run_read_sends_what_the_orm_sends_whatever_form_its_id_takes(alice: User, bob: User) -> None:
     run = running_run(alice)
     for run_id in (run.pk, str(run.pk), str(run.pk).upper(), run.pk.hex):
+        same_read(partial(Run.objects.select_related("owner").get, pk=run_id), partial(run_get, run_id=run_id))
         same_read(
-            lambda run_id=run_id: Run.objects.select_related("owner").get(pk=run_id),
-            lambda run_id=run_id: run_get(run_id=run_id),
-        )
-        same_read(
-            lambda run_id=run_id: Run.objects.only("owner_id", "agent", "last_seq").get(pk=run_id),
-            lambda run_id=run_id: run_get(run_id=run_id, only=("agent", "last_seq")),
+            partial(Run.objects.only("owner_id", "agent", "last_seq").get, pk=run_id),
+            partial(run_get, run_id=run_id, only=("agent", "last_seq")),
         )
     same_read(
         lambda: RunAttempt.objects.filter(run_id=run.pk, generation=run.generation).first(),
@@ -162,26 +161,20 @@ def test_a_run_read_for_its_json_joins_its_attempt_and_partial_output_as_their_o
     Run.objects.filter(pk=gone.pk).update(agent="test-compiled-unregistered")
     expected = {queued.pk: None, running.pk: None, two.pk: {"text": "half", "plan": "1"}, none.pk: None}
     expected[gone.pk] = {"text": "y"}
-    for run_id, partial in expected.items():
+    for run_id, output in expected.items():
         joined = run_get(run_id=run_id, for_json=True)
         plain = run_get(run_id=run_id)
         # The joined attempt caches its run too (as select_related sets it): its values are compared.
-        assert data(joined.joined_attempt, 1) == data(run_current_attempt(run=plain), 1)
-        assert run_partial_output(run=joined) == run_partial_output(run=plain) == partial
-        assert list((run_partial_output(run=joined) or {}).keys()) == list((partial or {}).keys())
+        assert data(getattr(joined, JOINED_ATTEMPT), 1) == data(run_current_attempt(run=plain), 1)
+        assert run_partial_output(run=joined) == run_partial_output(run=plain) == output
+        assert list((run_partial_output(run=joined) or {}).keys()) == list((output or {}).keys())
         if connection.vendor != "postgresql":
-            same_read(
-                lambda run_id=run_id: (
-                    Run.objects.select_related("owner")
-                    .annotate(
-                        joined_attempt=FilteredRelation("attempts", condition=Q(attempts__generation=F("generation")))
-                    )
-                    .select_related("joined_attempt")
-                    .get(pk=run_id)
-                ),
-                lambda run_id=run_id: _RUN.objects((), True, None, pk=run_id)[0],
+            attempt = FilteredRelation("attempts", condition=Q(attempts__generation=F("generation")))
+            orm = (
+                Run.objects.select_related("owner").annotate(**{JOINED_ATTEMPT: attempt}).select_related(JOINED_ATTEMPT)
             )
-    assert run_get(run_id=queued.pk, for_json=True).joined_attempt is None
+            same_read(partial(orm.get, pk=run_id), partial(lambda pk: _RUN.objects((), True, None, pk=pk)[0], run_id))
+    assert getattr(run_get(run_id=queued.pk, for_json=True), JOINED_ATTEMPT) is None
 
 
 def test_a_read_whose_values_are_not_all_parameters_is_refused_when_it_is_compiled(alice: User) -> None:

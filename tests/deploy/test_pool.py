@@ -196,9 +196,12 @@ def test_a_pooled_read_sends_only_its_own_statements_and_a_restart_costs_each_id
     pg_cluster.stop()
     pg_cluster.start()
     statuses: list[int] = []
-    wait_until(
-        lambda: statuses.extend(reads(1)) or statuses[-3:] == [200] * 3, 30, "reads served again after the restart"
-    )
+
+    def served_again() -> bool:
+        statuses.extend(reads(1))
+        return statuses[-3:] == [200] * 3
+
+    wait_until(served_again, 30, "reads served again after the restart")
     failed = statuses.index(200)
     assert statuses == [503] * failed + [200] * (len(statuses) - failed), statuses
     assert failed <= DEFAULT_DB_POOL_SIZE
