@@ -1,9 +1,6 @@
-"""Hot GETs answered without DRF's request cycle (docs/design/api.md#hot-reads): the common request
-— a GET that asks for JSON, or anything, with no query string but the operation's own — is authenticated, checked and
-answered here as the operation's DRF view answers it (the same authentication in the same order, the
-same error shape through the same handler, the same JSON renderer and headers); any other request
-goes to that DRF view, which keeps the operation's schema.
-"""
+"""Hot GETs answered without DRF's request cycle (docs/design/api.md#hot-reads): a common request is
+authenticated, checked and answered as the operation's DRF view answers it; any other goes to that
+view, which keeps the operation's schema."""
 
 import functools
 from collections.abc import Callable

@@ -63,11 +63,6 @@ class CompiledRead(Generic[M]):
         self.model, self.build, self.params = model, build, params
         self._compiled: dict[tuple[str, str, Hashable], _Compiled] = {}
 
-    def statement(self, *shape: Hashable, **values: Any) -> tuple[str, list[Any]]:
-        """The SQL and parameters a call with `shape` and `values` sends."""
-        alias = router.db_for_read(self.model)
-        return self._statement(alias, self._entry(alias, shape), values)
-
     def objects(self, *shape: Hashable, **values: Any) -> list[M]:
         """The objects the QuerySet would give (`Model.from_db`, select_related's objects set,
         annotations as attributes), from the one statement."""
@@ -101,6 +96,7 @@ class CompiledRead(Generic[M]):
         return sql, tuple(params)
 
     def kept_sql(self, *shape: Hashable) -> tuple[str, tuple[Any, ...]]:
+        """The statement kept for `shape`, with the first samples."""
         entry = self._entry(router.db_for_read(self.model), shape)
         return entry.sql, entry.params
 
@@ -145,8 +141,9 @@ class CompiledRead(Generic[M]):
             if not ours:
                 raise ValueError(f"{self.build.__qualname__}: no parameter takes the value of {name!r}")
             slots.append((name, ours))
-        if changed != {i for _, positions in slots for i in positions}:
-            raise ValueError(f"{self.build.__qualname__}: a parameter changed that no value names")
+        claimed = [i for _, positions in slots for i in positions]
+        if len(claimed) != len(set(claimed)) or changed != set(claimed):
+            raise ValueError(f"{self.build.__qualname__}: its parameters are not told apart by their samples")
         compiler = compilers[0]
         select, klass_info = compiler.select, compiler.klass_info
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
