@@ -82,7 +82,12 @@ def database_from_url(url: str) -> dict[str, Any]:
         "PORT": str(parts.port or ""),
         "OPTIONS": options,
         "CONN_MAX_AGE": 0,
-        "CONN_HEALTH_CHECKS": True,
+        # Without a pool, a connection per request needs no check. With one, Django makes the pool
+        # check each connection it lends (an empty statement, a round trip on every request): the
+        # pool discards a connection found broken in use instead, so after a PostgreSQL restart
+        # each idle one fails the one request that draws it, with a 503 that clients retry
+        # (docs/design/deployment.md#connections).
+        "CONN_HEALTH_CHECKS": False,
         "TEST": {"NAME": site.TEST_DB_NAME},
     }
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractUser
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -31,6 +31,7 @@ from runs.api.filters import (
     run_filters,
 )
 from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
+from runs.api.plain import plain_get
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.serializers import (
     RUN_STATUSES,
@@ -43,7 +44,7 @@ from runs.conf import conf
 from runs.events import TYPES_HELP, type_selection
 from runs.models import Run
 from runs.selectors import RUN_LIST_ORDER, run_get, run_list, run_list_values
-from runs.selectors.run_json import run_with_current_attempt
+from runs.selectors.run_json import run_json, run_with_current_attempt
 from runs.selectors.wire import EVENTS_PAGE_LIMIT, EVENTS_PAGE_MAX_LIMIT, run_events_page
 from runs.services import Answer, RunSpec, run_cancel, run_create_idempotent, run_pause, run_resume, run_stop
 from runs.transitions import CALLER_STOP_CODES, StopCode
@@ -127,9 +128,12 @@ class RunApi(ApiView):
     resume ticket (docs/design/api.md#run-json): no cache may keep any of these answers, errors (a
     409's run) included."""
 
+    answer_headers = {"Cache-Control": "no-store"}
+
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
         response = super().finalize_response(request, response, *args, **kwargs)
-        response["Cache-Control"] = "no-store"
+        for name, value in self.answer_headers.items():
+            response[name] = value
         return response
 
 
@@ -265,7 +269,27 @@ class RunObjectApi(RunApi):
         raise serializers.ValidationError(serializer.errors)
 
 
-class RunDetailApi(RunObjectApi):
+class PlainGetApi(RunObjectApi):
+    """An operation whose common GETs are answered without DRF's request cycle (runs.api.plain), by
+    its `answer`, which its DRF `get` answers with too; `query`: it takes query parameters."""
+
+    query = False
+    answer: Callable[..., Any]
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        view = cls(**initkwargs)
+        view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
+        headers = {**view.default_response_headers, **cls.answer_headers}
+        return plain_get(super().as_view(**initkwargs), cls.answer, headers, query=cls.query)
+
+
+class RunDetailApi(PlainGetApi):
+    @staticmethod
+    def answer(user: AbstractUser, run_id: str) -> dict[str, Any]:
+        run = run_get(run_id=run_id, user=user, for_json=True)
+        return run_json(run, ticket=access.can_see_ticket(user, run))
+
     @documented(
         operation_id="runs_retrieve",
         summary="Read a run",
@@ -274,10 +298,12 @@ class RunDetailApi(RunObjectApi):
         responses=responses({200: RunOutputSerializer}, 404),
     )
     def get(self, request: Request, run_id: str) -> Response:
-        return Response(_run_data(self.get_run(request, run_id), request))
+        return Response(self.answer(_caller(request), run_id))
 
 
-class RunEventsApi(RunObjectApi):
+class RunEventsApi(PlainGetApi):
+    query = True
+
     @extend_schema_serializer(component_name="RunEventsFilter")
     class FilterSerializer(QuerySerializer):
         after_seq = StrictIntegerField(min_value=0, required=False, default=0, help_text="at most the run's last_seq")
@@ -306,8 +332,12 @@ class RunEventsApi(RunObjectApi):
         responses=responses({200: OutputSerializer}, 400, 404),
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:
-        run = self.get_run(request, run_id, only=("agent", "last_seq"))
-        filters = _valid(self.FilterSerializer, request.query_params)
+        return self.answer(_caller(request), request.query_params, run_id)
+
+    @classmethod
+    def answer(cls, user: AbstractUser, query: QueryDict, run_id: str) -> HttpResponse:
+        run = run_get(run_id=run_id, user=user, only=("agent", "last_seq"))
+        filters = _valid(cls.FilterSerializer, query)
         types = filters.get("types")  # left out when empty: every event
         chosen = None if not types else type_selection(types, declared_types(run.agent))
         page = run_events_page(run=run, after_seq=filters["after_seq"], limit=filters["limit"], types=chosen)

@@ -5,6 +5,7 @@ back once it ends, static files for a deployment with no web server in front, an
 A project applies it through `runs.asgi.wrap`, which adds the web process's start.
 """
 
+import functools
 import gc
 import json
 import logging
@@ -13,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core import signals
 from django.core.exceptions import RequestAborted, SuspiciousFileOperation
@@ -169,8 +171,15 @@ def _fewer_collector_pauses() -> None:
 
 def _is_async_view(scope: Scope) -> bool:
     path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
+    return _resolves_to_async(settings.ROOT_URLCONF, path)
+
+
+# Django resolves the path again for the view: the kind is kept per path (a run's reads repeat its
+# path), by the URLconf it was found in, a bounded number of them.
+@functools.lru_cache(maxsize=4096)
+def _resolves_to_async(urlconf: Any, path: str) -> bool:
     try:
-        return iscoroutinefunction(resolve(path).func)
+        return iscoroutinefunction(resolve(path, urlconf).func)
     except Resolver404:
         return False
 

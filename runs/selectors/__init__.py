@@ -2,12 +2,14 @@
 `__all__` is the public API for host code (docs/reference/python.md), the rest may change. Beside
 it, a module per subject: `wire` the events as they are sent (docs/design/streaming.md#wire),
 `run_json` the run as JSON, `overview` the whole system's figures, `states` runs' state by id,
-`published` the edge publisher's read, `results`, `credentials`, `webhooks`, `clock`.
+`published` the edge publisher's read, `results`, `credentials`, `webhooks`, `clock`, and `compiled`
+the hot reads' statements kept.
 """
 
 # Modules (docs/hooks/reference.py --write keeps this index):
 #
 #     clock.py        The database's clock, the one every process judges time-bound state by
+#     compiled.py     Hot reads compiled once per process
 #     credentials.py  Which credentials hold: a request's API token
 #     overview.py     Reads about the whole system rather than one run
 #     published.py    What the edge's publisher reads after a wake-up
@@ -49,6 +51,9 @@ from django.db.models.functions import Cast, Left
 from runs.access import SEES_EVERY_RUN, AnyUser, can_see, sees_every_run
 from runs.exceptions import NotFound
 from runs.models import Run, RunEvent
+from runs.selectors.compiled import CompiledRead, Param, as_get
+from runs.selectors.results import JOINED_PARTIAL_OUTPUT, partial_output_column, partial_output_rules
+from runs.selectors.run_json import JOINED_ATTEMPT
 
 __all__ = ["run_get", "run_list"]
 
@@ -89,19 +94,40 @@ def users_active(*, user_ids: Collection[int]) -> dict[int, bool]:
     return {int(pk): bool(sees) for pk, sees in rows}
 
 
-def run_get(*, run_id: UUID | str, user: AnyUser | None = None, only: tuple[str, ...] = ()) -> Run:
+def _run(only: tuple[str, ...], joined: bool, rules: str | None, *, pk: UUID) -> QuerySet[Run]:
+    runs = Run.objects.only("owner_id", *only) if only else Run.objects.select_related("owner")
+    if joined:
+        # (run, generation) is unique: the join adds no row (as `run_admin_list`).
+        attempt = FilteredRelation("attempts", condition=Q(attempts__generation=F("generation")))
+        runs = runs.annotate(**{JOINED_ATTEMPT: attempt}).select_related(JOINED_ATTEMPT)
+    if rules is not None:
+        runs = runs.annotate(**{JOINED_PARTIAL_OUTPUT: partial_output_column(rules)})
+    return as_get(runs.filter(pk=pk))
+
+
+_RUN = CompiledRead(Run, _run, pk=Param(Run._meta.get_field("id"), (UUID(int=1), UUID(int=2))))
+
+
+def run_get(
+    *, run_id: UUID | str, user: AnyUser | None = None, only: tuple[str, ...] = (), for_json: bool = False
+) -> Run:
     """The run `run_id`, with its owner; with `user`, only one they may see (their own, or any with
     `runs.view_run` or `runs.change_run`), else `NotFound` as for no such run, never a 403. `only`
-    (internal): just those fields, no owner, for a read that needs a few, such as a page of events."""
+    (internal): just those fields, no owner, for a read that needs a few, such as a page of events.
+    `for_json` (internal): with what its JSON reads besides the row (docs/design/api.md#hot-reads) — its current
+    attempt joined, and on PostgreSQL its partial output — so that the answer is this one statement.
+    Compiled once per process (runs.selectors.compiled)."""
     if user is not None and not user.is_authenticated:
         raise NotFound(f"run {run_id} not found")
-    runs = Run.objects.only("owner_id", *only) if only else Run.objects.select_related("owner")
     try:
-        run = runs.get(pk=run_id)
-    except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
+        found = _RUN.objects(only, for_json, partial_output_rules() if for_json else None, pk=run_id)
+    except (ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
-    if user is not None and not can_see(user, run):
+    if not found or (user is not None and not can_see(user, found[0])):
         raise NotFound(f"run {run_id} not found")
+    run = found[0]
+    if for_json and not hasattr(run, JOINED_ATTEMPT):
+        setattr(run, JOINED_ATTEMPT, None)  # none joined: the ORM sets no attribute then
     return run
 
 

@@ -7,8 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import JSONField
+from django.db.models.expressions import RawSQL
 
-from runs.agents import partial_output_rule
+from runs.agents import TEXT_OF_DELTAS, PartialOutput, partial_output_rule, registered
 from runs.events import USAGE_PLATFORM
 from runs.models import Run, RunEvent
 from runs.transitions import Status
@@ -22,6 +24,9 @@ def run_partial_output(*, run: Run) -> dict[str, str] | None:
     completed, or stored no event the rule reads (`Run.partial_events`, counted as they were
     appended, so that a run without one costs no statement). On PostgreSQL one aggregate over the
     run's events of the rule's types, the text concatenated in the database."""
+    if hasattr(run, JOINED_PARTIAL_OUTPUT):
+        joined: dict[str, str] | None = getattr(run, JOINED_PARTIAL_OUTPUT)
+        return joined
     rule = partial_output_rule(run.agent)
     if run.status not in PARTIAL_STATUSES or not run.partial_events or not rule:
         return None
@@ -45,6 +50,38 @@ def run_partial_output(*, run: Run) -> dict[str, str] | None:
             if value is not None:
                 parts[key].append(value if isinstance(value, str) else _json_text(value))
     return {key: "".join(texts) for key, texts in parts.items()}
+
+
+# The partial output read with the run itself (`partial_output_column`), by `runs.selectors.run_get`.
+JOINED_PARTIAL_OUTPUT = "joined_partial_output"
+
+
+def _rule_json(rule: PartialOutput | None) -> list[list[str]]:
+    return [[key, type_, field] for key, (type_, field) in (rule or {}).items()]
+
+
+def partial_output_rules() -> str | None:
+    """Every registered agent's rule, and the default one, as `partial_output_column` reads them
+    (JSON text): on PostgreSQL; None elsewhere, where the partial output stays a read of its own."""
+    if connection.vendor != "postgresql":
+        return None
+    by_agent = {agent.name: _rule_json(agent.partial_output) for agent in registered()}
+    return json.dumps([by_agent, _rule_json(TEXT_OF_DELTAS)], separators=(",", ":"))
+
+
+def partial_output_column(rules: str) -> RawSQL:
+    """`run_partial_output` as a column of the run's own read (PostgreSQL): for each key of the
+    rule of the run's agent (`rules`, from `partial_output_rules`), in its order, the text of its
+    events' data key in seq order — the aggregate above, run only for a run that has one."""
+    runs, events = Run._meta.db_table, RunEvent._meta.db_table
+    statuses = sorted(str(status) for status in PARTIAL_STATUSES)
+    sql = f"""CASE WHEN {runs}.status IN (%s, %s, %s) AND {runs}.partial_events > 0 THEN (
+        SELECT json_object_agg(rule.item ->> 0, COALESCE((
+            SELECT string_agg(e.data ->> (rule.item ->> 2), '' ORDER BY e.seq) FROM {events} e
+            WHERE e.run_id = {runs}.id AND e.type = rule.item ->> 1), '') ORDER BY rule.n)::text
+        FROM jsonb_array_elements(COALESCE((%s::jsonb -> 0) -> {runs}.agent, %s::jsonb -> 1))
+            WITH ORDINALITY AS rule(item, n)) END"""
+    return RawSQL(sql, (*statuses, rules, rules), output_field=JSONField())
 
 
 def _json_text(value: Any) -> str:

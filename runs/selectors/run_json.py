@@ -4,13 +4,18 @@ import it without the API; the API's serializers declare its schema and answer w
 
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.db.models import F, Prefetch, QuerySet
 from django.utils import timezone
 
 from runs.models import Run, RunAttempt
+from runs.selectors.compiled import CompiledRead, Param, as_first
 from runs.selectors.results import run_partial_output, run_usage
+
+# The current attempt read with the run itself (`runs.selectors.run_get(for_json=True)`).
+JOINED_ATTEMPT = "joined_attempt"
 
 # What a list item may leave out or cut (its `truncated`), in this order.
 LIST_CUT_FIELDS = ["input", "output", "error", "end_reason"]
@@ -88,7 +93,11 @@ def _time(value: datetime | None) -> str | None:
 
 
 def _current_attempt(run: Run) -> RunAttempt | None:
-    # A list prefetches it (`current_attempts`, 0 or 1 item); a single run reads it.
+    # A list prefetches it (`current_attempts`, 0 or 1 item); a run read for its JSON joins it
+    # (`run_get(for_json=True)`); another single run reads it.
+    if hasattr(run, JOINED_ATTEMPT):
+        joined: RunAttempt | None = getattr(run, JOINED_ATTEMPT)
+        return joined
     prefetched = getattr(run, "current_attempts", None)
     if prefetched is not None:
         return prefetched[0] if prefetched else None
@@ -109,10 +118,25 @@ def _attempt_json(attempt: RunAttempt | None) -> dict[str, Any] | None:
     }
 
 
+def _attempt(*, run_id: UUID, generation: int) -> QuerySet[RunAttempt]:
+    return as_first(RunAttempt.objects.filter(run_id=run_id, generation=generation))
+
+
+_ATTEMPT = CompiledRead(
+    RunAttempt,
+    _attempt,
+    run_id=Param(RunAttempt._meta.get_field("run"), (UUID(int=1), UUID(int=2))),
+    generation=Param(RunAttempt._meta.get_field("generation"), (1_000_000_001, 1_000_000_002)),
+)
+
+
 def run_current_attempt(*, run: Run) -> RunAttempt | None:
+    """The run's current attempt, None before its first claim. Compiled once per process
+    (runs.selectors.compiled)."""
     if run.generation == 0:
         return None
-    return RunAttempt.objects.filter(run_id=run.pk, generation=run.generation).first()
+    found = _ATTEMPT.objects(run_id=run.pk, generation=run.generation)
+    return found[0] if found else None
 
 
 def run_with_current_attempt(*, runs: QuerySet[Run]) -> QuerySet[Run]:

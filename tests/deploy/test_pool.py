@@ -25,6 +25,7 @@ from runs.models import Run
 from tests.factories import queued_run, running_run
 from tests.support.db import connections_named, query_one, sessions_settled, token_for
 from tests.support.faults import request, token_header
+from tests.support.pg import PgCluster
 from tests.support.procs import UNCAPPED, Proc, Procs, connections_to, subprocess_env, wait_http_ok, web_env
 from tests.support.runs import assert_exact_log
 from tests.support.sse import Stream, auth_headers, stream_path, watch
@@ -152,3 +153,56 @@ def test_a_worker_never_borrows_from_the_pool_so_no_pool_size_starves_it(procs: 
     runs = [queued_run(alice, input={"deltas": 5, "delay_ms": 5}) for _ in range(6)]
     for run in runs:
         wait_status(run, "completed", timeout=30)
+
+
+LOGGED = "runledger-loggedtest"
+
+
+@pytest.mark.pg_cluster
+def test_a_pooled_read_sends_only_its_own_statements_and_a_restart_costs_each_idle_connection_one_503(
+    procs: Procs, alice: User, pg_cluster: PgCluster
+) -> None:
+    """No check of a lent connection (config/settings.py, docs/design/deployment.md#connections): the
+    server's log of the web process's statements holds a read's own two and no empty one. Across a
+    PostgreSQL restart, each connection idle in the pool fails the one request that draws it (a 503)
+    and is replaced; every request after those is served."""
+    # Only this web process's sessions log their statements (libpq's `options`, from the URL's query).
+    web = procs.uvicorn(env=web_env(LOGGED + "&options=-c%20log_statement%3Dall", **UNCAPPED))
+    token, run = token_for(alice), queued_run(alice)
+    log = pg_cluster.root / "server.log"
+
+    def reads(n: int) -> list[int]:
+        return [
+            asyncio.run(request(web.url, "GET", f"/api/runs/{run.pk}/", headers=token_header(token))).status
+            for _ in range(n)
+        ]
+
+    assert reads(5) == [200] * 5  # the pool opens; the token's last use is noted
+    start = log.stat().st_size
+
+    def logged() -> list[str]:
+        with log.open("rb") as file:
+            file.seek(start)
+            text = file.read().decode(errors="replace")
+        return [line.split("statement: ", 1)[1].strip() for line in text.splitlines() if "statement: " in line]
+
+    assert reads(10) == [200] * 10
+    wait_until(lambda: len(logged()) >= 20, 10, "the reads' statements in the server's log")
+    kinds = [" ".join(sql.split()[:4]) for sql in logged()]
+    assert len(kinds) == 20 and "" not in kinds, kinds
+    assert all(sql.startswith('SELECT "runs_apitoken"') for sql in logged()[0::2]), kinds
+    assert all(sql.startswith('SELECT "runs_run"') for sql in logged()[1::2]), kinds
+
+    pg_cluster.stop()
+    pg_cluster.start()
+    statuses: list[int] = []
+
+    def served_again() -> bool:
+        statuses.extend(reads(1))
+        return statuses[-3:] == [200] * 3
+
+    wait_until(served_again, 30, "reads served again after the restart")
+    failed = statuses.index(200)
+    assert statuses == [503] * failed + [200] * (len(statuses) - failed), statuses
+    assert failed <= DEFAULT_DB_POOL_SIZE
+    print(f"after the restart: {failed} requests answered 503 (one per idle pooled connection), then served")

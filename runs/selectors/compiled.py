@@ -1,0 +1,161 @@
+"""Hot reads compiled once per process (docs/design/api.md#hot-reads): a QuerySet's SQL built the first
+time a read runs on a database, then sent with each call's own parameters and its rows made into
+objects as the ORM makes them — the same statement and the same objects, without building and
+compiling the query again on every request.
+"""
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from django.db import connections, router
+from django.db.models import Field, Model, QuerySet
+from django.db.models.query import MAX_GET_RESULTS, get_related_populators  # type: ignore[attr-defined]
+
+M = TypeVar("M", bound=Model)
+
+
+def as_first(queryset: QuerySet[M]) -> QuerySet[M]:
+    """What `queryset.first()` sends: its order (by pk when it has none), one row."""
+    return (queryset if queryset.ordered else queryset.order_by("pk"))[:1]
+
+
+def as_get(queryset: QuerySet[M]) -> QuerySet[M]:
+    """What `queryset.get()` sends: no order, at most MAX_GET_RESULTS rows."""
+    return queryset.order_by()[:MAX_GET_RESULTS]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A value the statement compares with `field`, prepared as the field's lookup prepares it
+    (a UUID is hex on SQLite, a time UTC text there). `samples`: two values, each taken by no other
+    parameter of the statement, by which the compiled parameters are told apart from constants."""
+
+    field: "Field[Any, Any]"
+    samples: tuple[Any, Any]
+
+    def prepare(self, value: Any, connection: Any) -> Any:
+        return self.field.get_db_prep_value(self.field.get_prep_value(value), connection, prepared=True)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[tuple[str, tuple[int, ...]], ...]
+    # What the ORM's iterator takes from the compiler that made `sql`: the columns, which of them
+    # are the model's, the related objects' and the annotations.
+    query: Any
+    columns: tuple[Any, ...]
+    model: type[Model]
+    names: tuple[str, ...]
+    span: slice
+    related: tuple[Any, ...]
+    annotations: tuple[tuple[str, int], ...]
+
+
+class CompiledRead(Generic[M]):
+    """A read built by `build(*shape, **values)`, compiled once per database alias, vendor and
+    `shape` (what changes the statement's text: a LIMIT, a column more), its `values` (one per
+    `Param`) sent as parameters."""
+
+    def __init__(self, model: type[M], build: Callable[..., QuerySet[M]], **params: Param) -> None:
+        self.model, self.build, self.params = model, build, params
+        self._compiled: dict[tuple[str, str, Hashable], _Compiled] = {}
+
+    def objects(self, *shape: Hashable, **values: Any) -> list[M]:
+        """The objects the QuerySet would give (`Model.from_db`, select_related's objects set,
+        annotations as attributes), from the one statement."""
+        alias = router.db_for_read(self.model)
+        entry = self._entry(alias, shape)
+        sql, params = self._statement(alias, entry, values)
+        connection = connections[alias]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        # Converters are asked of this thread's connection, as the ORM asks them of its own.
+        compiler = entry.query.get_compiler(using=alias)
+        converters = compiler.get_converters(entry.columns)
+        if converters:
+            rows = list(compiler.apply_converters(rows, converters))
+        return [self._object(alias, entry, row) for row in rows]
+
+    def _object(self, alias: str, entry: _Compiled, row: Any) -> M:
+        obj: M = entry.model.from_db(alias, entry.names, row[entry.span])  # type: ignore[assignment]
+        for populator in entry.related:
+            populator.populate(row, obj)
+        for name, position in entry.annotations:
+            setattr(obj, name, row[position])
+        return obj
+
+    def fresh_sql(self, *shape: Hashable) -> tuple[str, tuple[Any, ...]]:
+        """The statement the QuerySet compiles to now, with the first samples: what a test holds the
+        kept text to, so that a changed model cannot leave it stale."""
+        alias = router.db_for_read(self.model)
+        sql, params = self._compile(alias, shape, 0).as_sql()
+        return sql, tuple(params)
+
+    def kept_sql(self, *shape: Hashable) -> tuple[str, tuple[Any, ...]]:
+        """The statement kept for `shape`, with the first samples."""
+        entry = self._entry(router.db_for_read(self.model), shape)
+        return entry.sql, entry.params
+
+    def _statement(self, alias: str, entry: _Compiled, values: dict[str, Any]) -> tuple[str, list[Any]]:
+        if values.keys() != self.params.keys():
+            raise TypeError(f"expected the values {sorted(self.params)}, got {sorted(values)}")
+        connection = connections[alias]
+        params = list(entry.params)
+        for name, positions in entry.slots:
+            prepared = self.params[name].prepare(values[name], connection)
+            for position in positions:
+                params[position] = prepared
+        return entry.sql, params
+
+    def _entry(self, alias: str, shape: tuple[Hashable, ...]) -> _Compiled:
+        key = (alias, connections[alias].vendor, shape)
+        entry = self._compiled.get(key)
+        if entry is None:
+            # Two threads may both compile it the first time: the same text either way.
+            entry = self._compiled[key] = self._make(alias, shape)
+        return entry
+
+    def _compile(self, alias: str, shape: tuple[Hashable, ...], sample: int) -> Any:
+        values = {name: param.samples[sample] for name, param in self.params.items()}
+        return self.build(*shape, **values).query.get_compiler(using=alias)
+
+    def _make(self, alias: str, shape: tuple[Hashable, ...]) -> _Compiled:
+        connection = connections[alias]
+        compilers = [self._compile(alias, shape, sample) for sample in (0, 1)]
+        (sql, first), (other_sql, second) = (compiler.as_sql() for compiler in compilers)
+        if sql != other_sql or len(first) != len(second):
+            raise ValueError(f"{self.build.__qualname__}: its values change the statement's text")
+        changed = {i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b}
+        slots = []
+        for name, param in self.params.items():
+            ours = tuple(
+                i
+                for i in changed
+                if first[i] == param.prepare(param.samples[0], connection)
+                and second[i] == param.prepare(param.samples[1], connection)
+            )
+            if not ours:
+                raise ValueError(f"{self.build.__qualname__}: no parameter takes the value of {name!r}")
+            slots.append((name, ours))
+        claimed = [i for _, positions in slots for i in positions]
+        if len(claimed) != len(set(claimed)) or changed != set(claimed):
+            raise ValueError(f"{self.build.__qualname__}: its parameters are not told apart by their samples")
+        compiler = compilers[0]
+        select, klass_info = compiler.select, compiler.klass_info
+        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        return _Compiled(
+            sql=sql,
+            params=tuple(first),
+            slots=tuple(slots),
+            query=compiler.query,
+            columns=tuple(column[0] for column in select[0 : compiler.col_count]),
+            model=klass_info["model"],
+            names=tuple(column[0].target.attname for column in select[start:end]),
+            span=slice(start, end),
+            related=tuple(get_related_populators(klass_info, select, alias)),
+            annotations=tuple(compiler.annotation_col_map.items()),
+        )
