@@ -12,6 +12,23 @@ minutes. Each test still runs alone with its fixtures; only the order changes.
 import pytest
 
 
+def _group_in_nodeid(item: pytest.Item) -> None:
+    """What pytest-xdist's worker does for --dist loadgroup, done here when it had no effect: the
+    scheduler reads a unit's group from the `@group` ending of each test's id, which xdist 3.8 writes
+    into `item._nodeid` — a field pytest 9.2 no longer reads its ids from (its structured `_id`), so
+    every test went out alone and a module's processes started once per worker that took one of
+    its tests, interleaved (https://github.com/pytest-dev/pytest-xdist/issues/1386). Once xdist writes
+    the id itself again, this does nothing."""
+    names = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    if not names or "@" in item.nodeid.rsplit("]", 1)[-1]:
+        return
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")  # type: ignore[attr-defined]
+
+
 def _rank(item: pytest.Item) -> int:
     if item.get_closest_marker("xdist_group") is not None:
         return 0
@@ -21,5 +38,8 @@ def _rank(item: pytest.Item) -> int:
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-django's own ordering, which would undo this one
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        for item in items:
+            _group_in_nodeid(item)
     items.sort(key=_rank)  # stable: a module's tests keep their order
