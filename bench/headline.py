@@ -189,7 +189,8 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
+    """A figure as the tables show it: "—" for none; two decimals below 100, one below 1,000, none above."""
     if v is None:
         return "—"
     if isinstance(v, bool):
@@ -223,20 +224,20 @@ def markdown(h: dict[str, Any]) -> str:
         _line(["---", "---:", "---:", "---", "---", ":-:", *("---:" for _ in tiers)]),
     ]
     for row in h["rows"]:
-        floor = f"{_fmt(row['floor'])} {row['unit']}: {row['floor_is']}" if row["floor"] is not None else "—"
+        floor = f"{fmt(row['floor'])} {row['unit']}: {row['floor_is']}" if row["floor"] is not None else "—"
         cells = [
             f"{row['figure']}",
-            f"{_fmt(row['value'])} {row['unit']}",
-            _fmt(row["x_floor"]),
+            f"{fmt(row['value'])} {row['unit']}",
+            fmt(row["x_floor"]),
             floor,
             row["target"] or "—",
-            "—" if row["met"] is None else _fmt(row["met"]),
+            "—" if row["met"] is None else fmt(row["met"]),
         ]
         for label in tiers:
             grown = row["tiers"].get(label)
             if grown is None or grown["vs_x1"] is None:
                 cells.append("—")
             else:
-                cells.append(_fmt(grown["vs_x1"]) + ("" if grown["within_limit"] else " **over**"))
+                cells.append(fmt(grown["vs_x1"]) + ("" if grown["within_limit"] else " **over**"))
         lines.append(_line(cells))
     return "\n".join(lines) + "\n"

@@ -524,16 +524,7 @@ def growth(r: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "**no**"
-    if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:,.2f}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
+_fmt = headline.fmt
 
 
 def markdown(r: dict[str, Any]) -> str:
