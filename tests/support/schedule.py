@@ -1,12 +1,13 @@
 """The order bin/test's parallel workers take the tests in (a pytest plugin; conftest.py lists it).
 
-pytest-xdist's --dist loadgroup hands out work in collection order: a module's process tests as
-one unit (conftest.py groups them: its module-wide processes start once), every other test on its
-own. Collected module by module, the last units handed out included whole process modules, and the
-pass ended when the last of them did, the other workers idle. So the units go out longest first,
-as far as their kind tells: the process modules, then the slow in-process tests (the admin's
-sweeps, ten seconds each), then the rest — short tests that spread evenly over the workers' last
-minutes. Each test still runs alone with its fixtures; only the order changes.
+pytest-xdist's --dist loadgroup hands out work in collection order: the process tests of a module
+that shares processes module-wide as one unit (conftest.py groups them: those start once), every
+other test on its own. Collected module by module, the last units handed out included whole
+process modules, and the pass ended when the last of them did, the other workers idle. So the units
+go out longest first, as far as their kind tells: the process tests (grouped or not), then the
+slow in-process tests (the admin's sweeps, ten seconds each), then the rest — short tests that
+spread evenly over the workers' last minutes. Each test still runs alone with its fixtures; only
+the order changes.
 """
 
 import pytest
@@ -30,7 +31,7 @@ def _group_in_nodeid(item: pytest.Item) -> None:
 
 
 def _rank(item: pytest.Item) -> int:
-    if item.get_closest_marker("xdist_group") is not None:
+    if any(item.get_closest_marker(name) for name in ("xdist_group", "processes", "browser", "edge")):
         return 0
     if item.get_closest_marker("slow") is not None:
         return 1
