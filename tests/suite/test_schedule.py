@@ -32,6 +32,8 @@ def test_one(started, i):
 """
 
 
+# A pytest of its own with two workers: several seconds, not for bin/test --quick.
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_groups_tests_run_on_one_worker_and_its_module_fixture_starts_once(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
