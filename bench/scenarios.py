@@ -98,9 +98,12 @@ def complete(run: Run) -> None:
 # --- cancel -------------------------------------------------------------------------------------
 
 
-def streaming_runs(ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | None = None) -> tuple[list[Any], Any]:
+def streaming_runs(
+    ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | None = None, settle: float = 1.0
+) -> tuple[list[Any], Any]:
     """`runs` demo runs streaming a delta every `delay_ms` in the workers (they stream on until
-    cancelled); returns their ids once every one is running and has streamed, past the claim burst.
+    cancelled); returns their ids once every one is running and has streamed, `settle` s past the
+    claim burst.
 
     `floor` (bench/floor.py's command line) runs the floor once more then: the same raw work under
     the same background load; its figures are returned beside the ids (None without it)."""
@@ -120,7 +123,7 @@ def streaming_runs(ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | Non
         return running == len(ids) and streaming == len(ids)
 
     wait_for(all_streaming, 180, f"{runs} runs streaming", interval=0.25)
-    time.sleep(1)  # past the claim burst
+    time.sleep(settle)  # past the claim burst
     floor_under_load = None
     if floor:
         done = subprocess.run(floor, check=True, capture_output=True, text=True)
@@ -129,13 +132,13 @@ def streaming_runs(ctx: Ctx, *, runs: int, delay_ms: int, floor: list[str] | Non
 
 
 def cancel(
-    ctx: Ctx, *, runs: int, delay_ms: int, gap_ms: int, via: str, floor: list[str] | None = None
+    ctx: Ctx, *, runs: int, delay_ms: int, gap_ms: int, via: str, floor: list[str] | None = None, settle: float = 1.0
 ) -> dict[str, Any]:
     """`runs` demo runs streaming in the workers; cancel each (service call or HTTP POST) and
     measure request start → committed response, and → the attempt's released_at.
 
     `floor`: the floor measured once more while the runs stream, just before the cancels."""
-    ids, floor_under_load = streaming_runs(ctx, runs=runs, delay_ms=delay_ms, floor=floor)
+    ids, floor_under_load = streaming_runs(ctx, runs=runs, delay_ms=delay_ms, floor=floor, settle=settle)
     http = Http(ctx.base, ctx.token) if via == "http" else None
     cpu = CpuMeter({"web": ctx.web.pid, **{f"worker{i}": w.pid for i, w in enumerate(ctx.workers)}})
     started: dict[Any, float] = {}
@@ -375,9 +378,10 @@ async def _watch(ctx: Ctx, path: str, connected: asyncio.Event, gate: asyncio.Se
     return chunks
 
 
-def watchers(ctx: Ctx, *, n: int, events: int, interval: float) -> dict[str, Any]:
+def watchers(ctx: Ctx, *, n: int, events: int, interval: float, settle: float = 2.0) -> dict[str, Any]:
     """`n` SSE watchers of one live run on the one web process; a writer process appends one
-    event per transaction every `interval` s through the service and reports each commit's time."""
+    event per transaction every `interval` s through the service and reports each commit's time.
+    The web process's memory is read `settle` s after the last watcher connected."""
     run = make_running_run(ctx, 0, label=f"watchers-{n}")
     path = f"/api/runs/{run.pk}/stream/?after_seq=0"
     before = proc_status(ctx.web.pid)
@@ -389,7 +393,7 @@ def watchers(ctx: Ctx, *, n: int, events: int, interval: float) -> dict[str, Any
         tasks = [asyncio.create_task(_watch(ctx, path, c, gate)) for c in connected]
         await asyncio.wait_for(asyncio.gather(*(c.wait() for c in connected)), 600)
         connect_seconds = time.monotonic() - t0
-        await asyncio.sleep(2)
+        await asyncio.sleep(settle)
         idle = {**proc_status(ctx.web.pid), "db_connections": await asyncio.to_thread(_web_connections)}
         sampler = Sampler(ctx.web.pid, _web_connections, interval=0.1)
         sampler.start()

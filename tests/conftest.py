@@ -21,14 +21,24 @@ ON_SQLITE = os.environ.get("DATABASE_URL", "").startswith("sqlite")
 PROCESS_FIXTURES = {"procs", "live", "proxy", "chromium", "browser_page", "pg_cluster"}
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture that lives as long as its module or package: what the
+    module's tests share, set up once where they run one after the other."""
+    info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the test's fixtures
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope in ("module", "package") for each in defs for d in each)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.processes)
-        # bin/test's workers (pytest-xdist --dist loadgroup) take a module's process tests together,
-        # so its module-wide processes start once; the in-process tests go one by one.
-        if any(item.get_closest_marker(name) for name in ("processes", "browser", "edge")):
+        # bin/test's workers (pytest-xdist --dist loadgroup) take a module's process tests together
+        # where they share module-wide processes (a host's virtualenv, a server), which then start
+        # once; every other test goes out alone, to whichever worker is free.
+        process = any(item.get_closest_marker(name) for name in ("processes", "browser", "edge"))
+        if process and _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     # On SQLite only the tests that claim to hold there may run; bin/test selects them with
     # -m sqlite, and this guards a hand-run that forgot to.

@@ -13,7 +13,8 @@ rewrites the parts:
     .venv/bin/python docs/hooks/reference.py --write
 
 Also the maps of the code (docs/hooks/maps.py): docs/layout.md's listings and the module index that
-ends each package docstring of runs/ and tests/support/__init__.py.
+ends each package docstring of runs/ and tests/support/__init__.py; and docs/benchmarks.md's first
+table, from bench/results/summary.json (docs/hooks/benchmarks.py).
 
 Sources: the settings registries (runs/conf.py, config/environment.py), the OpenAPI schema the app
 serves (runs/api/schema.py), the CLI's parser (clients/python/runledger_client/cli.py), the event
@@ -38,13 +39,17 @@ DOCS = ROOT / "docs"
 PART = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
 
 
-def _maps() -> Any:
-    """docs/hooks/maps.py, loaded from its file as MkDocs loads this one (a hook is no package)."""
-    spec = importlib.util.spec_from_file_location("docs_hooks_maps", Path(__file__).with_name("maps.py"))
+def _sibling(name: str) -> Any:
+    """docs/hooks/`name`.py, loaded from its file as MkDocs loads this one (a hook is no package)."""
+    spec = importlib.util.spec_from_file_location(f"docs_hooks_{name}", Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _maps() -> Any:
+    return _sibling("maps")
 
 
 def _django() -> None:
@@ -297,6 +302,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "layout-tests": lambda: _maps().listing("tests"),
     "layout-bench": lambda: _maps().listing("bench"),
     "layout-clients": lambda: _maps().listing("clients/python"),
+    "benchmarks-headline": lambda: _sibling("benchmarks").headline(),
 }
 
 

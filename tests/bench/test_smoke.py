@@ -2,6 +2,7 @@
 repository's root), so that a change of the schema or of an API that breaks one fails the suite.
 No figure is asserted: at these sizes they mean nothing."""
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from bench import floor, run_all
 from bench.__main__ import benchmarks
+from tests.support.docs import benchmarks_headline
 from tests.support.procs import ROOT
 
 # The floor that a benchmark measures beside its figures, at its least too.
@@ -70,6 +72,15 @@ def test_run_all_leaves_out_of_its_smoke_run_only_benchmarks_smoke_run_alone() -
     left_out = run_all.SMOKE["skip"]
     assert left_out and set(left_out) <= set(SMALLEST) - {"run_all"}
     assert run_all.FULL["skip"] == run_all.QUICK["skip"] == ()
+    # The headline's requests are measured at every tier, the smoke run's too.
+    assert "api_requests" not in left_out
+
+
+def test_run_alls_smoke_run_grows_through_every_tier_a_full_run_does() -> None:
+    tiers = [label for label, _, _ in run_all.SMOKE["tiers"]]
+    assert (
+        tiers == [label for label, _, _ in run_all.FULL["tiers"]] == [label for label, _, _ in run_all.QUICK["tiers"]]
+    )
 
 
 @pytest.fixture
@@ -127,3 +138,9 @@ def test_the_benchmark_runs_at_its_smallest_size(name: str, tmp_path: Path, requ
                     os.killpg(bench.pid, signal.SIGKILL)
                     bench.wait()
     assert code == 0, f"python -m bench {name} {' '.join(options)}: exit {code}\n{log.read_text()[-6000:]}"
+    if name == "run_all":
+        # What the docs' first table is rendered from, rendered: every figure through every tier.
+        summary = tmp_path / "results" / "summary.json"
+        table = benchmarks_headline().headline(summary)
+        assert table.count("\n| ") == 2 + len(json.loads(summary.read_text())["headline"]["rows"])
+        assert "| x10 / x1 | x100 / x1 |" in table

@@ -19,7 +19,7 @@ from tests.support import host as hosts
 from tests.support import raw_http
 from tests.support.browser import PageLoads, save_screenshot
 from tests.support.host import Followed, Host, Venv
-from tests.support.package import build
+from tests.support.package import built_for_the_run
 from tests.support.procs import Procs
 from tests.support.signin import sign_in_over_http, signed_in_over_http
 
@@ -34,7 +34,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     """The reader's virtualenv: their project's Django (the release the app requires) and nothing
     of Runledger, which the guide's own `pip install` brings."""
     folder = tmp_path_factory.mktemp("venv")
-    built = build(folder)
+    built = built_for_the_run(tmp_path_factory)
     venv = hosts.make_venv(folder / "venv", built.wheel)
     (django,) = [r for r in built.metadata().get_all("Requires-Dist", []) if r.startswith("Django")]
     venv.pip_install(django)

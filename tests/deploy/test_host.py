@@ -19,7 +19,7 @@ import pytest
 
 from tests.support import host as hosts
 from tests.support.host import Host, Venv
-from tests.support.package import build
+from tests.support.package import built_for_the_run
 from tests.support.procs import Proc, Procs
 from tests.support.waiting import wait_until
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.processes
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     folder = tmp_path_factory.mktemp("venv")
-    built = build(folder)
+    built = built_for_the_run(tmp_path_factory)
     venv = hosts.make_venv(folder / "venv", built.wheel)
     venv.install("server,postgres")
     return venv

@@ -19,7 +19,7 @@ from packaging.version import Version
 import runledger_client
 import runs
 from tests.support.descriptions import REPOSITORY, description_links, links_that_lead_nowhere, repository_path
-from tests.support.package import Built, app_files, build, checkout_files, core_install
+from tests.support.package import Built, app_files, built_for_the_run, checkout_files, core_install
 from tests.support.procs import ROOT
 
 # What the repository holds besides the app: none of it belongs in a distribution of the app.
@@ -46,11 +46,11 @@ PROJECT_URLS = {"Homepage", "Documentation", "Changelog", "Issues"}
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Built]:
-    """Each distribution built once for the module, when a test first asks for it."""
+    """Each distribution built once for the run, when a test first asks for it."""
 
     @functools.cache
     def made(project: str) -> Built:
-        return build(tmp_path_factory.mktemp("package"), project)
+        return built_for_the_run(tmp_path_factory, project)
 
     return made
 

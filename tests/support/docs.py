@@ -4,8 +4,8 @@ as a reader types them into one terminal.
 
 A block the tests run carries a title on its fence, which the built site shows above it:
 ```` ```sh title="Create a run" ````. The tests find blocks by that title. Also the renderer of the
-reference pages' generated parts (docs/hooks/reference.py), as the docs' build loads it, and the
-maps of the code it writes (docs/hooks/maps.py).
+reference pages' generated parts (docs/hooks/reference.py), as the docs' build loads it, the
+maps of the code it writes (docs/hooks/maps.py) and the benchmarks' headline (docs/hooks/benchmarks.py).
 """
 
 import importlib.util
@@ -73,6 +73,11 @@ def reference_renderer() -> ModuleType:
 def code_maps() -> ModuleType:
     """docs/hooks/maps.py: the maps of the code (docs/layout.md's listings, the package indexes)."""
     return _hook("maps")
+
+
+def benchmarks_headline() -> ModuleType:
+    """docs/hooks/benchmarks.py: docs/benchmarks.md's first table, from bench/results/summary.json."""
+    return _hook("benchmarks")
 
 
 def generated_part(page: str, name: str) -> str:

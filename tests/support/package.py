@@ -4,6 +4,7 @@ project can install the app's wheel."""
 
 import email.parser
 import email.policy
+import fcntl
 import json
 import os
 import shutil
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.procs import ROOT, subprocess_env
 
@@ -106,6 +109,24 @@ def build(folder: Path, project: str = ".") -> Built:
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
     return Built(wheel=wheel, sdist=sdist)
+
+
+def built_for_the_run(factory: pytest.TempPathFactory, project: str = ".") -> Built:
+    """build() of `project` once for the whole test run: the first test process to ask builds it,
+    under a lock, into a folder every process of the run shares (pytest-xdist's workers' temporary
+    folders are siblings, in the run's own); the others wait for it and take the same files. The
+    checkout does not change during a run, so each build would make the same distributions."""
+    shared = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    folder = shared / ("built-" + (project.strip("./").replace("/", "-") or "app"))
+    with (shared / f"{folder.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        wheels, sdists = list(folder.glob("dist/*.whl")), list(folder.glob("dist/*.tar.gz"))
+        if len(wheels) == len(sdists) == 1:
+            return Built(wheel=wheels[0], sdist=sdists[0])
+        shutil.rmtree(folder, ignore_errors=True)  # a build that failed half-way: none of it kept
+        return build(folder, project)
 
 
 def core_install(
