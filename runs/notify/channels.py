@@ -33,11 +33,19 @@ Note = tuple[str, str]
 
 def send(*notes: Note) -> None:
     """Every note of a write in one statement: each costs the transaction a round trip otherwise."""
+    sent = statement(*notes)
+    if sent is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(*sent)
+
+
+def statement(*notes: Note) -> tuple[str, list[str]] | None:
+    """The one statement that sends `notes`, for a caller that sends it with its other statements
+    (None: nothing to send, or SQLite)."""
     if connection.vendor != "postgresql" or not notes:
-        return
+        return None
     calls = ", ".join("pg_notify(%s, %s)" for _ in notes)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {calls}", [part for note in notes for part in note])
+    return f"SELECT {calls}", [part for note in notes for part in note]
 
 
 def events_committed(run_id: UUID, last_seq: int) -> Note:

@@ -5,6 +5,7 @@ transaction, none of the run again after it. And the worker's claim, the middle 
 Counted on PostgreSQL (this file is not in the SQLite selection), where `BEGIN`/`COMMIT` and the
 notifications are statements of their own."""
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
+from runs.services.statements import SEPARATOR
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
@@ -33,26 +35,35 @@ def statements(call: Callable[[], Any], status: int) -> list[str]:
 
 
 def _kinds(captured: CaptureQueriesContext) -> list[str]:
-    """Each statement as its first word and the table it is about."""
-    return [q["sql"].lstrip().split(" ", 1)[0] + " " + _table(q["sql"]) for q in captured.captured_queries]
+    """Each round trip: its statements (a send of several: runs.services.statements), each as its
+    first word and the table it is about."""
+    return [" + ".join(_kind(sql) for sql in q["sql"].split(SEPARATOR)) for q in captured.captured_queries]
+
+
+def _kind(sql: str) -> str:
+    return sql.split(None, 1)[0] + " " + _table(sql)
 
 
 def _table(sql: str) -> str:
-    for word in (
-        "runs_apitoken",
-        "runs_webhooknotification",
-        "runs_webhookdelivery",
-        "runs_runevent",
-        "runs_runattempt",
-        "runs_authfailure",
-        "runs_webhookendpoint",
-        "runs_run",
-        "auth_user",
-        "pg_notify",
-    ):
-        if word in sql:
-            return word
-    return ""
+    """The first of the tables it names (a statement's own table comes before any subquery's)."""
+    named = [
+        # At one place, the longer name: "runs_run" is the start of "runs_runevent"
+        (found.start(), -len(word), word)
+        for word in (
+            "runs_apitoken",
+            "runs_webhooknotification",
+            "runs_webhookdelivery",
+            "runs_runevent",
+            "runs_runattempt",
+            "runs_authfailure",
+            "runs_webhookendpoint",
+            "runs_run",
+            "auth_user",
+            "pg_notify",
+        )
+        if (found := re.search(word, sql))
+    ]
+    return min(named)[2] if named else ""
 
 
 def url(run: Any, action: str = "") -> str:
@@ -76,26 +87,20 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         # The key, its user and its address's standing (blocked?), one statement (docs/design/fair-use.md)
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
-        "INSERT runs_runevent",
-        "SELECT pg_notify",  # events and control, one statement
-        "SELECT runs_webhookendpoint",  # any endpoint to notify? one index read (docs/design/webhooks.md#outbox)
-        "UPDATE runs_run",  # after it: a notification's body counts in the run's stored bytes
-        "SELECT runs_run",  # the unfinished children the cancel cascades to
+        # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition; then, once the lock
+        # is held, whether any child is unfinished and any endpoint enabled (runs.services.locks.Around)
+        "SELECT runs_run + SELECT runs_run",
+        # Neither: no read of them. The event, the run and the notification, one round trip
+        "INSERT runs_runevent + UPDATE runs_run + SELECT pg_notify",
         "COMMIT ",
     ]
     assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT runs_run",
-        "INSERT runs_runevent",
-        "SELECT pg_notify",
-        "UPDATE runs_runattempt",
-        "SELECT runs_webhookendpoint",
-        "UPDATE runs_run",
-        "SELECT runs_run",
+        "SELECT runs_run + SELECT runs_run",
+        # The attempt closed, RETURNING it: the answer shows it without a read after the commit
+        "INSERT runs_runevent + UPDATE runs_runattempt + UPDATE runs_run + SELECT pg_notify",
         "COMMIT ",
-        "SELECT runs_runattempt",  # the answer shows the attempt
     ]
 
 
@@ -209,20 +214,19 @@ def test_a_read_adds_the_attempt_of_a_claimed_run_and_the_partial_output_of_an_e
 
 
 def test_a_cancel_with_a_webhook_endpoint_adds_the_outbox_writes(api: APIClient, alice: User) -> None:
-    without = statements(lambda: api.post(url(running_run(alice), "cancel"), {}), 200)
+    first, second = running_run(alice), running_run(alice)
+    without = statements(lambda: api.post(url(first, "cancel"), {}), 200)
     webhook_create(owner=alice, url="https://hooks.example.test/in", events=["run.cancelled"])
-    looked_up = without.index("SELECT runs_webhookendpoint") + 1
-    assert (
-        statements(lambda: api.post(url(running_run(alice), "cancel"), {}), 200)
-        == [
-            *without[:looked_up],
-            "SELECT runs_runattempt",  # the notification's body: the run's JSON with its attempt, read again after
-            "INSERT runs_webhooknotification",
-            "INSERT runs_webhookdelivery",
-            "SELECT pg_notify",  # webhooks due: a second notification statement
-            *without[looked_up:],
-        ]
-    )
+    locked = without.index("BEGIN ") + 2
+    assert statements(lambda: api.post(url(second, "cancel"), {}), 200) == [
+        *without[:locked],  # the lock, which now finds an endpoint enabled
+        # The endpoints, FOR KEY SHARE, read with the event and the attempt written: the notification's
+        # body is the run as it ended, its attempt from this UPDATE's RETURNING
+        "INSERT runs_runevent + UPDATE runs_runattempt + SELECT runs_webhookendpoint",
+        # The body stored once, a delivery per endpoint, and `webhooks_due` in the one notification statement
+        "INSERT runs_webhooknotification + INSERT runs_webhookdelivery + UPDATE runs_run + SELECT pg_notify",
+        "COMMIT ",
+    ]
 
 
 def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: User) -> None:
