@@ -108,11 +108,11 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
     assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
-        "SELECT runs_run",  # ... so their totals (active, kept, bytes) are the caps' truth
-        "INSERT runs_runevent",
-        "SELECT pg_notify",  # events and queue, one statement
-        "INSERT runs_run",  # with its last_seq: no second write of the row
+        # pg_advisory_xact_lock: the owner's creates, one at a time; then, a statement of its own
+        # (its snapshot taken once the lock is held), their totals (active, kept, bytes): the caps' truth
+        "SELECT  + SELECT runs_run",
+        # The run with its last_seq (no second write of the row), and events and queue, one notification
+        "INSERT runs_runevent + INSERT runs_run + SELECT pg_notify",
         "COMMIT ",
     ]
     run = queued_run(alice)
@@ -180,16 +180,18 @@ def test_healthz_sends_no_statement() -> None:
 def test_a_create_scheduled_ahead_sends_the_statements_of_any_create(api: APIClient) -> None:
     ahead = (timezone.now() + timedelta(hours=1)).isoformat()
     body = {"agent": "demo", "input": {"deltas": 1}, "start_after": ahead}
-    assert statements(lambda: api.post("/api/runs/", body, format="json"), 201) == [
+    with CaptureQueriesContext(connection) as captured:
+        assert api.post("/api/runs/", body, format="json").status_code == 201
+    assert _kinds(captured) == [
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT ",  # the owner's lock: a run scheduled ahead counts against the caps like any
-        "SELECT runs_run",
-        "INSERT runs_runevent",
-        "SELECT pg_notify",  # events and queue: the workers wake and find nothing due yet
-        "INSERT runs_run",
+        "SELECT  + SELECT runs_run",  # the owner's lock: a run scheduled ahead counts against the caps like any
+        "INSERT runs_runevent + INSERT runs_run + SELECT pg_notify",
         "COMMIT ",
     ]
+    # The queue's note says when it falls due, by the database's clock: the workers wake then, and
+    # not now to find nothing to claim (docs/design/fair-use.md#start-after).
+    assert "EXTRACT(EPOCH FROM" in captured.captured_queries[3]["sql"]
 
 
 def test_a_read_adds_the_attempt_of_a_claimed_run_and_the_partial_output_of_an_ended_one(
