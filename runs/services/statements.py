@@ -46,31 +46,40 @@ def insert(objs: Sequence[Model], *, computed: Mapping[str, Statement] | None = 
     concrete field but an automatic key; the fields named in `computed` take its SQL expression,
     the same in each row, instead of their value."""
     model = type(objs[0])
-    fields = [f for f in model._meta.concrete_fields if not (f.primary_key and getattr(objs[0], f.attname) is None)]
+    keyed = model._meta.pk is not None and getattr(objs[0], model._meta.pk.attname) is not None
+    head, fields = _insert_head(model, keyed, connection.vendor)
     given = {_field(model, name).attname: value for name, value in (computed or {}).items()}
     row = "(" + ", ".join(given[f.attname][0] if f.attname in given else "%s" for f in fields) + ")"
-    sql = (
-        f"INSERT INTO {_q(model._meta.db_table)} ({', '.join(_q(f.column) for f in fields)}) "
-        f"VALUES {', '.join([row] * len(objs))}"
-    )
     params = [
         part
         for obj in objs
         for f in fields
         for part in (given[f.attname][1] if f.attname in given else [_saved(f, obj)])
     ]
-    return sql, params
+    return f"{head} VALUES {', '.join([row] * len(objs))}", params
+
+
+@cache
+def _insert_head(model: type[Model], keyed: bool, vendor: str) -> tuple[str, list["Field[Any, Any]"]]:
+    fields = [f for f in model._meta.concrete_fields if keyed or not f.primary_key]
+    return f"INSERT INTO {_q(model._meta.db_table)} ({', '.join(_q(f.column) for f in fields)})", fields
 
 
 def update(obj: Model, fields: Iterable[str]) -> Statement:
     """The UPDATE of `obj`'s `fields` (names, as `save(update_fields=)` takes them), by its key."""
-    meta = obj._meta
-    changed = [_field(type(obj), name) for name in fields]
-    sets = ", ".join(f"{_q(f.column)} = %s" for f in changed)
-    params = [_saved(f, obj) for f in changed]
-    pk = meta.pk
+    sql, changed = _update_sql(type(obj), tuple(fields), connection.vendor)
+    pk = obj._meta.pk
     assert pk is not None
-    return f"UPDATE {_q(meta.db_table)} SET {sets} WHERE {_q(pk.column)} = %s", [*params, _saved(pk, obj)]
+    return sql, [*(_saved(f, obj) for f in changed), _saved(pk, obj)]
+
+
+@cache
+def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> tuple[str, list["Field[Any, Any]"]]:
+    changed = [_field(model, name) for name in names]
+    pk = model._meta.pk
+    assert pk is not None
+    sets = ", ".join(f"{_q(f.column)} = %s" for f in changed)
+    return f"UPDATE {_q(model._meta.db_table)} SET {sets} WHERE {_q(pk.column)} = %s", changed
 
 
 def _field(model: type[Model], name: str) -> "Field[Any, Any]":
@@ -85,27 +94,33 @@ def _saved(field: "Field[Any, Any]", obj: Model) -> Any:
 
 def columns(model: type[Model], alias: str = "") -> str:
     """Every concrete column of `model`, in field order (as `from_row` reads them)."""
+    return _columns(model, alias, connection.vendor)
+
+
+@cache
+def _columns(model: type[Model], alias: str, vendor: str) -> str:
     prefix = f"{_q(alias)}." if alias else ""
     return ", ".join(prefix + _q(f.column) for f in model._meta.concrete_fields)
 
 
 def from_row(model: type[M], values: Sequence[Any]) -> M:
     """The instance of `model` that a row of its `columns` holds, converted as the ORM converts them."""
-    converted = [convert(value) for convert, value in zip(_converters(model, connection.vendor), values, strict=True)]
-    return model.from_db(connection.alias, [f.attname for f in model._meta.concrete_fields], converted)
+    names, converters = _reading(model, connection.vendor)
+    converted = list(values)
+    assert len(converted) == len(names), (model, len(converted))
+    for i, expression, found in converters:
+        for converter in found:
+            converted[i] = converter(converted[i], expression, connection)
+    return model.from_db(connection.alias, names, converted)
 
 
 @cache
-def _converters(model: type[Model], vendor: str) -> list[Callable[[Any], Any]]:
-    def one(field: "Field[Any, Any]") -> Callable[[Any], Any]:
+def _reading(model: type[Model], vendor: str) -> tuple[list[str], list[tuple[int, Any, list[Callable[..., Any]]]]]:
+    """The attribute names of `model`'s `columns`, and the ORM's converters of each that has some."""
+    converters = []
+    for i, field in enumerate(model._meta.concrete_fields):
         expression = field.get_col(model._meta.db_table)
         found = [*connection.ops.get_db_converters(expression), *field.get_db_converters(connection)]  # type: ignore[attr-defined]
-
-        def convert(value: Any) -> Any:
-            for converter in found:
-                value = converter(value, expression, connection)
-            return value
-
-        return convert
-
-    return [one(f) for f in model._meta.concrete_fields]
+        if found:
+            converters.append((i, expression, found))
+    return [f.attname for f in model._meta.concrete_fields], converters
