@@ -21,10 +21,12 @@ from runs.notify.channels import (
     events_committed,
     parse_control_payload,
     parse_events_payload,
+    parse_queue_payload,
     parse_revoked_payload,
     run_queued,
     send,
     slot_freed,
+    statement,
     webhooks_due,
 )
 from runs.notify.listener import APPLICATION_NAME_PREFIX, Listener, conninfo
@@ -45,9 +47,11 @@ __all__ = [
     "events_committed",
     "parse_control_payload",
     "parse_events_payload",
+    "parse_queue_payload",
     "parse_revoked_payload",
     "run_queued",
     "send",
     "slot_freed",
+    "statement",
     "webhooks_due",
 ]

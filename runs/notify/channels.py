@@ -4,6 +4,8 @@ A note is `pg_notify` inside the writing transaction, delivered only at its comm
 readers, never replaces their reads. On SQLite `send` does nothing: readers poll.
 """
 
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -14,7 +16,8 @@ EVENTS = "runledger_events"
 # requested); status is the one its transaction committed
 CONTROL = "runledger_control"
 # payload "<run_id>" — a run became queued, or a running run ended (a claim capped by its owner's
-# running runs may pass now)
+# running runs may pass now); "<run_id>:<seconds>" — a run was queued that falls due (its
+# start_after) that many seconds after the notification was sent: nothing to claim until then
 QUEUE = "runledger_queue"
 
 # payload "" — webhook deliveries were written or came due again (redelivered)
@@ -33,11 +36,24 @@ Note = tuple[str, str]
 
 def send(*notes: Note) -> None:
     """Every note of a write in one statement: each costs the transaction a round trip otherwise."""
-    if connection.vendor != "postgresql" or not notes:
-        return
-    calls = ", ".join("pg_notify(%s, %s)" for _ in notes)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {calls}", [part for note in notes for part in note])
+    sent = statement(*notes)
+    if sent is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(*sent)
+
+
+def statement(*notes: Note, scheduled: tuple[UUID, datetime] | None = None) -> tuple[str, list[Any]] | None:
+    """The one statement that sends `notes`, for a caller that sends it with its other statements
+    (None: nothing to send, or SQLite). `scheduled`: a run and the time it falls due, which QUEUE
+    says as the seconds until then by the database's clock, the clock claims compare with."""
+    if connection.vendor != "postgresql" or not (notes or scheduled):
+        return None
+    calls = ["pg_notify(%s, %s)" for _ in notes]
+    params: list[Any] = [part for note in notes for part in note]
+    if scheduled is not None:
+        calls.append("pg_notify(%s, %s || ':' || EXTRACT(EPOCH FROM %s - STATEMENT_TIMESTAMP())::text)")
+        params += [QUEUE, str(scheduled[0]), scheduled[1]]
+    return f"SELECT {', '.join(calls)}", params
 
 
 def events_committed(run_id: UUID, last_seq: int) -> Note:
@@ -66,6 +82,15 @@ def parse_revoked_payload(payload: str) -> int:
 
 def webhooks_due() -> Note:
     return WEBHOOKS, ""
+
+
+def parse_queue_payload(payload: str) -> float | None:
+    """The seconds until the run a QUEUE note names falls due; None: it is due now."""
+    _, scheduled, seconds = payload.partition(":")
+    try:
+        return float(seconds) if scheduled else None
+    except ValueError:
+        return None
 
 
 def parse_events_payload(payload: str) -> tuple[str, int]:

@@ -16,10 +16,12 @@ the other names are the project's own and may change.
 #                           insert
 #     execution.py          The writes of a worker's attempt
 #     idempotency.py        Retry-safe creates: at most one run per
+#     locks.py              Locking a run for a command
 #     quotas.py             Per-owner limits, enforced where runs are made and claimed
 #     rerun.py              Running an ended run again, and forking it from the middle of its log
 #     retention.py          Retention: deleting old terminal runs with their events and attempts
 #     scheduling.py         Changing when a queued run may start and how it ranks
+#     statements.py         Statements written plainly and sent together
 #     sweeper.py            The sweeper every worker runs
 #     tokens.py             API tokens issued and revoked
 #     webhook_endpoints.py  Webhook endpoints registered, changed, rotated and deleted

@@ -105,7 +105,7 @@ def _each(runs: QuerySet[Run], actor: User, max_runs: int, statuses: Collection[
 def _one(run_id: UUID, actor: User, wanted: frozenset[str], command: _Command) -> Outcome:
     try:
         with transaction.atomic(durable=True):
-            run = lock_run(run_id)
+            run = lock_run(run_id, ending=True)
             # The single command's checks, on the row it locks. A run that ended meanwhile goes on
             # to the command, which reports it and writes nothing (or refuses it: a conflict).
             access.require(actor, run, command.rule, run_id=run_id)

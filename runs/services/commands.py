@@ -19,18 +19,31 @@ from runs.access import User
 from runs.events import EventType, WaitReason
 from runs.exceptions import StaleTicket, ValidationFailed
 from runs.models import Run, RunEvent
-from runs.services.core import APPENDED, SYSTEM, append, end, has_room, lock_run, no_room, park, require_transition
+from runs.services.core import (
+    APPENDED,
+    SYSTEM,
+    end,
+    event_rows,
+    has_room,
+    lock_run,
+    no_room,
+    park,
+    require_transition,
+    write_appended,
+)
 from runs.services.creation import check_input
 from runs.services.quotas import check_stored_bytes
+from runs.services.statements import send_together, update
 from runs.storable import json_bytes, same_json
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
 
-def lock_for(run_id: UUID | str, caller: User | None, rule: access.Rule) -> Run:
+def lock_for(run_id: UUID | str, caller: User | None, rule: access.Rule, *, ending: bool = False) -> Run:
     """Lock the run; with `caller`, refuse them by `rule` (runs.access.require) on the row locked:
     one read serves the checks and the command, and a refusal writes nothing. `caller` is the API's,
-    internal: host code checks before it calls (docs/reference/python.md)."""
-    run = lock_run(run_id)
+    internal: host code checks before it calls (docs/reference/python.md). `ending`: the command
+    may end or park the run (`runs.services.core.lock_run`)."""
+    run = lock_run(run_id, ending=ending)
     if caller is not None:
         access.require(caller, run, rule, run_id=run_id)
     return run
@@ -58,7 +71,7 @@ def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", caller: User 
     cancel is the caller's to check (`runs.access.can_cancel`: the owner, and holders of
     `runs.cancel_run`). `caller`, internal: the API's user, checked on the locked run."""
     with transaction.atomic(durable=True):
-        return cancel_locked(lock_for(run_id, caller, access.CANCEL), actor=actor, note=note)
+        return cancel_locked(lock_for(run_id, caller, access.CANCEL, ending=True), actor=actor, note=note)
 
 
 def cancel_locked(run: Run, *, actor: User, note: str) -> CommandResult:
@@ -88,7 +101,7 @@ def run_stop(
     if not reason or not reason.strip():
         raise ValidationFailed("a stop needs a reason", detail={"reason": ["this field is required"]})
     with transaction.atomic(durable=True):
-        return stop_locked(lock_for(run_id, caller, access.STOP), actor=actor, code=code, reason=reason)
+        return stop_locked(lock_for(run_id, caller, access.STOP, ending=True), actor=actor, code=code, reason=reason)
 
 
 def stop_locked(run: Run, *, actor: User | None, code: str, reason: str) -> CommandResult:
@@ -110,7 +123,7 @@ def run_pause(*, run_id: UUID | str, caller: User | None = None) -> CommandResul
     when its events would pass the run's `max_events`. Who may pause is the caller's to check
     (`runs.access.can_pause_resume`). `caller`, internal: the API's user, checked on the locked run."""
     with transaction.atomic(durable=True):
-        run = lock_for(run_id, caller, access.PAUSE_RESUME)
+        run = lock_for(run_id, caller, access.PAUSE_RESUME, ending=True)
         now = timezone.now()
         if run.status == Status.WAITING:
             return CommandResult(run=run, changed=False)
@@ -124,8 +137,8 @@ def run_pause(*, run_id: UUID | str, caller: User | None = None) -> CommandResul
                 raise no_room(run, needed, "a pause")
             run.pause_requested_at = now
             run.updated_at = now
-            run.save(update_fields=["pause_requested_at", "updated_at"])
-            notify.send(notify.control_changed(run.id, run.status))
+            noted = notify.statement(notify.control_changed(run.id, run.status))
+            send_together(update(run, ["pause_requested_at", "updated_at"]), *([noted] if noted else []))
             return CommandResult(run=run, changed=True, pending=True)
         park(run, WaitReason.PAUSED, prompt=None, attempt=None, now=now)  # queued → waiting; terminal raises
     return CommandResult(run=run, changed=True)
@@ -164,8 +177,9 @@ def run_resume(*, run_id: UUID | str, ticket: str, input: Any = None, caller: Us
         run.updated_at = now
         run.queued_at = now
         run.events_used += 1
-        append(run, [(EventType.RUN_RESUMED, resumed)], attempt=None, now=now, notes=[notify.run_queued(run.id)])
-        run.save(update_fields=["status", "resume_ticket", "updated_at", "queued_at", *APPENDED, "events_used"])
+        rows = event_rows(run, [(EventType.RUN_RESUMED, resumed)], attempt=None, now=now)
+        fields = ["status", "resume_ticket", "updated_at", "queued_at", *APPENDED, "events_used"]
+        write_appended(run, rows, fields=fields, notes=[notify.run_queued(run.id)])
     return CommandResult(run=run, changed=True)
 
 

@@ -8,9 +8,8 @@ import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
-from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import connection
 from django.db.models import F
 
 from runs import notify, signals
@@ -27,10 +26,17 @@ from runs.events import (
     ToolStatus,
     WaitReason,
 )
-from runs.exceptions import BudgetExhausted, InvalidTransition, NotFound, StaleAttempt
+from runs.exceptions import BudgetExhausted, InvalidTransition
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
 from runs.services import webhooks
+
+# The locks live in runs.services.locks; the services built on this core take them from here.
+from runs.services.locks import Around, around
+from runs.services.locks import lock_current as lock_current
+from runs.services.locks import lock_or_skip as lock_or_skip
+from runs.services.locks import lock_run as lock_run
+from runs.services.statements import Statement, columns, from_row, insert, send_together, update
 from runs.storable import json_bytes
 from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
@@ -40,35 +46,6 @@ SYSTEM = "system"
 # The fields of the run that `append` changes, which its caller saves (and `reported_usage`, when it
 # appends `usage.reported`: only the agent's appends do).
 APPENDED = ["last_seq", "stored_bytes", "partial_events"]
-
-
-def lock_run(run_id: UUID | str) -> Run:
-    # FOR NO KEY UPDATE: event and child inserts take FOR KEY SHARE on the run through their
-    # foreign key, and must not wait for this lock. (A no-op on SQLite, whose IMMEDIATE
-    # transactions serialise the writers instead.)
-    # The owner comes with it, locked no further (`of`): every answer names them.
-    try:
-        return Run.objects.select_related("owner").select_for_update(no_key=True, of=("self",)).get(pk=run_id)
-    except (Run.DoesNotExist, ValueError, DjangoValidationError) as exc:
-        raise NotFound(f"run {run_id} not found") from exc
-
-
-def lock_current(run_id: UUID | str, generation: int) -> Run:
-    """Lock the run and fence the caller: only its current, running attempt may write."""
-    run = lock_run(run_id)
-    if run.status != Status.RUNNING or run.generation != generation:
-        raise StaleAttempt(
-            f"attempt {generation} of run {run_id} is no longer current (run is {run.status}, "
-            f"attempt {run.generation})",
-            run=run,
-        )
-    return run
-
-
-def lock_or_skip(run_id: UUID | str) -> Run | None:
-    """Lock the run unless another transaction holds it (another sweeper, or a command that will
-    leave it changed): then None, and the next sweep looks again."""
-    return Run.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=run_id).first()
 
 
 def require_transition(run: Run, target: Status) -> None:
@@ -92,6 +69,18 @@ def append(
     caller saves `last_seq` and `stored_bytes` (and `open_tool_calls`, if it appends tool events)
     with the rest of its changes to the run (`APPENDED`). `notes` go out with the events' own
     notification."""
+    rows = event_rows(run, events, attempt=attempt, now=now)
+    RunEvent.objects.bulk_create(rows)
+    notify.send(notify.events_committed(run.id, run.last_seq), *notes)
+    series.events_appended(len(rows))
+    return rows
+
+
+def event_rows(
+    run: Run, events: Sequence[tuple[str, dict[str, Any]]], *, attempt: int | None, now: datetime
+) -> list[RunEvent]:
+    """The rows of `events`, numbered on from the run's `last_seq`, counted on the run (`APPENDED`)
+    as `append` counts them; the caller inserts them."""
     rows = []
     # What the run's end says of its partial output, and its usage, are counted here, on the row
     # the caller saves anyway: never a statement of their own, never a read of the events.
@@ -113,10 +102,44 @@ def append(
         rows.append(
             RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now, data_bytes=size)
         )
-    RunEvent.objects.bulk_create(rows)
-    notify.send(notify.events_committed(run.id, run.last_seq), *notes)
-    series.events_appended(len(rows))
     return rows
+
+
+def write_appended(
+    run: Run,
+    rows: Sequence[RunEvent],
+    *,
+    fields: Sequence[str],
+    notes: Sequence[notify.Note],
+    event_type: str | None = None,
+    closing: Statement | None = None,
+    ended: bool = False,
+) -> None:
+    """Insert `rows`, close the attempt (`closing`, from `close_statement`), save the run's
+    `fields` and send the events' notification with `notes`: one round trip. With `event_type`, a
+    webhook notification of it too (`webhooks.outbox`): when an endpoint may want it (`around`),
+    the endpoints are read in the first of two round trips, with the events and the attempt
+    written, so that its body is the run as this write leaves it. `ended`: the run's bytes are
+    final once its notification's are counted."""
+    sent = [insert(rows), *([closing] if closing is not None else [])]
+    notes = [notify.events_committed(run.id, run.last_seq), *notes]
+    if event_type is not None and around(run).endpoints:
+        found = send_together(*sent, webhooks.endpoints_read(run))
+        if closing is not None:
+            _closed(run, found[1])
+        sent, size = webhooks.outbox(run, event_type, endpoints=found[-1], now=rows[-1].created_at)
+        if sent:
+            notes.append(notify.webhooks_due())
+        # Its body is stored for the owner like an event: counted on the run.
+        run.stored_bytes += size
+        closing = None
+    if ended:
+        run.ended_bytes = run.stored_bytes
+    signal = notify.statement(*notes)
+    found = send_together(*sent, update(run, fields), *([signal] if signal is not None else []))
+    if closing is not None:
+        _closed(run, found[1])
+    series.events_appended(len(rows))
 
 
 def add_usage(run: Run, report: dict[str, Any]) -> None:
@@ -151,10 +174,28 @@ def _usage_sum(stored: float, reported: float) -> float | None:
 
 
 def close_attempt(run: Run, outcome: AttemptOutcome, *, now: datetime, released: bool) -> None:
-    changes: dict[str, Any] = {"outcome": outcome}
+    send_together(close_statement(run, outcome, now=now, released=released))
+
+
+def close_statement(run: Run, outcome: AttemptOutcome, *, now: datetime, released: bool) -> Statement:
+    """The UPDATE that closes the run's open current attempt with `outcome`, returning it: the
+    command's answer shows it without reading it again (`_closed`)."""
+    table = RunAttempt._meta.db_table
+    sets = "outcome = %s"
+    params: list[Any] = [outcome.value]
     if released:
-        changes["released_at"] = now
-    RunAttempt.objects.filter(run=run, generation=run.generation, outcome=AttemptOutcome.RUNNING).update(**changes)
+        sets += ", released_at = %s"
+        params.append(connection.ops.adapt_datetimefield_value(now))
+    run_key = RunAttempt._meta.get_field("run").get_db_prep_save(run.pk, connection)
+    where = "run_id = %s AND generation = %s AND outcome = %s"
+    sql = f"UPDATE {table} SET {sets} WHERE {where} RETURNING {columns(RunAttempt)}"
+    return sql, [*params, run_key, run.generation, AttemptOutcome.RUNNING.value]
+
+
+def _closed(run: Run, rows: Sequence[tuple[Any, ...]]) -> None:
+    # The run's JSON takes its current attempt from here (as a list's prefetch) instead of a read.
+    if rows:
+        run.current_attempts = [from_row(RunAttempt, rows[0])]  # type: ignore[attr-defined]
 
 
 def has_room(run: Run, events: int) -> bool:
@@ -197,21 +238,19 @@ def park(run: Run, reason: WaitReason, *, prompt: str | None, attempt: int | Non
     run.pause_requested_at = None
     run.updated_at = now
     run.events_used += len(events)
+    rows = event_rows(run, events, attempt=attempt, now=now)
+    fields = [
+        "status",
+        "resume_ticket",
+        "pause_requested_at",
+        "updated_at",
+        *APPENDED,
+        "events_used",
+        "open_tool_calls",
+    ]
     # The control note: a worker that held the run lets go of it (or re-reads, finds nothing to do).
-    append(run, events, attempt=attempt, now=now, notes=[notify.control_changed(run.id, run.status)])
-    # Its notification's body is stored for the owner like an event: counted on the run.
-    run.stored_bytes += webhooks.enqueue(run, EventType.RUN_WAITING, now=now)
-    run.save(
-        update_fields=[
-            "status",
-            "resume_ticket",
-            "pause_requested_at",
-            "updated_at",
-            *APPENDED,
-            "events_used",
-            "open_tool_calls",
-        ]
-    )
+    notes = [notify.control_changed(run.id, run.status)]
+    write_appended(run, rows, fields=fields, notes=notes, event_type=EventType.RUN_WAITING)
 
 
 def end(
@@ -270,21 +309,26 @@ def end(
         # The owner's next run may be claimable now, by any worker: wake them all, not only the one
         # whose slot this frees (the others would wait for their poll).
         notes.append(notify.slot_freed(run.id))
-    append(run, events, attempt=attempt, now=now, notes=notes)
-    if was_running:
-        # The worker learns of it through the control notification (or its re-read) and records
-        # released_at itself once it has actually stopped.
-        close_attempt(run, AttemptOutcome(status), now=now, released=attempt is not None)
-    # After the attempt is closed: the notification carries the run as it ended. Its body is
-    # stored for the owner like an event: counted on the run, before the run's bytes are final.
-    run.stored_bytes += webhooks.enqueue(run, TERMINAL_EVENT[status], now=now)
-    # Final now: nothing is appended after the terminal event.
-    run.ended_bytes = run.stored_bytes
+    rows = event_rows(run, events, attempt=attempt, now=now)
+    # The worker learns of it through the control notification (or its re-read) and records
+    # released_at itself once it has actually stopped. Closed before the webhook notification's
+    # body is made: it carries the run as it ended.
+    closing = (
+        close_statement(run, AttemptOutcome(status), now=now, released=attempt is not None) if was_running else None
+    )
     sizes = ["output_bytes", "error_bytes", "ended_bytes"]
-    run.save(update_fields=[*ended, *APPENDED, *sizes, "open_tool_calls", "events_used"])
+    write_appended(
+        run,
+        rows,
+        fields=[*ended, *APPENDED, *sizes, "open_tool_calls", "events_used"],
+        notes=notes,
+        event_type=TERMINAL_EVENT[status],
+        closing=closing,
+        ended=True,
+    )
     # At commit, like the notifications: host code hears of an end only once it holds.
     signals.send_run_ended(run)
-    if cascade:
+    if cascade and around(run).children:
         _end_descendants(run, now=now)
 
 
@@ -305,6 +349,9 @@ def _end_descendants(run: Run, *, now: datetime) -> None:
             .order_by("created_at", "id")
         )
         for child in children:
+            if child.owner_id == run.owner_id:
+                # The same owner's endpoints, which the run's lock looked for.
+                child._around = Around(endpoints=around(run).endpoints)  # type: ignore[attr-defined]
             end(child, status, code=code, reason=reason, by=SYSTEM, now=now, cascade=False)
         frontier = [child.pk for child in children]
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from runs import notify
@@ -16,9 +16,11 @@ from runs.conf import conf
 from runs.events import EventType
 from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.metadata import check_metadata
+from runs.metrics import series
 from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run
-from runs.services.core import append, lock_run
+from runs.services.core import event_rows, lock_run
 from runs.services.quotas import check_create
+from runs.services.statements import insert, send_together
 from runs.storable import json_bytes, value_problem
 
 
@@ -205,9 +207,17 @@ def insert_run(
         run.events_used = len(copies)
     # The event first, so the run is inserted with its last_seq at once (no second write of the
     # row): foreign keys are checked at commit (Django declares them DEFERRABLE INITIALLY DEFERRED).
-    events = [(EventType.RUN_CREATED, created), *copies]
-    append(run, events, attempt=None, now=now, notes=[notify.run_queued(run.id)])
-    run.save(force_insert=True)
+    rows = event_rows(run, [(EventType.RUN_CREATED, created), *copies], attempt=None, now=now)
+    events = notify.events_committed(run.id, run.last_seq)
+    if due > now:
+        # Nothing to claim yet: the workers only learn when it falls due, and wake then.
+        noted = notify.statement(events, scheduled=(run.id, due))
+    else:
+        noted = notify.statement(events, notify.run_queued(run.id))
+    # The events, the run and the notifications: one round trip.
+    send_together(insert(rows), insert([run]), *([noted] if noted is not None else []))
+    run._state.adding, run._state.db = False, connection.alias
+    series.events_appended(len(rows))
     return run
 
 

@@ -344,7 +344,7 @@ def run_wait(*, run_id: UUID | str, generation: int, reason: str, prompt: str | 
     why = _known(WaitReason, reason, "wait reason")
     exhausted: StaleAttempt | None = None
     with transaction.atomic(durable=True):
-        run = lock_current(run_id, generation)
+        run = lock_current(run_id, generation, ending=True)
         now = timezone.now()
         try:
             park(run, why, prompt=prompt, attempt=generation, now=now)
@@ -360,14 +360,14 @@ def run_wait(*, run_id: UUID | str, generation: int, reason: str, prompt: str | 
 
 def run_complete(*, run_id: UUID | str, generation: int, output: Any) -> Run:
     with transaction.atomic(durable=True):
-        run = lock_current(run_id, generation)
+        run = lock_current(run_id, generation, ending=True)
         end(run, Status.COMPLETED, code="", reason="", by=SYSTEM, now=timezone.now(), attempt=generation, output=output)
     return run
 
 
 def run_fail(*, run_id: UUID | str, generation: int, code: FailCode, reason: str, error: Any = None) -> Run:
     with transaction.atomic(durable=True):
-        run = lock_current(run_id, generation)
+        run = lock_current(run_id, generation, ending=True)
         end(
             run, Status.FAILED, code=code, reason=reason, by=SYSTEM, now=timezone.now(), attempt=generation, error=error
         )

@@ -4,6 +4,7 @@ fair share of the workers at claim, and the cap on webhook endpoints. A count an
 allows must not race another of the same owner's, so each check first takes a transaction-scoped
 advisory lock (on SQLite, whose IMMEDIATE transactions serialise writers, none is needed)."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
@@ -17,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, WebhookEndpoint
+from runs.services.statements import Statement, send_together
 from runs.transitions import Status
 
 
@@ -28,9 +30,13 @@ class OwnerLock(IntEnum):
 
 
 def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [int(purpose), owner_id])
+    send_together(*_owner_lock(owner_id, purpose))
+
+
+def _owner_lock(owner_id: int, purpose: OwnerLock) -> list[Statement]:
+    if connection.vendor != "postgresql":
+        return []
+    return [("SELECT pg_advisory_xact_lock(%s, %s)", [int(purpose), owner_id])]
 
 
 # Under the running cap, claims take their turn: one lock for every owner, not one per owner. A
@@ -59,13 +65,12 @@ class Owned:
     stored_bytes: int
 
 
-def owned(owner_id: int) -> Owned:
-    """An owner's active runs, the runs they keep and the bytes those store."""
-    with connection.cursor() as cursor:
-        cursor.execute(OWNED_SQL, [owner_id, *LIVE_VALUES, owner_id, *TERMINAL_VALUES])
-        row = cursor.fetchone()
-    assert row is not None
-    live, live_bytes, ended, ended_bytes = (int(value) for value in row)
+def owned(owner_id: int, *, after: Sequence[Statement] = ()) -> Owned:
+    """An owner's active runs, the runs they keep and the bytes those store; read in the round
+    trip of the statements `after` names, after them (a statement of its own: its snapshot is taken
+    once they are done, e.g. once an owner's lock is granted)."""
+    found = send_together(*after, (OWNED_SQL, [owner_id, *LIVE_VALUES, owner_id, *TERMINAL_VALUES]))
+    live, live_bytes, ended, ended_bytes = (int(value) for value in found[-1][0])
     return Owned(active=live, kept=live + ended, stored_bytes=live_bytes + ended_bytes)
 
 
@@ -75,14 +80,14 @@ def check_create(owner_id: int, *, input_bytes: int) -> None:
     `purge_runs` deletes them (RUNLEDGER_MAX_RUNS_PER_USER), and the bytes those store with this
     run's input (RUNLEDGER_MAX_STORED_BYTES_PER_USER). Inside the creating transaction, before the
     insert: one lock on the owner, then one read of their totals (`owned`). No row of theirs is
-    shared by their writes, so no append of theirs ever waits for another."""
+    shared by their writes, so no append of theirs ever waits for another. The lock and the read go
+    in one round trip: the read, a statement of its own, counts every create the lock waited for."""
     active_cap = conf.MAX_ACTIVE_RUNS_PER_USER
     runs_cap = conf.MAX_RUNS_PER_USER
     bytes_cap = conf.MAX_STORED_BYTES_PER_USER
     if active_cap is None and runs_cap is None and bytes_cap is None:
         return
-    lock_owner(owner_id, OwnerLock.CREATE)
-    totals = owned(owner_id)
+    totals = owned(owner_id, after=_owner_lock(owner_id, OwnerLock.CREATE))
     counted = [
         (
             active_cap,

@@ -23,6 +23,7 @@ from runs.access import sees_every_run
 from runs.conf import conf
 from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookNotification
 from runs.selectors.run_json import run_json
+from runs.services.statements import Statement, columns, from_row, insert, send_together
 
 M = TypeVar("M", bound=Model)
 
@@ -35,15 +36,37 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
     """Write a notification of the run's last event to each enabled endpoint that wants it; the
     caller holds the run's lock. Its body is made and stored once, whatever the number of endpoints
     (each delivery row points at it); the caller counts the bytes returned on the run, as it counts
-    an event's (0: nothing written). With no endpoint: one indexed read."""
-    endpoints = WebhookEndpoint.objects.filter(Q(owner_id=run.owner_id) | Q(all_runs=True), enabled=True)
-    wanted = [
-        endpoint.id
-        for endpoint in key_shared(endpoints.only("id", "events", "metadata"))
-        if matches(endpoint, run, event_type)
-    ]
+    an event's (0: nothing written). With no endpoint: one indexed read. (The commands send these
+    statements with their own: `runs.services.core`.)"""
+    (endpoints,) = send_together(endpoints_read(run))
+    writes, size = outbox(run, event_type, endpoints=endpoints, now=now)
+    if writes:
+        send_together(*writes)
+        notify.send(notify.webhooks_due())
+    return size
+
+
+def endpoints_read(run: Run) -> Statement:
+    """The enabled endpoints of the run's owner and those sent every owner's runs, key-shared
+    (`key_shared`): a delivery is written only for an endpoint that cannot be deleted meanwhile.
+    One index read of each kind (`webhook_enabled_owner`, `webhook_enabled_all`)."""
+    table = WebhookEndpoint._meta.db_table
+    sql = f"SELECT {columns(WebhookEndpoint)} FROM {table} WHERE enabled AND (owner_id = %s OR all_runs)"
+    return sql + _KEY_SHARE[connection.vendor == "postgresql"], [run.owner_id]
+
+
+_KEY_SHARE = {True: " FOR KEY SHARE", False: ""}
+
+
+def outbox(
+    run: Run, event_type: str, *, endpoints: Sequence[tuple[object, ...]], now: datetime
+) -> tuple[list[Statement], int]:
+    """The writes of the notification of the run's last event to those of `endpoints` (rows of
+    `endpoints_read`) that want it, and its body's size (nothing, 0: none wants it). The caller
+    sends them, with the `webhooks_due` note."""
+    wanted = [e.id for e in (from_row(WebhookEndpoint, row) for row in endpoints) if matches(e, run, event_type)]
     if not wanted:
-        return 0
+        return [], 0
     # ASCII (json.dumps escapes the rest): its length is its size in bytes.
     body = json.dumps(
         {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": {"run": run_json(run)}},
@@ -51,15 +74,19 @@ def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
         separators=(",", ":"),
     )
     event = {"run_id": run.id, "seq": run.last_seq, "event_type": event_type, "created_at": now}
-    notification = WebhookNotification.objects.create(body=body, **event)
     # Due at once; given up a day (RUNLEDGER_WEBHOOKS_GIVE_UP_SECONDS) after the event.
     timing = {"next_attempt_at": now, "give_up_at": now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)}
-    WebhookDelivery.objects.bulk_create(
-        WebhookDelivery(endpoint_id=endpoint_id, notification_id=notification.pk, **event, **timing)
-        for endpoint_id in wanted
+    deliveries = [WebhookDelivery(endpoint_id=endpoint_id, **event, **timing) for endpoint_id in wanted]
+    # Its id is the database's: each delivery finds it by the event it reports, in the same send.
+    notification_id = (
+        f"(SELECT id FROM {WebhookNotification._meta.db_table} WHERE run_id = %s AND seq = %s)",
+        [deliveries[0]._meta.get_field("run_id").get_db_prep_save(run.id, connection), run.last_seq],
     )
-    notify.send(notify.webhooks_due())
-    return len(body)
+    writes = [
+        insert([WebhookNotification(body=body, **event)]),
+        insert(deliveries, computed={"notification": notification_id}),
+    ]
+    return writes, len(body)
 
 
 def key_shared(rows: "QuerySet[M]") -> "Iterable[M]":

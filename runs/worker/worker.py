@@ -93,6 +93,8 @@ class Worker:
         self._signals = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        # The wake-up at the soonest start a create's notification announced (`_wake_at_start`).
+        self._start_timer: asyncio.TimerHandle | None = None
         self._db: Db | None = None
         self._listener: Listener | None = None
         self._deliverer: Deliverer | None = None
@@ -282,7 +284,11 @@ class Worker:
     def _on_notify(self, channel: str, payload: str) -> None:
         assert self._wake is not None
         if channel == notify.QUEUE:
-            self._wake.set()
+            ahead = notify.parse_queue_payload(payload)
+            if ahead is None or ahead <= 0:
+                self._wake.set()
+            else:
+                self._wake_at_start(ahead + START_MARGIN_SECONDS)
         elif channel == notify.WEBHOOKS:
             assert self._deliverer is not None
             self._deliverer.wake()
@@ -300,6 +306,18 @@ class Worker:
                 held.stop(f"the run is {status}", via="notification")
             else:
                 self._spawn(self._recheck([(held.run_id, held.generation)], via="notification"))
+
+    def _wake_at_start(self, seconds: float) -> None:
+        """Wake the claim loop in `seconds`, when a run scheduled ahead falls due, unless it is woken
+        sooner for another: no claim now, which would find nothing (fair-use.md#start-after)."""
+        assert self._loop is not None and self._wake is not None
+        when = self._loop.time() + seconds
+        timer = self._start_timer
+        if timer is not None and not timer.cancelled() and self._loop.time() < timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._start_timer = self._loop.call_at(when, self._wake.set)
 
     def _on_listener_connect(self) -> None:
         # Whatever happened while the connection was down was not heard: re-read it all.

@@ -5,6 +5,7 @@ transaction, none of the run again after it. And the worker's claim, the middle 
 Counted on PostgreSQL (this file is not in the SQLite selection), where `BEGIN`/`COMMIT` and the
 notifications are statements of their own."""
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
+from runs.services.statements import SEPARATOR
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
@@ -33,14 +35,20 @@ def statements(call: Callable[[], Any], status: int) -> list[str]:
 
 
 def _kinds(captured: CaptureQueriesContext) -> list[str]:
-    """Each statement as its first word and the table it is about."""
-    return [q["sql"].lstrip().split(" ", 1)[0] + " " + _table(q["sql"]) for q in captured.captured_queries]
+    """Each round trip: its statements (a send of several: runs.services.statements), each as its
+    first word and the table it is about."""
+    return [" + ".join(_kind(sql) for sql in q["sql"].split(SEPARATOR)) for q in captured.captured_queries]
+
+
+def _kind(sql: str) -> str:
+    return sql.split(None, 1)[0] + " " + _table(sql)
 
 
 def _table(sql: str) -> str:
-    """The first table the statement names: the one it reads or writes (a subquery's come after)."""
-    found = [
-        (sql.find(word), word)
+    """The first of the tables it names (a statement's own table comes before any subquery's)."""
+    named = [
+        # At one place, the longer name: "runs_run" is the start of "runs_runevent"
+        (found.start(), -len(word), word)
         for word in (
             "runs_apitoken",
             "runs_webhooknotification",
@@ -53,10 +61,9 @@ def _table(sql: str) -> str:
             "auth_user",
             "pg_notify",
         )
-        if word in sql
+        if (found := re.search(word, sql))
     ]
-    # A longer name holds a shorter one (runs_runevent, runs_run): at one place the longer wins.
-    return min(found, key=lambda hit: (hit[0], -len(hit[1])))[1] if found else ""
+    return min(named)[2] if named else ""
 
 
 def url(run: Any, action: str = "") -> str:
@@ -80,26 +87,20 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
         # The key, its user and its address's standing (blocked?), one statement (docs/design/fair-use.md)
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT runs_run",  # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition
-        "INSERT runs_runevent",
-        "SELECT pg_notify",  # events and control, one statement
-        "SELECT runs_webhookendpoint",  # any endpoint to notify? one index read (docs/design/webhooks.md#outbox)
-        "UPDATE runs_run",  # after it: a notification's body counts in the run's stored bytes
-        "SELECT runs_run",  # the unfinished children the cancel cascades to
+        # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition; then, once the lock
+        # is held, whether any child is unfinished and any endpoint enabled (runs.services.locks.Around)
+        "SELECT runs_run + SELECT runs_run",
+        # Neither: no read of them. The event, the run and the notification, one round trip
+        "INSERT runs_runevent + UPDATE runs_run + SELECT pg_notify",
         "COMMIT ",
     ]
     assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT runs_run",
-        "INSERT runs_runevent",
-        "SELECT pg_notify",
-        "UPDATE runs_runattempt",
-        "SELECT runs_webhookendpoint",
-        "UPDATE runs_run",
-        "SELECT runs_run",
+        "SELECT runs_run + SELECT runs_run",
+        # The attempt closed, RETURNING it: the answer shows it without a read after the commit
+        "INSERT runs_runevent + UPDATE runs_runattempt + UPDATE runs_run + SELECT pg_notify",
         "COMMIT ",
-        "SELECT runs_runattempt",  # the answer shows the attempt
     ]
 
 
@@ -107,11 +108,11 @@ def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient,
     assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT ",  # pg_advisory_xact_lock: the owner's creates, one at a time ...
-        "SELECT runs_run",  # ... so their totals (active, kept, bytes) are the caps' truth
-        "INSERT runs_runevent",
-        "SELECT pg_notify",  # events and queue, one statement
-        "INSERT runs_run",  # with its last_seq: no second write of the row
+        # pg_advisory_xact_lock: the owner's creates, one at a time; then, a statement of its own
+        # (its snapshot taken once the lock is held), their totals (active, kept, bytes): the caps' truth
+        "SELECT  + SELECT runs_run",
+        # The run with its last_seq (no second write of the row), and events and queue, one notification
+        "INSERT runs_runevent + INSERT runs_run + SELECT pg_notify",
         "COMMIT ",
     ]
     run = queued_run(alice)
@@ -179,16 +180,18 @@ def test_healthz_sends_no_statement() -> None:
 def test_a_create_scheduled_ahead_sends_the_statements_of_any_create(api: APIClient) -> None:
     ahead = (timezone.now() + timedelta(hours=1)).isoformat()
     body = {"agent": "demo", "input": {"deltas": 1}, "start_after": ahead}
-    assert statements(lambda: api.post("/api/runs/", body, format="json"), 201) == [
+    with CaptureQueriesContext(connection) as captured:
+        assert api.post("/api/runs/", body, format="json").status_code == 201
+    assert _kinds(captured) == [
         "SELECT runs_apitoken",
         "BEGIN ",
-        "SELECT ",  # the owner's lock: a run scheduled ahead counts against the caps like any
-        "SELECT runs_run",
-        "INSERT runs_runevent",
-        "SELECT pg_notify",  # events and queue: the workers wake and find nothing due yet
-        "INSERT runs_run",
+        "SELECT  + SELECT runs_run",  # the owner's lock: a run scheduled ahead counts against the caps like any
+        "INSERT runs_runevent + INSERT runs_run + SELECT pg_notify",
         "COMMIT ",
     ]
+    # The queue's note says when it falls due, by the database's clock: the workers wake then, and
+    # not now to find nothing to claim (docs/design/fair-use.md#start-after).
+    assert "EXTRACT(EPOCH FROM" in captured.captured_queries[3]["sql"]
 
 
 def test_a_read_of_a_claimed_or_ended_run_is_one_statement_with_its_attempt_and_partial_output(
@@ -214,20 +217,19 @@ def test_a_read_of_a_claimed_or_ended_run_is_one_statement_with_its_attempt_and_
 
 
 def test_a_cancel_with_a_webhook_endpoint_adds_the_outbox_writes(api: APIClient, alice: User) -> None:
-    without = statements(lambda: api.post(url(running_run(alice), "cancel"), {}), 200)
+    first, second = running_run(alice), running_run(alice)
+    without = statements(lambda: api.post(url(first, "cancel"), {}), 200)
     webhook_create(owner=alice, url="https://hooks.example.test/in", events=["run.cancelled"])
-    looked_up = without.index("SELECT runs_webhookendpoint") + 1
-    assert (
-        statements(lambda: api.post(url(running_run(alice), "cancel"), {}), 200)
-        == [
-            *without[:looked_up],
-            "SELECT runs_runattempt",  # the notification's body: the run's JSON with its attempt, read again after
-            "INSERT runs_webhooknotification",
-            "INSERT runs_webhookdelivery",
-            "SELECT pg_notify",  # webhooks due: a second notification statement
-            *without[looked_up:],
-        ]
-    )
+    locked = without.index("BEGIN ") + 2
+    assert statements(lambda: api.post(url(second, "cancel"), {}), 200) == [
+        *without[:locked],  # the lock, which now finds an endpoint enabled
+        # The endpoints, FOR KEY SHARE, read with the event and the attempt written: the notification's
+        # body is the run as it ended, its attempt from this UPDATE's RETURNING
+        "INSERT runs_runevent + UPDATE runs_runattempt + SELECT runs_webhookendpoint",
+        # The body stored once, a delivery per endpoint, and `webhooks_due` in the one notification statement
+        "INSERT runs_webhooknotification + INSERT runs_webhookdelivery + UPDATE runs_run + SELECT pg_notify",
+        "COMMIT ",
+    ]
 
 
 def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: User) -> None:

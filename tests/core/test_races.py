@@ -11,11 +11,14 @@ from django.db import connection
 
 from runs import services
 from runs.exceptions import RunConflict
-from runs.models import RunAttempt, RunEvent
+from runs.models import RunAttempt, RunEvent, WebhookDelivery, WebhookEndpoint
+from runs.services.core import lock_run
+from runs.services.creation import RunSpec, insert_run
+from runs.services.webhook_endpoints import webhook_create
 from runs.transitions import FailCode
 from tests.conftest import ON_SQLITE
 from tests.factories import assert_log_is_sound, queued_run, running_run
-from tests.support.threads import race, race_a_cancel
+from tests.support.threads import first_holds_second_waits, race, race_a_cancel
 
 RACERS = 50
 RUNS = 3 if ON_SQLITE else 6
@@ -156,3 +159,35 @@ def test_creating_children_while_the_parent_is_cancelled_leaves_no_live_orphan(a
         children = list(parent.children.all())
         assert all(child.status == "cancelled" and child.end_code == "parent_cancelled" for child in children)
         assert RunEvent.objects.filter(run__in=children, type="run.cancelled").count() == len(children)
+
+
+# PostgreSQL: a cancel that waits for the run's lock, and what committed while it waited. What the
+# cancel reads beside the run (`runs.services.locks.Around`) is read after its lock is granted, so
+# it sees it; inside the locking statement it would not (its snapshot is from before the wait).
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_child_created_while_a_cancel_waits_for_its_parent_is_cancelled_with_it(alice: User) -> None:
+    parent = running_run(alice)
+
+    def create_child() -> None:
+        insert_run(RunSpec(agent="demo", input={}, parent_id=parent.pk), owner=alice)
+
+    first_holds_second_waits(create_child, lambda: services.run_cancel(run_id=parent.pk, actor=alice))
+    (child,) = parent.children.all()
+    assert (child.status, child.end_code) == ("cancelled", "parent_cancelled")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_endpoint_registered_while_a_cancel_waits_for_the_run_gets_its_notification(alice: User) -> None:
+    run = running_run(alice)
+    registered: list[WebhookEndpoint] = []
+
+    def register() -> None:
+        registered.append(webhook_create(owner=alice, url="https://hooks.example.test/in", events=["run.cancelled"]))
+
+    first_holds_second_waits(
+        lambda: lock_run(run.pk), lambda: services.run_cancel(run_id=run.pk, actor=alice), meanwhile=register
+    )
+    (delivery,) = WebhookDelivery.objects.filter(run_id=run.pk)
+    assert delivery.endpoint_id == registered[0].pk and delivery.event_type == "run.cancelled"

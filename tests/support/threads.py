@@ -8,10 +8,12 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 
 from runs import services
 from runs.models import Run
+from tests.support.db import waiting_on_a_lock
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -81,3 +83,29 @@ class DbThread:
             self.call(lambda: connection.close())
         finally:
             self._executor.shutdown()
+
+
+def first_holds_second_waits(
+    first: Callable[[], object], second: Callable[[], object], meanwhile: Callable[[], object] = lambda: None
+) -> None:
+    """`first` in a transaction held open; `second` started meanwhile must wait for a lock (on
+    PostgreSQL), then `meanwhile` runs while it waits, and both must succeed once `first` commits."""
+    done, release = threading.Event(), threading.Event()
+
+    def holding() -> None:
+        with transaction.atomic():
+            first()
+            done.set()
+            assert release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        held = pool.submit(in_thread(holding))
+        assert done.wait(30) or held.result()
+        waiting = pool.submit(in_thread(second))
+        try:
+            wait_until(waiting_on_a_lock, timeout=10, what="the second transaction waiting for the first's lock")
+            meanwhile()
+        finally:
+            release.set()
+        held.result(timeout=30)
+        waiting.result(timeout=30)

@@ -7,17 +7,15 @@ and registering a URL never waits on DNS, under a resolver that never answers.""
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from django.contrib.auth.models import User
-from django.db import transaction
 from django.utils import timezone
 
 from runs import services
@@ -26,10 +24,10 @@ from runs.services.webhook_endpoints import webhook_create, webhook_delete
 from runs.services.webhooks import Outcome, deliveries_claim, deliveries_record, enqueue
 from tests.factories import queued_run
 from tests.support.blackhole_dns import BlackholeDns
-from tests.support.db import token_for, waiting_on_a_lock
+from tests.support.db import token_for
 from tests.support.memory import memory_kb, reset_peak
 from tests.support.procs import Procs, free_port, subprocess_env, wait_http_ok
-from tests.support.threads import in_thread
+from tests.support.threads import first_holds_second_waits
 from tests.support.waiting import wait_until
 from tests.support.webhooks import Hostile, Receiver
 
@@ -119,29 +117,6 @@ def test_twenty_hanging_endpoints_of_one_user_never_hold_anothers_delivery_past_
     assert max(latencies) <= BOUND, latencies
 
 
-def _first_holds_the_second_waits(first: Callable[[], object], second: Callable[[], object]) -> None:
-    """`first` in a transaction held open; `second` started meanwhile must wait for a lock, and
-    both must succeed once `first` commits."""
-    done, release = threading.Event(), threading.Event()
-
-    def holding() -> None:
-        with transaction.atomic():
-            first()
-            done.set()
-            assert release.wait(30)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        held: Future[None] = pool.submit(in_thread(holding))
-        assert done.wait(30) or held.result()
-        waiting = pool.submit(in_thread(second))
-        try:
-            wait_until(waiting_on_a_lock, timeout=10, what="the second transaction waiting for the first's lock")
-        finally:
-            release.set()
-        held.result(timeout=30)
-        waiting.result(timeout=30)
-
-
 @pytest.mark.parametrize("first", ["delete", "write"])
 def test_an_endpoint_deleted_while_a_notification_is_written_for_it_takes_its_delivery_or_gets_none(
     alice: User, first: str
@@ -159,7 +134,7 @@ def test_an_endpoint_deleted_while_a_notification_is_written_for_it_takes_its_de
         # What run_cancel does under the run's lock (its own transaction cannot be held open).
         enqueue(Run.objects.select_for_update().get(pk=run.pk), "run.cancelled", now=timezone.now())
 
-    _first_holds_the_second_waits(*((delete, write) if first == "delete" else (write_held, delete)))
+    first_holds_second_waits(*((delete, write) if first == "delete" else (write_held, delete)))
     assert first == "write" or Run.objects.get(pk=run.pk).status == "cancelled"
     assert not WebhookDelivery.objects.exists()
 
@@ -179,7 +154,7 @@ def test_an_endpoint_deleted_while_a_worker_logs_an_attempt_takes_the_attempt_or
     def log() -> None:
         deliveries_record(outcomes=[(claimed, refused)], worker="w")
 
-    _first_holds_the_second_waits(*((delete, log) if first == "delete" else (log, delete)))
+    first_holds_second_waits(*((delete, log) if first == "delete" else (log, delete)))
     assert not WebhookDelivery.objects.exists() and not WebhookAttempt.objects.exists()
 
 

@@ -5,10 +5,13 @@ priority before fair share, and leaves a run alone until its start_after; a work
 The claim order is proven on both databases through `run_claim`, and with real worker processes
 where the worker's own claim loop and wake-up are the point."""
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
+import psycopg
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
@@ -20,13 +23,15 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from runs import services
+from runs import notify, services
 from runs.events import EventType
 from runs.models import Run, RunEvent
+from runs.notify import conninfo
 from runs.selectors.clock import db_now
 from runs.selectors.overview import queue_oldest_entered
 from runs.selectors.states import queue_next_start_in
 from runs.transitions import Status
+from runs.worker.worker import Worker
 from tests.factories import queued_run, running_run
 from tests.support.procs import Procs, subprocess_env
 from tests.support.runs import event_types, fresh
@@ -236,6 +241,45 @@ def test_a_run_starts_within_a_second_after_its_start_after_and_a_cancelled_one_
     late = (started_at(run) - start).total_seconds()
     assert 0 <= late < 1, late
     assert event_types(cancelled) == ["run.created", "run.cancelled"]
+
+
+def test_a_create_scheduled_ahead_tells_the_workers_when_it_falls_due_and_one_due_now_to_claim(
+    alice: User,
+) -> None:
+    """A run not due yet wakes no claim (which would find nothing): the queue's note carries the
+    seconds until its start, by the database's clock; a run due now is a plain note, a claim."""
+    with psycopg.connect(**conninfo(), autocommit=True) as listening:
+        listening.execute(f'LISTEN "{notify.QUEUE}"')
+        later = queued_run(alice, start_after=db_now() + timedelta(hours=1))
+        due = queued_run(alice)
+        notes = [note.payload for note in listening.notifies(timeout=10, stop_after=2)]
+    assert notify.parse_queue_payload(notes[1]) is None and notes[1] == str(due.pk)
+    run_id, _, _ = notes[0].partition(":")
+    ahead = notify.parse_queue_payload(notes[0])
+    assert run_id == str(later.pk) and ahead is not None and 3590 < ahead <= 3600, notes[0]
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_told_of_a_run_due_later_wakes_its_claims_then_and_not_before() -> None:
+    """The worker's side of the note above: the soonest announced start arms its wake-up, a later one
+    leaves it armed, and a note of a run due now wakes its claims at once."""
+    worker = Worker(worker_id="w", listen=False)
+
+    async def told() -> tuple[bool, float, bool]:
+        loop = asyncio.get_running_loop()
+        worker._loop, worker._wake = loop, asyncio.Event()
+        told_at = loop.time()
+        worker._on_notify(notify.QUEUE, f"{uuid4()}:0.5")
+        worker._on_notify(notify.QUEUE, f"{uuid4()}:3600")
+        woken_at_once = worker._wake.is_set()
+        await asyncio.wait_for(worker._wake.wait(), timeout=10)
+        waited = loop.time() - told_at
+        worker._wake.clear()
+        worker._on_notify(notify.QUEUE, str(uuid4()))
+        return woken_at_once, waited, worker._wake.is_set()
+
+    woken_at_once, waited, woken_for_a_run_due_now = asyncio.run(told())
+    assert not woken_at_once and 0.5 <= waited < 5 and woken_for_a_run_due_now, waited
 
 
 # --- the staff console -----------------------------------------------------------------------------

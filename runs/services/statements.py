@@ -1,0 +1,126 @@
+"""Statements written plainly and sent together: the writes of a command in one round trip
+(docs/design/commands.md#one-transaction). Each statement is built from the model's own fields, so
+the values go to the database as the ORM would send them, and rows come back as the ORM reads them."""
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cache
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.models import Field, Model
+
+M = TypeVar("M", bound=Model)
+
+Statement = tuple[str, Sequence[Any]]
+
+# What joins the statements of a send: the statement pins split a captured send on it.
+SEPARATOR = ";\n"
+
+
+def send_together(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+    """Send `statements` in order in the open transaction: one round trip on PostgreSQL (Django's
+    psycopg cursor is a ClientCursor, so `;`-joined statements go by the simple query protocol, each
+    with its own snapshot), one by one elsewhere; the rows each one returned (empty for none)."""
+    found: list[list[tuple[Any, ...]]] = []
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            for sql, params in statements:
+                cursor.execute(sql, params)
+                found.append(list(cursor.fetchall()) if cursor.description is not None else [])
+            return found
+        cursor.execute(SEPARATOR.join(sql for sql, _ in statements), [p for _, params in statements for p in params])
+        while True:
+            found.append(list(cursor.fetchall()) if cursor.description is not None else [])
+            if not cursor.nextset():
+                break
+    assert len(found) == len(statements), (len(found), len(statements))
+    return found
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def insert(objs: Sequence[Model], *, computed: Mapping[str, Statement] | None = None) -> Statement:
+    """One INSERT of `objs` (of one model, their primary keys set or left to the database), every
+    concrete field but an automatic key; the fields named in `computed` take its SQL expression,
+    the same in each row, instead of their value."""
+    model = type(objs[0])
+    keyed = model._meta.pk is not None and getattr(objs[0], model._meta.pk.attname) is not None
+    head, fields = _insert_head(model, keyed, connection.vendor)
+    given = {_field(model, name).attname: value for name, value in (computed or {}).items()}
+    row = "(" + ", ".join(given[f.attname][0] if f.attname in given else "%s" for f in fields) + ")"
+    params = [
+        part
+        for obj in objs
+        for f in fields
+        for part in (given[f.attname][1] if f.attname in given else [_saved(f, obj)])
+    ]
+    return f"{head} VALUES {', '.join([row] * len(objs))}", params
+
+
+@cache
+def _insert_head(model: type[Model], keyed: bool, vendor: str) -> tuple[str, list["Field[Any, Any]"]]:
+    fields = [f for f in model._meta.concrete_fields if keyed or not f.primary_key]
+    return f"INSERT INTO {_q(model._meta.db_table)} ({', '.join(_q(f.column) for f in fields)})", fields
+
+
+def update(obj: Model, fields: Iterable[str]) -> Statement:
+    """The UPDATE of `obj`'s `fields` (names, as `save(update_fields=)` takes them), by its key."""
+    sql, changed = _update_sql(type(obj), tuple(fields), connection.vendor)
+    pk = obj._meta.pk
+    assert pk is not None
+    return sql, [*(_saved(f, obj) for f in changed), _saved(pk, obj)]
+
+
+@cache
+def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> tuple[str, list["Field[Any, Any]"]]:
+    changed = [_field(model, name) for name in names]
+    pk = model._meta.pk
+    assert pk is not None
+    sets = ", ".join(f"{_q(f.column)} = %s" for f in changed)
+    return f"UPDATE {_q(model._meta.db_table)} SET {sets} WHERE {_q(pk.column)} = %s", changed
+
+
+def _field(model: type[Model], name: str) -> "Field[Any, Any]":
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field), name
+    return field
+
+
+def _saved(field: "Field[Any, Any]", obj: Model) -> Any:
+    return field.get_db_prep_save(getattr(obj, field.attname), connection)
+
+
+def columns(model: type[Model], alias: str = "") -> str:
+    """Every concrete column of `model`, in field order (as `from_row` reads them)."""
+    return _columns(model, alias, connection.vendor)
+
+
+@cache
+def _columns(model: type[Model], alias: str, vendor: str) -> str:
+    prefix = f"{_q(alias)}." if alias else ""
+    return ", ".join(prefix + _q(f.column) for f in model._meta.concrete_fields)
+
+
+def from_row(model: type[M], values: Sequence[Any]) -> M:
+    """The instance of `model` that a row of its `columns` holds, converted as the ORM converts them."""
+    names, converters = _reading(model, connection.vendor)
+    converted = list(values)
+    assert len(converted) == len(names), (model, len(converted))
+    for i, expression, found in converters:
+        for converter in found:
+            converted[i] = converter(converted[i], expression, connection)
+    return model.from_db(connection.alias, names, converted)
+
+
+@cache
+def _reading(model: type[Model], vendor: str) -> tuple[list[str], list[tuple[int, Any, list[Callable[..., Any]]]]]:
+    """The attribute names of `model`'s `columns`, and the ORM's converters of each that has some."""
+    converters = []
+    for i, field in enumerate(model._meta.concrete_fields):
+        expression = field.get_col(model._meta.db_table)
+        found = [*connection.ops.get_db_converters(expression), *field.get_db_converters(connection)]  # type: ignore[attr-defined]
+        if found:
+            converters.append((i, expression, found))
+    return [f.attname for f in model._meta.concrete_fields], converters

@@ -1,0 +1,65 @@
+"""Statements sent together (runs.services.statements): in order, in the open transaction, each
+one's rows back; one round trip on PostgreSQL, where each statement takes its own snapshot."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from runs.models import Run
+from runs.services.core import lock_run
+from runs.services.creation import RunSpec, insert_run
+from runs.services.statements import from_row, send_together, update
+from tests.conftest import ON_SQLITE
+from tests.factories import queued_run
+from tests.support.threads import first_holds_second_waits
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COUNT = ("SELECT COUNT(*) FROM runs_run", [])
+
+
+@pytest.mark.sqlite
+def test_each_statement_sees_the_ones_before_it_and_answers_its_own_rows(alice: User) -> None:
+    run = queued_run(alice)
+    run.agent = "renamed"
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        changed, read, counted = send_together(
+            update(run, ["agent"]), ("SELECT id, agent FROM runs_run WHERE id = %s", [run.pk.hex]), COUNT
+        )
+    assert (changed, counted) == ([], [(1,)])
+    assert [agent for _, agent in read] == ["renamed"]
+    # One round trip on PostgreSQL; elsewhere one by one.
+    assert len(captured.captured_queries) == (3 if ON_SQLITE else 1)
+
+
+@pytest.mark.sqlite
+def test_a_row_read_back_is_the_instance_the_orm_reads(alice: User) -> None:
+    run = queued_run(alice, metadata={"customer": "42"})
+    columns = ", ".join(f.column for f in Run._meta.concrete_fields)
+    ((row,),) = send_together((f"SELECT {columns} FROM runs_run WHERE id = %s", [run.pk.hex]))
+    read, orm = from_row(Run, row), Run.objects.get(pk=run.pk)
+    assert [getattr(read, f.attname) for f in Run._meta.concrete_fields] == [
+        getattr(orm, f.attname) for f in Run._meta.concrete_fields
+    ]
+    assert not read._state.adding
+
+
+def test_a_statement_after_a_lock_waited_for_sees_what_committed_meanwhile(alice: User) -> None:
+    """The property the commands build on (a lock's `Around`, the caps' count after the owner's
+    lock): the statement after a lock takes its snapshot once the lock is granted."""
+    run = queued_run(alice)
+    before = Run.objects.count()
+    counted: list[int] = []
+
+    def lock_then_count() -> None:
+        with transaction.atomic():
+            lock = (f"SELECT id FROM runs_run WHERE id = '{run.pk}' FOR UPDATE", [])
+            counted.append(send_together(lock, COUNT)[1][0][0])
+
+    def hold_and_create() -> None:
+        lock_run(run.pk)
+        insert_run(RunSpec(agent="demo", input={}), owner=alice, capped=False)
+
+    first_holds_second_waits(hold_and_create, lock_then_count)
+    assert counted == [before + 1]
