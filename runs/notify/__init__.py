@@ -25,6 +25,7 @@ from runs.notify.channels import (
     run_queued,
     send,
     slot_freed,
+    statements,
     webhooks_due,
 )
 from runs.notify.listener import APPLICATION_NAME_PREFIX, Listener, conninfo
@@ -49,5 +50,6 @@ __all__ = [
     "run_queued",
     "send",
     "slot_freed",
+    "statements",
     "webhooks_due",
 ]

@@ -33,11 +33,17 @@ Note = tuple[str, str]
 
 def send(*notes: Note) -> None:
     """Every note of a write in one statement: each costs the transaction a round trip otherwise."""
+    for sql, params in statements(*notes):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+
+
+def statements(*notes: Note) -> list[tuple[str, list[str]]]:
+    """The statement `send` sends, for a write that sends it together with others; none on SQLite."""
     if connection.vendor != "postgresql" or not notes:
-        return
+        return []
     calls = ", ".join("pg_notify(%s, %s)" for _ in notes)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {calls}", [part for note in notes for part in note])
+    return [(f"SELECT {calls}", [part for note in notes for part in note])]
 
 
 def events_committed(run_id: UUID, last_seq: int) -> Note:

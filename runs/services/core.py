@@ -92,6 +92,18 @@ def append(
     caller saves `last_seq` and `stored_bytes` (and `open_tool_calls`, if it appends tool events)
     with the rest of its changes to the run (`APPENDED`). `notes` go out with the events' own
     notification."""
+    rows = stage(run, events, attempt=attempt, now=now)
+    RunEvent.objects.bulk_create(rows)
+    notify.send(notify.events_committed(run.id, run.last_seq), *notes)
+    series.events_appended(len(rows))
+    return rows
+
+
+def stage(
+    run: Run, events: Sequence[tuple[str, dict[str, Any]]], *, attempt: int | None, now: datetime
+) -> list[RunEvent]:
+    """`append`'s rows and its changes to the run, for a caller that writes them itself (with its
+    other statements, `runs.services.statements`) and sends `notify.events_committed`."""
     rows = []
     # What the run's end says of its partial output, and its usage, are counted here, on the row
     # the caller saves anyway: never a statement of their own, never a read of the events.
@@ -113,9 +125,6 @@ def append(
         rows.append(
             RunEvent(run=run, seq=run.last_seq, type=type_, data=data, attempt=attempt, created_at=now, data_bytes=size)
         )
-    RunEvent.objects.bulk_create(rows)
-    notify.send(notify.events_committed(run.id, run.last_seq), *notes)
-    series.events_appended(len(rows))
     return rows
 
 
