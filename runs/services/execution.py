@@ -40,7 +40,7 @@ from runs.services.core import (
     stop_over_budget,
 )
 from runs.services.creation import RunSpec, insert_run
-from runs.services.quotas import pick_queued
+from runs.services.quotas import pick_queued, rank_ahead
 from runs.services.statements import insert_statement, inserted, send_together, update_statement
 from runs.transitions import FailCode, Status
 
@@ -62,8 +62,11 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
     A run past its deadline is left for the sweeper to stop, never started. The claim is the start:
     the run becomes running, its attempt opens and `run.started` is written in the one transaction,
     whose writes go in one round trip (docs/design/execution.md#claims)."""
+    ranked = rank_ahead(newcomer=newcomer)
+    if ranked == []:
+        return None  # nothing to take, and no transaction opened for it
     with transaction.atomic(durable=True):
-        picked = pick_queued(newcomer=newcomer)
+        picked = pick_queued(newcomer=newcomer, ranked=ranked)
         if picked is None:
             return None
         # The clock as the run was locked: the attempt is claimed after whatever requeued the run.

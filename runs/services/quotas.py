@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
@@ -202,7 +203,24 @@ def _ranking(*, cap: int) -> Statement:
 DUE = Q(start_after__isnull=True) | Q(start_after__lte=Now())
 
 
-def pick_queued(*, newcomer: bool = False) -> tuple[Run, datetime] | None:
+# `_OWNERS`' rows: (owner_id, turn, urgent).
+Ranked = list[tuple[Any, ...]]
+
+
+def rank_ahead(*, newcomer: bool = False) -> Ranked | None:
+    """The ranking a claim's `pick_queued` reads, read before the claim's transaction where it reads
+    the same there (PostgreSQL without a running cap: no lock guards it, and each statement reads
+    its own snapshot anyway). A claim that finds nothing to take then sends this one statement and
+    no transaction — what every worker but one does for a create's notification. None: the
+    ranking is read in the transaction (SQLite, whose claims queue for the file's write lock first;
+    a running cap, whose counts are read under the claims' lock)."""
+    if connection.vendor != "postgresql" or newcomer or conf.MAX_RUNNING_PER_USER:
+        return None
+    [ranked] = send_together(_ranking(cap=0))
+    return ranked
+
+
+def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tuple[Run, datetime] | None:
     """Lock the queued run the next claim should take, skipping runs another claim holds, runs not
     due yet, and runs past their deadline (the sweeper stops those); None if there is none. With it,
     the database's clock as the statement that locked it read it (`runs.selectors.clock`): the
@@ -215,9 +233,11 @@ def pick_queued(*, newcomer: bool = False) -> tuple[Run, datetime] | None:
     for this claim. Under a cap the claims' lock is taken before the ranking, so the counts it reads
     include every claim before it: an owner ranked below the cap stays below it until this claim
     commits (two workers' kept slots never go to one owner's two runs). The lock and the ranking go
-    in one round trip, the ranking a statement of its own that reads after the lock is granted."""
+    in one round trip, the ranking a statement of its own that reads after the lock is granted.
+    `ranked`: the ranking `rank_ahead` read."""
     cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
-    *_, ranked = send_together(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
+    if ranked is None:
+        *_, ranked = send_together(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
     if not ranked:
         return None
     queued = Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)

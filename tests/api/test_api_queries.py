@@ -247,10 +247,11 @@ def test_a_claim_is_one_transaction_that_opens_the_attempt_and_writes_run_starte
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
     assert _kinds(captured) == [
-        "BEGIN ",
         # The owners in fair-share order, and whether a run that jumps fair share is queued at all
-        # (runs.services.quotas): none is, so no statement looks for one.
+        # (runs.services.quotas): none is, so no statement looks for one. Before the transaction:
+        # a claim that finds nothing sends this alone.
         "WITH runs_run",
+        "BEGIN ",
         "SELECT runs_run",  # that owner's first claimable run, locked, with the database's clock
         # The attempt, run.started, its notification and the run: one round trip (runs.services.statements).
         "INSERT runs_runattempt; INSERT runs_runevent; SELECT pg_notify; UPDATE runs_run",
@@ -268,20 +269,24 @@ def test_a_claim_looks_for_a_run_that_jumps_fair_share_only_when_one_is_queued(
         claimed = services.run_claim(worker="w")
     assert claimed is not None and claimed[0].pk == urgent.pk
     assert _kinds(captured) == [
-        "BEGIN ",
         "WITH runs_run",
+        "BEGIN ",
         "SELECT runs_run",  # the urgent run, locked, with the clock: no fair-share pick after it
         "INSERT runs_runattempt; INSERT runs_runevent; SELECT pg_notify; UPDATE runs_run",
         "COMMIT ",
     ]
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None  # alice's, by fair share
-    assert _kinds(captured)[1:3] == ["WITH runs_run", "SELECT runs_run"]
+    assert _kinds(captured)[:3] == ["WITH runs_run", "BEGIN ", "SELECT runs_run"]
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w") is None
+    assert _kinds(captured) == ["WITH runs_run"]  # nothing to take: one statement, no transaction
 
 
 @override_settings(RUNLEDGER_MAX_RUNNING_PER_USER=2)
 def test_a_claim_under_a_running_cap_takes_the_claims_lock_with_the_ranking(alice: User) -> None:
-    """docs/design/fair-use.md#fair-claiming: the lock and the ranking read after it, one round trip."""
+    """docs/design/fair-use.md#fair-claiming: the lock and the ranking read after it, one round trip,
+    in the transaction."""
     queued_run(alice)
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
