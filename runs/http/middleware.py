@@ -1,14 +1,5 @@
 """The middleware of the app's async views in two hops to a thread, not one per middleware method
-(docs/design/streaming.md#opening).
-
-Django runs each method of a sync middleware (`MiddlewareMixin`) around an async view in a hop of
-its own to its one thread-sensitive thread: a dozen hops before a stream's first byte with the
-seven middleware a site has. When every middleware is a plain `MiddlewareMixin` (Django's own are),
-`Phased` runs the same methods, in Django's order, on that same thread in two hops: every
-`process_request` then the URL's `process_view` in one, the view on the loop, then every
-`process_response` in the other. An exception is answered where Django's chain would answer it
-(`convert_exception_to_response` around each middleware and around the view).
-"""
+(docs/design/streaming.md#opening)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +32,12 @@ def _plain(middleware: type) -> bool:
 
 
 class Phased:
-    """`settings.MIDDLEWARE` around `handler`'s async views, each phase in one hop (see the module)."""
+    """`settings.MIDDLEWARE` around `handler`'s async views, when every middleware is a plain
+    `MiddlewareMixin` (Django's own are). Django runs each `process_*` method around an async view in
+    a hop of its own to its one thread-sensitive thread; this runs the same methods, in Django's
+    order, on that thread in two hops: every `process_request` then the URL's `process_view` in one,
+    the view on the loop, every `process_response` in the other. An exception is answered where
+    Django's chain answers it (`convert_exception_to_response` around each middleware and the view)."""
 
     def __init__(self, handler: BaseHandler, middleware: list[MiddlewareMixin]) -> None:
         self.handler = handler

@@ -20,6 +20,8 @@ the other names are the project's own and may change.
 #     rerun.py              Running an ended run again, and forking it from the middle of its log
 #     retention.py          Retention: deleting old terminal runs with their events and attempts
 #     scheduling.py         Changing when a queued run may start and how it ranks
+#     statements.py         Statements sent together in one round trip, and the ORM's own statements
+#                           built without sending them
 #     sweeper.py            The sweeper every worker runs
 #     tokens.py             API tokens issued and revoked
 #     webhook_endpoints.py  Webhook endpoints registered, changed, rotated and deleted
