@@ -14,6 +14,8 @@
 #     authentication.py  Who a request is, read the same way on every endpoint
 #     errors.py          The one error shape, {"error": {"code", "message", "detail"}}, for every
 #                        endpoint
+#     middleware.py      The middleware of the app's async views in two hops to a thread, not one per
+#                        middleware method
 #     outbound.py        Requests the platform sends to addresses its users chose (webhooks)
 #     request_end.py     What a view has called once its request has surely ended, whatever happened
 #                        to it

@@ -25,6 +25,7 @@ from django.urls import Resolver404, resolve, set_script_prefix
 
 from runs.conf import conf
 from runs.http.errors import error_body
+from runs.http.middleware import Phased
 from runs.http.request_end import request_ended
 
 Scope = dict[str, Any]
@@ -118,6 +119,12 @@ class AsyncViews(ASGIHandler):
     What a view holds for its request (a stream's slot of its user's cap) is given back here, once
     the request has surely ended: a client that leaves before a stream's first byte cancels the
     request anywhere between the view and its body, and a body never started runs no `finally`."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async)
+        # Their sync middleware in two hops to its thread, not one per method (middleware.py).
+        if is_async and (phased := Phased.load(self)) is not None:
+            self._middleware_chain = phased
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         try:

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from runs import notify
 from runs.conf import conf
 from runs.events import LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason, usage_problem
 from runs.exceptions import BudgetExhausted, StaleAttempt, ValidationFailed
@@ -30,6 +31,7 @@ from runs.services.core import (
     append,
     close_attempt,
     end,
+    event_rows,
     lock_current,
     lock_run,
     park,
@@ -38,7 +40,8 @@ from runs.services.core import (
     stop_over_budget,
 )
 from runs.services.creation import RunSpec, insert_run
-from runs.services.quotas import pick_queued
+from runs.services.quotas import pick_queued, rank_ahead
+from runs.services.statements import insert, inserted, send_together, update
 from runs.transitions import FailCode, Status
 
 E = TypeVar("E", bound=StrEnum)
@@ -56,19 +59,24 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
     `machine` says where the worker runs (`runs.worker.orphans.machine`); `newcomer` takes only a
     run of an owner with no run running (a worker's kept slot).
 
-    A run past its deadline is left for the sweeper to stop, never started."""
+    A run past its deadline is left for the sweeper to stop, never started. The claim is the start:
+    the run becomes running, its attempt opens and `run.started` is written in the one transaction,
+    whose writes go in one round trip (docs/design/execution.md#claims)."""
+    ranked = rank_ahead(newcomer=newcomer)
+    if ranked == []:
+        return None  # nothing to take, and no transaction opened for it
     with transaction.atomic(durable=True):
-        run = pick_queued(newcomer=newcomer)
-        if run is None:
+        picked = pick_queued(newcomer=newcomer, ranked=ranked)
+        if picked is None:
             return None
-        # Read once the run is ours: the attempt is claimed after whatever requeued the run.
-        now = db_now()
+        # The clock as the run was locked: the attempt is claimed after whatever requeued the run.
+        run, now = picked
         require_transition(run, Status.RUNNING)
         run.status = Status.RUNNING
         run.generation += 1
         run.started_at = run.started_at or now
         run.updated_at = now
-        attempt = RunAttempt.objects.create(
+        attempt = RunAttempt(
             run=run,
             generation=run.generation,
             worker=worker,
@@ -78,9 +86,15 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
             lease_expires_at=now + timedelta(seconds=conf.LEASE_SECONDS),
         )
         started = {"generation": run.generation, "worker": worker}
-        append(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
+        rows = event_rows(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
         # turn_at: the turn it took (quotas._take_turn), kept should it come back to the queue.
-        run.save(update_fields=["status", "generation", "started_at", "updated_at", "turn_at", *APPENDED])
+        changed = ["status", "generation", "started_at", "updated_at", "turn_at", *APPENDED]
+        note = notify.statement(notify.events_committed(run.id, run.last_seq))
+        opened, *_ = send_together(
+            insert([attempt], returning=True), insert(rows), *([note] if note else []), update(run, changed)
+        )
+        inserted([attempt], opened)
+        series.events_appended(len(rows))
     return run, attempt
 
 

@@ -4,10 +4,12 @@ fair share of the workers at claim, and the cap on webhook endpoints. A count an
 allows must not race another of the same owner's, so each check first takes a transaction-scoped
 advisory lock (on SQLite, whose IMMEDIATE transactions serialise writers, none is needed)."""
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
@@ -30,11 +32,14 @@ class OwnerLock(IntEnum):
 
 
 def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
-    send_together(*_owner_lock(owner_id, purpose))
+    if lock := owner_lock(owner_id, purpose):
+        send_together(*lock)
 
 
-def _owner_lock(owner_id: int, purpose: OwnerLock) -> list[Statement]:
-    if connection.vendor != "postgresql":
+def owner_lock(owner_id: int, purpose: OwnerLock, *, taken: bool = True) -> list[Statement]:
+    """The statement of `lock_owner`, for a caller that sends it with the read it guards (none on
+    SQLite, or when not `taken`)."""
+    if connection.vendor != "postgresql" or not taken:
         return []
     return [("SELECT pg_advisory_xact_lock(%s, %s)", [int(purpose), owner_id])]
 
@@ -87,7 +92,7 @@ def check_create(owner_id: int, *, input_bytes: int) -> None:
     bytes_cap = conf.MAX_STORED_BYTES_PER_USER
     if active_cap is None and runs_cap is None and bytes_cap is None:
         return
-    totals = owned(owner_id, after=_owner_lock(owner_id, OwnerLock.CREATE))
+    totals = owned(owner_id, after=owner_lock(owner_id, OwnerLock.CREATE))
     counted = [
         (
             active_cap,
@@ -158,7 +163,11 @@ def _refused(message: str, **detail: int) -> TooManyRequests:
 # then the earliest turn (`Run.turn_at`: when their earliest such run fell due, created or reached
 # its start_after). The recursive part walks the queued rows one owner at a time, and each count and
 # minimum is an index lookup (`run_queued_turn`), so the cost follows the number of owners waiting,
-# not the number of runs queued. Owners at the running cap are left out.
+# not the number of runs queued. Owners at the running cap are left out. Each row also says whether
+# any run that jumps fair share is queued (`run_queued_urgent`, an index almost always empty), so
+# the claim looks for one only then. No row at all: nothing is claimable, urgent or not (an urgent
+# run's owner is in the list unless its runs are not due or the owner is at the cap, which rule it
+# out as well).
 _OWNERS = """
 WITH RECURSIVE owners(owner_id) AS (
     SELECT MIN(owner_id) FROM runs_run WHERE status = %(queued)s
@@ -172,19 +181,50 @@ WITH RECURSIVE owners(owner_id) AS (
                 AND (q.start_after IS NULL OR q.start_after <= {now})) AS turn
     FROM owners WHERE owner_id IS NOT NULL
 )
-SELECT owner_id, turn FROM ranked
+SELECT owner_id, turn,
+       EXISTS (SELECT 1 FROM runs_run u WHERE u.status = %(queued)s AND u.priority > %(urgent)s) AS urgent
+FROM ranked
 WHERE turn IS NOT NULL AND (%(cap)s = 0 OR running < %(cap)s) ORDER BY running, turn, owner_id
 """
 # The database's clock, as Django's Now() reads it on each backend (SQLite's to the millisecond).
 _NOW = {"postgresql": "STATEMENT_TIMESTAMP()", "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"}
 
+_OWNERS_PARAMETERS = re.findall(r"%\((\w+)\)s", _OWNERS)
+
+
+def _ranking(*, cap: int) -> Statement:
+    """`_OWNERS` with positional parameters, to go with other statements (`send_together`)."""
+    values = {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap, "urgent": PRIORITY_MAX}
+    sql = re.sub(r"%\(\w+\)s", "%s", _OWNERS).format(now=_NOW[connection.vendor])
+    return sql, [values[name] for name in _OWNERS_PARAMETERS]
+
+
 # Due: not scheduled, or its start_after has come (docs/design/fair-use.md#start-after).
 DUE = Q(start_after__isnull=True) | Q(start_after__lte=Now())
 
 
-def pick_queued(*, newcomer: bool = False) -> Run | None:
+# `_OWNERS`' rows: (owner_id, turn, urgent).
+Ranked = list[tuple[Any, ...]]
+
+
+def rank_ahead(*, newcomer: bool = False) -> Ranked | None:
+    """The ranking a claim's `pick_queued` reads, read before the claim's transaction where it reads
+    the same there (PostgreSQL without a running cap: no lock guards it, and each statement reads
+    its own snapshot anyway). A claim that finds nothing to take then sends this one statement and
+    no transaction — what every worker but one does for a create's notification. None: the
+    ranking is read in the transaction (SQLite, whose claims queue for the file's write lock first;
+    a running cap, whose counts are read under the claims' lock)."""
+    if connection.vendor != "postgresql" or newcomer or conf.MAX_RUNNING_PER_USER:
+        return None
+    [ranked] = send_together(_ranking(cap=0))
+    return ranked
+
+
+def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tuple[Run, datetime] | None:
     """Lock the queued run the next claim should take, skipping runs another claim holds, runs not
-    due yet, and runs past their deadline (the sweeper stops those); None if there is none.
+    due yet, and runs past their deadline (the sweeper stops those); None if there is none. With it,
+    the database's clock as the statement that locked it read it (`runs.selectors.clock`): the
+    claim's time, without a statement of its own.
 
     First a run whose priority jumps fair share (above PRIORITY_MAX), highest then oldest. Then fair
     share: owners in `_OWNERS` order, each owner's highest-priority run, oldest among equals, which
@@ -192,31 +232,42 @@ def pick_queued(*, newcomer: bool = False) -> Run | None:
     have it — the slot a worker keeps for them (`Worker.newcomer_slots`), which is a running cap of 1
     for this claim. Under a cap the claims' lock is taken before the ranking, so the counts it reads
     include every claim before it: an owner ranked below the cap stays below it until this claim
-    commits (two workers' kept slots never go to one owner's two runs)."""
+    commits (two workers' kept slots never go to one owner's two runs). The lock and the ranking go
+    in one round trip, the ranking a statement of its own that reads after the lock is granted.
+    `ranked`: the ranking `rank_ahead` read."""
     cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
-    if cap:
-        lock_owner(EVERY_OWNER, OwnerLock.CLAIM)
+    if ranked is None:
+        *_, ranked = send_together(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
+    if not ranked:
+        return None
     queued = Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)
     within = queued.filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
     claimable = within.order_by("-priority", "created_at", "id")
-    urgent = claimable.filter(priority__gt=PRIORITY_MAX)
-    if cap:
-        # The caps still hold for it: it jumps the line, not the limits.
-        busy = Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
-        urgent = urgent.exclude(owner_id__in=busy.values("owner_id"))
-    run = urgent.first()
-    if run is not None:
-        return run
-    sql = _OWNERS.format(now=_NOW[connection.vendor])
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap})
-        owners = [(owner_id, _datetime(turn)) for owner_id, turn in cursor.fetchall()]
-    for owner_id, turn in owners:
+    if connection.vendor == "postgresql":
+        claimable = claimable.annotate(clock=Now())
+    if ranked[0][2]:
+        urgent = claimable.filter(priority__gt=PRIORITY_MAX)
+        if cap:
+            # The caps still hold for it: it jumps the line, not the limits.
+            busy = (
+                Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
+            )
+            urgent = urgent.exclude(owner_id__in=busy.values("owner_id"))
+        run = urgent.first()
+        if run is not None:
+            return run, _clock(run)
+    for owner_id, turn, _ in ranked:
         run = claimable.filter(owner_id=owner_id).first()
         if run is not None:
-            _take_turn(run, turn, queued=queued)
-            return run
+            _take_turn(run, _datetime(turn), queued=queued)
+            return run, _clock(run)
     return None
+
+
+def _clock(run: Run) -> datetime:
+    """The clock its locking statement read (PostgreSQL); elsewhere this process's, read now."""
+    clock: datetime | None = getattr(run, "clock", None)
+    return clock if clock is not None else timezone.now()
 
 
 def _take_turn(run: Run, turn: datetime, *, queued: QuerySet[Run]) -> None:

@@ -41,10 +41,13 @@ def _q(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-def insert(objs: Sequence[Model], *, computed: Mapping[str, Statement] | None = None) -> Statement:
+def insert(
+    objs: Sequence[Model], *, computed: Mapping[str, Statement] | None = None, returning: bool = False
+) -> Statement:
     """One INSERT of `objs` (of one model, their primary keys set or left to the database), every
     concrete field but an automatic key; the fields named in `computed` take its SQL expression,
-    the same in each row, instead of their value."""
+    the same in each row, instead of their value. `returning`: the keys the database gave them come
+    back (`inserted`)."""
     model = type(objs[0])
     keyed = model._meta.pk is not None and getattr(objs[0], model._meta.pk.attname) is not None
     head, fields = _insert_head(model, keyed, connection.vendor)
@@ -56,7 +59,16 @@ def insert(objs: Sequence[Model], *, computed: Mapping[str, Statement] | None = 
         for f in fields
         for part in (given[f.attname][1] if f.attname in given else [_saved(f, obj)])
     ]
-    return f"{head} VALUES {', '.join([row] * len(objs))}", params
+    tail = f" RETURNING {_q(model._meta.pk.column)}" if returning and model._meta.pk is not None else ""
+    return f"{head} VALUES {', '.join([row] * len(objs))}{tail}", params
+
+
+def inserted(objs: Sequence[Model], rows: Sequence[tuple[Any, ...]]) -> None:
+    """Mark `objs` saved, with the keys their `insert(returning=True)` returned."""
+    for obj, (pk,) in zip(objs, rows, strict=True):
+        obj.pk = pk
+        obj._state.adding = False
+        obj._state.db = connection.alias
 
 
 @cache

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 KEEPALIVE = b": keep-alive\n\n"
 # The most one write of a stream joins (a bigger frame goes alone, as the shared bytes it is).
 CHUNK_BYTES = 256_000
+# Events a new stream's feed reads from the watcher's cursor rather than from the run's last event.
+SHORT_BACKLOG = 100
 
 
 # Read-only whatever the method, so CSRF protects nothing here; exempt, a POST gets the JSON 405
@@ -88,13 +90,17 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
     if not watch.start():
         return
     loop = asyncio.get_running_loop()
+    cursor = opened.cursor
+    types = opened.types
     keepalive = conf.SSE_KEEPALIVE_SECONDS
     lifetime = conf.SSE_MAX_SECONDS
     ends_at = loop.time() + lifetime if lifetime > 0 else math.inf
     hub = get_hub()
-    feed = hub.subscribe(opened.run_id, head=opened.last_seq, ended=opened.terminal)
-    cursor = opened.cursor
-    types = opened.types
+    # A new feed of a live run starts at a short backlog's start: the read its pump makes at once
+    # (hub.py) then brings the backlog with whatever committed since — one read where the watcher's
+    # own would be a second. (An ended run's feed has no pump: its watchers read the table.)
+    short = not opened.terminal and types is None and opened.last_seq - opened.cursor <= SHORT_BACKLOG
+    feed = hub.subscribe(opened.run_id, head=opened.cursor if short else opened.last_seq, ended=opened.terminal)
     series.stream_opened()
     try:
         yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
+from runs.models import PRIORITY_MAX
 from runs.services.statements import SEPARATOR
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
@@ -242,20 +243,53 @@ def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: Us
 
 
 def test_a_claim_is_one_transaction_that_opens_the_attempt_and_writes_run_started(alice: User) -> None:
-    """The start path's middle (docs/design/execution.md#attempts): what a worker sends between a
-    create's notification and the watcher's `run.started`."""
+    """The start path's middle (docs/design/execution.md#claims): what a worker sends between a
+    create's notification and the watcher's `run.started` — five round trips."""
     queued_run(alice)
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
     assert _kinds(captured) == [
+        # The owners in fair-share order, and whether a run that jumps fair share is queued at all
+        # (runs.services.quotas): none is, so no statement looks for one. Before the transaction:
+        # a claim that finds nothing sends this alone.
+        "WITH runs_run",
         "BEGIN ",
-        "SELECT runs_run",  # a run whose priority jumps fair share, FOR NO KEY UPDATE SKIP LOCKED
-        "WITH runs_run",  # the owners in fair-share order (runs.services.quotas)
-        "SELECT runs_run",  # that owner's first claimable run, locked
-        "SELECT ",  # the database's clock (runs.selectors.clock)
-        "INSERT runs_runattempt",
-        "INSERT runs_runevent",  # run.started
-        "SELECT pg_notify",
-        "UPDATE runs_run",
+        "SELECT runs_run",  # that owner's first claimable run, locked, with the database's clock
+        # The attempt, run.started, its notification and the run: one round trip (runs.services.statements).
+        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run",
         "COMMIT ",
     ]
+
+
+def test_a_claim_looks_for_a_run_that_jumps_fair_share_only_when_one_is_queued(
+    alice: User, make_user: Callable[..., User]
+) -> None:
+    """docs/design/fair-use.md#priority: above PRIORITY_MAX a run goes before any fair-share pick."""
+    queued_run(alice)
+    urgent = queued_run(make_user("staff", perms=("runs.prioritize_run",)), priority=PRIORITY_MAX + 1)
+    with CaptureQueriesContext(connection) as captured:
+        claimed = services.run_claim(worker="w")
+    assert claimed is not None and claimed[0].pk == urgent.pk
+    assert _kinds(captured) == [
+        "WITH runs_run",
+        "BEGIN ",
+        "SELECT runs_run",  # the urgent run, locked, with the clock: no fair-share pick after it
+        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run",
+        "COMMIT ",
+    ]
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w") is not None  # alice's, by fair share
+    assert _kinds(captured)[:3] == ["WITH runs_run", "BEGIN ", "SELECT runs_run"]
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w") is None
+    assert _kinds(captured) == ["WITH runs_run"]  # nothing to take: one statement, no transaction
+
+
+@override_settings(RUNLEDGER_MAX_RUNNING_PER_USER=2)
+def test_a_claim_under_a_running_cap_takes_the_claims_lock_with_the_ranking(alice: User) -> None:
+    """docs/design/fair-use.md#fair-claiming: the lock and the ranking read after it, one round trip,
+    in the transaction."""
+    queued_run(alice)
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w") is not None
+    assert _kinds(captured)[:3] == ["BEGIN ", "SELECT  + WITH runs_run", "SELECT runs_run"]

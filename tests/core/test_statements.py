@@ -4,12 +4,14 @@ one's rows back; one round trip on PostgreSQL, where each statement takes its ow
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.db.utils import DatabaseError
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from runs.models import Run
+from runs.models import Run, RunAttempt
 from runs.services.core import lock_run
 from runs.services.creation import RunSpec, insert_run
-from runs.services.statements import from_row, send_together, update
+from runs.services.statements import from_row, insert, inserted, send_together, update
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run
 from tests.support.threads import first_holds_second_waits
@@ -63,3 +65,30 @@ def test_a_statement_after_a_lock_waited_for_sees_what_committed_meanwhile(alice
 
     first_holds_second_waits(hold_and_create, lock_then_count)
     assert counted == [before + 1]
+
+
+@pytest.mark.sqlite
+def test_a_statement_that_fails_takes_the_ones_before_it_back_with_the_transaction(alice: User) -> None:
+    run = queued_run(alice)
+    with pytest.raises(DatabaseError), transaction.atomic():
+        send_together(update_priority(run, 7), ("SELECT * FROM no_such_table", []))
+    run.refresh_from_db()
+    assert run.priority == 0
+
+
+def update_priority(run: Run, priority: int) -> tuple[str, list[object]]:
+    run.priority = priority
+    sql, params = update(run, ["priority"])
+    return sql, list(params)
+
+
+@pytest.mark.sqlite
+def test_an_insert_returning_its_key_leaves_the_instance_saved_as_the_orm_would(alice: User) -> None:
+    run, now = queued_run(alice), timezone.now()
+    attempt = RunAttempt(run=run, generation=1, worker="w", claimed_at=now, heartbeat_at=now, lease_expires_at=now)
+    with transaction.atomic():
+        [returned] = send_together(insert([attempt], returning=True))
+        inserted([attempt], returned)
+    assert not attempt._state.adding
+    stored = RunAttempt.objects.get(run=run)
+    assert stored.pk == attempt.pk and (stored.worker, stored.claimed_at) == ("w", now)
