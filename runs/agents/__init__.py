@@ -40,8 +40,10 @@ from runs.agents.base import (
     registered,
     registered_names,
 )
+from runs.agents.retry import NO_RETRY, Retry, RetryableError, StepFailed
 
 __all__ = [
+    "NO_RETRY",
     "TEXT_OF_DELTAS",
     "Agent",
     "AgentContext",
@@ -54,7 +56,10 @@ __all__ = [
     "InputCheck",
     "PartialOutput",
     "Registered",
+    "Retry",
+    "RetryableError",
     "Step",
+    "StepFailed",
     "StoredEvent",
     "Wait",
     "declared_types",

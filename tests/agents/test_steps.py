@@ -1,0 +1,266 @@
+"""Durable steps (docs/design/execution.md#steps): `ctx.step` stores each result before it returns
+it, a later attempt gets it back without calling the step, retries follow the policy, and a replay
+that differs from the stored log fails the run (docs/design/execution.md#determinism).
+
+In process with `runs.testing` (the real services and attempt driver, a fake clock, attempts killed
+after a step as SIGKILL would), on both databases; tests/worker/test_steps_processes.py does the
+same with real worker processes.
+"""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from runs import services
+from runs.agents import AgentContext, Complete, Directive, Emit, Retry, RetryableError
+from runs.events import EventType
+from runs.models import Run, RunEvent
+from runs.testing import FakeClock, execute
+from tests.factories import assert_log_is_sound, queued_run
+from tests.support.agents import NOTE
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(60)]
+
+
+def events(run: Run, *types: str) -> list[RunEvent]:
+    found = RunEvent.objects.filter(run_id=run.pk).order_by("seq")
+    return list(found.filter(type__in=types) if types else found)
+
+
+def calls(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def emitted(run: Run) -> list[tuple[str, Any]]:
+    """What the agent emitted and its steps stored, in order: the run's log without the platform's
+    record of its attempts."""
+    platform = {EventType.RUN_CREATED, EventType.RUN_STARTED, EventType.RUN_REQUEUED}
+    return [(e.type, e.data) for e in events(run) if e.type not in platform]
+
+
+def steps_run(owner: User, tmp_path: Path, **input: Any) -> Run:
+    return queued_run(owner, agent="test-steps", input={"calls": str(tmp_path / "calls"), **input})
+
+
+def test_each_steps_result_is_stored_as_step_completed_with_its_ordinal_and_returned(
+    alice: User, tmp_path: Path
+) -> None:
+    run = steps_run(alice, tmp_path, steps=["search", "read", "search"])
+
+    trial = execute(run)
+
+    run = trial.run
+    assert (run.status, trial.attempts) == ("completed", 1)
+    keys = [f"{run.pk}:{n}" for n in (1, 2, 3)]
+    results = [{"name": name, "key": key} for name, key in zip(["search", "read", "search"], keys, strict=True)]
+    assert run.output == {"results": results}
+    stored = events(run, EventType.STEP_COMPLETED)
+    assert [e.data for e in stored] == [
+        {"name": r["name"], "ordinal": n, "result": r} for n, r in enumerate(results, start=1)
+    ]
+    # Each step's result committed before the agent went on: its note for the next step follows it.
+    types = [t for t, _ in emitted(run)]
+    assert types == [NOTE, "step.completed"] * 3 + ["output.delta", "run.completed"]
+    assert calls(tmp_path / "calls") == [f"{r['name']} {r['key']}" for r in results]
+    assert run.steps_used == 3
+    assert_log_is_sound(run)
+
+
+@pytest.mark.parametrize("kill_after", [1, 2, 3])
+def test_an_attempt_killed_after_a_step_resumes_exactly_without_calling_it_again(
+    alice: User, tmp_path: Path, kill_after: int
+) -> None:
+    whole = steps_run(alice, tmp_path / "whole", steps=["a", "b", "c"])
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "killed").mkdir()
+    reference = execute(whole).run
+    run = steps_run(alice, tmp_path / "killed", steps=["a", "b", "c"])
+
+    trial = execute(run, kill_after_steps=[kill_after])
+
+    assert (trial.run.status, trial.attempts, trial.kills) == ("completed", 2, [kill_after])
+    assert trial.run.lost_attempts == 1
+    # Each step called once (its own side effect), with the same idempotency key as ever.
+    assert [line.split()[0] for line in calls(tmp_path / "killed" / "calls")] == ["a", "b", "c"]
+    # The log reads as one uninterrupted execution's: nothing emitted twice.
+    rename = {str(whole.pk): str(run.pk)}
+
+    def same_ids(log: list[tuple[str, Any]]) -> str:
+        text = repr(log)
+        for old, new in rename.items():
+            text = text.replace(old, new)
+        return text
+
+    assert same_ids(emitted(reference)) == repr(emitted(trial.run))
+    assert trial.run.output["results"] == [  # type: ignore[index]
+        {"name": n, "key": f"{run.pk}:{i}"} for i, n in enumerate("abc", start=1)
+    ]
+    assert trial.run.steps_used == 3
+    assert_log_is_sound(trial.run)
+
+
+def test_a_step_raising_a_retryable_error_twice_then_succeeding_records_two_retries(
+    alice: User, tmp_path: Path
+) -> None:
+    run = steps_run(alice, tmp_path, steps=["one"], fail="one", fail_times=2, backoff=0.01)
+
+    trial = execute(run)
+
+    assert trial.run.status == "completed"
+    retrying = events(trial.run, EventType.STEP_RETRYING)
+    assert [(e.data["name"], e.data["ordinal"], e.data["call"]) for e in retrying] == [("one", 1, 1), ("one", 1, 2)]
+    assert {e.data["error"] for e in retrying} == {"RetryableError"}
+    assert {e.data["message"] for e in retrying} == {"one is busy"}
+    # Jittered in the upper half of 0.01 * 2**(call - 1).
+    assert 0.005 <= retrying[0].data["wait"] <= 0.01 and 0.01 <= retrying[1].data["wait"] <= 0.02
+    (completed,) = events(trial.run, EventType.STEP_COMPLETED)
+    assert completed.seq > retrying[-1].seq
+    assert len(calls(tmp_path / "calls.failed")) == 2 and len(calls(tmp_path / "calls")) == 1
+    # One step for the call, one more for each retry.
+    assert trial.run.steps_used == 3
+
+
+def test_a_retry_waits_at_least_what_retry_after_asks(alice: User, tmp_path: Path) -> None:
+    run = steps_run(alice, tmp_path, steps=["one"], fail="one", fail_times=1, backoff=0.01, retry_after=7)
+    clock = FakeClock()
+
+    trial = execute(run, clock=clock)
+
+    assert trial.run.status == "completed"
+    assert clock.waits == [7.0]
+    (retrying,) = events(trial.run, EventType.STEP_RETRYING)
+    assert retrying.data["wait"] == 7.0
+
+
+def test_a_step_that_exhausts_its_policy_fails_the_run_naming_the_step(alice: User, tmp_path: Path) -> None:
+    run = steps_run(alice, tmp_path, steps=["one", "flaky"], fail="flaky", fail_times=5, attempts=3)
+
+    trial = execute(run)
+
+    run = trial.run
+    assert (run.status, run.end_code) == ("failed", "agent_error")
+    assert run.end_reason == (
+        "the agent raised StepFailed: step 'flaky' (#2) failed 3 times; last: RetryableError: flaky is busy"
+    )
+    assert len(events(run, EventType.STEP_RETRYING)) == 2
+    assert [e.data["name"] for e in events(run, EventType.STEP_COMPLETED)] == ["one"]
+
+
+def test_a_step_whose_result_is_nan_fails_the_run_invalid_output(alice: User, tmp_path: Path) -> None:
+    run = steps_run(alice, tmp_path, steps=["one", "two"], nan="two")
+
+    trial = execute(run)
+
+    run = trial.run
+    assert (run.status, run.end_code) == ("failed", "invalid_output")
+    assert run.end_reason == "step 'two' (#2): its result cannot be stored: $.score: nan is not a finite number"
+    assert [e.data["name"] for e in events(run, EventType.STEP_COMPLETED)] == ["one"]
+    assert_log_is_sound(run)
+
+
+def test_injected_failures_are_retried_by_the_steps_policy_on_the_fake_clock(alice: User, tmp_path: Path) -> None:
+    run = steps_run(alice, tmp_path, steps=["one", "two"], backoff=2)
+    clock = FakeClock(seed=1)
+
+    trial = execute(run, raises={2: (2, lambda: ConnectionError("reset by peer"))}, clock=clock)
+
+    assert (trial.run.status, trial.raised) == ("completed", {2: 2})
+    retrying = events(trial.run, EventType.STEP_RETRYING)
+    assert [(e.data["name"], e.data["error"], e.data["message"]) for e in retrying] == [
+        ("two", "ConnectionError", "reset by peer")
+    ] * 2
+    assert clock.waits == [e.data["wait"] for e in retrying]
+    assert 1 <= clock.waits[0] <= 2 and 2 <= clock.waits[1] <= 4
+    assert len(calls(tmp_path / "calls")) == 2  # the injected failures never called the tool
+
+
+def test_each_step_and_retry_counts_toward_max_steps(alice: User, tmp_path: Path) -> None:
+    run = queued_run(
+        alice,
+        agent="test-steps",
+        input={"calls": str(tmp_path / "calls"), "steps": ["one", "two"], "fail": "two", "fail_times": 1},
+        max_steps=2,
+    )
+
+    trial = execute(run)
+
+    run = trial.run
+    assert (run.status, run.end_code, run.steps_used) == ("stopped", "budget_exhausted", 2)
+    # The retry of "two" was the step past the budget: it never started.
+    assert len(calls(tmp_path / "calls.failed")) == 1 and len(calls(tmp_path / "calls")) == 1
+
+
+# --- replay and determinism -----------------------------------------------------------------------
+
+
+async def _order_by_attempt(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Non-deterministic on purpose: its second attempt takes its steps in another order."""
+    names = ["fetch", "parse"] if ctx.generation == 1 else ["parse", "fetch"]
+    for name in names:
+        await ctx.step(name, _constant, name)
+    yield Complete(None)
+
+
+async def _emits_by_attempt(ctx: AgentContext) -> AsyncIterator[Directive]:
+    yield Emit(EventType.OUTPUT_DELTA, {"text": f"attempt {ctx.generation}"})
+    await ctx.step("fetch", _constant, "fetch")
+    yield Complete(None)
+
+
+async def _constant(name: str) -> str:
+    return name
+
+
+def test_a_replay_taking_a_step_out_of_order_fails_the_run_naming_it(alice: User, agent_named: Any) -> None:
+    run = queued_run(alice, agent=agent_named("test-out-of-order", _order_by_attempt), input={})
+
+    trial = execute(run, kill_after_steps=[2])
+
+    run = trial.run
+    (fetch, _) = events(run, EventType.STEP_COMPLETED)
+    assert (run.status, run.end_code) == ("failed", "agent_error")
+    assert run.end_reason == (
+        f"non-determinism: replaying its stored log, the agent took step 'parse' (#1) where seq {fetch.seq} "
+        "holds step 'fetch' (#1): a step out of order (docs/design/execution.md#determinism)"
+    )
+
+
+def test_a_replay_emitting_otherwise_fails_the_run_naming_the_first_differing_event(
+    alice: User, agent_named: Any
+) -> None:
+    run = queued_run(alice, agent=agent_named("test-emits-otherwise", _emits_by_attempt), input={})
+
+    trial = execute(run, kill_after_steps=[1])
+
+    run = trial.run
+    (delta,) = events(run, EventType.OUTPUT_DELTA)
+    assert (run.status, run.end_code) == ("failed", "agent_error")
+    assert run.end_reason == (
+        'non-determinism: replaying its stored log, the agent emitted output.delta {"text": "attempt 2"} where '
+        f'seq {delta.seq} holds output.delta {{"text": "attempt 1"}} (docs/design/execution.md#determinism)'
+    )
+
+
+def test_a_fork_copies_completed_steps_and_its_agent_gets_their_results_without_calling_them(
+    alice: User, tmp_path: Path
+) -> None:
+    original = execute(steps_run(alice, tmp_path, steps=["a", "b"])).run
+    (first, _) = events(original, EventType.STEP_COMPLETED)
+
+    fork = services.run_rerun(run_id=original.pk, owner=alice, from_seq=first.seq)
+    trial = execute(fork)
+
+    assert trial.run.status == "completed"
+    # Step "a" came from the copy; only "b" was called again, by the fork.
+    assert [line.split() for line in calls(tmp_path / "calls")] == [
+        ["a", f"{original.pk}:1"],
+        ["b", f"{original.pk}:2"],
+        ["b", f"{fork.pk}:2"],
+    ]
+    assert trial.run.output == {"results": [first.data["result"], {"name": "b", "key": f"{fork.pk}:2"}]}
+    copied = events(trial.run, EventType.STEP_COMPLETED)[0]
+    assert copied.data["forked_from_seq"] == first.seq
+    assert trial.run.steps_used == 1
