@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs import services
-from runs.agents import AgentContext, Complete, Directive, Emit, Retry, RetryableError
+from runs.agents import AgentContext, Complete, Directive, Emit
 from runs.events import EventType
 from runs.models import Run, RunEvent
 from runs.testing import FakeClock, execute
