@@ -288,7 +288,7 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
         "A call of a durable step failed with an error its retry policy retries; the next call follows the wait.",
         {
             "name": "the step's name",
-            "ordinal": "its place among the run's steps",
+            "ordinal": "its place among the run's steps; null for a retry the agent drives itself (`ctx.retry_wait`)",
             "call": "the call that failed (1 for the first)",
             "error": "the error's class",
             "message": "the error's message",

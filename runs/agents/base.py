@@ -127,6 +127,13 @@ class AgentContext(Protocol):
         `fn`. Steps run one at a time, each one step toward `max_steps`, each retry one more."""
         ...
 
+    def retry_wait(self, name: str, error: BaseException, *, call: int, retry: Retry = ...) -> Awaitable[float]:
+        """For work that cannot be a step (a stream whose pieces are emitted as they come): call
+        number `call` of `name` failed with `error` and is to be tried again. Counted one step,
+        recorded as `step.retrying` (its `ordinal` null), then the wait `retry` draws (at least the
+        error's `retry_after`), which a cancel ends at once (`Cancelled`). Returns the wait."""
+        ...
+
     @property
     def step_key(self) -> str | None:
         """While a step's `fn` runs: its idempotency key (the run's id and the step's ordinal), the

@@ -42,6 +42,9 @@ class AttemptContext:
     ) -> Any:
         return await self._execution.durable.step(name, fn, args, kwargs, retry)
 
+    async def retry_wait(self, name: str, error: BaseException, *, call: int, retry: Retry = DEFAULT_RETRY) -> float:
+        return await self._execution.durable.retry_wait(name, error, call=call, retry=retry)
+
     @property
     def step_key(self) -> str | None:
         return self._execution.durable.key

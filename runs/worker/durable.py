@@ -200,22 +200,34 @@ class DurableSteps:
                     if isinstance(exc, retry.retry_on):
                         raise StepFailed(name, ordinal, call, exc) from exc
                     raise
-                wait = retry.wait(exc, call=call, draw=self._hooks.draw())
-                retrying = {
-                    "name": name,
-                    "ordinal": ordinal,
-                    "call": call,
-                    "error": type(exc).__name__,
-                    "message": storable_text(str(exc), max_chars=2_000),
-                    "wait": wait,
-                }
-                await self._record(EventType.STEP_RETRYING, retrying)
-                await self._hooks.sleep(wait, self._token)
+                await self._retry(name, ordinal, exc, call=call, retry=retry)
                 call += 1
                 continue
             finally:
                 self.key = None
             return await self._complete(name, ordinal, result)
+
+    async def retry_wait(self, name: str, error: BaseException, *, call: int, retry: Retry) -> float:
+        """A retry the agent drives itself (`ctx.retry_wait`): counted, recorded and waited for as a
+        step's, with no ordinal (it is no step of the log's)."""
+        if not isinstance(name, str) or not name or len(name) > NAME_MAX or value_problem(name) is not None:
+            raise ValueError(f"a step's name is a string of 1 to {NAME_MAX} characters, not {name!r}")
+        await self._count()
+        return await self._retry(name, None, error, call=call, retry=retry)
+
+    async def _retry(self, name: str, ordinal: int | None, error: BaseException, *, call: int, retry: Retry) -> float:
+        wait = retry.wait(error, call=call, draw=self._hooks.draw())
+        retrying = {
+            "name": name,
+            "ordinal": ordinal,
+            "call": call,
+            "error": type(error).__name__,
+            "message": storable_text(str(error), max_chars=2_000),
+            "wait": wait,
+        }
+        await self._record(EventType.STEP_RETRYING, retrying)
+        await self._hooks.sleep(wait, self._token)
+        return wait
 
     async def _complete(self, name: str, ordinal: int, result: Any) -> Any:
         problem = value_problem(result, max_bytes=conf.MAX_BODY_BYTES)
