@@ -7,6 +7,7 @@ after a step as SIGKILL would), on both databases; tests/worker/test_steps_proce
 same with real worker processes.
 """
 
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,13 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs import services
-from runs.agents import AgentContext, Complete, Directive, Emit
+from runs.agents import AgentContext, Complete, Directive, Emit, base
 from runs.events import EventType
 from runs.models import Run, RunEvent
 from runs.testing import FakeClock, execute
 from tests.factories import assert_log_is_sound, queued_run
 from tests.support.agents import NOTE
+from tests.support.docs import block
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(60)]
 
@@ -264,3 +266,28 @@ def test_a_fork_copies_completed_steps_and_its_agent_gets_their_results_without_
     copied = events(trial.run, EventType.STEP_COMPLETED)[0]
     assert copied.data["forked_from_seq"] == first.seq
     assert trial.run.steps_used == 1
+
+
+# --- the how-to's tests, on the guide's agent ------------------------------------------------------
+
+
+def test_the_how_tos_tests_prove_the_guides_agent_resumes_after_every_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_agents.py").write_text(block("how-to/agents.md", "python", "my_agents.py"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_agents", raising=False)
+    tests: dict[str, Any] = {}
+    code = block("how-to/test-agents.md", "python", "test_my_agents.py")
+    try:
+        exec(compile(code, "docs/how-to/test-agents.md", "exec"), tests)
+        names = [name for name in tests if name.startswith("test_")]
+        assert names == [
+            "test_the_explainer_resumes_exactly_after_every_step",
+            "test_a_busy_look_up_is_retried_after_the_wait_the_encyclopedia_asks",
+        ]
+        for name in names:
+            tests[name]()
+    finally:
+        base._REGISTRY.pop("explainer", None)
+        sys.modules.pop("my_agents", None)
