@@ -258,11 +258,14 @@ class Execution:
             return await self._fail(FailCode.INVALID_OUTPUT, problem)
         if self.durable.replay.active:
             if isinstance(directive, Wait) and directive.reason == WaitReason.INPUT_REQUIRED:
-                # Asked before the last completed step: its answer is stored, the agent goes on.
-                problem = self.durable.replay.waited(directive.reason, directive.prompt)
+                # Asked by an earlier attempt: its answer is stored, the agent goes on.
+                replayed, problem = self.durable.replay.waited(directive.reason, directive.prompt)
             else:
-                problem = self.durable.replay.ended(f"ended ({type(directive).__name__.lower()})")
-            return None if problem is None else await self._fail(FailCode.AGENT_ERROR, problem)
+                replayed, problem = False, self.durable.replay.ended(f"ended ({type(directive).__name__.lower()})")
+            if problem is not None:
+                return await self._fail(FailCode.AGENT_ERROR, problem)
+            if replayed:
+                return None
         fence = {"run_id": self.run_id, "generation": self.generation}
         if isinstance(directive, Wait):
             return await self._finish(services.run_wait, **fence, reason=directive.reason, prompt=directive.prompt)
@@ -271,12 +274,17 @@ class Execution:
         return await self._fail(FailCode.AGENT_ERROR, directive.reason, directive.error)
 
     async def _replayed(self, type_: str, data: dict[str, Any]) -> End | None:
-        """An event emitted again on the way to the run's last completed step: stored already, it is
-        matched, not stored again; what an earlier attempt used is not reported twice."""
+        """An event emitted while the stored log is replayed: matched, not stored again (or, past the
+        last completed step, the first new one, stored); what an earlier attempt used is not
+        reported twice."""
         if type_ == EventType.USAGE_REPORTED:
             return None
-        problem = self.durable.replay.emitted(type_, data)
-        return None if problem is None else await self._fail(FailCode.AGENT_ERROR, problem)
+        replayed, problem = self.durable.replay.emitted(type_, data)
+        if problem is not None:
+            return await self._fail(FailCode.AGENT_ERROR, problem)
+        if not replayed:  # past the last completed step, the agent does something new: stored
+            await self.writer.emit(type_, data)
+        return None
 
     async def _park(self) -> End:
         if self._shutdown_requested:

@@ -16,7 +16,7 @@ from uuid import UUID
 from runs.agents.base import CancellationToken, Cancelled, StoredEvent
 from runs.agents.retry import Retry, StepFailed
 from runs.conf import conf
-from runs.events import AGENT_TYPES, FORKED_FROM_SEQ, EventType, WaitReason
+from runs.events import AGENT_TYPES, FORKED_FROM_SEQ, EventType, ToolStatus, WaitReason
 from runs.storable import storable_text, value_problem
 from runs.transitions import FailCode
 from runs.worker.steps import Steps
@@ -55,13 +55,17 @@ def _shown(type_: str, data: Any) -> str:
 
 
 def _replayed_type(event: StoredEvent, declared: frozenset[str]) -> bool:
-    """Whether a later attempt's agent emits `event` again on its way to its last completed step:
-    its emissions (not `usage.reported`, which is what the earlier attempt used, not this one),
-    its completed steps and its questions — not the platform's record, nor its retries."""
-    if event.type == EventType.RUN_WAITING:
-        return event.data.get("reason") == WaitReason.INPUT_REQUIRED
+    """Whether a later attempt's agent emits `event` again, in order: its emissions (not
+    `usage.reported`, what the earlier attempt used, not this one) and its completed steps — not
+    the platform's record, its seals of interrupted tool calls, nor its retries."""
+    if event.type == EventType.TOOL_FINISHED and event.data.get("status") == ToolStatus.INTERRUPTED:
+        return False
     emitted = (AGENT_TYPES - {EventType.USAGE_REPORTED}) | declared | {EventType.STEP_COMPLETED}
     return event.type in emitted
+
+
+def _question(event: StoredEvent) -> bool:
+    return event.type == EventType.RUN_WAITING and event.data.get("reason") == WaitReason.INPUT_REQUIRED
 
 
 def _stored_data(event: StoredEvent) -> dict[str, Any]:
@@ -69,60 +73,82 @@ def _stored_data(event: StoredEvent) -> dict[str, Any]:
 
 
 class Replay:
-    """What a later attempt's agent must emit again, in order, before it passes the run's last
-    completed step; none of it is stored again."""
+    """What a later attempt's agent emits again, matched against the stored log in order and not
+    stored again: strictly up to the run's last completed step (a difference fails the run), then
+    for as long as it repeats what is stored (the first difference ends the replay: from there on
+    the agent is live). A run without a completed step is not replayed."""
 
     def __init__(self, events: Sequence[StoredEvent], declared: frozenset[str]) -> None:
-        last = max((i for i, e in enumerate(events) if e.type == EventType.STEP_COMPLETED), default=-1)
-        region = events[: last + 1]
-        self._expected = [e for e in region if _replayed_type(e, declared)]
-        self._children = [e.data.get("run_id") for e in region if e.type == EventType.CHILD_SPAWNED]
+        durable = any(e.type == EventType.STEP_COMPLETED for e in events)
+        self._expected = [e for e in events if _replayed_type(e, declared)] if durable else []
+        self._strict = max(
+            (i + 1 for i, e in enumerate(self._expected) if e.type == EventType.STEP_COMPLETED), default=0
+        )
+        stored = events if durable else []
+        self._children = [e.data.get("run_id") for e in stored if e.type == EventType.CHILD_SPAWNED]
+        # Questions answered: an agent may ask again (and go on) or skip what it asked, as the
+        # answer in `ctx.events` tells it; both replay the same.
+        self._questions = [_stored_data(e) for e in stored if _question(e)]
         self._position = 0
 
     @property
     def active(self) -> bool:
         return self._position < len(self._expected)
 
-    def _differs(self, what: str) -> str:
+    def _diverged(self, what: str) -> str | None:
+        """The failure, up to the last completed step; past it, the end of the replay (None)."""
+        if self._position >= self._strict:
+            self._position = len(self._expected)
+            return None
         stored = self._expected[self._position]
         return (
             f"non-determinism: replaying its stored log, the agent {what} where seq {stored.seq} holds "
             f"{_shown(stored.type, _stored_data(stored))} (docs/design/execution.md#determinism)"
         )
 
-    def emitted(self, type_: str, data: dict[str, Any]) -> str | None:
-        """None when the event is the next one stored (it is not stored again); else the failure."""
+    def emitted(self, type_: str, data: dict[str, Any]) -> tuple[bool, str | None]:
+        """(True, None) when the event is the next one stored: it is not stored again; (False,
+        None) when the agent is live again; (False, the failure) for a difference that fails the run."""
         stored = self._expected[self._position]
         if stored.type != type_ or _stored_data(stored) != _json(data):
-            return self._differs(f"emitted {_shown(type_, data)}")
+            return False, self._diverged(f"emitted {_shown(type_, data)}")
         self._position += 1
-        return None
+        return True, None
 
-    def waited(self, reason: str, prompt: str | None) -> str | None:
-        """A question asked again: None when the stored log asked it there (its answer is stored)."""
-        return self.emitted(EventType.RUN_WAITING, {"reason": reason, "prompt": prompt})
+    def waited(self, reason: str, prompt: str | None) -> tuple[bool, str | None]:
+        """A question asked again: (True, None) when the log holds it, answered; else as `emitted`."""
+        asked = {"reason": reason, "prompt": prompt}
+        if self._questions and self._questions[0] == _json(asked):
+            self._questions.pop(0)
+            return True, None
+        return False, self._diverged(f"asked {_shown(EventType.RUN_WAITING, asked)}")
 
-    def step(self, name: str, ordinal: int) -> tuple[Any, str | None]:
-        """The stored result of step `ordinal`, or the failure when the log holds another step or event."""
+    def step(self, name: str, ordinal: int) -> tuple[bool, Any, str | None]:
+        """(True, its stored result, None) for the step the log holds next; else as `emitted`."""
         stored = self._expected[self._position]
         if stored.type != EventType.STEP_COMPLETED:
-            return None, self._differs(f"took step {name!r} (#{ordinal})")
+            return False, None, self._diverged(f"took step {name!r} (#{ordinal})")
         if stored.data.get("name") != name or stored.data.get("ordinal") != ordinal:
             shown = f"step {stored.data.get('name')!r} (#{stored.data.get('ordinal')})"
-            return None, (
-                f"non-determinism: replaying its stored log, the agent took step {name!r} (#{ordinal}) where "
-                f"seq {stored.seq} holds {storable_text(shown, max_chars=200)}: a step out of order "
-                "(docs/design/execution.md#determinism)"
+            return (
+                False,
+                None,
+                (
+                    f"non-determinism: replaying its stored log, the agent took step {name!r} (#{ordinal}) where "
+                    f"seq {stored.seq} holds {storable_text(shown, max_chars=200)}: a step out of order "
+                    "(docs/design/execution.md#determinism)"
+                ),
             )
         self._position += 1
-        return stored.data.get("result"), None
+        return True, stored.data.get("result"), None
 
-    def ended(self, what: str) -> str:
-        return self._differs(what)
+    def ended(self, what: str) -> str | None:
+        """The agent ended: the failure before its last completed step, else None."""
+        return self._diverged(what)
 
     def child(self) -> UUID | None:
-        """The next child the stored log spawned before the last completed step, if any is left."""
-        while self._children:
+        """The next child the stored log holds, while replaying."""
+        while self._children and self.active:
             run_id = self._children.pop(0)
             if isinstance(run_id, str):
                 return UUID(run_id)
@@ -166,10 +192,11 @@ class DurableSteps:
         try:
             self._ordinal += 1
             if self.replay.active:
-                result, problem = self.replay.step(name, self._ordinal)
+                replayed, result, problem = self.replay.step(name, self._ordinal)
                 if problem is not None:
                     await self._fail(FailCode.AGENT_ERROR, problem)
-                return result
+                if replayed:
+                    return result
             return await self._call(name, self._ordinal, fn, args, kwargs, retry)
         finally:
             self._running = False

@@ -16,8 +16,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs import services
-from runs.agents import AgentContext, Complete, Directive, Emit, base
-from runs.events import EventType
+from runs.agents import AgentContext, Complete, Directive, Emit, Wait, base
+from runs.events import EventType, WaitReason
 from runs.models import Run, RunEvent
 from runs.testing import FakeClock, execute
 from tests.factories import assert_log_is_sound, queued_run
@@ -212,6 +212,17 @@ async def _emits_by_attempt(ctx: AgentContext) -> AsyncIterator[Directive]:
     yield Complete(None)
 
 
+async def _streams_after_its_step(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """After its one step, the same event, then one that differs by attempt (a model's answer), then
+    a question asked once."""
+    await ctx.step("fetch", _constant, "fetch")
+    yield Emit(EventType.OUTPUT_DELTA, {"text": "same "})
+    yield Emit(EventType.OUTPUT_DELTA, {"text": f"attempt {ctx.generation} "})
+    if not any(e.type == EventType.RUN_WAITING for e in ctx.events):
+        yield Wait(WaitReason.INPUT_REQUIRED, "go on?")
+    yield Complete(None)
+
+
 async def _constant(name: str) -> str:
     return name
 
@@ -291,3 +302,75 @@ def test_the_how_tos_tests_prove_the_guides_agent_resumes_after_every_step(
     finally:
         base._REGISTRY.pop("explainer", None)
         sys.modules.pop("my_agents", None)
+
+
+# --- the demo agent with "steps": true ------------------------------------------------------------
+
+
+def demo_log(run: Run) -> list[tuple[str, Any]]:
+    return [(t, d) for t, d in emitted(run) if t != EventType.RUN_CREATED]
+
+
+def test_the_demos_steps_make_the_text_and_output_of_its_plain_run_and_resume_exactly_after_each(
+    alice: User,
+) -> None:
+    input = {"deltas": 6, "delay_ms": 0, "tool": "slow", "tool_ms": 1}
+    plain = execute(queued_run(alice, input=input)).run
+    durable = execute(queued_run(alice, input={**input, "steps": True})).run
+
+    assert durable.status == plain.status == "completed"
+    assert durable.output == plain.output
+    assert [d["text"] for t, d in emitted(durable) if t == EventType.OUTPUT_DELTA] == [
+        d["text"] for t, d in emitted(plain) if t == EventType.OUTPUT_DELTA
+    ]
+    steps = events(durable, EventType.STEP_COMPLETED)
+    assert [e.data["name"] for e in steps] == ["model", "tool", "model"]
+    assert durable.steps_used == plain.steps_used == 3
+    for n in range(1, len(steps) + 1):
+        trial = execute(queued_run(alice, input={**input, "steps": True}), kill_after_steps=[n])
+        assert (trial.run.status, trial.kills, trial.run.output) == ("completed", [n], durable.output)
+        assert demo_log(trial.run) == demo_log(durable)
+
+
+def test_the_demos_flaky_tool_is_retried_as_often_as_it_is_busy(alice: User) -> None:
+    input = {"deltas": 2, "delay_ms": 0, "tool": "blocking", "tool_ms": 1, "flaky": 2, "steps": True}
+    clock = FakeClock()
+
+    trial = execute(queued_run(alice, input=input), clock=clock)
+
+    assert trial.run.status == "completed"
+    retrying = events(trial.run, EventType.STEP_RETRYING)
+    assert [(e.data["name"], e.data["call"], e.data["message"]) for e in retrying] == [
+        ("tool", 1, "the blocking tool is busy"),
+        ("tool", 2, "the blocking tool is busy"),
+    ]
+    assert clock.waits == [e.data["wait"] for e in retrying]
+
+
+def test_the_demos_question_on_steps_is_asked_once_and_its_answer_kept_across_a_kill(alice: User) -> None:
+    input = {"deltas": 4, "delay_ms": 0, "ask": "name?", "steps": True}
+    run = queued_run(alice, input=input)
+    assert execute(run).run.status == "waiting"
+    services.run_resume(run_id=run.pk, ticket=Run.objects.get(pk=run.pk).resume_ticket, input={"name": "Ada"})
+
+    trial = execute(run, kill_after_steps=[2])
+
+    assert (trial.run.status, trial.kills) == ("completed", [2]), trial.run.end_reason
+    assert trial.run.output["answer"] == {"name": "Ada"}  # type: ignore[index]
+    assert len(events(trial.run, EventType.RUN_WAITING)) == 1
+    assert [e.data["name"] for e in events(trial.run, EventType.STEP_COMPLETED)] == ["model", "model"]
+
+
+def test_past_the_last_step_a_replay_repeats_what_is_stored_once_and_a_difference_only_ends_it(
+    alice: User, agent_named: Any
+) -> None:
+    run = queued_run(alice, agent=agent_named("test-streams-after", _streams_after_its_step), input={})
+    assert execute(run).run.status == "waiting"
+    services.run_resume(run_id=run.pk, ticket=Run.objects.get(pk=run.pk).resume_ticket, input=None)
+
+    trial = execute(run)
+
+    assert trial.run.status == "completed", trial.run.end_reason
+    texts = [(e.data["text"], e.attempt) for e in events(trial.run, EventType.OUTPUT_DELTA)]
+    assert texts == [("same ", 1), ("attempt 1 ", 1), ("attempt 2 ", 2)]
+    assert len(events(trial.run, EventType.STEP_COMPLETED)) == 1
