@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 
 from runs import services
 from runs.agents import AgentContext, Complete, Directive, Emit, Wait, base
@@ -345,6 +347,18 @@ def test_the_demos_flaky_tool_is_retried_as_often_as_it_is_busy(alice: User) -> 
         ("tool", 2, "the blocking tool is busy"),
     ]
     assert clock.waits == [e.data["wait"] for e in retrying]
+
+
+def test_the_run_page_of_the_console_shows_the_steps_and_their_retries(alice: User, client: Client) -> None:
+    input = {"deltas": 2, "delay_ms": 0, "tool": "blocking", "tool_ms": 1, "flaky": 2, "steps": True}
+    run = execute(queued_run(alice, input=input)).run
+    plain = execute(queued_run(alice, input={"deltas": 2, "delay_ms": 0})).run
+    client.force_login(User.objects.create_superuser("staff"))
+
+    page = client.get(reverse("admin:runs_run_change", args=[run.pk])).content.decode()
+    assert "Durable steps" in page
+    assert "3 completed · retries: tool retried 2 times (last: RetryableError: the blocking tool is busy)" in page
+    assert "3 completed" not in client.get(reverse("admin:runs_run_change", args=[plain.pk])).content.decode()
 
 
 def test_the_demos_question_on_steps_is_asked_once_and_its_answer_kept_across_a_kill(alice: User) -> None:
