@@ -245,8 +245,15 @@ def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_a
     assert refused.end_reason == "the model server answered HTTP 400: test server: status 400"
     assert refused.error == {"body": {"message": "test server: status 400", "type": "test_error", "code": 400}}
     assert delta_count(refused) == 0 and EventType.STEP_RETRYING not in event_types(refused)
+    # A server asking to be asked again after more than the agent waits: failed at once.
+    later = wait_status(chat_run(alice, "test+busy-1-retry-3600"), "failed")
+    assert later.end_reason == "the model server answered HTTP 429: test server: busy"
     # A stream broken after tokens is never asked again: the watchers saw them.
-    assert [r["body"]["model"] for r in model.requests()] == ["test+words-20+drop-after-5", "test+status-400"]
+    assert [r["body"]["model"] for r in model.requests()] == [
+        "test+words-20+drop-after-5",
+        "test+status-400",
+        "test+busy-1-retry-3600",
+    ]
 
 
 def test_a_server_error_is_retried_before_the_first_token_and_fails_the_run_once_the_policy_is_spent(

@@ -56,7 +56,8 @@ class Behaviour:
         drop-after-N  the connection is closed after N content chunks, the response left unfinished
         status-N      an HTTP N answer with an OpenAI error body instead of a stream
         busy-N        the first N requests naming this very model are answered 429 with
-                      `Retry-After: 1`, the next ones as the rest of the name says
+                      `Retry-After: 1` (busy-N-retry-S: S seconds), the next ones as the rest of
+                      the name says
         usage-each    the usage so far in every chunk too (vLLM's `continuous_usage_stats`), so that
                       a client that closes the stream mid-way knows what it used up to its close
 
@@ -68,6 +69,7 @@ class Behaviour:
     drop_after: int | None = None
     status: int | None = None
     busy: int = 0
+    retry_after: int = 1
     wait: float = 0.0
     usage_each: bool = False
 
@@ -85,8 +87,9 @@ class Behaviour:
                 found["drop_after"] = int(m[1])
             elif m := re.fullmatch(r"status-(\d+)", word):
                 found["status"] = int(m[1])
-            elif m := re.fullmatch(r"busy-(\d+)", word):
+            elif m := re.fullmatch(r"busy-(\d+)(?:-retry-(\d+))?", word):
                 found["busy"] = int(m[1])
+                found["retry_after"] = int(m[2] or 1)
             elif word == "usage-each":
                 found["usage_each"] = True
         return cls(**found)
@@ -185,7 +188,7 @@ class Connection:
             return self.error(number, 404, f"no route {method} {path}")
         behaviour = Behaviour.of(str(body.get("model", "")))
         if behaviour.busy and ASKED.count(str(body["model"])) <= behaviour.busy:
-            return self.error(number, 429, "test server: busy", retry_after=1)
+            return self.error(number, 429, "test server: busy", retry_after=behaviour.retry_after)
         if behaviour.status is not None:
             return self.error(number, behaviour.status, f"test server: status {behaviour.status}")
         if body.get("stream") is not True:
