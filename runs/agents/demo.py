@@ -216,7 +216,7 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
 
 
 def _output(
-    deltas: int, tool: str | None, tool_result: Any, ask: Any, answer: Any, children: list[str]
+    deltas: int, tool: str | None, tool_result: Any, ask: Any, answer: Any, children: list[Any]
 ) -> dict[str, Any]:
     output: dict[str, Any] = {"text": demo_text(deltas), "deltas": deltas}
     if tool is not None:
@@ -260,7 +260,7 @@ async def _durably(
     tool_seconds: float,
     flaky: int,
     stored: _Stored,
-    children: list[str],
+    children: list[Any],
 ) -> AsyncIterator[Directive]:
     """`"steps": true`: the same run on durable steps (docs/design/execution.md#steps) — each model
     turn and the tool call a step, whose deltas are emitted once it is stored; with `flaky`, the
