@@ -1,8 +1,7 @@
 """Durable steps (docs/design/execution.md#steps): `ctx.step` stores a step's result as
 `step.completed` before it returns it, retries the step by its policy (`step.retrying`), and on a
 later attempt gives the stored result back without calling the step; the replay matches what that
-attempt emits up to the run's last completed step against the stored log
-(docs/design/execution.md#determinism).
+attempt emits again against the stored log (docs/design/execution.md#determinism).
 """
 
 import asyncio
@@ -43,6 +42,12 @@ class StepHooks:
 
     async def after_completed(self, name: str, ordinal: int) -> None:
         """Called once a step's `step.completed` has committed, before `ctx.step` returns."""
+
+
+def _checked_name(name: Any) -> str:
+    if not isinstance(name, str) or not name or len(name) > NAME_MAX or value_problem(name) is not None:
+        raise ValueError(f"a step's name is a string of 1 to {NAME_MAX} characters, not {name!r}")
+    return name
 
 
 def _json(value: Any) -> Any:
@@ -181,8 +186,7 @@ class DurableSteps:
     async def step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], retry: Retry
     ) -> Any:
-        if not isinstance(name, str) or not name or len(name) > NAME_MAX or value_problem(name) is not None:
-            raise ValueError(f"a step's name is a string of 1 to {NAME_MAX} characters, not {name!r}")
+        _checked_name(name)
         if not isinstance(retry, Retry):
             raise TypeError(f"retry must be a runs.agents.Retry, not {type(retry).__name__}")
         if self._running:
@@ -237,8 +241,7 @@ class DurableSteps:
     async def retry_wait(self, name: str, error: BaseException, *, call: int, retry: Retry) -> float:
         """A retry the agent drives itself (`ctx.retry_wait`): counted, recorded and waited for as a
         step's, with no ordinal (it is no step of the log's)."""
-        if not isinstance(name, str) or not name or len(name) > NAME_MAX or value_problem(name) is not None:
-            raise ValueError(f"a step's name is a string of 1 to {NAME_MAX} characters, not {name!r}")
+        _checked_name(name)
         await self._count()
         return await self._retry(name, None, error, call=call, retry=retry)
 

@@ -7,7 +7,9 @@ after a step as SIGKILL would), on both databases; tests/worker/test_steps_proce
 same with real worker processes.
 """
 
+import asyncio
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from django.test import Client
 from django.urls import reverse
 
 from runs import services
-from runs.agents import AgentContext, Complete, Directive, Emit, Wait, base
+from runs.agents import NO_RETRY, AgentContext, Complete, Directive, Emit, Retry, RetryableError, Wait, base
 from runs.events import EventType, WaitReason
 from runs.models import Run, RunEvent
 from runs.testing import FakeClock, execute
@@ -388,3 +390,59 @@ def test_past_the_last_step_a_replay_repeats_what_is_stored_once_and_a_differenc
     texts = [(e.data["text"], e.attempt) for e in events(trial.run, EventType.OUTPUT_DELTA)]
     assert texts == [("same ", 1), ("attempt 1 ", 1), ("attempt 2 ", 2)]
     assert len(events(trial.run, EventType.STEP_COMPLETED)) == 1
+
+
+# --- what ctx.step accepts --------------------------------------------------------------------------
+
+
+def _blocking_key(ctx: AgentContext) -> dict[str, Any]:
+    # Plain code runs in a thread of its own, with the step's key readable there.
+    return {"key": ctx.step_key, "thread": threading.current_thread() is not threading.main_thread()}
+
+
+async def _blocking_step(ctx: AgentContext) -> AsyncIterator[Directive]:
+    result = await ctx.step("blocking", _blocking_key, ctx, retry=NO_RETRY)
+    yield Complete({"result": result, "key_after": ctx.step_key})
+
+
+async def _two_at_once(ctx: AgentContext) -> AsyncIterator[Directive]:
+    await asyncio.gather(ctx.step("a", asyncio.sleep, 0.01), ctx.step("b", asyncio.sleep, 0.01))
+    yield Complete(None)
+
+
+def test_a_plain_function_runs_in_a_thread_and_reads_the_steps_key_there(alice: User, agent_named: Any) -> None:
+    run = execute(queued_run(alice, agent=agent_named("test-blocking-step", _blocking_step), input={})).run
+    assert run.output == {"result": {"key": f"{run.pk}:1", "thread": True}, "key_after": None}
+
+
+def test_two_steps_at_once_fail_the_run_as_their_order_would_be_chance(alice: User, agent_named: Any) -> None:
+    run = execute(queued_run(alice, agent=agent_named("test-two-at-once", _two_at_once), input={})).run
+    assert (run.status, run.end_code) == ("failed", "agent_error")
+    assert run.end_reason == (
+        "the agent raised RuntimeError: step 'b' started while another step runs: await each step before the next"
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "problem"),
+    [
+        ({"attempts": 0}, "Retry: attempts counts every call, at least 1, not 0"),
+        ({"backoff": -1}, "Retry: backoff must be a finite number of seconds ≥ 0, not -1"),
+        ({"max_backoff": float("inf")}, "Retry: max_backoff must be a finite number of seconds ≥ 0, not inf"),
+        ({"retry_on": ValueError}, "Retry: retry_on must be a tuple of exception classes, not <class 'ValueError'>"),
+    ],
+)
+def test_a_bad_retry_policy_is_refused_where_it_is_written(policy: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        Retry(**policy)
+    assert str(refused.value) == problem
+
+
+def test_waits_grow_to_their_ceiling_jittered_in_its_upper_half_and_never_below_retry_after() -> None:
+    policy = Retry(attempts=10, backoff=1, max_backoff=8)
+    error = ConnectionError("reset")
+    assert [policy.wait(error, call=n, draw=0.0) for n in range(1, 6)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert [policy.wait(error, call=n, draw=0.999) for n in (1, 5)] == pytest.approx([0.9995, 7.996])
+    assert policy.wait(RetryableError("busy", retry_after=20), call=1, draw=0.5) == 20.0
+    assert policy.retries(error, call=9) and not policy.retries(error, call=10)
+    assert not policy.retries(ValueError("a bug"), call=1)
