@@ -272,7 +272,7 @@ def test_a_server_error_is_retried_before_the_first_token_and_fails_the_run_once
 
 
 @pytest.mark.sqlite
-def test_a_429_with_retry_after_is_asked_again_after_at_least_that_wait_and_completes(
+def test_a_429_with_retry_after_or_a_connection_cut_before_the_first_token_is_asked_again_and_completes(
     procs: Procs, model: ModelServer, alice: User
 ) -> None:
     procs.worker("w1", env=model.env())
@@ -291,6 +291,13 @@ def test_a_429_with_retry_after_is_asked_again_after_at_least_that_wait_and_comp
     ]
     assert all(r["wait"] >= 1 for r in retries)
     assert stored_text(run) == run.output["text"] == answer_text(5)
+
+    # A connection closed before the first token: asked again, and answered.
+    cut = wait_status(chat_run(alice, "test+words-3+cut-1"), "completed", timeout=60)
+    (retry,) = [e.data for e in events_of(cut, EventType.STEP_RETRYING)]
+    assert (retry["name"], retry["call"], retry["error"]) == ("model", 1, "RetryableError")
+    assert retry["message"].startswith("RemoteProtocolError: "), retry
+    assert stored_text(cut) == answer_text(3) and cut.steps_used == 2
 
 
 BAD_INPUTS: list[tuple[dict[str, Any], str, str]] = [

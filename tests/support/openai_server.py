@@ -58,6 +58,8 @@ class Behaviour:
         busy-N        the first N requests naming this very model are answered 429 with
                       `Retry-After: 1` (busy-N-retry-S: S seconds), the next ones as the rest of
                       the name says
+        cut-N         the first N requests naming this very model have their connection closed
+                      before any answer
         usage-each    the usage so far in every chunk too (vLLM's `continuous_usage_stats`), so that
                       a client that closes the stream mid-way knows what it used up to its close
 
@@ -70,6 +72,7 @@ class Behaviour:
     status: int | None = None
     busy: int = 0
     retry_after: int = 1
+    cut: int = 0
     wait: float = 0.0
     usage_each: bool = False
 
@@ -90,6 +93,8 @@ class Behaviour:
             elif m := re.fullmatch(r"busy-(\d+)(?:-retry-(\d+))?", word):
                 found["busy"] = int(m[1])
                 found["retry_after"] = int(m[2] or 1)
+            elif m := re.fullmatch(r"cut-(\d+)", word):
+                found["cut"] = int(m[1])
             elif word == "usage-each":
                 found["usage_each"] = True
         return cls(**found)
@@ -187,7 +192,12 @@ class Connection:
         if (method, path) != ("POST", "/v1/chat/completions"):
             return self.error(number, 404, f"no route {method} {path}")
         behaviour = Behaviour.of(str(body.get("model", "")))
-        if behaviour.busy and ASKED.count(str(body["model"])) <= behaviour.busy:
+        asked = ASKED.count(str(body["model"]))
+        if asked <= behaviour.cut:
+            self.log.write("drop", conn=self.number, request=number, chunks=0)
+            self.conn.shutdown(socket.SHUT_RDWR)
+            return False
+        if asked <= behaviour.busy:
             return self.error(number, 429, "test server: busy", retry_after=behaviour.retry_after)
         if behaviour.status is not None:
             return self.error(number, behaviour.status, f"test server: status {behaviour.status}")
