@@ -3,7 +3,8 @@ processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by i
 
 Beside the planner, agents that each take one kind of step the attempt must stop when the run is
 cancelled (docs/design/execution.md#step-kinds), in a way a test can watch from outside the
-worker, and one that reports its usage as it is cancelled."""
+worker, one that reports its usage as it is cancelled, and one on durable steps whose tool counts
+its calls in a file (docs/design/execution.md#steps)."""
 
 import asyncio
 import json
