@@ -46,6 +46,7 @@ commanded (docs/design/index.md); where each thing lives: docs/layout.md.
 #                       default
 #     storable.py       What a run may store as JSON
 #     streaming/        A run's events as SSE, from the URL to the bytes
+#     testing.py        Testing agents: a run executed in this process against the real database
 #     transitions.py    The run state machine: one table, pure Python, no ORM
 #     urls.py           The app's URLs, under the `runs` namespace, in three groups a host may include
 #                       apart

@@ -25,6 +25,8 @@ class EventType(StrEnum):
     TOOL_FINISHED = "tool.finished"
     CHILD_SPAWNED = "child.spawned"
     USAGE_REPORTED = "usage.reported"
+    STEP_COMPLETED = "step.completed"
+    STEP_RETRYING = "step.retrying"
     RUN_WAITING = "run.waiting"
     RUN_RESUMED = "run.resumed"
     RUN_REQUEUED = "run.requeued"
@@ -210,7 +212,7 @@ def forkable_types(declared: Iterable[str]) -> frozenset[str]:
     original used (its `usage.reported`: the fork did not use it)."""
     return (
         (AGENT_TYPES - {EventType.USAGE_REPORTED})
-        | {EventType.RUN_WAITING, EventType.RUN_RESUMED}
+        | {EventType.RUN_WAITING, EventType.RUN_RESUMED, EventType.STEP_COMPLETED}
         | frozenset(declared)
     )
 
@@ -270,6 +272,27 @@ EVENT_DATA: dict[EventType, tuple[str, dict[str, str]]] = {
             "<counter>": "any number of counters (lower-case words joined by _, e.g. `input_tokens`), each a "
             "number from 0 to 1.8e308 (the largest finite double)",
             USAGE_INCOMPLETE: "optional: true when the agent could not learn all it used",
+        },
+    ),
+    EventType.STEP_COMPLETED: (
+        "A durable step's result, stored before `ctx.step` returned it; a later attempt gets it without "
+        "calling the step again (docs/design/execution.md#steps).",
+        {
+            "name": "the step's name",
+            "ordinal": "its place among the run's steps (1, 2, …): the same name may repeat",
+            "result": "what the step returned, as JSON",
+            FORKED_FROM_SEQ: FORKED_FROM_SEQ_MEANING,
+        },
+    ),
+    EventType.STEP_RETRYING: (
+        "A call of a durable step failed with an error its retry policy retries; the next call follows the wait.",
+        {
+            "name": "the step's name",
+            "ordinal": "its place among the run's steps; null for a retry the agent drives itself (`ctx.retry_wait`)",
+            "call": "the call that failed (1 for the first)",
+            "error": "the error's class",
+            "message": "the error's message",
+            "wait": "seconds until the next call",
         },
     ),
     EventType.RUN_WAITING: (

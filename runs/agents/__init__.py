@@ -13,6 +13,7 @@ fills the registry.
 #     openai_chat.py  The `openai_chat` agent: streams an answer from any OpenAI-compatible Chat
 #                     Completions endpoint over the attempt's own HTTP stream, which a cancel closes
 #                     whatever the agent does — why it speaks the protocol rather than use the SDK
+#     retry.py        Retry policies of durable steps
 
 from runs.agents.base import (
     TEXT_OF_DELTAS,
@@ -40,8 +41,10 @@ from runs.agents.base import (
     registered,
     registered_names,
 )
+from runs.agents.retry import NO_RETRY, Retry, RetryableError, StepFailed
 
 __all__ = [
+    "NO_RETRY",
     "TEXT_OF_DELTAS",
     "Agent",
     "AgentContext",
@@ -54,7 +57,10 @@ __all__ = [
     "InputCheck",
     "PartialOutput",
     "Registered",
+    "Retry",
+    "RetryableError",
     "Step",
+    "StepFailed",
     "StoredEvent",
     "Wait",
     "declared_types",

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
+from runs.agents.retry import Retry
 from runs.events import EventType, custom_type_problem
 
 if TYPE_CHECKING:
@@ -115,6 +116,29 @@ class AgentContext(Protocol):
     events: Sequence[StoredEvent]
     token: CancellationToken
     is_child: bool
+
+    def step(
+        self, name: str, fn: Callable[..., Any], /, *args: Any, retry: Retry = ..., **kwargs: Any
+    ) -> Awaitable[Any]:
+        """A durable step (docs/design/execution.md#steps): `fn(*args, **kwargs)` — awaited if it is a
+        coroutine function, in a thread (`to_thread`) otherwise — called until it returns, retried
+        by `retry` (default `Retry()`), its JSON result stored as `step.completed` before it is
+        returned. A later attempt reaching the same step gets the stored result without calling
+        `fn`. Steps run one at a time, each one step toward `max_steps`, each retry one more."""
+        ...
+
+    def retry_wait(self, name: str, error: BaseException, *, call: int, retry: Retry = ...) -> Awaitable[float]:
+        """For work that cannot be a step (a stream whose pieces are emitted as they come): call
+        number `call` of `name` failed with `error` and is to be tried again. Counted one step,
+        recorded as `step.retrying` (its `ordinal` null), then the wait `retry` draws (at least the
+        error's `retry_after`), which a cancel ends at once (`Cancelled`). Returns the wait."""
+        ...
+
+    @property
+    def step_key(self) -> str | None:
+        """While a step's `fn` runs: its idempotency key (the run's id and the step's ordinal), the
+        same on every call of that step in every attempt, for the services it calls."""
+        ...
 
     def spawn_child(self, input: dict[str, Any], *, metadata: dict[str, str] | None = None) -> Awaitable[UUID]:
         """Create a child run of the same agent, owned by this run's owner, with this run's metadata

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, StoredEvent, Wait, register
+from runs.agents.retry import Retry, RetryableError
 from runs.events import EventType, ToolStatus, WaitReason
 
 TOOL_CALL_ID = "call-1"
@@ -84,7 +85,7 @@ def _int(input: dict[str, Any], key: str, default: int) -> int:
 # The largest value of each number in the input a create accepts
 # (docs/design/fair-use.md#input-checks): what one run may ask of the workers. Unknown keys are
 # accepted and ignored.
-INPUT_BOUNDS = {"deltas": 100_000, "delay_ms": 60_000, "tool_ms": 600_000, "children": 10}
+INPUT_BOUNDS = {"deltas": 100_000, "delay_ms": 60_000, "tool_ms": 600_000, "children": 10, "flaky": 10}
 
 
 def check_input(input: dict[str, Any]) -> dict[str, str]:
@@ -100,6 +101,8 @@ def check_input(input: dict[str, Any]) -> dict[str, str]:
         problems["tool"] = f"must be one of {', '.join(TOOLS)} (or null), not {tool!r}"
     if input.get("child_input") is not None and not isinstance(input["child_input"], dict):
         problems["child_input"] = "must be an object"
+    if "steps" in input and not isinstance(input["steps"], bool):
+        problems["steps"] = "must be true or false"
     return problems
 
 
@@ -143,6 +146,7 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
         delay = _int(ctx.input, "delay_ms", 100) / 1000
         tool_seconds = _int(ctx.input, "tool_ms", 5000) / 1000
         children = 0 if ctx.is_child else _int(ctx.input, "children", 0)
+        flaky = _int(ctx.input, "flaky", 0)
     except ValueError as exc:
         yield Fail(str(exc), {"input": ctx.input})
         return
@@ -162,6 +166,11 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
     for _ in range(len(child_ids), children):
         child_input = {k: v for k, v in ctx.input.items() if k != "child_input"} | overrides | {"children": 0}
         child_ids.append(str(await ctx.spawn_child(child_input)))
+
+    if ctx.input.get("steps") is True:
+        async for directive in _durably(ctx, deltas, delay, tool, tool_seconds, flaky, stored, child_ids):
+            yield directive
+        return
 
     half = deltas // 2
     # One model turn before the halfway point and one after it; a turn already under way in an
@@ -203,11 +212,72 @@ async def demo(ctx: AgentContext) -> AsyncIterator[Directive]:
         await asyncio.sleep(delay)
         yield Emit(EventType.OUTPUT_DELTA, {"text": delta_text(i)})
 
+    yield Complete(_output(deltas, tool, tool_result, ask, stored.answer, child_ids))
+
+
+def _output(
+    deltas: int, tool: str | None, tool_result: Any, ask: Any, answer: Any, children: list[Any]
+) -> dict[str, Any]:
     output: dict[str, Any] = {"text": demo_text(deltas), "deltas": deltas}
     if tool is not None:
         output["tool_result"] = tool_result
     if ask is not None:
-        output["answer"] = stored.answer
-    if child_ids:
-        output["children"] = child_ids
-    yield Complete(output)
+        output["answer"] = answer
+    if children:
+        output["children"] = children
+    return output
+
+
+async def _turn(first: int, last: int, delay: float) -> list[str]:
+    """A model turn of the durable mode: the deltas `first` to `last` - 1, as slow as the others."""
+    await asyncio.sleep(delay * (last - first))
+    return [delta_text(i) for i in range(first, last)]
+
+
+async def _tool_call(ctx: AgentContext, tool: str, seconds: float, busy: list[int]) -> Any:
+    """The tool as a durable step's work: busy (retried) while `busy` says so, then each kind as above."""
+    if busy[0] > 0:
+        busy[0] -= 1
+        raise RetryableError(f"the {tool} tool is busy")
+    if tool == "slow":
+        return await slow_tool(ctx, seconds)
+    if tool == "stubborn":
+        return await stubborn_tool(seconds)
+    if tool == "process":
+        process = await ctx.start_process(
+            sys.executable, "-c", PROCESS_SCRIPT, str(seconds), stdout=asyncio.subprocess.PIPE
+        )
+        status, result = await process_result(process, seconds)
+        return {**result, "status": status}
+    return await ctx.to_thread(blocking_sleep, seconds)
+
+
+async def _durably(
+    ctx: AgentContext,
+    deltas: int,
+    delay: float,
+    tool: str | None,
+    tool_seconds: float,
+    flaky: int,
+    stored: _Stored,
+    children: list[Any],
+) -> AsyncIterator[Directive]:
+    """`"steps": true`: the same run on durable steps (docs/design/execution.md#steps) — each model
+    turn and the tool call a step, whose deltas are emitted once it is stored; with `flaky`, the
+    tool is busy that many times first, each a `step.retrying`. A new attempt runs it from the top
+    and the platform replays (docs/design/execution.md#determinism)."""
+    half = deltas // 2
+    for text in await ctx.step("model", _turn, 0, half, delay) if half else []:
+        yield Emit(EventType.OUTPUT_DELTA, {"text": text})
+    tool_result = None
+    if tool is not None:
+        retry = Retry(attempts=flaky + 1, backoff=0.2, max_backoff=1)
+        tool_result = await ctx.step("tool", _tool_call, ctx, tool, tool_seconds, [flaky], retry=retry)
+    ask = ctx.input.get("ask")
+    # Asked once: an attempt after the answer finds it in the log, whatever its place (see Replay).
+    if ask is not None and not stored.asked:
+        yield Wait(WaitReason.INPUT_REQUIRED, str(ask))
+        return
+    for text in await ctx.step("model", _turn, half, deltas, delay):
+        yield Emit(EventType.OUTPUT_DELTA, {"text": text})
+    yield Complete(_output(deltas, tool, tool_result, ask, stored.answer, children))

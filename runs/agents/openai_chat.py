@@ -6,13 +6,17 @@ docs/design/execution.md#agents. Registered when RUNLEDGER_AGENTS names this mod
 import asyncio
 import json
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
 from runs.agents.base import AgentContext, Complete, Directive, Emit, Fail, Step, register
+from runs.agents.retry import Retry, RetryableError
 from runs.conf import conf
 from runs.events import USAGE_INCOMPLETE, EventType
 
@@ -28,6 +32,11 @@ TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 # Of an error answer, what is read and kept in the run's `error`.
 ERROR_BODY_BYTES = 64 * 1024
 DONE = "[DONE]"
+# A request refused for the moment (429, 5xx) or whose connection failed before the first token is
+# sent again (docs/design/execution.md#agents); once a token has arrived, never: watchers saw it.
+MODEL_RETRY = Retry(attempts=4, backoff=1.0, max_backoff=30.0)
+# The longest Retry-After honoured: a server asking for longer is answered by failing the run.
+RETRY_AFTER_MAX = 60.0
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,31 @@ def _refused(response: httpx.Response, body: Any) -> Fail:
     return Fail(f"the model server answered HTTP {response.status_code}: {reason}", {"body": body})
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    """The response's Retry-After in seconds (a number, or an HTTP date), or None."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds()
+        except (TypeError, ValueError):
+            return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _busy(response: httpx.Response) -> RetryableError | None:
+    """The error to retry a refused request with, or None when it is refused for good."""
+    if response.status_code != 429 and response.status_code < 500:
+        return None
+    retry_after = _retry_after(response)
+    if retry_after is not None and retry_after > RETRY_AFTER_MAX:
+        return None
+    return RetryableError(f"HTTP {response.status_code} {response.reason_phrase}", retry_after=retry_after)
+
+
 def _usage_counters(usage: dict[str, Any] | None) -> dict[str, Any]:
     """The data of `usage.reported` for what the server said the request used (its usage object,
     or None when it said nothing): the tokens in and out, or `incomplete` for what it left out."""
@@ -244,41 +278,53 @@ async def openai_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     stream = _Stream()
     refused: Fail | None = None
-    try:
-        # The attempt's own stream: when the run is cancelled or stopped, the attempt closes it —
-        # response and connection, so the server stops generating — even if this agent is stuck.
-        request = _request(chat, answer)
-        async with ctx.http_stream("POST", url, json=request, headers=headers, timeout=TIMEOUT) as response:
-            if not response.is_success:
-                refused = _refused(response, await _error_body(response))
-            else:
-                async for data in _server_events(response.aiter_lines()):
-                    if data == DONE:
-                        break
-                    text = stream.read(data, answer)
-                    if text:
-                        yield Emit(EventType.OUTPUT_DELTA, {"text": text})
-    except (asyncio.CancelledError, GeneratorExit):
-        if ctx.token.tripped:
-            # Cancelled or stopped under it, the run takes no more events: the usage the server
-            # sent so far goes with the attempt's release.
-            ctx.report_usage_at_stop(_usage_counters(stream.usage))
-        raise
-    except httpx.HTTPError as exc:
-        if ctx.token.tripped:  # the attempt closed the stream: see above
-            ctx.report_usage_at_stop(_usage_counters(stream.usage))
-            return
-        why = f"{type(exc).__name__}: {exc}"
-        if answer.chunks:
+    call = 1
+    while True:
+        busy: RetryableError | None = None
+        try:
+            # The attempt's own stream: when the run is cancelled or stopped, the attempt closes it —
+            # response and connection, so the server stops generating — even if this agent is stuck.
+            request = _request(chat, answer)
+            async with ctx.http_stream("POST", url, json=request, headers=headers, timeout=TIMEOUT) as response:
+                if not response.is_success:
+                    busy = _busy(response) if call < MODEL_RETRY.attempts else None
+                    if busy is None:
+                        refused = _refused(response, await _error_body(response))
+                else:
+                    async for data in _server_events(response.aiter_lines()):
+                        if data == DONE:
+                            break
+                        text = stream.read(data, answer)
+                        if text:
+                            yield Emit(EventType.OUTPUT_DELTA, {"text": text})
+        except (asyncio.CancelledError, GeneratorExit):
+            if ctx.token.tripped:
+                # Cancelled or stopped under it, the run takes no more events: the usage the server
+                # sent so far goes with the attempt's release.
+                ctx.report_usage_at_stop(_usage_counters(stream.usage))
+            raise
+        except httpx.HTTPError as exc:
+            if ctx.token.tripped:  # the attempt closed the stream: see above
+                ctx.report_usage_at_stop(_usage_counters(stream.usage))
+                return
+            why = f"{type(exc).__name__}: {exc}"
+            if answer.chunks:
+                # Tokens arrived: asked again, the model would repeat what the watchers saw.
+                yield Emit(EventType.USAGE_REPORTED, _usage_counters(stream.usage))
+                yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {why}")
+                return
+            if not isinstance(exc, httpx.TransportError) or call >= MODEL_RETRY.attempts:
+                yield Fail(f"the model request to {url} failed: {why}")
+                return
+            busy = RetryableError(why)
+        except ValueError as exc:
             yield Emit(EventType.USAGE_REPORTED, _usage_counters(stream.usage))
-            yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {why}")
-        else:
-            yield Fail(f"the model request to {url} failed: {why}")
-        return
-    except ValueError as exc:
-        yield Emit(EventType.USAGE_REPORTED, _usage_counters(stream.usage))
-        yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {exc}")
-        return
+            yield Fail(f"the model stream ended early, after {answer.chunks} chunks: {exc}")
+            return
+        if busy is None:
+            break
+        await ctx.retry_wait("model", busy, call=call, retry=MODEL_RETRY)
+        call += 1
     if refused is not None:
         yield refused
         return

@@ -11,7 +11,7 @@ from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 
 from runs.agents import TEXT_OF_DELTAS, PartialOutput, partial_output_rule, registered
-from runs.events import USAGE_PLATFORM
+from runs.events import USAGE_PLATFORM, EventType
 from runs.models import Run, RunEvent
 from runs.transitions import Status
 
@@ -120,3 +120,22 @@ def usage_by_agent(*, since: datetime) -> dict[str, dict[str, float]]:
         for agent, counter, total, _runs in cursor.fetchall():
             found.setdefault(agent, {})[counter] = float(total)
     return found
+
+
+def run_steps(*, run: Run) -> dict[str, Any]:
+    """The run's durable steps (docs/design/execution.md#steps): how many completed, and the
+    retries of each step by name, with the last error — read from their events' names and errors,
+    never their results."""
+    events = RunEvent.objects.filter(run_id=run.pk, type__in=[EventType.STEP_COMPLETED, EventType.STEP_RETRYING])
+    completed = 0
+    retries: dict[str, dict[str, Any]] = {}
+    for type_, name, error, message in events.order_by("seq").values_list(
+        "type", "data__name", "data__error", "data__message"
+    ):
+        if type_ == EventType.STEP_COMPLETED:
+            completed += 1
+            continue
+        retried = retries.setdefault(str(name), {"retries": 0})
+        retried["retries"] += 1
+        retried["last_error"] = f"{error}: {message}"
+    return {"completed": completed, "retries": retries}

@@ -5,7 +5,11 @@
 #     attempt.py   One attempt of one run, executed by a worker
 #     checks.py    What an agent produces, checked in the worker before anything of it is queued for
 #                  writing
+#     context.py   What an attempt's agent sees of it (`runs.agents.AgentContext`,
+#                  docs/design/execution.md#agents)
 #     db.py        Database calls from the worker's event loop, on a few dedicated threads in lanes
+#     durable.py   Durable steps: `ctx.step` stores a step's result as `step.completed` before it
+#                  returns it
 #     lease.py     An attempt's lease and the heartbeat that renews it
 #     orphans.py   Tool processes whose worker died
 #     registry.py  The attempts a worker executes, keyed by run and generation

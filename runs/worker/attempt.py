@@ -7,13 +7,10 @@ The agent runs in its own task, raced against the attempt's token; its lease and
 import asyncio
 import enum
 import logging
-import os
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 from uuid import UUID
 
-import httpx
 from django.utils import timezone
 
 from runs import logs, selectors, services
@@ -30,21 +27,20 @@ from runs.agents.base import (
     declared_types,
     get_agent,
 )
-from runs.events import RequeueCause, WaitReason
+from runs.events import EventType, RequeueCause, WaitReason
 from runs.exceptions import StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt
 from runs.storable import storable_text
 from runs.transitions import FailCode
 from runs.worker import checks
+from runs.worker.context import AttemptContext
 from runs.worker.db import TRANSIENT_DB_ERRORS, Db
+from runs.worker.durable import DurableSteps, Replay, StepHooks
 from runs.worker.lease import AttemptConfig, Lease
 from runs.worker.steps import Steps
 from runs.worker.writer import EventWriter, write_failure
 
 log = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 # Agent tasks the worker stopped awaiting; kept referenced so they are not garbage-collected mid-run.
 _ABANDONED: set[asyncio.Future[Any]] = set()
@@ -55,52 +51,6 @@ class End(enum.Enum):
     COMMITTED = "committed"
     # The run left this attempt's hands (or the attempt was told to stop); the worker releases it.
     STOPPED = "stopped"
-
-
-class _AttemptContext:
-    """What the agent sees (`runs.agents.base.AgentContext`)."""
-
-    def __init__(self, execution: "Execution", events: Sequence[StoredEvent]) -> None:
-        self._execution = execution
-        self.run_id: UUID = execution.run_id
-        self.generation: int = execution.generation
-        self.input: dict[str, Any] = execution.input
-        self.events: Sequence[StoredEvent] = events
-        self.token: CancellationToken = execution.token
-        self.is_child: bool = execution.is_child
-
-    async def spawn_child(self, input: dict[str, Any], *, metadata: dict[str, str] | None = None) -> UUID:
-        ex = self._execution
-        problem = checks.child_input_problem(input)
-        if problem is not None:
-            await ex.writer.drain()  # what the agent emitted before it is stored; nothing after
-            ex.writer.fail(FailCode.INVALID_OUTPUT, problem)
-            raise Cancelled(problem)
-        try:
-            child = await ex.writer.spawn_child(input, metadata=metadata)
-        except StaleAttempt as exc:
-            ex.stop(exc.message, via="spawn")
-            raise Cancelled(ex.token.reason) from exc
-        except TRANSIENT_DB_ERRORS as exc:  # `commit` gives up on these only once the token tripped
-            raise Cancelled(ex.token.reason) from exc
-        return child.pk
-
-    async def start_process(
-        self, program: str | os.PathLike[str], *args: Any, **kwargs: Any
-    ) -> asyncio.subprocess.Process:
-        return await self._execution.steps.start_process(program, *args, **kwargs)
-
-    async def to_thread(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._execution.steps.to_thread(fn, *args, **kwargs)
-
-    def http_stream(
-        self, method: str, url: httpx.URL | str, *, client: httpx.AsyncClient | None = None, **kwargs: Any
-    ) -> AbstractAsyncContextManager[httpx.Response]:
-        return self._execution.steps.http_stream(method, url, client=client, **kwargs)
-
-    def report_usage_at_stop(self, counters: dict[str, Any]) -> None:
-        if checks.usage_at_stop_kept(counters, label=repr(self._execution)):
-            self._execution.usage_at_stop = dict(counters)
 
 
 async def _next_directive(generator: AsyncIterator[Directive]) -> Directive:
@@ -126,6 +76,7 @@ class Execution:
         db: Db,
         config: AttemptConfig,
         claimed_at: float,
+        hooks: StepHooks | None = None,
     ) -> None:
         self.run_id: UUID = run.pk
         self.generation: int = attempt.generation
@@ -149,6 +100,14 @@ class Execution:
         # the unwind's one deadline too.
         self.steps = Steps(
             label=repr(self), token=self.token, grace_seconds=config.cancel_grace_seconds, writer=self.writer
+        )
+        # The agent's durable steps; their replay is the stored log's, read when the agent starts.
+        self.durable = DurableSteps(
+            run_id=self.run_id,
+            writer=self.writer,
+            steps=self.steps,
+            replay=Replay((), frozenset()),
+            hooks=hooks or StepHooks(),
         )
         # True when the driver failed: the worker stopped the attempt on its own account.
         self._driver_failed = False
@@ -235,7 +194,8 @@ class Execution:
             agent = get_agent(self.agent_name)
         except KeyError:
             return await self._fail(FailCode.AGENT_ERROR, f"unknown agent {self.agent_name!r}")
-        generator = agent(_AttemptContext(self, events))
+        self.durable.replay = Replay(events, declared_types(self.agent_name))
+        generator = agent(AttemptContext(self, events))
         tripped = asyncio.ensure_future(self.token.wait())
         tripped.add_done_callback(self._on_trip)
         abandoned = False
@@ -282,10 +242,13 @@ class Execution:
             problem = checks.emit_problem(index, directive, declared_types(self.agent_name))
             if problem is not None:
                 return await self._fail(FailCode.INVALID_OUTPUT, problem)
+            if self.durable.replay.active:
+                return await self._replayed(directive.type, checks.event_data(directive))
             await self.writer.emit(directive.type, checks.event_data(directive))
             return None
         if isinstance(directive, Step):
-            await self.writer.step()
+            if not self.durable.replay.active:  # a step replayed was counted when it was first taken
+                await self.writer.step()
             return None
         if not isinstance(directive, Wait | Complete | Fail):
             what = storable_text(repr(directive), max_chars=200)
@@ -293,12 +256,35 @@ class Execution:
         problem = checks.ending_problem(directive)
         if problem is not None:
             return await self._fail(FailCode.INVALID_OUTPUT, problem)
+        if self.durable.replay.active:
+            if isinstance(directive, Wait) and directive.reason == WaitReason.INPUT_REQUIRED:
+                # Asked by an earlier attempt: its answer is stored, the agent goes on.
+                replayed, problem = self.durable.replay.waited(directive.reason, directive.prompt)
+            else:
+                replayed, problem = False, self.durable.replay.ended(f"ended ({type(directive).__name__.lower()})")
+            if problem is not None:
+                return await self._fail(FailCode.AGENT_ERROR, problem)
+            if replayed:
+                return None
         fence = {"run_id": self.run_id, "generation": self.generation}
         if isinstance(directive, Wait):
             return await self._finish(services.run_wait, **fence, reason=directive.reason, prompt=directive.prompt)
         if isinstance(directive, Complete):
             return await self._finish(services.run_complete, **fence, output=directive.output)
         return await self._fail(FailCode.AGENT_ERROR, directive.reason, directive.error)
+
+    async def _replayed(self, type_: str, data: dict[str, Any]) -> End | None:
+        """An event emitted while the stored log is replayed: matched, not stored again (or, past the
+        last completed step, the first new one, stored); what an earlier attempt used is not
+        reported twice."""
+        if type_ == EventType.USAGE_REPORTED:
+            return None
+        replayed, problem = self.durable.replay.emitted(type_, data)
+        if problem is not None:
+            return await self._fail(FailCode.AGENT_ERROR, problem)
+        if not replayed:  # past the last completed step, the agent does something new: stored
+            await self.writer.emit(type_, data)
+        return None
 
     async def _park(self) -> End:
         if self._shutdown_requested:

@@ -7,6 +7,7 @@ server receives (to see each reconnect ask for the events after the last one sho
 is Playwright's `set_offline`, which fails the page's new connections.
 """
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -207,6 +208,26 @@ def test_a_waiting_run_is_answered_from_the_page_and_completes(site: Site) -> No
     assert site.page.locator("#resume-form").is_hidden()
     assert site.output() == stored_text(run)
     save_screenshot(site.page, "watch-answered")
+
+
+def test_a_steps_retries_and_completions_are_shown_as_they_happen(site: Site) -> None:
+    run = demo_run(site.user, deltas=6, delay_ms=20, tool="slow", tool_ms=50, flaky=2, steps=True)
+    site.open(run)
+    site.wait_attr("status", "completed")
+    lines = [str(text) for text in site.page.locator("#activity li").all_text_contents()]
+    retrying = [line for line in lines if line.startswith("Step tool failed")]
+    assert len(retrying) == 2, lines
+    assert all(
+        re.fullmatch(r"Step tool failed \(RetryableError: the slow tool is busy\); retrying in \d+\.\d s", r)
+        for r in retrying
+    )
+    assert [line for line in lines if line.endswith(" done")] == [
+        "Step model done",
+        "Step tool done",
+        "Step model done",
+    ]
+    assert site.output() == stored_text(run)
+    save_screenshot(site.page, "watch-step-retries")
 
 
 def test_the_pages_fit_a_phone_screen(site: Site) -> None:

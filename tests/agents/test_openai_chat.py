@@ -16,8 +16,9 @@ from rest_framework.test import APIClient
 
 import runs.agents.openai_chat  # noqa: F401  (registers the agent here, as RUNLEDGER_AGENTS does in the workers)
 from runs import services
+from runs.agents.openai_chat import MODEL_RETRY
 from runs.events import EventType
-from runs.models import AttemptOutcome, Run
+from runs.models import AttemptOutcome, Run, RunEvent
 from tests.factories import queued_run
 from tests.support.agents import AGENTS_ENV
 from tests.support.api import assert_error
@@ -48,6 +49,10 @@ def model(procs: Procs, tmp_path: Path) -> ModelServer:
 
 def chat_run(owner: User, model: str, **input: Any) -> Run:
     return queued_run(owner, agent="openai_chat", input={"model": model, "messages": MESSAGES, **input})
+
+
+def events_of(run: Run, type_: str) -> list[RunEvent]:
+    return list(RunEvent.objects.filter(run_id=run.pk, type=type_).order_by("seq"))
 
 
 def only_request(model: ModelServer) -> dict[str, Any]:
@@ -234,20 +239,65 @@ def test_a_server_error_or_a_stream_dropped_mid_way_fails_the_run_with_a_clear_a
     assert dropped.reported_usage == {"incomplete": True}  # the usage comes last: it never came
     assert_nothing_after_terminal(dropped)
 
-    for status in (500, 429):
-        failed = wait_status(chat_run(alice, f"test+status-{status}"), "failed")
-        assert failed.end_code == "agent_error"
-        assert failed.end_reason == f"the model server answered HTTP {status}: test server: status {status}"
-        assert failed.error == {
-            "body": {"message": f"test server: status {status}", "type": "test_error", "code": status}
-        }
-        assert delta_count(failed) == 0
-    # One request a run: the platform's requeue is the retry.
+    # Refused for good (a 400): one request, failed at once.
+    refused = wait_status(chat_run(alice, "test+status-400"), "failed")
+    assert refused.end_code == "agent_error"
+    assert refused.end_reason == "the model server answered HTTP 400: test server: status 400"
+    assert refused.error == {"body": {"message": "test server: status 400", "type": "test_error", "code": 400}}
+    assert delta_count(refused) == 0 and EventType.STEP_RETRYING not in event_types(refused)
+    # A server asking to be asked again after more than the agent waits: failed at once.
+    later = wait_status(chat_run(alice, "test+busy-1-retry-3600"), "failed")
+    assert later.end_reason == "the model server answered HTTP 429: test server: busy"
+    # A stream broken after tokens is never asked again: the watchers saw them.
     assert [r["body"]["model"] for r in model.requests()] == [
         "test+words-20+drop-after-5",
-        "test+status-500",
-        "test+status-429",
+        "test+status-400",
+        "test+busy-1-retry-3600",
     ]
+
+
+def test_a_server_error_is_retried_before_the_first_token_and_fails_the_run_once_the_policy_is_spent(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    procs.worker("w1", env=model.env())
+    failed = wait_status(chat_run(alice, "test+status-503"), "failed", timeout=60)
+    assert failed.end_code == "agent_error"
+    assert failed.end_reason == "the model server answered HTTP 503: test server: status 503"
+    retries = [e.data for e in events_of(failed, EventType.STEP_RETRYING)]
+    assert [(r["name"], r["ordinal"], r["call"], r["error"]) for r in retries] == [
+        ("model", None, call, "RetryableError") for call in (1, 2, 3)
+    ]
+    assert len(model.requests()) == MODEL_RETRY.attempts == 4
+    assert failed.steps_used == 4  # the model turn, and one more for each retry
+
+
+@pytest.mark.sqlite
+def test_a_429_with_retry_after_or_a_connection_cut_before_the_first_token_is_asked_again_and_completes(
+    procs: Procs, model: ModelServer, alice: User
+) -> None:
+    procs.worker("w1", env=model.env())
+    run = wait_status(chat_run(alice, "test+words-5+busy-2"), "completed", timeout=60)
+
+    requests = model.requests()
+    assert len(requests) == 3
+    assert [model.ended(r["request"])["status"] for r in requests] == [429, 429, 200]  # type: ignore[index]
+    # Each retry waited at least the server's Retry-After: 1.
+    times = [r["at"] for r in requests]
+    assert times[1] - times[0] >= 1 and times[2] - times[1] >= 1, times
+    retries = [e.data for e in events_of(run, EventType.STEP_RETRYING)]
+    assert [(r["call"], r["error"], r["message"]) for r in retries] == [
+        (1, "RetryableError", "HTTP 429 Too Many Requests"),
+        (2, "RetryableError", "HTTP 429 Too Many Requests"),
+    ]
+    assert all(r["wait"] >= 1 for r in retries)
+    assert stored_text(run) == run.output["text"] == answer_text(5)
+
+    # A connection closed before the first token: asked again, and answered.
+    cut = wait_status(chat_run(alice, "test+words-3+cut-1"), "completed", timeout=60)
+    (retry,) = [e.data for e in events_of(cut, EventType.STEP_RETRYING)]
+    assert (retry["name"], retry["call"], retry["error"]) == ("model", 1, "RetryableError")
+    assert retry["message"].startswith("RemoteProtocolError: "), retry
+    assert stored_text(cut) == answer_text(3) and cut.steps_used == 2
 
 
 BAD_INPUTS: list[tuple[dict[str, Any], str, str]] = [

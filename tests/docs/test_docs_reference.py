@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+import tests.support.agents  # noqa: F401  (registers test-steps here, as AGENTS_ENV does in processes)
 from runs import services
 from runs.events import EVENT_DATA, LIFECYCLE_TYPES, EventType, RequeueCause, WaitReason
 from runs.http.errors import ERROR_CODES
 from runs.models import RunEvent
+from runs.testing import execute
 from runs.transitions import END_CODE_MEANINGS, END_CODES, FailCode, StopCode
-from tests.factories import running_run
+from tests.factories import queued_run, running_run
+from tests.support.runs import fresh
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
@@ -78,7 +81,7 @@ def _data_keys(run_pk: Any) -> dict[str, set[str]]:
 @pytest.mark.sqlite
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(60)
-def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User) -> None:
+def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User, tmp_path: Path) -> None:
     assert set(EVENT_DATA) == set(EventType)
     seen: dict[str, set[str]] = {}
 
@@ -112,12 +115,19 @@ def test_the_platform_writes_the_data_keys_the_event_reference_names(alice: User
     stopped = running_run(alice)
     services.run_stop(run_id=stopped.pk, actor=alice, reason="policy", code=StopCode.POLICY)
     record(stopped.pk)
+    # Durable steps: one retried, then completed (tests/agents/test_steps.py), and a fork's copy.
+    calls = tmp_path / "calls"
+    steps = queued_run(alice, agent="test-steps", input={"calls": str(calls), "steps": ["one"], "fail": "one"})
+    assert execute(steps).run.status == "completed"
+    record(steps.pk)
+    record(services.run_rerun(run_id=steps.pk, owner=alice, from_seq=fresh(steps).last_seq).pk)
     # A fork of the first (last: it stays queued): its run.created names the original, its copies
     # their seq there.
     ended = RunEvent.objects.filter(run_id=run.pk).count()
     record(services.run_rerun(run_id=run.pk, owner=alice, from_seq=ended).pk)
 
     platform = {t for t in EventType if t in LIFECYCLE_TYPES or t == EventType.CHILD_SPAWNED}
+    platform |= {EventType.STEP_COMPLETED, EventType.STEP_RETRYING}
     assert set(seen) >= platform | {EventType.TOOL_FINISHED}
     for type_ in platform:
         assert seen[type_] == set(EVENT_DATA[EventType(type_)][1]), type_

@@ -3,14 +3,17 @@ processes load it through RUNLEDGER_AGENTS (`AGENTS_ENV`), the test process by i
 
 Beside the planner, agents that each take one kind of step the attempt must stop when the run is
 cancelled (docs/design/execution.md#step-kinds), in a way a test can watch from outside the
-worker, and one that reports its usage as it is cancelled."""
+worker, one that reports its usage as it is cancelled, and one on durable steps whose tool counts
+its calls in a file (docs/design/execution.md#steps)."""
 
 import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
-from runs.agents import AgentContext, Complete, Directive, Emit, Step, register
+from runs.agents import AgentContext, Complete, Directive, Emit, Retry, RetryableError, Step, register
 from runs.agents.demo import stubborn_tool
 from runs.agents.openai_chat import openai_chat
 from runs.events import EventType, ToolStatus
@@ -19,6 +22,7 @@ from runs.events import EventType, ToolStatus
 AGENTS_ENV = {"RUNLEDGER_AGENTS": f"runs.agents.demo,{__name__}"}
 
 PLAN_UPDATED = "plan.updated"
+NOTE = "test.note"
 
 
 @register("planner", event_types=[PLAN_UPDATED])
@@ -117,3 +121,49 @@ async def stubborn_chat(ctx: AgentContext) -> AsyncIterator[Directive]:
         yield directive
         if isinstance(directive, Emit):
             await stubborn_tool(60)
+
+
+def count_call(path: str, name: str, key: str | None) -> dict[str, Any]:
+    """A tool's side effect outside the database: one line per call in the file at `path`."""
+    with open(path, "a") as calls:
+        calls.write(f"{name} {key}\n")
+    return {"name": name, "key": key}
+
+
+@register("test-steps", event_types=[NOTE])
+async def steps_agent(ctx: AgentContext) -> AsyncIterator[Directive]:
+    """Durable steps (docs/design/execution.md#steps): for each name of `input["steps"]`, a note,
+    then a step counted in the file `input["calls"]` (blocking code, in a thread). With
+    `input["hold"]`, it waits after the first step until that file exists; with `input["fail"]`,
+    the step of that name raises RetryableError the first `input["fail_times"]` calls
+    (`input["backoff"]` seconds apart); with `input["nan"]`, the step of that name returns NaN."""
+    calls = ctx.input["calls"]
+    results = []
+    for i, name in enumerate(ctx.input.get("steps", ["one", "two"])):
+        yield Emit(NOTE, {"before": name})
+
+        async def call(name: str = name) -> Any:
+            if name == ctx.input.get("nan"):
+                return {"score": float("nan")}
+            if name == ctx.input.get("fail") and _failures(calls, name) < ctx.input.get("fail_times", 2):
+                await ctx.to_thread(count_call, f"{calls}.failed", name, ctx.step_key)
+                raise RetryableError(f"{name} is busy", retry_after=ctx.input.get("retry_after"))
+            return await ctx.to_thread(count_call, calls, name, ctx.step_key)
+
+        retry = Retry(attempts=ctx.input.get("attempts", 3), backoff=ctx.input.get("backoff", 0.01))
+        results.append(await ctx.step(name, call, retry=retry))
+        if i == 0 and ctx.input.get("hold"):
+            await ctx.token.race(_exists(ctx.input["hold"]))
+    yield Emit(EventType.OUTPUT_DELTA, {"text": "done"})
+    yield Complete({"results": results})
+
+
+def _failures(calls: str, name: str) -> int:
+    path = Path(f"{calls}.failed")
+    return path.read_text().split().count(name) if path.exists() else 0
+
+
+async def _exists(path: str) -> None:
+    # The agent's own wait for the test's go-ahead (the test waits on the run, never on this).
+    while not Path(path).exists():
+        await asyncio.sleep(0.05)

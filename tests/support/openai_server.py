@@ -55,6 +55,11 @@ class Behaviour:
         wait-Nms      N ms before the response starts (a model slow to its first token)
         drop-after-N  the connection is closed after N content chunks, the response left unfinished
         status-N      an HTTP N answer with an OpenAI error body instead of a stream
+        busy-N        the first N requests naming this very model are answered 429 with
+                      `Retry-After: 1` (busy-N-retry-S: S seconds), the next ones as the rest of
+                      the name says
+        cut-N         the first N requests naming this very model have their connection closed
+                      before any answer
         usage-each    the usage so far in every chunk too (vLLM's `continuous_usage_stats`), so that
                       a client that closes the stream mid-way knows what it used up to its close
 
@@ -65,6 +70,9 @@ class Behaviour:
     pace: float = 0.0
     drop_after: int | None = None
     status: int | None = None
+    busy: int = 0
+    retry_after: int = 1
+    cut: int = 0
     wait: float = 0.0
     usage_each: bool = False
 
@@ -82,9 +90,30 @@ class Behaviour:
                 found["drop_after"] = int(m[1])
             elif m := re.fullmatch(r"status-(\d+)", word):
                 found["status"] = int(m[1])
+            elif m := re.fullmatch(r"busy-(\d+)(?:-retry-(\d+))?", word):
+                found["busy"] = int(m[1])
+                found["retry_after"] = int(m[2] or 1)
+            elif m := re.fullmatch(r"cut-(\d+)", word):
+                found["cut"] = int(m[1])
             elif word == "usage-each":
                 found["usage_each"] = True
         return cls(**found)
+
+
+class Asked:
+    """How many requests named each model, across the server's connections."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, model: str) -> int:
+        with self._lock:
+            self._counts[model] = self._counts.get(model, 0) + 1
+            return self._counts[model]
+
+
+ASKED = Asked()
 
 
 class Log:
@@ -163,6 +192,13 @@ class Connection:
         if (method, path) != ("POST", "/v1/chat/completions"):
             return self.error(number, 404, f"no route {method} {path}")
         behaviour = Behaviour.of(str(body.get("model", "")))
+        asked = ASKED.count(str(body["model"]))
+        if asked <= behaviour.cut:
+            self.log.write("drop", conn=self.number, request=number, chunks=0)
+            self.conn.shutdown(socket.SHUT_RDWR)
+            return False
+        if asked <= behaviour.busy:
+            return self.error(number, 429, "test server: busy", retry_after=behaviour.retry_after)
         if behaviour.status is not None:
             return self.error(number, behaviour.status, f"test server: status {behaviour.status}")
         if body.get("stream") is not True:
@@ -184,10 +220,14 @@ class Connection:
             return "", "cannot set both continue_final_message and add_generation_prompt"
         return str(messages[-1].get("content", "")), None
 
-    def error(self, number: int, status: int, message: str) -> bool:
+    def error(self, number: int, status: int, message: str, *, retry_after: int | None = None) -> bool:
         payload = json.dumps({"error": {"message": message, "type": "test_error", "code": status}}).encode()
         reason = REASONS.get(status, "Server Error")
-        head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+        extra = "" if retry_after is None else f"Retry-After: {retry_after}\r\n"
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        )
         self.conn.sendall(head.encode() + payload)
         self.log.write("end", conn=self.number, request=number, status=status, chunks=0)
         return True

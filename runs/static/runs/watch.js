@@ -68,6 +68,12 @@
         if (d.status === V.toolStatuses.INTERRUPTED) activity("Tool " + d.name + " interrupted", "tool");
         else activity("Tool " + d.name + " finished" + (d.status === V.toolStatuses.ERROR ? " with an error" : ""), "tool");
         break;
+      case T.STEP_COMPLETED:
+        activity("Step " + d.name + " done", "step");
+        break;
+      case T.STEP_RETRYING:
+        activity("Step " + d.name + " failed (" + d.error + ": " + d.message + "); retrying in " + Number(d.wait).toFixed(1) + " s", "retry");
+        break;
       case T.CHILD_SPAWNED:
         activity("Child run " + String(d.run_id || "").slice(0, 8) + " started", "child");
         break;
