@@ -196,7 +196,8 @@ class RunCollectionApi(RunApi):
     def post(self, request: Request) -> Response:
         data = _valid(self.InputSerializer, request.data)
         key = request.headers.get("Idempotency-Key")
-        headers = _valid(self.HeaderSerializer, {} if key is None else {"idempotency_key": key})
+        # Without the header there is nothing to validate (its field is optional).
+        headers = {} if key is None else _valid(self.HeaderSerializer, {"idempotency_key": key})
         spec = RunSpec(
             agent=data["agent"],
             input=data["input"],
