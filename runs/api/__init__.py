@@ -15,7 +15,7 @@ selector, and serialise the result; every error in the one error shape.
 #     pagination.py       Cursor-paged lists: `{"next", "previous", "results"}`, keyset pages in the
 #                         list's unique order
 #     parsers.py          The one request parser of the API
-#     plain.py            Hot GETs answered without DRF's request cycle
+#     plain.py            Hot requests answered without DRF's request cycle
 #     rerun.py            `POST /api/runs/{id}/rerun/`
 #     schema.py           The app's OpenAPI schema: the view that serves it on the app's own settings
 #                         whatever the project's

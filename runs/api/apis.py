@@ -31,7 +31,7 @@ from runs.api.filters import (
     run_filters,
 )
 from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
-from runs.api.plain import plain_get
+from runs.api.plain import Body, plain
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.serializers import (
     RUN_STATUSES,
@@ -196,7 +196,8 @@ class RunCollectionApi(RunApi):
     def post(self, request: Request) -> Response:
         data = _valid(self.InputSerializer, request.data)
         key = request.headers.get("Idempotency-Key")
-        headers = _valid(self.HeaderSerializer, {} if key is None else {"idempotency_key": key})
+        # Without the header there is nothing to validate (its field is optional).
+        headers = {} if key is None else _valid(self.HeaderSerializer, {"idempotency_key": key})
         spec = RunSpec(
             agent=data["agent"],
             input=data["input"],
@@ -269,11 +270,13 @@ class RunObjectApi(RunApi):
         raise serializers.ValidationError(serializer.errors)
 
 
-class PlainGetApi(RunObjectApi):
-    """An operation whose common GETs are answered without DRF's request cycle (runs.api.plain), by
-    its `answer`, which its DRF `get` answers with too; `query`: it takes query parameters."""
+class PlainApi(RunObjectApi):
+    """An operation whose common requests are answered without DRF's request cycle (runs.api.plain),
+    by its `answer`, which its DRF method answers with too: GETs; with `body` (its input
+    serializer), POSTs. `query`: a GET that takes query parameters."""
 
     query = False
+    body: Body | None = None
     answer: Callable[..., Any]
 
     @classmethod
@@ -281,10 +284,10 @@ class PlainGetApi(RunObjectApi):
         view = cls(**initkwargs)
         view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
         headers = {**view.default_response_headers, **cls.answer_headers}
-        return plain_get(super().as_view(**initkwargs), cls.answer, headers, query=cls.query)
+        return plain(super().as_view(**initkwargs), cls.answer, headers, query=cls.query, body=cls.body)
 
 
-class RunDetailApi(PlainGetApi):
+class RunDetailApi(PlainApi):
     @staticmethod
     def answer(user: AbstractUser, run_id: str) -> dict[str, Any]:
         run = run_get(run_id=run_id, user=user, for_json=True)
@@ -301,7 +304,7 @@ class RunDetailApi(PlainGetApi):
         return Response(self.answer(_caller(request), run_id))
 
 
-class RunEventsApi(PlainGetApi):
+class RunEventsApi(PlainApi):
     query = True
 
     @extend_schema_serializer(component_name="RunEventsFilter")
@@ -345,12 +348,14 @@ class RunEventsApi(PlainGetApi):
         return HttpResponse(page.json(), content_type="application/json")
 
 
-class RunCancelApi(RunObjectApi):
+class RunCancelApi(PlainApi):
     rule = access.CANCEL
 
     @extend_schema_serializer(component_name="RunCancelInput")
     class InputSerializer(serializers.Serializer[Any]):
         note = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
+
+    body = InputSerializer
 
     @_command_schema(
         operation_id="runs_cancel",
@@ -360,10 +365,12 @@ class RunCancelApi(RunObjectApi):
         "nothing written. Ended otherwise: 409 with the run.",
     )
     def post(self, request: Request, run_id: str) -> Response:
-        data = self.valid_input(self.InputSerializer, request, run_id)
-        user = _caller(request)
-        result = run_cancel(run_id=run_id, actor=user, note=data["note"], caller=user)
-        return Response(_run_data(result.run, request))
+        return Response(self.answer(_caller(request), self.valid_input(self.InputSerializer, request, run_id), run_id))
+
+    @staticmethod
+    def answer(user: AbstractUser, data: dict[str, Any], run_id: str) -> dict[str, Any]:
+        run = run_cancel(run_id=run_id, actor=user, note=data["note"], caller=user).run
+        return run_json(run, ticket=access.can_see_ticket(user, run))
 
 
 class RunStopApi(RunObjectApi):

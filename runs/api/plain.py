@@ -1,49 +1,69 @@
-"""Hot GETs answered without DRF's request cycle (docs/design/api.md#hot-reads): a common request is
-authenticated, checked and answered as the operation's DRF view answers it; any other goes to that
-view, which keeps the operation's schema."""
+"""Hot requests answered without DRF's request cycle (docs/design/api.md#hot-reads): a common GET,
+or a common command (a token's JSON body its serializer accepts), is authenticated, checked and
+answered as the operation's DRF view answers it; any other goes to that view, which keeps the
+operation's schema."""
 
 import functools
+import io
 from collections.abc import Callable
 from typing import Any, cast
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
-from rest_framework import exceptions
+from rest_framework import exceptions, serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from runs.access import User
 from runs.api.errors import exception_handler
+from runs.api.parsers import JSONParser
 from runs.http.authentication import token_credentials
 
 # What DRF's negotiation would answer with JSON, compact: no header, or one that asks for JSON or
 # anything. Others (an `indent` parameter, a list, a format DRF refuses with a 406) go to DRF.
 _ACCEPTED = (None, "*/*", "application/json")
 _RENDERER = JSONRenderer()
+_PARSER = JSONParser()
 
 # The run's JSON (or a plain response) for an authenticated user and the URL's arguments.
 Answer = Callable[..., Any]
+Body = type[serializers.Serializer[Any]]
 
 
-def plain_get(
-    drf_view: Callable[..., HttpResponseBase], answer: Answer, headers: dict[str, str], *, query: bool = False
+def plain(
+    drf_view: Callable[..., HttpResponseBase],
+    answer: Answer,
+    headers: dict[str, str],
+    *,
+    query: bool = False,
+    body: Body | None = None,
 ) -> Any:
-    """`drf_view` (an `ApiView` subclass's `as_view()`), with its common GETs answered by
-    `answer(user, **url_kwargs)` — `answer(user, query_dict, **url_kwargs)` with `query`, for an
-    operation that takes parameters (DRF's format parameter left to DRF); `headers`: what its
-    `finalize_response` adds to every answer (Allow, and the class's own). The result keeps
+    """`drf_view` (an `ApiView` subclass's `as_view()`), with its common requests answered by
+    `answer(user, **url_kwargs)`: GETs, or with `body` POSTs whose body that serializer accepts,
+    `answer(user, validated_data, **url_kwargs)`; with `query`, `answer(user, query_dict,
+    **url_kwargs)`, for a GET that takes parameters (DRF's format parameter left to DRF). `headers`:
+    what its `finalize_response` adds to every answer (Allow, and the class's own). The result keeps
     `drf_view`'s attributes, so that the schema finds the view class."""
 
     @functools.wraps(drf_view)
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
-        if not _plain(request, query=query):
+        if body is not None:
+            data = _command_body(request, body)
+            if data is None:
+                return drf_view(request, **kwargs)
+            given: tuple[Any, ...] = (data,)
+        elif _plain_get(request, query=query):
+            given = (request.GET,) if query else ()
+        else:
             return drf_view(request, **kwargs)
         try:
             user = _authenticated(request)
-            result = answer(user, request.GET, **kwargs) if query else answer(user, **kwargs)
+            result = answer(user, *given, **kwargs)
             response = result if isinstance(result, HttpResponseBase) else _rendered(Response(result))
         except Exception as exc:
-            handled = exception_handler(exc, {"request": None})
+            # The run of a 409 shows its ticket as the DRF view's does: to the caller, who may see it.
+            handled = exception_handler(exc, {"request": request})
             if handled is None:
                 raise  # a bug: Django logs it and answers 500, as under DRF
             response = _rendered(handled)
@@ -54,15 +74,52 @@ def plain_get(
     return view
 
 
-def _plain(request: HttpRequest, *, query: bool) -> bool:
+def _common(request: HttpRequest) -> bool:
     return (
-        request.method == "GET"
-        and (api_settings.URL_FORMAT_OVERRIDE not in request.GET if query else not request.META.get("QUERY_STRING"))
-        and request.META.get("HTTP_ACCEPT") in _ACCEPTED
+        request.META.get("HTTP_ACCEPT") in _ACCEPTED
         # DRF's test client forces its requests' authentication by attributes only DRF's request reads.
         and getattr(request, "_force_auth_user", None) is None
         and getattr(request, "_force_auth_token", None) is None
     )
+
+
+def _plain_get(request: HttpRequest, *, query: bool) -> bool:
+    return (
+        request.method == "GET"
+        and (api_settings.URL_FORMAT_OVERRIDE not in request.GET if query else not request.META.get("QUERY_STRING"))
+        and _common(request)
+    )
+
+
+def _command_body(request: HttpRequest, body: Body) -> dict[str, Any] | None:
+    """The body of a common command as `body` validates it; None for a request DRF answers: another
+    method, a query string, no token (a session's write needs DRF's CSRF check), a body that is not
+    JSON or that the serializer refuses (DRF refuses it, after checking the run: api.md#check-order).
+    Only the body is read here, nothing else done, so DRF starts from the request as it came."""
+    meta = request.META
+    if request.method != "POST" or meta.get("QUERY_STRING") or not _common(request):
+        return None
+    if not meta.get("HTTP_AUTHORIZATION", "").startswith("Token "):
+        return None
+    length = meta.get("CONTENT_LENGTH") or "0"
+    content_type = meta.get("CONTENT_TYPE", "")
+    if length == "0" and content_type in ("", "application/json"):
+        data: Any = {}  # DRF's data for no body
+    elif content_type == "application/json" and length.isdigit() and _within_limit(int(length)):
+        try:
+            data = _PARSER.parse(io.BytesIO(request.body))
+        except exceptions.ParseError:
+            return None
+    else:
+        return None
+    serializer = body(data=data)
+    return dict(serializer.validated_data) if serializer.is_valid() else None
+
+
+def _within_limit(length: int) -> bool:
+    # A longer body is DRF's to refuse (a 413), after the checks that come first.
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return limit is None or length <= limit
 
 
 def _authenticated(request: HttpRequest) -> User:

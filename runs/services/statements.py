@@ -28,9 +28,14 @@ def send_together(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any
                 cursor.execute(sql, params)
                 found.append(list(cursor.fetchall()) if cursor.description is not None else [])
             return found
+        from psycopg.pq import ExecStatus
+
         cursor.execute(SEPARATOR.join(sql for sql, _ in statements), [p for _, params in statements for p in params])
         while True:
-            found.append(list(cursor.fetchall()) if cursor.description is not None else [])
+            # Rows or none by the result's status: `description` would build an object per column.
+            result = cursor.pgresult
+            returned = result is not None and result.status == ExecStatus.TUPLES_OK
+            found.append(list(cursor.fetchall()) if returned else [])
             if not cursor.nextset():
                 break
     assert len(found) == len(statements), (len(found), len(statements))
