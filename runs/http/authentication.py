@@ -8,7 +8,6 @@ this, inside DRF.
 """
 
 import time
-
 from datetime import timedelta
 from typing import Any, cast
 
