@@ -61,9 +61,15 @@ def test_a_token_revoked_through_one_process_is_refused_by_the_other_as_its_note
     for web in webs:
         assert status(web, key, path) == 200
     assert_answered_from_memory(webs, alice, path)
-    assert request(
-        ("127.0.0.1", webs[0].port or 0), "/api/tokens/revoked/", method="DELETE", headers={"Authorization": f"Token {other}"}
-    ).status == 204
+    assert (
+        request(
+            ("127.0.0.1", webs[0].port or 0),
+            "/api/tokens/revoked/",
+            method="DELETE",
+            headers={"Authorization": f"Token {other}"},
+        ).status
+        == 204
+    )
     refused_everywhere(webs, key, path, 401)
     for web in webs:
         assert status(web, other, path) == 200  # read again: a revocation drops the user's entries, not their tokens
