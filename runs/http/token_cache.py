@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.db import connections
@@ -30,6 +30,7 @@ SIZE = 10_000
 
 # (key digest, the address's failure key — "" when token attempts are unlimited)
 Key = tuple[str, str]
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,13 +120,8 @@ class TokenCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return
-        user_id = entry.token[_USER_ID]
-        for index, value in ((self._by_user, user_id), (self._by_address, key[1])):
-            keys = index.get(value)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del index[value]
+        _unindex(self._by_user, entry.token[_USER_ID], key)
+        _unindex(self._by_address, key[1], key)
 
     def _drop_all(self, keys: set[Key] | None) -> None:
         for key in list(keys or ()):
@@ -167,6 +163,14 @@ class TokenCache:
         self._entries.clear()
         self._by_user.clear()
         self._by_address.clear()
+
+
+def _unindex(index: dict[K, set[Key]], value: K, key: Key) -> None:
+    keys = index.get(value)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[value]
 
 
 _USER_ID = _names(ApiToken).index("user_id")
