@@ -167,3 +167,17 @@ def _served_from_memory(web: Proc, user: User, path: str) -> bool:
     assert status(web, witness, path) == 200
     deleted_unannounced(witness)
     return status(web, witness, path) == 200
+
+
+@pytest.mark.sqlite
+def test_without_a_cache_every_request_reads_its_token(procs: Procs, make_user: Callable[..., User]) -> None:
+    """On SQLite (no notifications) there is no cache at all; on PostgreSQL, none with the setting at 0."""
+    off = {} if connection.vendor == "sqlite" else {"RUNLEDGER_TOKEN_CACHE_SECONDS": "0"}
+    web = procs.uvicorn(env=subprocess_env(**off))
+    frank = make_user()
+    path, key = f"/api/runs/{queued_run(frank).pk}/", token_for(frank)
+    assert status(web, key, path) == 200 and status(web, key, path) == 200
+    deleted_unannounced(key)
+    assert status(web, key, path) == 401
+    if connection.vendor == "postgresql":
+        assert not _listener(web)
