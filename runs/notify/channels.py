@@ -25,8 +25,9 @@ WEBHOOKS = "runledger_webhooks"
 
 CHANNELS = (EVENTS, CONTROL, QUEUE)
 # payload "<user_id>" — a credential of the user was revoked (the user deactivated or deleted, a
-# token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams.
-# Not in CHANNELS: only the publisher listens to it.
+# token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams,
+# the web processes' token caches (runs.http.token_cache) forget their tokens. Not in CHANNELS:
+# only those listen to it.
 REVOKED = "runledger_revoked"
 # payload "user:<user_id>" — the user's row changed (its API tokens' cached users are stale);
 # "failure:<failure key>" — a token attempt failed from the address of that key
