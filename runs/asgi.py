@@ -34,6 +34,21 @@ def wrap(inner: Any, *, serve_static: bool = False) -> Any:
     # The edge's publisher lives as long as the process: it must publish whether or not this
     # process serves streams. Requests are counted outermost: the body limit's 413s and the static
     # files too.
-    return CountResponses(
-        wrapper(inner, serve_static=serve_static, on_startup=publisher.start, on_shutdown=publisher.stop)
-    )
+    return CountResponses(wrapper(inner, serve_static=serve_static, on_startup=_start, on_shutdown=_stop))
+
+
+def _start() -> None:
+    from runs.http import token_cache
+    from runs.streaming.edge import publisher
+
+    publisher.start()
+    # Listening from the start: API requests use the token cache only while it listens.
+    token_cache.start()
+
+
+async def _stop() -> None:
+    from runs.http import token_cache
+    from runs.streaming.edge import publisher
+
+    await publisher.stop()
+    await token_cache.stop()

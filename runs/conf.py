@@ -186,6 +186,14 @@ class AppSettings(Registry):
     AUTH_FAILURE_WINDOW_SECONDS = Whole(
         300, "the window failed sign-ins and token attempts count in", (WEB,), unit="seconds"
     )
+    # A web process's memory of API tokens it authenticated (docs/design/api.md#token-cache): a
+    # revocation drops them at once by its notification; this bounds one whose notification is lost.
+    TOKEN_CACHE_SECONDS = Seconds(
+        5,
+        "how long a web process may authenticate an API token from memory; revocations drop it at once",
+        (WEB,),
+        zero="no cache: every request reads its token",
+    )
     LIMIT_RETRY_AFTER_SECONDS = Whole(
         10, "the Retry-After of a refused create, resume or stream", (WEB,), unit="seconds"
     )

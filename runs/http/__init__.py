@@ -20,3 +20,4 @@
 #     request_end.py     What a view has called once its request has surely ended, whatever happened
 #                        to it
 #     throttles.py       Throttled sign-ins and token attempts
+#     token_cache.py     A web process's memory of the API tokens it authenticated

@@ -2,9 +2,12 @@
 token header (`Authorization: Token <key>`, looked up by its digest) for the API, the stream and
 /metrics/ alike, and the session (browsers: EventSource sends no headers). Every token attempt is
 throttled per client address first (throttles.py): from a blocked address even a valid key is a
-429. The API's DRF authentication class (runs.api.authentication) is this, inside DRF.
+429. A good key is answered from the process's token cache (token_cache.py) while no news has come
+that could change its answer. The API's DRF authentication class (runs.api.authentication) is
+this, inside DRF.
 """
 
+import time
 from datetime import timedelta
 from typing import Any, cast
 
@@ -18,7 +21,8 @@ from rest_framework.request import Request
 
 from runs.access import AnyUser, User
 from runs.http import throttles
-from runs.models import ApiToken
+from runs.http.token_cache import cache
+from runs.models import ApiToken, key_digest
 from runs.selectors.credentials import token_with_failure
 
 # How stale a token's `last_used_at` may be: a request writes it only when it is older, so a busy
@@ -26,16 +30,17 @@ from runs.selectors.credentials import token_with_failure
 LAST_USED_EVERY = timedelta(seconds=60)
 
 
-def _note_used(token: ApiToken) -> None:
+def _note_used(token: ApiToken) -> bool:
     """The authentication's own bookkeeping, as the throttle's failures are (no service may be
-    imported here): the token's last use, at most once per LAST_USED_EVERY."""
+    imported here): the token's last use, at most once per LAST_USED_EVERY; whether it wrote."""
     now = timezone.now()
     if token.last_used_at is not None and now - token.last_used_at < LAST_USED_EVERY:
-        return
+        return False
     # Conditional, so that a burst of requests that all read it stale write it once.
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_EVERY)
     ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
     token.last_used_at = now
+    return True
 
 
 class _Tokens(TokenAuthentication):
@@ -47,6 +52,17 @@ class _Tokens(TokenAuthentication):
         self.block = block
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        # Kept per address: an entry says the address was not blocked when it was read, and every
+        # failure from it since drops it (a blocked address is only read, never remembered).
+        cached = (key_digest(key), self.block.key if self.block else "")
+        token = cache.get(cached)
+        if token is not None and token.expires_at is not None and token.expires_at <= timezone.now():
+            token = None  # expired: read, and refused, as any unknown key
+        if token is not None:
+            if _note_used(token):
+                cache.noted_use(cached, token)
+            return token.user, token
+        epoch, read_at = cache.begin(), time.monotonic()
         token, nth_failure = token_with_failure(key=key, failures=self.block.failures if self.block else None)
         if token is None:
             raise AuthenticationFailed(_("Invalid token."))
@@ -55,6 +71,7 @@ class _Tokens(TokenAuthentication):
         if not token.user.is_active:
             raise AuthenticationFailed(_("User inactive or deleted."))
         _note_used(token)
+        cache.keep(epoch, cached, token, read_at=read_at)
         return token.user, token
 
 

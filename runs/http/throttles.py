@@ -9,9 +9,11 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import connection, transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
+from runs import notify
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import AuthFailure
@@ -117,7 +119,15 @@ def auth_token_failed(*, address: str) -> None:
     if conf.AUTH_FAILURES_MAX is None:
         return
     now = timezone.now()
-    AuthFailure.objects.create(key=_key(_TOKEN_ADDRESS, address), failed_at=now)
+    key = _key(_TOKEN_ADDRESS, address)
+    if conf.TOKEN_CACHE_SECONDS and connection.vendor == "postgresql":
+        # Announced in its own transaction: no process's token cache answers this address's keys
+        # once the failure counts (runs.http.token_cache).
+        with transaction.atomic():
+            AuthFailure.objects.create(key=key, failed_at=now)
+            notify.send(notify.token_failed(key))
+    else:
+        AuthFailure.objects.create(key=key, failed_at=now)
     _purge_some(now)
 
 

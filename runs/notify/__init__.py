@@ -11,6 +11,7 @@
 from runs.notify.channels import (
     CHANNELS,
     CONTROL,
+    CREDENTIALS,
     EVENTS,
     QUEUE,
     REVOKED,
@@ -20,6 +21,7 @@ from runs.notify.channels import (
     credential_revoked,
     events_committed,
     parse_control_payload,
+    parse_credentials_payload,
     parse_events_payload,
     parse_queue_payload,
     parse_revoked_payload,
@@ -27,6 +29,8 @@ from runs.notify.channels import (
     send,
     slot_freed,
     statement,
+    token_failed,
+    user_changed,
     webhooks_due,
 )
 from runs.notify.listener import APPLICATION_NAME_PREFIX, Listener, conninfo
@@ -35,6 +39,7 @@ __all__ = [
     "APPLICATION_NAME_PREFIX",
     "CHANNELS",
     "CONTROL",
+    "CREDENTIALS",
     "EVENTS",
     "QUEUE",
     "REVOKED",
@@ -46,6 +51,7 @@ __all__ = [
     "credential_revoked",
     "events_committed",
     "parse_control_payload",
+    "parse_credentials_payload",
     "parse_events_payload",
     "parse_queue_payload",
     "parse_revoked_payload",
@@ -53,5 +59,7 @@ __all__ = [
     "send",
     "slot_freed",
     "statement",
+    "token_failed",
+    "user_changed",
     "webhooks_due",
 ]

@@ -25,9 +25,15 @@ WEBHOOKS = "runledger_webhooks"
 
 CHANNELS = (EVENTS, CONTROL, QUEUE)
 # payload "<user_id>" — a credential of the user was revoked (the user deactivated or deleted, a
-# token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams.
-# Not in CHANNELS: only the publisher listens to it.
+# token of theirs deleted, a session of theirs ended): the edge's publisher closes their streams,
+# the web processes' token caches (runs.http.token_cache) forget their tokens. Not in CHANNELS:
+# only those listen to it.
 REVOKED = "runledger_revoked"
+# payload "user:<user_id>" — the user's row changed (its API tokens' cached users are stale);
+# "failure:<failure key>" — a token attempt failed from the address of that key
+# (runs.http.throttles): the web processes' token caches (runs.http.token_cache) drop what they
+# hold of either. Not in CHANNELS: only the token caches listen to it.
+CREDENTIALS = "runledger_credentials"
 
 
 # (channel, payload)
@@ -78,6 +84,22 @@ def credential_revoked(user_id: int) -> Note:
 
 def parse_revoked_payload(payload: str) -> int:
     return int(payload)
+
+
+def user_changed(user_id: int) -> Note:
+    return CREDENTIALS, f"user:{user_id}"
+
+
+def token_failed(failure_key: str) -> Note:
+    return CREDENTIALS, f"failure:{failure_key}"
+
+
+def parse_credentials_payload(payload: str) -> tuple[str, str]:
+    """("user", user id) or ("failure", failure key); ValueError for anything else."""
+    kind, sep, value = payload.partition(":")
+    if not sep or kind not in ("user", "failure") or not value:
+        raise ValueError(payload)
+    return kind, value
 
 
 def webhooks_due() -> Note:

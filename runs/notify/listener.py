@@ -1,7 +1,7 @@
 """One PostgreSQL LISTEN connection per process that reconnects by itself (docs/design/deployment.md#notifications).
 
 Each (re)connect calls `on_connect`, so consumers re-read what they may have missed while it was
-down. On SQLite there is nothing to listen to and `run()` returns at once.
+down; each loss `on_disconnect`, for consumers that must not trust what they know meanwhile. On SQLite there is nothing to listen to and `run()` returns at once.
 """
 
 import asyncio
@@ -47,12 +47,14 @@ class Listener:
         role: str,
         on_notify: Callable[[str, str], None],
         on_connect: Callable[[], None] = lambda: None,
+        on_disconnect: Callable[[], None] = lambda: None,
         channels: Iterable[str] = notify.CHANNELS,
         alias: str = "default",
     ) -> None:
         self.role = role
         self.on_notify = on_notify
         self.on_connect = on_connect
+        self.on_disconnect = on_disconnect
         self.channels = tuple(channels)
         self.alias = alias
         self.connected = asyncio.Event()
@@ -98,7 +100,7 @@ class Listener:
                         # as a lost connection too.
                         await asyncio.wait_for(conn.execute("SELECT 1"), timeout=max(2 * probe, 2.0))
             except (psycopg.Error, OSError, TimeoutError) as exc:
-                self.connected.clear()
+                self._lost()
                 if self._stopping:
                     break
                 log.warning(
@@ -106,4 +108,11 @@ class Listener:
                 )
                 await asyncio.sleep(retry)
             finally:
-                self.connected.clear()
+                self._lost()
+
+    def _lost(self) -> None:
+        # Also when the task is cancelled or fails otherwise: a consumer must never go on trusting
+        # a listener that is no longer listening.
+        if self.connected.is_set():
+            self.connected.clear()
+            self.on_disconnect()

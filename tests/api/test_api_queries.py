@@ -24,6 +24,7 @@ from runs.services.statements import SEPARATOR
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
+from tests.support.token_cache import token_cache_listening
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -293,3 +294,22 @@ def test_a_claim_under_a_running_cap_takes_the_claims_lock_with_the_ranking(alic
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
     assert _kinds(captured)[:3] == ["BEGIN ", "SELECT  + WITH runs_run", "SELECT runs_run"]
+
+
+def test_with_the_token_cache_warm_a_read_sends_the_run_alone_and_a_cancel_no_token_read(
+    api: APIClient, alice: User
+) -> None:
+    """A web process listening for revocations answers a good key it read a moment ago from memory
+    (docs/design/api.md#token-cache): the request's own statements only."""
+    running, queued = running_run(alice), queued_run(alice)
+    with token_cache_listening():
+        assert statements(lambda: api.get(url(queued)), 200) == ["SELECT runs_apitoken", "SELECT runs_run"]
+        assert statements(lambda: api.get(url(queued)), 200) == ["SELECT runs_run"]
+        assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
+            "BEGIN ",
+            "SELECT runs_run + SELECT runs_run",
+            "INSERT runs_runevent + UPDATE runs_runattempt + UPDATE runs_run + SELECT pg_notify",
+            "COMMIT ",
+        ]
+    # The listener gone, the statement is back.
+    assert statements(lambda: api.get(url(queued)), 200) == ["SELECT runs_apitoken", "SELECT runs_run"]

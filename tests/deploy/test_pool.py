@@ -23,7 +23,7 @@ from runs import services
 from runs.events import EventType
 from runs.models import Run
 from tests.factories import queued_run, running_run
-from tests.support.db import connections_named, query_one, sessions_settled, token_for
+from tests.support.db import connections_named, listen_connections, query_one, sessions_settled, token_for
 from tests.support.faults import request, token_header
 from tests.support.pg import PgCluster
 from tests.support.procs import UNCAPPED, Proc, Procs, connections_to, subprocess_env, wait_http_ok, web_env
@@ -186,12 +186,19 @@ def test_a_pooled_read_sends_only_its_own_statements_and_a_restart_costs_each_id
             text = file.read().decode(errors="replace")
         return [line.split("statement: ", 1)[1].strip() for line in text.splitlines() if "statement: " in line]
 
+    # The token is answered from the process's token cache (docs/design/api.md#token-cache) once
+    # its listener is up: each read then sends its run's read alone.
+    wait_until(lambda: listen_connections("tokens"), 10, "the token cache's listener")
     assert reads(10) == [200] * 10
-    wait_until(lambda: len(logged()) >= 20, 10, "the reads' statements in the server's log")
-    kinds = [" ".join(sql.split()[:4]) for sql in logged()]
-    assert len(kinds) == 20 and "" not in kinds, kinds
-    assert all(sql.startswith('SELECT "runs_apitoken"') for sql in logged()[0::2]), kinds
-    assert all(sql.startswith('SELECT "runs_run"') for sql in logged()[1::2]), kinds
+
+    def run_reads() -> int:
+        return sum(sql.startswith('SELECT "runs_run"') for sql in logged())
+
+    wait_until(lambda: run_reads() >= 10, 10, "the reads' statements in the server's log")
+    kinds = [" ".join(sql.split()[:2]) for sql in logged()]
+    tokens = len(kinds) - 10  # read while the listener was connecting: at most the first
+    token_read, run_read = 'SELECT "runs_apitoken"."id",', 'SELECT "runs_run"."id",'
+    assert tokens <= 1 and kinds == [token_read, run_read] * tokens + [run_read] * (10 - tokens), kinds
 
     pg_cluster.stop()
     pg_cluster.start()
