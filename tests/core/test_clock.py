@@ -2,20 +2,22 @@
 
 import pytest
 from django.contrib.auth.models import User
-from django.db.models.functions import Now
 
 from runs.models import Run
 from runs.selectors.clock import db_now
+from runs.services.quotas import DUE, DbNow
 from tests.factories import queued_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.mark.sqlite
-def test_the_clock_a_command_reads_is_never_ahead_of_the_one_the_claims_compare_with(alice: User) -> None:
-    """runs.selectors.clock.db_now against SQL's own clock (Now(), as the claims' due check reads
-    it; SQLite's to the millisecond): a start_after set from the first is due by the second at once."""
+def test_a_start_after_set_from_the_processes_clock_is_due_by_the_claims_clock_at_once(alice: User) -> None:
+    """runs.selectors.clock.db_now against the clock the claims' due check reads (SQLite's to the
+    millisecond, its times compared as text): never a moment ahead of it."""
     one = Run.objects.filter(pk=queued_run(alice).pk)
     for _ in range(300):
         taken = db_now()
-        assert taken <= one.annotate(clock=Now()).values_list("clock", flat=True).get()
+        one.update(start_after=taken)
+        assert one.filter(DUE).exists()
+        assert taken <= one.annotate(clock=DbNow()).values_list("clock", flat=True).get()
