@@ -141,29 +141,26 @@ def _check_bytes(*, stored: int, adding: int, cap: int | None) -> None:
 def check_webhooks(owner_id: int) -> None:
     """Refuse (429) a new webhook endpoint to an owner who has RUNLEDGER_MAX_WEBHOOKS_PER_USER:
     under a lock on the owner, so two registrations at once never pass it."""
-    _check_rows(owner_id, OwnerLock.WEBHOOKS, WebhookEndpoint, conf.MAX_WEBHOOKS_PER_USER, "webhooks", "register")
+    said = "webhook endpoints, the most allowed (RUNLEDGER_MAX_WEBHOOKS_PER_USER); delete one to register another"
+    _check_rows(owner_id, OwnerLock.WEBHOOKS, WebhookEndpoint, conf.MAX_WEBHOOKS_PER_USER, key="webhooks", said=said)
 
 
 def check_schedules(owner_id: int) -> None:
     """Refuse (429) a new schedule to an owner who has RUNLEDGER_MAX_SCHEDULES_PER_USER: under a lock
     on the owner, so two creates at once never pass it."""
-    _check_rows(owner_id, OwnerLock.SCHEDULES, Schedule, conf.MAX_SCHEDULES_PER_USER, "schedules", "create")
+    said = "schedules, the most allowed (RUNLEDGER_MAX_SCHEDULES_PER_USER); delete one to create another"
+    _check_rows(owner_id, OwnerLock.SCHEDULES, Schedule, conf.MAX_SCHEDULES_PER_USER, key="schedules", said=said)
 
 
-def _check_rows(owner_id: int, purpose: OwnerLock, model: type[Model], cap: int | None, name: str, verb: str) -> None:
-    """The cap `cap` on an owner's rows of `model` (its setting RUNLEDGER_MAX_<NAME>_PER_USER), counted
-    under the owner's lock for `purpose`."""
+def _check_rows(owner_id: int, purpose: OwnerLock, model: type[Model], cap: int | None, *, key: str, said: str) -> None:
+    """The cap `cap` on an owner's rows of `model`, counted under the owner's lock for `purpose`:
+    the 429's message is "you have N " and `said`, its detail the count under `key`."""
     if cap is None:
         return
     lock_owner(owner_id, purpose)
     count = model._default_manager.filter(owner_id=owner_id).count()
     if count >= cap:
-        noun = "webhook endpoints" if name == "webhooks" else name
-        raise _refused(
-            f"you have {count} {noun}, the most allowed (RUNLEDGER_MAX_{name.upper()}_PER_USER); "
-            f"delete one to {verb} another",
-            **{name: count, "limit": cap},
-        )
+        raise _refused(f"you have {count} {said}", **{key: count, "limit": cap})
 
 
 def _refused(message: str, **detail: int) -> TooManyRequests:
