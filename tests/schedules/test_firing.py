@@ -16,8 +16,9 @@ from django.test import Client
 from django.utils import timezone
 
 from runs import services
+from runs.events import FireOutcome as Outcome
 from runs.models import Run, RunEvent, Schedule, WebhookDelivery, WebhookNotification
-from runs.services.firing import Fired, Outcome, fire_buffered, fire_locked, fire_next
+from runs.services.firing import Fired, fire_buffered, fire_locked, fire_next
 from runs.services.schedules import schedule_create, schedule_trigger
 from tests.support.metrics import parse, value
 
