@@ -16,8 +16,8 @@ pages always; the site's other model admins only where the project asks (RUNLEDG
 #     matching.py   The run list's "Cancel all that match" and "Stop all that match"
 #     rerun.py      The run page's "Rerun" button and the links between a run and its reruns
 #     results.py    What the run page shows of what a run produced and used
+#     priority.py   The run page's "Priority and start" command
 #     run.py        The staff console's run admin
-#     schedule.py   The run page's "Schedule run" command
 #     tokens.py     API tokens in the console
 #     webhooks.py   Webhook endpoints and their deliveries in the console
 

@@ -44,7 +44,7 @@ from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.admin.matching import MatchingMixin
 from runs.admin.rerun import RerunMixin
 from runs.admin.results import ResultsMixin
-from runs.admin.schedule import ScheduleMixin, schedule_buttons
+from runs.admin.priority import PriorityMixin, priority_buttons
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
@@ -138,7 +138,7 @@ class ViewOnly:
 
 
 @admin.register(Run)
-class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, PriorityMixin, ResultsMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -373,7 +373,7 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
                 for command in COMMANDS
                 if live and command.allowed(request.user)
             ]
-            + schedule_buttons(request.user, run),
+            + priority_buttons(request.user, run),
             "rerun": self.rerun_button(request, run),
         }
 
@@ -402,7 +402,7 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
             ),
             *self.matching_urls(),
             path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{info[0]}_{info[1]}_rerun"),
-            path("<path:object_id>/schedule/", wrap(self.schedule_view), name=f"{info[0]}_{info[1]}_schedule"),
+            path("<path:object_id>/priority/", wrap(self.priority_view), name=f"{info[0]}_{info[1]}_priority"),
             *super().get_urls(),
         ]
 

@@ -38,7 +38,7 @@ from runs.api.serializers import (
     EventOutputSerializer,
     RunListItemSerializer,
     RunOutputSerializer,
-    ScheduleInputSerializer,
+    QueueInputSerializer,
 )
 from runs.conf import conf
 from runs.events import TYPES_HELP, type_selection
@@ -141,7 +141,7 @@ class RunCollectionApi(RunApi):
     FilterSerializer = RunListFilterSerializer
 
     @extend_schema_serializer(component_name="RunCreateInput")
-    class InputSerializer(ScheduleInputSerializer):
+    class InputSerializer(QueueInputSerializer):
         agent = serializers.CharField(max_length=64, help_text="a registered agent name, e.g. `demo`")
         input = serializers.DictField(help_text="the agent's input, a JSON object")
         parent = serializers.UUIDField(  # type: ignore[assignment]  # DRF pops declared fields

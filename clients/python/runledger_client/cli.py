@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from runledger_client import _cli_args, _cli_tokens, _cli_webhooks
+from runledger_client import _cli_args, _cli_schedules, _cli_tokens, _cli_webhooks
 from runledger_client._cli_args import EXIT_BY_STATUS, OK, REFUSED, UNREACHABLE, USAGE_ERROR
 from runledger_client._completion import SCRIPTS
 from runledger_client._config import resolve
@@ -319,6 +319,7 @@ HANDLERS = {
     "rerun": cmd_rerun,
     **_cli_webhooks.HANDLERS,
     **_cli_tokens.HANDLERS,
+    **_cli_schedules.HANDLERS,
 }
 
 

@@ -16,7 +16,17 @@ from runledger_client import _core
 from runledger_client._config import settings_for
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, ApiToken, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
+from runledger_client.models import (
+    Agent,
+    ApiToken,
+    BulkResult,
+    Event,
+    EventPage,
+    Run,
+    Schedule,
+    Webhook,
+    WebhookDelivery,
+)
 
 T = TypeVar("T")
 
@@ -177,6 +187,58 @@ class Agents:
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
+class Schedules:
+    """`client.schedules`: your schedules, each creating a run at every due time (docs/design/
+    schedules.md). Another user's schedule is NotFound."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self, agent: str, input: dict[str, Any] | None = None, **options: Unpack[_core.ScheduleOptions]
+    ) -> Schedule:
+        """A schedule of runs of `agent` with `input`: give `cron="0 9 * * 1-5"` (with a
+        `timezone`, default UTC) or `every_seconds=N`. A bad cron, an unknown zone or an interval
+        shorter than the server's minimum raise ValidationError naming the field. Not retried after
+        a lost answer (it would make a second schedule)."""
+        return self._client._send(_core.schedule_create(agent, input, options))
+
+    def list(self, *, page_size: int | None = None) -> Iterator[Schedule]:
+        """Your schedules, newest first, fetched page by page as you iterate."""
+        return self._client._pages(_core.schedule_pages(page_size))
+
+    def get(self, schedule_id: str) -> Schedule:
+        return self._client._send(_core.schedule_get(schedule_id))
+
+    def update(self, schedule_id: str, **changes: Unpack[_core.ScheduleChanges]) -> Schedule:
+        """Change what is given (`start_at=None` or `end_at=None` clears it); the next due time
+        follows from the new timing."""
+        return self._client._send(_core.schedule_update(schedule_id, changes))
+
+    def delete(self, schedule_id: str) -> None:
+        """Delete the schedule; the runs it created stay. A retry after a lost answer may find it
+        gone: NotFound."""
+        self._client._send(_core.schedule_delete(schedule_id))
+
+    def pause(self, schedule_id: str) -> Schedule:
+        """Fire nothing until resumed (a run it created goes on)."""
+        return self._client._send(_core.schedule_command(schedule_id, "pause"))
+
+    def resume(self, schedule_id: str) -> Schedule:
+        """Fire again, from the next due time after now: what fell due while paused is not fired."""
+        return self._client._send(_core.schedule_command(schedule_id, "resume"))
+
+    def trigger(self, schedule_id: str) -> Run:
+        """Create a run now, as a due time would: its overlap policy applies, and a fire it skips
+        raises ScheduleOverlap. Not retried after a lost answer."""
+        return self._client._send(_core.schedule_trigger(schedule_id))
+
+    def backfill(self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int) -> list[Run]:
+        """Fire the due times from `start` to `end` that have no run yet, oldest first, at most
+        `max` of them: the runs created."""
+        return self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
+
+
 class Webhooks:
     """`client.webhooks`: your webhook endpoints, told when your runs end or wait
     (docs/design/webhooks.md). Another user's endpoint is NotFound."""
@@ -268,6 +330,7 @@ class Client:
 
     runs: Runs
     agents: Agents
+    schedules: Schedules
     webhooks: Webhooks
     tokens: Tokens
 
@@ -288,6 +351,7 @@ class Client:
         self.config = config
         self.runs = Runs(self)
         self.agents = Agents(self)
+        self.schedules = Schedules(self)
         self.webhooks = Webhooks(self)
         self.tokens = Tokens(self)
 
