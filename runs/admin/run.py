@@ -42,9 +42,9 @@ from runs.admin.filters import (
 )
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.admin.matching import MatchingMixin
+from runs.admin.priority import PriorityMixin, priority_buttons
 from runs.admin.rerun import RerunMixin
 from runs.admin.results import ResultsMixin
-from runs.admin.priority import PriorityMixin, priority_buttons
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
@@ -163,8 +163,8 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, PriorityMixin, ResultsMixin,
         RunningForFilter,
     )
     # The run page's "all child runs" link (?parent=<id>); a malformed id is an invalid filter.
-    # And its reruns' "all" link (?rerun_of=<id>).
-    extra_lookups = ("parent", "rerun_of")
+    # And its reruns' "all" link (?rerun_of=<id>), a schedule's "its runs" (?schedule=<id>).
+    extra_lookups = ("parent", "rerun_of", "schedule")
     search_fields = ("owner__username",)  # and ids, in get_search_results
     search_help_text = "A run id (whole, or its first characters), an owner's username, or a metadata label key=value."
     ordering = ("-created_at",)
@@ -186,6 +186,7 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, PriorityMixin, ResultsMixin,
                     "parent_link",
                     "rerun_of_link",
                     "reruns_links",
+                    "schedule_link",
                     "metadata_json",
                 )
             },
@@ -297,6 +298,13 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, PriorityMixin, ResultsMixin,
     @admin.display(description="parent")
     def parent_link(self, run: Run) -> SafeString | str:
         return run_link(run.parent_id)
+
+    @admin.display(description="schedule")
+    def schedule_link(self, run: Run) -> SafeString | str:
+        if run.schedule_id is None:
+            return "—"
+        url = reverse("admin:runs_schedule_change", args=[quote(run.schedule_id)])
+        return format_html('<a href="{}">{}</a>, due {}', url, run.schedule_id, moment(run.schedule_due_at))
 
     @admin.display(description="attempts lost / max")
     def attempts_budget(self, run: Run) -> str:

@@ -36,9 +36,9 @@ from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, docume
 from runs.api.serializers import (
     RUN_STATUSES,
     EventOutputSerializer,
+    QueueInputSerializer,
     RunListItemSerializer,
     RunOutputSerializer,
-    QueueInputSerializer,
 )
 from runs.conf import conf
 from runs.events import TYPES_HELP, type_selection

@@ -15,6 +15,7 @@ import schemathesis
 from django.contrib.auth.models import User
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
+from runs.services.schedules import schedule_create
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -94,12 +95,18 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     ended = queued_run(fuzzer)
     services.run_cancel(run_id=ended.pk, actor=fuzzer)
     real_ids = [str(waiting.pk), str(queued.pk), str(ended.pk)]
+    # And schedules, so their operations reach past the 404 too: a skip that refuses a second fire
+    # (its run stays queued, no worker runs), and one that creates a run at each fire.
+    schedule_ids = [
+        str(schedule_create(owner=fuzzer, agent="demo", input={}, every_seconds=3600, overlap=overlap).pk)
+        for overlap in ("skip", "allow_all")
+    ]
 
     web = procs.uvicorn()
     schema = schemathesis.openapi.from_url(web.url + "/api/schema/?format=json").exclude(path_regex=r"/stream/|/wait/")
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = sorted(op.label for op in operations)
-    assert len(labels) == 22, labels
+    assert len(labels) == 31, labels
     assert not any("stream" in label for label in labels)
 
     session = requests.Session()
@@ -118,13 +125,15 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             # Generated ids (almost always unknown: 404), then one of the real runs.
             run_ids: list[str | None] = [None]
-            if "{run_id}" in operation.path:
-                run_ids.append(real_ids[turn % len(real_ids)])
+            name = "schedule_id" if "{schedule_id}" in operation.path else "run_id"
+            if "{run_id}" in operation.path or "{schedule_id}" in operation.path:
+                ids = schedule_ids if name == "schedule_id" else real_ids
+                run_ids.append(ids[turn % len(ids)])
                 turn += 1
             for run_id in run_ids:
-                path_parameters = {"run_id": run_id} if run_id else None
+                path_parameters = {name: run_id} if run_id else None
                 strategy = operation.as_strategy(generation_mode=mode, path_parameters=path_parameters)
-                if mode is GenerationMode.POSITIVE and operation.label == "POST /api/runs/":
+                if mode is GenerationMode.POSITIVE and operation.label in ("POST /api/runs/", "POST /api/schedules/"):
                     strategy = strategy.map(_with_a_registered_agent)
 
                 @settings(
@@ -154,6 +163,8 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     assert {201, 400} <= seen["POST /api/runs/"], seen
     assert {200, 404} <= seen["GET /api/runs/{run_id}/"], seen
     assert 200 in seen["GET /api/runs/{run_id}/events/"] and 200 in seen["GET /api/runs/"], seen
+    assert {200, 404} <= seen["GET /api/schedules/{schedule_id}/"] and 200 in seen["GET /api/schedules/"], seen
+    assert 400 in seen["POST /api/schedules/"] and 200 in seen["POST /api/schedules/{schedule_id}/pause/"], seen
     assert "Traceback" not in web.log(), web.log()
 
 

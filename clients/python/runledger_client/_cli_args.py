@@ -168,6 +168,7 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
     listing.add_argument("--where", type=_pair, action="append", metavar="KEY=VALUE", help=WHERE_HELP)
     listing.add_argument("--agent", metavar="NAME", help="runs of this agent")
     listing.add_argument("--parent", metavar="ID", help="the children of this run")
+    listing.add_argument("--schedule", metavar="ID", help="the runs this schedule created")
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (0: all); default 50")
     listing.add_argument("--jsonl", action="store_true", help="the same as -o jsonl")
 

@@ -163,8 +163,9 @@ class RunMatch(TypedDict, total=False):
 
 
 class RunFilters(RunMatch, total=False):
-    """`list()`'s filters (`RunMatch`) and its page size."""
+    """`list()`'s filters (`RunMatch`, and `schedule`: the runs a schedule created) and its page size."""
 
+    schedule: str
     page_size: int
 
 

@@ -78,6 +78,7 @@ def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
         "end_code": args.end_code,
         "agent": args.agent,
         "parent": args.parent,
+        "schedule": args.schedule,
         "metadata": dict(args.where) if args.where else None,
     }
     runs = client.runs.list(**_given(filters))
