@@ -15,6 +15,7 @@ the hot reads' statements kept.
 #     published.py    What the edge's publisher reads after a wake-up
 #     results.py      What a run produced and used, for its JSON
 #     run_json.py     The run's JSON: the one representation of a run that the API answers
+#     schedules.py    Reads of schedules: one's own, by id or paged, and the late ones
 #     states.py       The state of runs by id, many in one query, for the processes that follow runs
 #                     rather than show them
 #     webhooks.py     Reads of webhook endpoints and deliveries

@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, WebhookEndpoint
+from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.services.statements import Statement, send_together
 from runs.transitions import Status
 
@@ -29,6 +29,7 @@ class OwnerLock(IntEnum):
     CREATE = 0x524C0001
     CLAIM = 0x524C0002
     WEBHOOKS = 0x524C0003
+    SCHEDULES = 0x524C0004
 
 
 def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
@@ -150,6 +151,23 @@ def check_webhooks(owner_id: int) -> None:
             f"you have {count} webhook endpoints, the most allowed (RUNLEDGER_MAX_WEBHOOKS_PER_USER); "
             "delete one to register another",
             webhooks=count,
+            limit=cap,
+        )
+
+
+def check_schedules(owner_id: int) -> None:
+    """Refuse (429) a new schedule to an owner who has RUNLEDGER_MAX_SCHEDULES_PER_USER: under a lock
+    on the owner, so two creates at once never pass it."""
+    cap = conf.MAX_SCHEDULES_PER_USER
+    if cap is None:
+        return
+    lock_owner(owner_id, OwnerLock.SCHEDULES)
+    count = Schedule.objects.filter(owner_id=owner_id).count()
+    if count >= cap:
+        raise _refused(
+            f"you have {count} schedules, the most allowed (RUNLEDGER_MAX_SCHEDULES_PER_USER); "
+            "delete one to create another",
+            schedules=count,
             limit=cap,
         )
 

@@ -1,0 +1,236 @@
+"""Firing schedules (docs/design/schedules.md#firing): each due time's run created through the normal
+create path, and the schedule's next due time moved, in one transaction under the schedule's row
+lock — exactly once, whatever the number of workers firing. The overlap policies and catch-up."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from runs.events import ScheduleEvent
+from runs.exceptions import RunledgerError
+from runs.metrics import series
+from runs.models import LIVE_VALUES, Overlap, Run, Schedule
+from runs.recurrence import Rule
+from runs.services.core import SYSTEM, end, lock_run
+from runs.services.creation import RunSpec, insert_run
+from runs.services.quotas import DbNow
+from runs.services.schedule_notices import tell
+from runs.transitions import CancelCode, Status
+
+
+def rule_of(schedule: Schedule) -> Rule:
+    return Rule(
+        cron=schedule.cron, every_seconds=schedule.every_seconds, zone=schedule.timezone, anchor=schedule.anchor
+    )
+
+
+_BEFORE = timedelta(microseconds=1)
+
+
+def first_due(rule: Rule, *, now: datetime, start_at: datetime | None, end_at: datetime | None) -> datetime | None:
+    """The first due time after `now`, at or after `start_at`, and not after `end_at` (None: none)."""
+    due = rule.next_after(max(now, start_at - _BEFORE) if start_at is not None else now)
+    return None if end_at is not None and due > end_at else due
+
+
+class Outcome(StrEnum):
+    """What one due time did (the metric's label; docs/design/schedules.md#overlap)."""
+
+    CREATED = "created"
+    SKIPPED = "skipped"
+    BUFFERED = "buffered"
+    FAILED = "failed"
+    # Passed over by catch-up: older than the window when a later one fired.
+    MISSED = "missed"
+
+
+@dataclass(frozen=True)
+class Fired:
+    due_at: datetime
+    outcome: Outcome
+    run: Run | None = None
+
+
+def due_now() -> "Q":
+    """Active schedules whose next due time has come, by the database's clock (`schedule_due`)."""
+    return Q(paused=False, next_due_at__lte=DbNow())
+
+
+def fire_next() -> Fired | None:
+    """Fire the schedule due soonest that no other transaction holds, if any: one transaction.
+    A due time whose run exists already (a trigger's or a backfill's for the same instant) is
+    passed over in a transaction of its own."""
+    try:
+        with transaction.atomic(durable=True):
+            schedule = _pick()
+            if schedule is None:
+                return None
+            return fire_locked(schedule, now=_clock(schedule))
+    except IntegrityError:
+        # `run_one_per_due_time`: that due time has its run. Its schedule moves on without another.
+        with transaction.atomic(durable=True):
+            schedule = _pick()
+            if schedule is None:
+                return None
+            return fire_locked(schedule, now=_clock(schedule), create=False)
+
+
+def fire_buffered() -> Fired | None:
+    """Create the run of a `buffer_one` due time whose schedule's live run has ended, if any: one
+    transaction. The end's notification wakes the schedulers (`runs.services.core.end`)."""
+    with transaction.atomic(durable=True):
+        waiting = Schedule.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
+        ended = Q(last_run__isnull=True) | ~Q(last_run__status__in=LIVE_VALUES)
+        schedule = waiting.select_related("owner", "last_run").filter(ended, buffered_due_at__isnull=False).first()
+        if schedule is None or schedule.buffered_due_at is None:
+            return None
+        now = timezone.now()
+        due, schedule.buffered_due_at = schedule.buffered_due_at, None
+        fired = create_run(schedule, due_at=due, now=now)
+        schedule.save(update_fields=["last_run", "buffered_due_at", "told"])
+        series.schedule_fired(fired.outcome, lateness=(now - due).total_seconds(), missed=0)
+        return fired
+
+
+def _pick() -> Schedule | None:
+    picked = Schedule.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
+    picked = picked.select_related("owner", "last_run").filter(due_now()).order_by("next_due_at")
+    if connection.vendor == "postgresql":
+        picked = picked.annotate(clock=DbNow())
+    return picked.first()
+
+
+def _clock(schedule: Schedule) -> datetime:
+    clock: datetime | None = getattr(schedule, "clock", None)
+    return clock if clock is not None else timezone.now()
+
+
+def fire_locked(schedule: Schedule, *, now: datetime, create: bool = True) -> Fired:
+    """Fire the locked, due `schedule`'s due time that catch-up chooses, and move its next due time
+    past it (docs/design/schedules.md#catch-up): the latest one at or before now; with a window,
+    the earliest not older than it, so that the next ones fire in order, each in its transaction."""
+    assert schedule.next_due_at is not None
+    rule = rule_of(schedule)
+    horizon = min(now, schedule.end_at) if schedule.end_at is not None else now
+    latest = max(rule.latest_at_or_before(horizon) or schedule.next_due_at, schedule.next_due_at)
+    due = latest
+    if schedule.catchup_window_seconds:
+        # The oldest due time less than the window old; none such: the latest all the same.
+        oldest = max(rule.next_after(now - timedelta(seconds=schedule.catchup_window_seconds)), schedule.next_due_at)
+        due = min(oldest, latest)
+    missed = _count_between(rule, schedule.next_due_at, due)
+    fired = overlap_fire(schedule, due_at=due, now=now) if create else Fired(due, Outcome.CREATED)
+    following = rule.next_after(due)
+    schedule.next_due_at = None if schedule.end_at is not None and following > schedule.end_at else following
+    schedule.save(update_fields=["next_due_at", "last_run", "buffered_due_at", "told"])
+    series.schedule_fired(fired.outcome, lateness=(now - due).total_seconds(), missed=missed)
+    return fired
+
+
+def _count_between(rule: Rule, first: datetime, fired: datetime, *, most: int = 1000) -> int:
+    """The due times from `first` up to `fired` (excluded) that catch-up passes over, up to `most`."""
+    if fired <= first:
+        return 0
+    if rule.every_seconds is not None:
+        return min(most, round((fired - first).total_seconds() / rule.every_seconds))
+    count, due = 0, first
+    while due < fired and count < most:
+        count, due = count + 1, rule.next_after(due)
+    return count
+
+
+def overlap_fire(schedule: Schedule, *, due_at: datetime, now: datetime, told: bool = True) -> Fired:
+    """Fire `due_at` as the overlap policy says while the schedule's last run is live. `told`: a
+    skip or a refused create is told to webhooks (the scheduler's), else a trigger's caller hears
+    of it (a refusal raised)."""
+    last = schedule.last_run
+    live = last is not None and last.status in LIVE_VALUES
+    if live and schedule.overlap == Overlap.SKIP:
+        if told:
+            tell(schedule, ScheduleEvent.SKIPPED, due_at=due_at, reason="its last run is still live", now=now)
+        return Fired(due_at, Outcome.SKIPPED)
+    if live and schedule.overlap == Overlap.BUFFER_ONE:
+        if schedule.buffered_due_at is None:
+            schedule.buffered_due_at = due_at
+            return Fired(due_at, Outcome.BUFFERED)
+        if told:
+            tell(schedule, ScheduleEvent.SKIPPED, due_at=due_at, reason="a due time is buffered already", now=now)
+        return Fired(due_at, Outcome.SKIPPED)
+    if live and schedule.overlap == Overlap.CANCEL_OTHER:
+        assert last is not None
+        _cancel_other(last, schedule=schedule, now=now)
+    return create_run(schedule, due_at=due_at, now=now, told=told)
+
+
+def _cancel_other(last: Run, *, schedule: Schedule, now: datetime) -> None:
+    # The normal cancel, under the run's lock (taken after the schedule's, the one order: nothing
+    # locks a schedule under a run's lock), which its end notifies to the worker running it.
+    run = lock_run(last.id, ending=True)
+    if run.status in LIVE_VALUES:
+        note = f"schedule {schedule.id} fired again (overlap cancel_other)"
+        end(run, Status.CANCELLED, code=CancelCode.SCHEDULE_OVERLAP, reason=note, by=SYSTEM, now=now)
+
+
+def _spec(schedule: Schedule) -> RunSpec:
+    return RunSpec(agent=schedule.agent, input=schedule.input, metadata=schedule.metadata, priority=schedule.priority)
+
+
+def create_run(schedule: Schedule, *, due_at: datetime, now: datetime, told: bool = True) -> Fired:
+    """The run of `due_at`, created as any run is (its checks, the owner's caps, its event and
+    notifications); refused, the schedule tells `schedule.failed` and its due time still passes."""
+    spec = _spec(schedule)
+    try:
+        # Every refusal comes before the insert writes anything: no savepoint is needed.
+        spec.check()
+        spec.check_owner(schedule.owner)
+        run = insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due_at))
+    except RunledgerError as exc:
+        if not told:
+            raise
+        tell(schedule, ScheduleEvent.FAILED, due_at=due_at, reason=exc.message, now=now)
+        return Fired(due_at, Outcome.FAILED)
+    schedule.last_run, schedule.told = run, ""
+    return Fired(due_at, Outcome.CREATED, run)
+
+
+def trigger_locked(schedule: Schedule, *, now: datetime) -> Run | None:
+    """`schedule_trigger`'s fire, on the schedule its caller locked: due now, the overlap applies,
+    the next due time stays. Nothing is told: the caller hears (None, or the refusal raised)."""
+    fired = overlap_fire(schedule, due_at=now, now=now, told=False)
+    schedule.save(update_fields=["last_run", "buffered_due_at", "told"])
+    series.schedule_fired(fired.outcome, lateness=0.0, missed=0)
+    return fired.run
+
+
+def backfill_locked(schedule: Schedule, *, start: datetime, end: datetime, limit: int, now: datetime) -> list[Run]:
+    """`schedule_backfill`'s runs, on the schedule its caller locked: its due times from `start` to
+    `end` without a run yet, oldest first, at most `limit`; a due time it covers that the schedule
+    had still to fire moves its next due time past it."""
+    rule = rule_of(schedule)
+    taken = set(
+        Run.objects.filter(schedule=schedule, schedule_due_at__gte=start, schedule_due_at__lte=end).values_list(
+            "schedule_due_at", flat=True
+        )
+    )
+    spec = _spec(schedule)
+    spec.check()
+    spec.check_owner(schedule.owner)
+    runs: list[Run] = []
+    due = rule.next_after(start - _BEFORE)
+    while due <= end and len(runs) < limit:
+        if due not in taken and (schedule.start_at is None or due >= schedule.start_at):
+            runs.append(insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due)))
+        due = rule.next_after(due)
+    if runs:
+        schedule.last_run, schedule.told = runs[-1], ""
+        latest = runs[-1].schedule_due_at
+        assert latest is not None
+        if schedule.next_due_at is not None and schedule.next_due_at <= latest:
+            following = rule.next_after(latest)
+            schedule.next_due_at = None if schedule.end_at is not None and following > schedule.end_at else following
+        schedule.save(update_fields=["last_run", "next_due_at", "told"])
+    return runs
