@@ -17,8 +17,10 @@ from runs.api.schema import documented, responses
 from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, RunOutputSerializer
 from runs.exceptions import ScheduleOverlap
 from runs.models import Overlap, Schedule
-from runs.selectors.schedules import schedule_get, schedule_list
+from runs.selectors.schedules import schedule_get, schedule_json, schedule_list
 from runs.services.schedules import (
+    BACKFILL_MAX,
+    CATCHUP_WINDOW_MAX,
     schedule_backfill,
     schedule_create,
     schedule_delete,
@@ -75,9 +77,13 @@ class ScheduleOutputSerializer(serializers.Serializer[Schedule]):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
+    def to_representation(self, instance: Schedule) -> dict[str, Any]:
+        # The one JSON of a schedule, which the webhooks' bodies carry too.
+        return schedule_json(instance)
+
 
 def _out(schedule: Schedule) -> dict[str, Any]:
-    return dict(ScheduleOutputSerializer(schedule).data)
+    return schedule_json(schedule)
 
 
 class _ChangeSerializer(serializers.Serializer[Any]):
@@ -86,7 +92,7 @@ class _ChangeSerializer(serializers.Serializer[Any]):
     shortest interval, the priority) in the service, each refusal naming its field."""
 
     agent = serializers.CharField(max_length=64, help_text="a registered agent name, e.g. `demo`")
-    input = serializers.DictField(required=False, help_text="each run's input, a JSON object; default {}")
+    input = serializers.DictField(default=dict, help_text="each run's input, a JSON object; default {}")
     metadata = serializers.DictField(required=False, help_text="each run's labels, as a run's `metadata`")
     priority = serializers.IntegerField(required=False, help_text=PRIORITY_HELP)
     cron = serializers.CharField(required=False, allow_blank=True, max_length=128, help_text=CRON_HELP)
@@ -96,7 +102,7 @@ class _ChangeSerializer(serializers.Serializer[Any]):
     timezone = serializers.CharField(required=False, max_length=64, help_text=TIMEZONE_HELP)
     overlap = serializers.ChoiceField(choices=Overlap.values, required=False, help_text=OVERLAP_HELP)
     catchup_window_seconds = serializers.IntegerField(
-        required=False, min_value=0, max_value=MAX_INT, help_text=CATCHUP_HELP
+        required=False, min_value=0, max_value=CATCHUP_WINDOW_MAX, help_text=CATCHUP_HELP
     )
     start_at = serializers.DateTimeField(required=False, allow_null=True, help_text="no due time before it")
     end_at = serializers.DateTimeField(required=False, allow_null=True, help_text="no due time after it")
@@ -117,13 +123,14 @@ class UpdateInput(_ChangeSerializer):
 
 @extend_schema_serializer(component_name="ScheduleBackfillInput")
 class BackfillInput(serializers.Serializer[Any]):
-    """The due times from `from` to `to` (both included) that have no run yet, the oldest first."""
+    """The due times from `from` to `to` (both included, `to` not after now) that have no run yet, the oldest
+    first."""
 
     # `from` is a keyword: the field is named in the class's namespace (DRF reads declared fields
     # from it).
     locals()["from"] = serializers.DateTimeField(help_text="the range's start (ISO 8601)")
     to = serializers.DateTimeField(help_text="the range's end (ISO 8601)")
-    max = serializers.IntegerField(min_value=1, max_value=MAX_INT, help_text="at most this many runs")
+    max = serializers.IntegerField(min_value=1, max_value=BACKFILL_MAX, help_text="at most this many runs")
 
 
 @extend_schema_serializer(component_name="ScheduleBackfilled")
@@ -143,13 +150,13 @@ CREATE_DOC = (
     "`agent` with `input`, `metadata` and `priority`, as a create would — counted against the owner's limits. "
     "An unknown agent, a bad cron, an unknown zone, both or neither of `cron` and `every_seconds`, an interval "
     "(or a cron) more often than RUNLEDGER_MIN_SCHEDULE_SECONDS without runs.schedule_often, or `end_at` before "
-    "`start_at` is a 400 naming the field. A priority above 100 without runs.prioritize_run is a 403. A user "
-    "with RUNLEDGER_MAX_SCHEDULES_PER_USER schedules is refused another: 429."
+    "`start_at`, or a priority above 100 without runs.prioritize_run (as for a run) is a 400 naming the field. A "
+    "user with RUNLEDGER_MAX_SCHEDULES_PER_USER schedules is refused another: 429."
 )
 OVERLAP_409 = OpenApiResponse(
     ConflictSerializer,
-    description="`schedule_overlap`: the overlap policy skipped this fire; no run was created; `run` is the live "
-    "run it waits for, when there is one",
+    description="`schedule_overlap`: the overlap policy took this fire — skipped (`skip`), or left for when the live "
+    "run ends (`buffer_one`); no run was created now; `run` is the live run",
 )
 
 
@@ -181,7 +188,6 @@ class ScheduleCollectionApi(RunApi):
         "Create a schedule",
         {201: ScheduleOutputSerializer},
         400,
-        403,
         413,
         415,
         429,
@@ -204,7 +210,6 @@ class ScheduleDetailApi(RunApi):
         "Change a schedule",
         {200: ScheduleOutputSerializer},
         400,
-        403,
         404,
         413,
         415,
@@ -258,8 +263,9 @@ class ScheduleTriggerApi(RunApi):
         operation_id="schedules_trigger",
         summary="Fire a schedule now",
         description="201 with the run it created now, as a due time would (its `schedule.due_at` is now), its "
-        "overlap policy applied: a fire the policy skips is a 409 `schedule_overlap`, and nothing is created. A "
-        "paused schedule fires too.",
+        "overlap policy applied: a fire the policy skips (`skip`) or leaves for when the live run ends "
+        "(`buffer_one`) is a 409 `schedule_overlap`, and no run is created now. A paused schedule fires too; its "
+        "next due time stays. Past the owner's run caps, a 429.",
         parameters=[SCHEDULE_ID],
         request=None,
         responses={**responses({201: RunOutputSerializer}, 404, 429), 409: OVERLAP_409},
@@ -283,9 +289,10 @@ class ScheduleBackfillApi(RunApi):
         413,
         415,
         429,
-        description="Creates a run for each due time from `from` to `to` that has none yet, the oldest first, at "
-        "most `max` of them — whatever the overlap policy: each is a due time of its own. A range that ends after "
-        "now, or `to` before `from`, is a 400.",
+        description="Creates a run for each due time from `from` to `to` (both included) that has none yet, the "
+        "oldest first, at most `max` of them — whatever the overlap policy: each is a due time of its own, so a "
+        "retried backfill creates nothing twice. A `to` after now, or not after `from`, is a 400. All or nothing: "
+        "past the owner's run caps, a 429.",
         request=BackfillInput,
     )
     def post(self, request: Request, schedule_id: str) -> Response:
