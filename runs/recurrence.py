@@ -63,13 +63,16 @@ class Rule:
     zone: str
     anchor: datetime
 
+    def __post_init__(self) -> None:
+        # In UTC: adding to a time of another zone would move its wall clock, not elapsed time.
+        object.__setattr__(self, "anchor", self.anchor.astimezone(UTC))
+
     def next_after(self, instant: datetime) -> datetime:
         """The first due time strictly after `instant`."""
         if self.every_seconds is not None:
+            # The grid extends before the anchor too (a backfill's); `start_at` bounds the fires.
             step = _micros(timedelta(seconds=self.every_seconds))
-            behind = _micros(instant - self.anchor)
-            k = 0 if behind < 0 else behind // step + 1
-            return self.anchor + timedelta(microseconds=k * step)
+            return self.anchor + timedelta(microseconds=(_micros(instant - self.anchor) // step + 1) * step)
         zone = ZoneInfo(self.zone)
         # The wall clock's matches in order, each mapped to its instant: one before `instant`
         # (a repeated hour's second pass, whose wall times fired on the first) is passed over.
@@ -81,20 +84,24 @@ class Rule:
                 return due
 
     def latest_at_or_before(self, instant: datetime) -> datetime | None:
-        """The last due time at or before `instant` (None: none since the anchor, for intervals)."""
+        """The last due time at or before `instant` (None: none in the 50 years a cron is searched)."""
         if self.every_seconds is not None:
-            behind = _micros(instant - self.anchor)
-            if behind < 0:
-                return None
             step = _micros(timedelta(seconds=self.every_seconds))
-            return self.anchor + timedelta(microseconds=behind // step * step)
+            return self.anchor + timedelta(microseconds=_micros(instant - self.anchor) // step * step)
         zone = ZoneInfo(self.zone)
         local = instant.astimezone(zone).replace(tzinfo=None)
         matches = CronSim(MACROS.get(self.cron.strip().lower(), self.cron), local + _ONE_SECOND, reverse=True)
-        while True:
+        try:
             due = _instant(next(matches), zone)
-            if due <= instant:
-                return due
+            while due > instant:
+                due = _instant(next(matches), zone)
+        except StopIteration:
+            return None
+        # Inside a repeated hour's second pass, wall times after `local` fired on the first pass,
+        # before `instant`: the latest may be one of those.
+        while (later := self.next_after(due)) <= instant:
+            due = later
+        return due
 
     def shortest_gap(self, after: datetime) -> float:
         """The fewest seconds between two due times: the interval, or a cron's over its next

@@ -63,6 +63,13 @@ class UsageSerializer(serializers.Serializer[Any]):
     )
 
 
+class RunScheduleSerializer(serializers.Serializer[Any]):
+    """The schedule that created a run, and the due time it fired for (docs/design/schedules.md#json)."""
+
+    id = serializers.UUIDField()
+    due_at = serializers.DateTimeField()
+
+
 class RunOutputSerializer(serializers.Serializer[Run]):
     id = serializers.UUIDField()
     agent = serializers.CharField()
@@ -107,6 +114,12 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     parent = serializers.UUIDField(source="parent_id", allow_null=True)  # type: ignore[assignment]  # DRF pops declared fields
     rerun_of = serializers.UUIDField(
         source="rerun_of_id", allow_null=True, help_text="the run this one runs again (`POST …/rerun/`), or null"
+    )
+    schedule = RunScheduleSerializer(
+        allow_null=True,
+        read_only=True,
+        help_text="the schedule that created it and the due time it fired for (`GET /api/runs/?schedule=ID` "
+        "lists them), or null",
     )
     resume_ticket = serializers.CharField(
         required=False,

@@ -139,12 +139,14 @@ def run_list(
     end_code: Collection[str] = (),
     agent: str | None = None,
     parent: UUID | None = None,
+    schedule: UUID | None = None,
     metadata: Mapping[str, str] | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
 ) -> QuerySet[Run]:
     """The runs `user` may see (as `run_get`) that match every filter given: `status` and `end_code`
-    any of their values, `agent`, `parent` (its children), `metadata` (every label), `created_after`
+    any of their values, `agent`, `parent` (its children), `schedule` (the runs it created; through
+    `run_one_per_due_time`), `metadata` (every label), `created_after`
     (inclusive), `created_before`; newest first, by the unique (-created_at, -id) a cursor needs
     (docs/design/api.md#paging). A lazy QuerySet; its big fields (`input`, `output`, …) load on access."""
     qs = run_visible(user=user).select_related("owner")
@@ -157,6 +159,8 @@ def run_list(
         filters["agent"] = agent
     if parent:
         filters["parent_id"] = parent
+    if schedule:
+        filters["schedule_id"] = schedule
     if created_after:
         filters["created_at__gte"] = created_after
     if created_before:

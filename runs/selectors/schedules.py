@@ -5,7 +5,8 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import QuerySet
+from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs.access import AnyUser
@@ -40,8 +41,22 @@ def schedule_list(*, user: AnyUser) -> QuerySet[Schedule]:
     return schedules_visible(user=user).order_by("-created_at", "-id")
 
 
+def schedules_next_due_in() -> float | None:
+    """Seconds until the soonest due time of an active schedule, by the database's clock (≤ 0: one
+    is due); None when none has one. One read of the `schedule_due` index: the scheduler sleeps no
+    longer than this (docs/design/schedules.md#scheduler)."""
+    ahead = ExpressionWrapper(F("next_due_at") - Now(), output_field=DurationField())
+    soonest = (
+        Schedule.objects.filter(paused=False, next_due_at__isnull=False)
+        .order_by("next_due_at")
+        .values_list(ahead, flat=True)
+        .first()
+    )
+    return None if soonest is None else soonest.total_seconds()
+
+
 # A schedule is late once its due time is this far behind: the scheduler fires within a second
-# while a worker is up (docs/design/schedules.md#lateness).
+# while a worker is up (docs/design/schedules.md#scheduler).
 LATE_AFTER = timedelta(seconds=5)
 
 

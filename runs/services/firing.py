@@ -60,6 +60,18 @@ def due_now() -> "Q":
     return Q(paused=False, next_due_at__lte=DbNow())
 
 
+def schedules_fire(*, limit: int) -> int:
+    """Fire what is due — due times, then `buffer_one` runs whose live run ended — one transaction
+    each, until nothing is or `limit` were fired; how many were. The scheduler's call
+    (runs.worker.scheduler)."""
+    fired = 0
+    while fired < limit and fire_next() is not None:
+        fired += 1
+    while fired < limit and fire_buffered() is not None:
+        fired += 1
+    return fired
+
+
 def fire_next() -> Fired | None:
     """Fire the schedule due soonest that no other transaction holds, if any: one transaction.
     A due time whose run exists already (a trigger's or a backfill's for the same instant) is
