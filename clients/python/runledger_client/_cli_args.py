@@ -30,7 +30,15 @@ SHELLS = ("bash", "zsh", "fish")
 # A schedule's overlap policies (runs/models/schedules.py Overlap; the client's tests compare the two).
 OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
 # What a webhook endpoint may be told (runs/events.py WEBHOOK_EVENTS; the client's tests compare the two).
-WEBHOOK_EVENTS = ("run.completed", "run.failed", "run.cancelled", "run.stopped", "run.waiting")
+WEBHOOK_EVENTS = (
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run.stopped",
+    "run.waiting",
+    "schedule.skipped",
+    "schedule.failed",
+)
 
 
 def _json_value(text: str) -> Any:

@@ -250,7 +250,8 @@ class Webhooks:
         self, url: str, events: Iterable[str], metadata: dict[str, str] | None = None, *, all_runs: bool = False
     ) -> Webhook:
         """Register an endpoint for `events` (any of run.completed, run.failed, run.cancelled,
-        run.stopped, run.waiting) of your runs whose metadata holds all of `metadata` (every
+        run.stopped, run.waiting, and your schedules' schedule.skipped and schedule.failed) of your
+        runs whose metadata holds all of `metadata` (every
         owner's runs with `all_runs`, which needs runs.view_run). The answer's `secret` is shown
         only here: keep it to verify the signatures. Not retried after a lost answer (it would
         register a second endpoint)."""

@@ -77,6 +77,21 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class RunSchedule:
+    """The schedule that created a run (`Run.schedule`), and the due time it was created for."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunSchedule",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    id: str
+    due_at: datetime | None
+
+    @classmethod
+    def from_body(cls, body: Any) -> RunSchedule | None:
+        return cls(id=str(body["id"]), due_at=timestamp(body.get("due_at"))) if isinstance(body, dict) else None
+
+
+@dataclass(frozen=True)
 class Run:
     """A run (docs/design/api.md#run-json). `data` is the JSON object the API sent, whole;
     `run["field"]` reads it."""
@@ -97,6 +112,8 @@ class Run:
     metadata: dict[str, str]
     parent: str | None
     rerun_of: str | None
+    # The schedule that created it and the due time it fired for; None for a run created otherwise.
+    schedule: RunSchedule | None
     priority: int
     created_at: datetime | None
     start_after: datetime | None
@@ -152,6 +169,7 @@ class Run:
             metadata=dict(metadata) if isinstance(metadata, dict) else {},
             parent=_str_or_none(body.get("parent")),
             rerun_of=_str_or_none(body.get("rerun_of")),
+            schedule=RunSchedule.from_body(body.get("schedule")),
             priority=int(body.get("priority") or 0),
             created_at=timestamp(body.get("created_at")),
             start_after=timestamp(body.get("start_after")),
