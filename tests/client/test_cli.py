@@ -433,7 +433,7 @@ def test_schedules_commands_answer_the_apis_json_and_another_users_schedule_is_r
     assert (lost, committed.strip() in ("queued", "running")) == (1, True)  # the live run's committed status
     assert "schedule_overlap" in why
     ran = as_json(
-        "backfill", hourly["id"], "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-01T05:00:00Z", "--max", "2"
+        "backfill", hourly["id"], "--from", "2020-01-01T00:00:00Z", "--until", "2020-01-01T05:00:00Z", "--max", "2"
     )
     assert [r["schedule"]["due_at"][:19] for r in ran] == ["2020-01-01T00:00:00", "2020-01-01T01:00:00"]
     status, listed, _ = cli(token, "list", "--schedule", hourly["id"], "-o", "json")

@@ -351,7 +351,10 @@ def _schedules_commands(
     )
     backfill.add_argument("id", help="the schedule's id")
     backfill.add_argument("--from", dest="start", required=True, metavar="ISO", help="the range's start (ISO 8601)")
-    backfill.add_argument("--to", dest="end", required=True, metavar="ISO", help="the range's end (ISO 8601)")
+    # Not --to: argparse would take it for an abbreviation of --token.
+    backfill.add_argument(
+        "--until", dest="end", required=True, metavar="ISO", help="the range's end, included (ISO 8601; not after now)"
+    )
     backfill.add_argument("--max", type=int, required=True, metavar="N", help="at most N runs, the oldest due first")
 
 
