@@ -33,8 +33,8 @@ def fresh(schedule: Schedule) -> Schedule:
 
 
 def row(page: Page, schedule: Schedule) -> Any:
-    """The list's row of `schedule`: the one whose checkbox selects it."""
-    return page.locator("#result_list tbody tr").filter(has=page.locator(f'input[value="{schedule.pk}"]'))
+    """The list's row of `schedule`: the one whose link opens it."""
+    return page.locator("#result_list tbody tr").filter(has=page.locator(f'a[href$="/{schedule.pk}/change/"]'))
 
 
 def signed_in(page: Page, procs: Procs, staff: User, **env: str) -> str:
