@@ -1,7 +1,7 @@
 """Schedules in the console (docs/design/schedules.md#console): each with its timing, its next due
 time and its last run's status, a link to the runs it created, and "pause" and "resume" for staff
 who may change runs — through the same services as the API. View only otherwise: a schedule is
-created and changed by its owner, through the API."""
+created and changed by its owner, through the API. Seen by those who see every run."""
 
 from typing import Any
 
@@ -69,7 +69,7 @@ class ScheduleAdmin(ViewOnly, HardenedAdmin):
     class Media:
         css = {"all": ("runs/admin.css",)}
 
-    @admin.display(description="every")
+    @admin.display(description="timing")
     def timing(self, schedule: Schedule) -> str:
         return f"cron {schedule.cron}" if schedule.cron else f"{schedule.every_seconds} s"
 
@@ -93,8 +93,9 @@ class ScheduleAdmin(ViewOnly, HardenedAdmin):
         return format_html('<a href="{}" class="rl-schedule-runs">its runs</a>', runs_url(schedule))
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # A schedule holds its runs' input: for those who may see every run, as the run list.
-        return sees_every_run(request.user) and super().has_view_permission(request, obj)
+        # A schedule is what its runs are made of (their input, labels, priority): for those who
+        # may see every run, as the run list and the dashboard, which links here.
+        return sees_every_run(request.user)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
