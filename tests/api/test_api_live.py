@@ -95,12 +95,13 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     ended = queued_run(fuzzer)
     services.run_cancel(run_id=ended.pk, actor=fuzzer)
     real_ids = [str(waiting.pk), str(queued.pk), str(ended.pk)]
-    # And schedules, so their operations reach past the 404 too: a skip that refuses a second fire
-    # (its run stays queued, no worker runs), and one that creates a run at each fire.
-    schedule_ids = [
-        str(schedule_create(owner=fuzzer, agent="demo", input={}, every_seconds=3600, overlap=overlap).pk)
-        for overlap in ("skip", "allow_all")
-    ]
+
+    def real_schedule() -> str:
+        """A schedule of the fuzzer's of its own for an operation, so that one's DELETE leaves the
+        next operation's: a skip (a second fire refused while its run is queued: no worker runs),
+        or one that creates a run at each fire."""
+        overlap = ("skip", "allow_all")[turn % 2]
+        return str(schedule_create(owner=fuzzer, agent="demo", input={}, every_seconds=3600, overlap=overlap).pk)
 
     web = procs.uvicorn()
     schema = schemathesis.openapi.from_url(web.url + "/api/schema/?format=json").exclude(path_regex=r"/stream/|/wait/")
@@ -126,9 +127,11 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
             # Generated ids (almost always unknown: 404), then one of the real runs.
             run_ids: list[str | None] = [None]
             name = "schedule_id" if "{schedule_id}" in operation.path else "run_id"
-            if "{run_id}" in operation.path or "{schedule_id}" in operation.path:
-                ids = schedule_ids if name == "schedule_id" else real_ids
-                run_ids.append(ids[turn % len(ids)])
+            if "{schedule_id}" in operation.path:
+                run_ids.append(real_schedule())
+                turn += 1
+            elif "{run_id}" in operation.path:
+                run_ids.append(real_ids[turn % len(real_ids)])
                 turn += 1
             for run_id in run_ids:
                 path_parameters = {name: run_id} if run_id else None
