@@ -14,11 +14,12 @@ pages always; the site's other model admins only where the project asks (RUNLEDG
 #     hardening.py  What keeps hostile URLs from the console's pages answering 500, for every model
 #                   admin on the site
 #     matching.py   The run list's "Cancel all that match" and "Stop all that match"
+#     priority.py   The run page's "Priority and start" command
 #     rerun.py      The run page's "Rerun" button and the links between a run and its reruns
 #     results.py    What the run page shows of what a run produced and used
-#     priority.py   The run page's "Priority and start" command
 #     run.py        The staff console's run admin
-#     schedules.py  Schedules in the console
+#     schedules.py  Schedules in the console: each with its timing, its next due time and its last
+#                   run's status
 #     tokens.py     API tokens in the console
 #     webhooks.py   Webhook endpoints and their deliveries in the console
 
