@@ -68,9 +68,7 @@ class PriorityMixin(admin.ModelAdmin):
             except ValidationFailed as exc:
                 form.add_error(None, exc.message)
             except (RunConflict, NotFound) as exc:
-                self.message_user(
-                    request, f"Run {short_id(run.pk)} was not changed: {exc.message}.", messages.WARNING
-                )
+                self.message_user(request, f"Run {short_id(run.pk)} was not changed: {exc.message}.", messages.WARNING)
                 return HttpResponseRedirect(back_url)
             else:
                 said = f"priority {data['priority']}, start after {data['start_after'] or 'now'}"

@@ -107,7 +107,9 @@ class ScheduleAdmin(ViewOnly, HardenedAdmin):
     def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         self._each(request, queryset, schedule_pause, "paused")
 
-    @admin.action(description="Resume the selected schedules (from their next due time after now)", permissions=["command"])
+    @admin.action(
+        description="Resume the selected schedules (from their next due time after now)", permissions=["command"]
+    )
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         self._each(request, queryset, schedule_resume, "resumed")
 

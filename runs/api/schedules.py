@@ -224,7 +224,11 @@ class ScheduleDetailApi(RunApi):
         return Response(_out(schedule_update(schedule_id=schedule_id, actor=user, **changes)))
 
     @_operation(
-        "destroy", "Delete a schedule", {204: None}, 404, description="Nothing fires any more; the runs it created stay."
+        "destroy",
+        "Delete a schedule",
+        {204: None},
+        404,
+        description="Nothing fires any more; the runs it created stay.",
     )
     def delete(self, request: Request, schedule_id: str) -> Response:
         schedule_delete(schedule_id=schedule_id, actor=_caller(request))

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
-from runs.selectors.schedules import schedules_late
-from runs.services.schedules import schedule_create, schedule_trigger
 
 from runs.admin.display import moment
 from runs.models import Run, Schedule
 from runs.selectors.clock import db_now
+from runs.selectors.schedules import schedules_late
+from runs.services.schedules import schedule_create, schedule_trigger
 from tests.factories import queued_run
 from tests.support.browser import BROWSER_TESTS, admin_login, give_password, save_screenshot
 from tests.support.procs import Procs, subprocess_env

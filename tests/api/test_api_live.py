@@ -15,7 +15,6 @@ import schemathesis
 from django.contrib.auth.models import User
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
-from runs.services.schedules import schedule_create
 from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
@@ -26,6 +25,7 @@ from schemathesis.checks import (
 
 from runs import services
 from runs.events import EventType
+from runs.services.schedules import schedule_create
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run, waiting_run
 from tests.support.db import token_for

@@ -304,7 +304,9 @@ def test_the_admin_shows_a_runs_priority_and_start_time(make_user: Callable[...,
 
 
 @pytest.mark.sqlite
-def test_staff_set_a_queued_runs_priority_and_start_from_its_page(make_user: Callable[..., User], alice: User, bob: User) -> None:
+def test_staff_set_a_queued_runs_priority_and_start_from_its_page(
+    make_user: Callable[..., User], alice: User, bob: User
+) -> None:
     scheduler = make_user("queue", perms=("runs.view_run", "runs.prioritize_run"), is_staff=True)
     client = Client()
     client.force_login(scheduler)
