@@ -154,7 +154,7 @@ def failing_webhooks(now: datetime) -> list[dict[str, Any]]:
 
 def late_schedules(now: datetime) -> list[dict[str, Any]]:
     """Active schedules whose due time passed and was not fired: no worker fires them
-    (docs/design/schedules.md#lateness)."""
+    (docs/design/schedules.md#scheduler)."""
     return [
         {
             "schedule": schedule,

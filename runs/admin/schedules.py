@@ -1,4 +1,4 @@
-"""Schedules in the console (docs/design/schedules.md#console): each with its timing, its next due
+"""Schedules in the console (docs/design/schedules.md#commands): each with its timing, its next due
 time and its last run's status, a link to the runs it created, and "pause" and "resume" for staff
 who may change runs — through the same services as the API. View only otherwise: a schedule is
 created and changed by its owner, through the API. Seen by those who see every run."""
@@ -21,6 +21,27 @@ from runs.exceptions import NotFound
 from runs.models import Schedule
 from runs.selectors.schedules import SCHEDULES_OF_ANYONE
 from runs.services.schedules import schedule_pause, schedule_resume
+
+# The schedule's page: every fact, read only.
+SHOWN = (
+    "id",
+    "agent",
+    "owner",
+    "timing",
+    "timezone",
+    "overlap",
+    "catchup_window_seconds",
+    "starts",
+    "ends",
+    "paused",
+    "next_due",
+    "last_run_status",
+    "runs_link",
+    "priority",
+    "metadata_json",
+    "input_json",
+    "created",
+)
 
 
 def runs_url(schedule: Schedule) -> str:
@@ -45,26 +66,8 @@ class ScheduleAdmin(ViewOnly, HardenedAdmin):
     list_select_related = ["owner", "last_run"]
     ordering = ["-created_at"]
     actions = ["pause", "resume"]
-    fields = [
-        "id",
-        "agent",
-        "owner",
-        "timing",
-        "timezone",
-        "overlap",
-        "catchup_window_seconds",
-        "starts",
-        "ends",
-        "paused",
-        "next_due",
-        "last_run_status",
-        "runs_link",
-        "priority",
-        "metadata_json",
-        "input_json",
-        "created",
-    ]
-    readonly_fields = fields
+    fields = SHOWN
+    readonly_fields = SHOWN
 
     class Media:
         css = {"all": ("runs/admin.css",)}

@@ -1,5 +1,5 @@
 """`/api/schedules/`: the caller's schedules — created, listed, read, changed, deleted, paused,
-resumed, fired now and backfilled (docs/design/schedules.md#api)."""
+resumed, fired now and backfilled (docs/design/schedules.md#commands, docs/design/api.md#urls)."""
 
 from typing import Any
 

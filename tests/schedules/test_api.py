@@ -1,4 +1,4 @@
-"""`/api/schedules/` (docs/design/schedules.md#api, docs/design/api.md#urls): each verb's answer, the
+"""`/api/schedules/` (docs/design/schedules.md#commands, docs/design/api.md#urls): each verb's answer, the
 400 naming the field, another user's schedule a 404 on every verb, the per-user cap, the priority
 permission, and the fire by hand (trigger, backfill) — in process, through DRF's test client, on a
 real database. The same surface over real HTTP: tests/api/test_api_live.py (Schemathesis) and the

@@ -5,6 +5,7 @@ iterators; a stream is an async context manager)."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
 from datetime import datetime
 from types import TracebackType
@@ -179,7 +180,9 @@ class AsyncSchedules:
     async def trigger(self, schedule_id: str) -> Run:
         return await self._client._send(_core.schedule_trigger(schedule_id))
 
-    async def backfill(self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int) -> list[Run]:
+    async def backfill(
+        self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int
+    ) -> builtins.list[Run]:
         return await self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
 
 

@@ -4,6 +4,7 @@ awaited; both are thin drivers of the shared logic in `_core` (calls, retries, w
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Generator, Iterable, Iterator
 from datetime import datetime
@@ -233,7 +234,7 @@ class Schedules:
         raises ScheduleOverlap. Not retried after a lost answer."""
         return self._client._send(_core.schedule_trigger(schedule_id))
 
-    def backfill(self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int) -> list[Run]:
+    def backfill(self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int) -> builtins.list[Run]:
         """Fire the due times from `start` to `end` that have no run yet, oldest first, at most
         `max` of them: the runs created."""
         return self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
