@@ -2,6 +2,8 @@
 zone, daylight-saving changes as the design page states. Pure Python, no ORM: the services and the
 scheduler ask it, the tests drive it with explicit instants."""
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -18,8 +20,8 @@ MACROS: dict[str, str] = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-# How many of a cron's next due times its shortest gap is judged on (RUNLEDGER_MIN_SCHEDULE_SECONDS):
-# a week of an every-minute cron's, more than enough for any five fields' pattern to repeat.
+# How many of a cron's next due times its shortest gap is judged on (RUNLEDGER_MIN_SCHEDULE_SECONDS,
+# when above a minute): five fields' closest pair comes round within them.
 GAP_SAMPLE = 2000
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -73,15 +75,20 @@ class Rule:
             # The grid extends before the anchor too (a backfill's); `start_at` bounds the fires.
             step = _micros(timedelta(seconds=self.every_seconds))
             return self.anchor + timedelta(microseconds=(_micros(instant - self.anchor) // step + 1) * step)
+        return next(self._cron_after(instant))
+
+    def _cron_after(self, instant: datetime) -> Iterator[datetime]:
+        """A cron's due times after `instant`, in order: the wall clock's matches, each mapped to its
+        instant; one not after the last (a repeated hour's second pass, whose wall times fired on
+        the first; a skipped hour's, the same instant) is passed over."""
         zone = ZoneInfo(self.zone)
-        # The wall clock's matches in order, each mapped to its instant: one before `instant`
-        # (a repeated hour's second pass, whose wall times fired on the first) is passed over.
         local = instant.astimezone(zone).replace(tzinfo=None, microsecond=0)
-        matches = CronSim(MACROS.get(self.cron.strip().lower(), self.cron), local)
-        while True:
-            due = _instant(next(matches), zone)
-            if due > instant:
-                return due
+        last = instant
+        for wall in CronSim(MACROS.get(self.cron.strip().lower(), self.cron), local):
+            due = _instant(wall, zone)
+            if due > last:
+                last = due
+                yield due
 
     def latest_at_or_before(self, instant: datetime) -> datetime | None:
         """The last due time at or before `instant` (None: none in the 50 years a cron is searched)."""
@@ -108,12 +115,8 @@ class Rule:
         `GAP_SAMPLE` due times after `after`."""
         if self.every_seconds is not None:
             return float(self.every_seconds)
-        shortest, previous = float("inf"), self.next_after(after)
-        for _ in range(GAP_SAMPLE):
-            following = self.next_after(previous)
-            shortest = min(shortest, (following - previous).total_seconds())
-            previous = following
-        return shortest
+        dues = list(itertools.islice(self._cron_after(after), GAP_SAMPLE + 1))
+        return min((b - a).total_seconds() for a, b in itertools.pairwise(dues))
 
 
 def _micros(delta: timedelta) -> int:

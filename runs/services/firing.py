@@ -5,6 +5,7 @@ lock — exactly once, whatever the number of workers firing. The overlap polici
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from uuid import UUID
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
@@ -44,6 +45,8 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"
     BUFFERED = "buffered"
     FAILED = "failed"
+    # Its run existed already (a trigger's or a backfill's at the same instant): none created.
+    EXISTS = "exists"
     # Passed over by catch-up: older than the window when a later one fired.
     MISSED = "missed"
 
@@ -60,35 +63,53 @@ def due_now() -> "Q":
     return Q(paused=False, next_due_at__lte=DbNow())
 
 
+# Due schedules fired in one transaction: one commit (one fsync) for many fires when many are due
+# at once, while each schedule's lock is held a few milliseconds only.
+FIRES_PER_TRANSACTION = 20
+
+
 def schedules_fire(*, limit: int) -> int:
-    """Fire what is due — due times, then `buffer_one` runs whose live run ended — one transaction
-    each, until nothing is or `limit` were fired; how many were. The scheduler's call
-    (runs.worker.scheduler)."""
+    """Fire what is due — due times, then `buffer_one` runs whose live run ended — until nothing is
+    or `limit` were fired; how many were. The scheduler's call (runs.worker.scheduler)."""
     fired = 0
-    while fired < limit and fire_next() is not None:
-        fired += 1
+    while fired < limit and (batch := fire_due(limit=min(FIRES_PER_TRANSACTION, limit - fired))):
+        fired += len(batch)
     while fired < limit and fire_buffered() is not None:
         fired += 1
     return fired
 
 
 def fire_next() -> Fired | None:
-    """Fire the schedule due soonest that no other transaction holds, if any: one transaction.
-    A due time whose run exists already (a trigger's or a backfill's for the same instant) is
-    passed over in a transaction of its own."""
+    """Fire the schedule due soonest that no other transaction holds, if any."""
+    fired = fire_due(limit=1)
+    return fired[0] if fired else None
+
+
+def fire_due(*, limit: int) -> list[Fired]:
+    """Lock up to `limit` due schedules that no other transaction holds, soonest first, and fire
+    each, in one transaction. Should a due time have its run already (the unique constraint), the
+    same schedules are fired again one by one, each create in a savepoint."""
+    picked: list[Schedule] = []
     try:
         with transaction.atomic(durable=True):
-            schedule = _pick()
-            if schedule is None:
-                return None
-            return fire_locked(schedule, now=_clock(schedule))
+            picked = _pick(limit)
+            fired = [fire_locked(schedule, now=_clock(schedule)) for schedule in picked]
+            _save(picked)
+            return fired
     except IntegrityError:
-        # `run_one_per_due_time`: that due time has its run. Its schedule moves on without another.
-        with transaction.atomic(durable=True):
-            schedule = _pick()
-            if schedule is None:
-                return None
-            return fire_locked(schedule, now=_clock(schedule), create=False)
+        fired = []
+        for pk in [schedule.pk for schedule in picked]:
+            with transaction.atomic(durable=True):
+                for schedule in _pick(1, pk=pk):
+                    fired.append(fire_locked(schedule, now=_clock(schedule), guarded=True))
+                    _save([schedule])
+        return fired
+
+
+def _save(schedules: list[Schedule]) -> None:
+    """What the fires changed of the schedules, in one statement for the whole batch."""
+    if schedules:
+        Schedule.objects.bulk_update(schedules, ["next_due_at", "last_run", "buffered_due_at", "told"])
 
 
 def fire_buffered() -> Fired | None:
@@ -108,12 +129,14 @@ def fire_buffered() -> Fired | None:
         return fired
 
 
-def _pick() -> Schedule | None:
+def _pick(limit: int, *, pk: UUID | None = None) -> list[Schedule]:
     picked = Schedule.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
     picked = picked.select_related("owner", "last_run").filter(due_now()).order_by("next_due_at")
+    if pk is not None:
+        picked = picked.filter(pk=pk)
     if connection.vendor == "postgresql":
         picked = picked.annotate(clock=DbNow())
-    return picked.first()
+    return list(picked[:limit])
 
 
 def _clock(schedule: Schedule) -> datetime:
@@ -121,10 +144,12 @@ def _clock(schedule: Schedule) -> datetime:
     return clock if clock is not None else timezone.now()
 
 
-def fire_locked(schedule: Schedule, *, now: datetime, create: bool = True) -> Fired:
+def fire_locked(schedule: Schedule, *, now: datetime, guarded: bool = False) -> Fired:
     """Fire the locked, due `schedule`'s due time that catch-up chooses, and move its next due time
     past it (docs/design/schedules.md#catch-up): the latest one at or before now; with a window,
-    the earliest not older than it, so that the next ones fire in order, each in its transaction."""
+    the earliest not older than it, so that the next ones fire in order, each in its transaction.
+    `guarded`: its run's create in a savepoint, which a run existing for that due time undoes. The
+    caller saves the schedule (`_save`)."""
     assert schedule.next_due_at is not None
     rule = rule_of(schedule)
     horizon = min(now, schedule.end_at) if schedule.end_at is not None else now
@@ -135,10 +160,9 @@ def fire_locked(schedule: Schedule, *, now: datetime, create: bool = True) -> Fi
         oldest = max(rule.next_after(now - timedelta(seconds=schedule.catchup_window_seconds)), schedule.next_due_at)
         due = min(oldest, latest)
     missed = _count_between(rule, schedule.next_due_at, due)
-    fired = overlap_fire(schedule, due_at=due, now=now) if create else Fired(due, Outcome.CREATED)
+    fired = overlap_fire(schedule, due_at=due, now=now, guarded=guarded)
     following = rule.next_after(due)
     schedule.next_due_at = None if schedule.end_at is not None and following > schedule.end_at else following
-    schedule.save(update_fields=["next_due_at", "last_run", "buffered_due_at", "told"])
     series.schedule_fired(fired.outcome, lateness=(now - due).total_seconds(), missed=missed)
     return fired
 
@@ -155,7 +179,9 @@ def _count_between(rule: Rule, first: datetime, fired: datetime, *, most: int = 
     return count
 
 
-def overlap_fire(schedule: Schedule, *, due_at: datetime, now: datetime, told: bool = True) -> Fired:
+def overlap_fire(
+    schedule: Schedule, *, due_at: datetime, now: datetime, told: bool = True, guarded: bool = False
+) -> Fired:
     """Fire `due_at` as the overlap policy says while the schedule's last run is live. `told`: a
     skip or a refused create is told to webhooks (the scheduler's), else a trigger's caller hears
     of it (a refusal raised)."""
@@ -175,7 +201,7 @@ def overlap_fire(schedule: Schedule, *, due_at: datetime, now: datetime, told: b
     if live and schedule.overlap == Overlap.CANCEL_OTHER:
         assert last is not None
         _cancel_other(last, schedule=schedule, now=now)
-    return create_run(schedule, due_at=due_at, now=now, told=told)
+    return create_run(schedule, due_at=due_at, now=now, told=told, guarded=guarded)
 
 
 def _cancel_other(last: Run, *, schedule: Schedule, now: datetime) -> None:
@@ -191,15 +217,24 @@ def _spec(schedule: Schedule) -> RunSpec:
     return RunSpec(agent=schedule.agent, input=schedule.input, metadata=schedule.metadata, priority=schedule.priority)
 
 
-def create_run(schedule: Schedule, *, due_at: datetime, now: datetime, told: bool = True) -> Fired:
+def create_run(
+    schedule: Schedule, *, due_at: datetime, now: datetime, told: bool = True, guarded: bool = False
+) -> Fired:
     """The run of `due_at`, created as any run is (its checks, the owner's caps, its event and
     notifications); refused, the schedule tells `schedule.failed` and its due time still passes."""
     spec = _spec(schedule)
     try:
-        # Every refusal comes before the insert writes anything: no savepoint is needed.
+        # Every refusal comes before the insert writes anything: no savepoint is needed for them.
         spec.check()
         spec.check_owner(schedule.owner)
-        run = insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due_at))
+        if guarded:
+            try:
+                with transaction.atomic():
+                    run = insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due_at))
+            except IntegrityError:
+                return Fired(due_at, Outcome.EXISTS)
+        else:
+            run = insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due_at))
     except RunledgerError as exc:
         if not told:
             raise
@@ -212,7 +247,10 @@ def create_run(schedule: Schedule, *, due_at: datetime, now: datetime, told: boo
 def trigger_locked(schedule: Schedule, *, now: datetime) -> Run | None:
     """`schedule_trigger`'s fire, on the schedule its caller locked: due now, the overlap applies,
     the next due time stays. Nothing is told: the caller hears (None, or the refusal raised)."""
-    fired = overlap_fire(schedule, due_at=now, now=now, told=False)
+    # Its due time is now; in the rare case now is one of the schedule's own due times, a
+    # microsecond later, so that the due time's fire still creates its run.
+    due = now + _BEFORE if rule_of(schedule).next_after(now - _BEFORE) == now else now
+    fired = overlap_fire(schedule, due_at=due, now=now, told=False)
     schedule.save(update_fields=["last_run", "buffered_due_at", "told"])
     series.schedule_fired(fired.outcome, lateness=0.0, missed=0)
     return fired.run

@@ -110,7 +110,9 @@ def check_fields(fields: dict[str, Any], *, owner: User, now: datetime) -> dict[
         raise _refuse("end_at", "must be after start_at")
     minimum = conf.MIN_SCHEDULE_SECONDS
     rule = Rule(cron=checked["cron"], every_seconds=checked["every_seconds"], zone=zone, anchor=start or now)
-    if minimum and rule.shortest_gap(now) < minimum and not owner.has_perm(SCHEDULE_OFTEN):
+    # Five fields never come closer than a minute: a cron is looked at only under a longer minimum.
+    judged = minimum > (60 if cron else 0)
+    if judged and rule.shortest_gap(now) < minimum and not owner.has_perm(SCHEDULE_OFTEN):
         field = "cron" if cron else "every_seconds"
         raise _refuse(
             field, f"fires more often than every {minimum} s (RUNLEDGER_MIN_SCHEDULE_SECONDS; {SCHEDULE_OFTEN} may)"
@@ -196,6 +198,9 @@ def schedule_update(*, schedule_id: UUID | str, actor: User, **changes: Any) -> 
         schedule = lock_schedule(schedule_id, actor)
         current = {name: getattr(schedule, name) for name in CHANGEABLE}
         fields = check_fields(current | changes, owner=schedule.owner, now=now)
+        if fields["overlap"] != Overlap.BUFFER_ONE:
+            # A due time kept by buffer_one would otherwise still fire under the new policy.
+            schedule.buffered_due_at = None
         for name, value in fields.items():
             setattr(schedule, name, value)
         if TIMING & set(changes):
