@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from runs.api.apis import MAX_INT, RunApi, _caller, _page_of, _run_data, _valid
 from runs.api.filters import PageFilterSerializer
 from runs.api.pagination import page_size, paged_response, queryset_page
-from runs.api.schema import documented, responses
+from runs.api.schema import documented, object_operations, responses
 from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, RunOutputSerializer
 from runs.exceptions import ScheduleOverlap
 from runs.models import Overlap, Schedule
@@ -160,10 +160,7 @@ OVERLAP_409 = OpenApiResponse(
 )
 
 
-def _operation(name: str, summary: str, success: dict[int, Any], *errors: int, **more: Any) -> Any:
-    """An operation's documentation: on one schedule unless `parameters` says otherwise."""
-    more.setdefault("parameters", [SCHEDULE_ID])
-    return documented(operation_id=f"schedules_{name}", summary=summary, responses=responses(success, *errors), **more)
+_operation = object_operations("schedules", SCHEDULE_ID)
 
 
 # A schedule carries its runs' input: as a run's JSON, no cache keeps it (RunApi).

@@ -81,22 +81,15 @@ def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
-def cmd_show(client: Client, args: argparse.Namespace, out: Output) -> int:
-    schedule = client.schedules.get(args.id)
-    out.one(schedule.data, _facts(schedule))
-    return OK
+def _one(action: str) -> Callable[[Client, argparse.Namespace, Output], int]:
+    """`show` (the client's `get`), `pause` or `resume`: the schedule after it, its facts."""
 
+    def command(client: Client, args: argparse.Namespace, out: Output) -> int:
+        schedule: Schedule = getattr(client.schedules, action)(args.id)
+        out.one(schedule.data, _facts(schedule))
+        return OK
 
-def cmd_pause(client: Client, args: argparse.Namespace, out: Output) -> int:
-    schedule = client.schedules.pause(args.id)
-    out.one(schedule.data, _facts(schedule))
-    return OK
-
-
-def cmd_resume(client: Client, args: argparse.Namespace, out: Output) -> int:
-    schedule = client.schedules.resume(args.id)
-    out.one(schedule.data, _facts(schedule))
-    return OK
+    return command
 
 
 def cmd_trigger(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -126,9 +119,9 @@ def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
 HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "schedules create": cmd_create,
     "schedules list": cmd_list,
-    "schedules show": cmd_show,
-    "schedules pause": cmd_pause,
-    "schedules resume": cmd_resume,
+    "schedules show": _one("get"),
+    "schedules pause": _one("pause"),
+    "schedules resume": _one("resume"),
     "schedules trigger": cmd_trigger,
     "schedules backfill": cmd_backfill,
     "schedules delete": cmd_delete,
