@@ -105,8 +105,7 @@ def cmd_backfill(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def _run_line(run: Run) -> str:
-    due = (run.data.get("schedule") or {}).get("due_at", "")
-    return f"{run.id}  due {due}"
+    return f"{run.id}  due {run.data['schedule']['due_at'] if run.schedule else '-'}"
 
 
 def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
