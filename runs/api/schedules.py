@@ -175,7 +175,7 @@ class ScheduleCollectionApi(RunApi):
     )
     def get(self, request: Request) -> Response:
         data = _valid(PageFilter, request.query_params)
-        schedules = schedule_list(user=_caller(request)).select_related("last_run")
+        schedules = schedule_list(user=_caller(request))
         size = page_size(data.get("page_size"))
         page = queryset_page(schedules, ordering=["-created_at", "-id"], cursor=data.get("cursor"), size=size)
         return paged_response(page, serializer_class=ScheduleOutputSerializer, request=request)

@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run, Schedule
 from runs.selectors.clock import db_now
@@ -249,3 +251,21 @@ def test_backfill_creates_the_runs_of_a_past_ranges_due_times_oldest_first_at_mo
         error = assert_error(api.post(url, body, format="json"), 400, "validation_error")
         assert field in error["error"]["detail"], (body, error)
     assert Run.objects.filter(schedule_id=made["id"]).count() == 5
+
+
+def test_a_page_of_schedules_costs_the_same_statements_for_3_as_for_30(alice: User) -> None:
+    api = api_for(alice)
+
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as read:
+            page = api.get("/api/schedules/?page_size=50")
+        assert page.status_code == 200
+        return len(read.captured_queries)
+
+    for _ in range(3):
+        api.post(f"/api/schedules/{create(alice)['id']}/trigger/")  # each with a last run to show
+    few = statements()
+    for _ in range(27):
+        api.post(f"/api/schedules/{create(alice)['id']}/trigger/")
+    assert statements() == few
+    assert all(s["last_run"]["status"] == "queued" for s in api.get("/api/schedules/").json()["results"])
