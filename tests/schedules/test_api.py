@@ -224,10 +224,20 @@ def test_trigger_creates_a_run_of_the_schedule_and_skip_refuses_a_second_while_i
     skipped = assert_error(api.post(f"/api/schedules/{made['id']}/trigger/"), 409, "schedule_overlap")
     assert skipped["run"]["id"] == run["id"]  # the live run it waits for
     assert Run.objects.filter(schedule_id=made["id"]).count() == 1
+    # buffer_one keeps the fire for when the live run ends: no run now, the same 409.
+    api.patch(f"/api/schedules/{made['id']}/", {"overlap": "buffer_one"}, format="json")
+    assert_error(api.post(f"/api/schedules/{made['id']}/trigger/"), 409, "schedule_overlap")
+    assert Run.objects.filter(schedule_id=made["id"]).count() == 1
     allowed = api.patch(f"/api/schedules/{made['id']}/", {"overlap": "allow_all"}, format="json").json()
     assert allowed["overlap"] == "allow_all"
     assert api.post(f"/api/schedules/{made['id']}/trigger/").status_code == 201
     assert Run.objects.filter(schedule_id=made["id"]).count() == 2
+    # cancel_other: the live run cancelled (end code schedule_overlap), a new one created.
+    api.patch(f"/api/schedules/{made['id']}/", {"overlap": "cancel_other"}, format="json")
+    newest = api.post(f"/api/schedules/{made['id']}/trigger/")
+    assert newest.status_code == 201, newest.content
+    second = Run.objects.filter(schedule_id=made["id"]).exclude(pk__in=[run["id"], newest.json()["id"]]).get()
+    assert (second.status, second.end_code) == ("cancelled", "schedule_overlap")
 
 
 def test_backfill_creates_the_runs_of_a_past_ranges_due_times_oldest_first_at_most_max(alice: User) -> None:
