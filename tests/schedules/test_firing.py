@@ -1,21 +1,23 @@
 """The fire (runs.services.firing, docs/design/schedules.md#firing) in process: catch-up, every
 overlap policy, `schedule.skipped` / `schedule.failed` through the webhook outbox once per streak, a
-refused create, the end, a due time whose run exists already, and the metrics."""
+refused create, the end, a due time whose run exists already, a cron across daylight-saving
+changes (explicit instants), and the metrics."""
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
 from runs import services
 from runs.models import Run, RunEvent, Schedule, WebhookDelivery, WebhookNotification
-from runs.services.firing import Fired, Outcome, fire_buffered, fire_next
+from runs.services.firing import Fired, Outcome, fire_buffered, fire_locked, fire_next
 from runs.services.schedules import schedule_create, schedule_trigger
 from tests.support.metrics import parse, value
 
@@ -206,3 +208,27 @@ def test_the_metrics_count_fires_by_outcome_and_their_lateness(
     assert grew("runledger_schedule_lateness_seconds_count") == 2
     # Each 30 s late: the latest of three missed, then one made due 30 s ago.
     assert 60 <= grew("runledger_schedule_lateness_seconds_sum") < 62
+
+
+def test_a_cron_in_paris_fires_once_a_day_across_both_daylight_saving_changes(alice: User) -> None:
+    """The fire driven with explicit instants (its clock is the caller's): 02:30 does not exist on
+    2027-03-28 and happens twice on 2027-10-31."""
+    schedule = schedule_create(owner=alice, agent="demo", input={}, cron="30 2 * * *", timezone="Europe/Paris")
+    # Each: the day's due time, when it is fired, and the next day's due time.
+    days = [
+        (datetime(2027, 3, 27, 1, 30, tzinfo=UTC), datetime(2027, 3, 28, 1, 0, tzinfo=UTC)),  # → 03:00 CEST
+        (datetime(2027, 3, 28, 1, 0, tzinfo=UTC), datetime(2027, 3, 29, 0, 30, tzinfo=UTC)),
+        (datetime(2027, 10, 30, 0, 30, tzinfo=UTC), datetime(2027, 10, 31, 0, 30, tzinfo=UTC)),  # the first 02:30
+        (datetime(2027, 10, 31, 0, 30, tzinfo=UTC), datetime(2027, 11, 1, 1, 30, tzinfo=UTC)),  # not the second
+    ]
+    for due, following in days:
+        Schedule.objects.filter(pk=schedule.pk).update(next_due_at=due, last_run=None)
+        with transaction.atomic():
+            locked = Schedule.objects.select_related("owner", "last_run").get(pk=schedule.pk)
+            fired = fire_locked(locked, now=due + timedelta(milliseconds=200))
+            locked.save()
+        assert (fired.outcome, fired.due_at) == (Outcome.CREATED, due)
+        assert Schedule.objects.get(pk=schedule.pk).next_due_at == following
+    assert sorted(Run.objects.filter(schedule=schedule).values_list("schedule_due_at", flat=True)) == [
+        due for due, _ in days
+    ]

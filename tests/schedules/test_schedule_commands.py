@@ -14,15 +14,6 @@ from runs import services
 from runs.exceptions import NotFound, TooManyRequests, ValidationFailed
 from runs.models import Run, Schedule
 from runs.selectors.schedules import schedule_get, schedule_json, schedule_list
-from runs.services.schedules import (
-    schedule_backfill,
-    schedule_create,
-    schedule_delete,
-    schedule_pause,
-    schedule_resume,
-    schedule_trigger,
-    schedule_update,
-)
 from tests.support.api import api_for
 
 pytestmark = pytest.mark.sqlite
@@ -34,7 +25,7 @@ def _short_schedules(settings: Any) -> None:
 
 
 def every(owner: User, seconds: int = 60, **given: Any) -> Schedule:
-    return schedule_create(owner=owner, agent="demo", input={"deltas": 1}, every_seconds=seconds, **given)
+    return services.schedule_create(owner=owner, agent="demo", input={"deltas": 1}, every_seconds=seconds, **given)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +58,7 @@ def every(owner: User, seconds: int = 60, **given: Any) -> Schedule:
 def test_a_bad_field_is_a_400_naming_it_and_nothing_is_stored(alice: User, given: dict[str, Any], field: str) -> None:
     body = {"owner": alice, "agent": "demo", "input": {}} | given
     with pytest.raises(ValidationFailed) as refused:
-        schedule_create(**body)
+        services.schedule_create(**body)
     assert field in refused.value.detail
     assert not Schedule.objects.exists()
 
@@ -81,12 +72,12 @@ def test_the_minimum_interval_holds_unless_the_owner_may_schedule_often(
         every(alice, 30)
     assert "RUNLEDGER_MIN_SCHEDULE_SECONDS" in refused.value.detail["every_seconds"][0]
     assert every(alice, 60).every_seconds == 60
-    assert schedule_create(owner=alice, agent="demo", input={}, cron="* * * * *").cron == "* * * * *"
+    assert services.schedule_create(owner=alice, agent="demo", input={}, cron="* * * * *").cron == "* * * * *"
     settings.RUNLEDGER_MIN_SCHEDULE_SECONDS = 3600
     with pytest.raises(ValidationFailed) as refused:
-        schedule_create(owner=alice, agent="demo", input={}, cron="0,30 * * * *", timezone="Europe/Paris")
+        services.schedule_create(owner=alice, agent="demo", input={}, cron="0,30 * * * *", timezone="Europe/Paris")
     assert "cron" in refused.value.detail
-    assert schedule_create(owner=alice, agent="demo", input={}, cron="@hourly").cron == "@hourly"
+    assert services.schedule_create(owner=alice, agent="demo", input={}, cron="@hourly").cron == "@hourly"
     often = make_user("often", perms=("runs.schedule_often",))
     assert every(often, 5).every_seconds == 5
 
@@ -105,14 +96,14 @@ def test_the_schedules_cap_is_a_429_after_the_input_is_checked(settings: Any, al
     every(alice)
     every(alice)
     with pytest.raises(ValidationFailed):
-        schedule_create(
+        services.schedule_create(
             owner=alice, agent="nope", input={}, every_seconds=60
         )  # the input first, as every cap (docs/design/fair-use.md#refusals)
     with pytest.raises(TooManyRequests) as refused:
         every(alice)
     assert refused.value.detail == {"schedules": 2, "limit": 2}
     assert every(bob).owner_id == bob.pk  # one user's cap is theirs alone
-    schedule_delete(schedule_id=Schedule.objects.filter(owner=alice).first().pk, actor=alice)  # type: ignore[union-attr]
+    services.schedule_delete(schedule_id=Schedule.objects.filter(owner=alice).first().pk, actor=alice)  # type: ignore[union-attr]
     assert every(alice).owner_id == alice.pk
 
 
@@ -135,12 +126,14 @@ def test_another_users_schedule_is_not_found_for_every_command(alice: User, bob:
     now = timezone.now()
     commands: list[Callable[[], object]] = [
         lambda: schedule_get(user=bob, schedule_id=schedule.pk),
-        lambda: schedule_update(schedule_id=schedule.pk, actor=bob, priority=1),
-        lambda: schedule_pause(schedule_id=schedule.pk, actor=bob),
-        lambda: schedule_resume(schedule_id=schedule.pk, actor=bob),
-        lambda: schedule_trigger(schedule_id=schedule.pk, actor=bob),
-        lambda: schedule_backfill(schedule_id=schedule.pk, actor=bob, start=now - timedelta(hours=1), end=now, max=5),
-        lambda: schedule_delete(schedule_id=schedule.pk, actor=bob),
+        lambda: services.schedule_update(schedule_id=schedule.pk, actor=bob, priority=1),
+        lambda: services.schedule_pause(schedule_id=schedule.pk, actor=bob),
+        lambda: services.schedule_resume(schedule_id=schedule.pk, actor=bob),
+        lambda: services.schedule_trigger(schedule_id=schedule.pk, actor=bob),
+        lambda: services.schedule_backfill(
+            schedule_id=schedule.pk, actor=bob, start=now - timedelta(hours=1), end=now, max=5
+        ),
+        lambda: services.schedule_delete(schedule_id=schedule.pk, actor=bob),
         lambda: schedule_get(user=alice, schedule_id="not-a-uuid"),
     ]
     for command in commands:
@@ -155,13 +148,13 @@ def test_staff_who_may_change_any_run_may_act_on_any_schedule(alice: User, make_
     schedule = every(alice)
     staff = make_user("staff", perms=("runs.change_run",))
     assert schedule_get(user=staff, schedule_id=schedule.pk) == schedule
-    assert schedule_pause(schedule_id=schedule.pk, actor=staff).paused
+    assert services.schedule_pause(schedule_id=schedule.pk, actor=staff).paused
     assert list(schedule_list(user=staff)) == [schedule]
 
 
 def test_pause_keeps_it_quiet_and_resume_fires_from_now_without_the_missed_ones(alice: User) -> None:
     schedule = every(alice, 60)
-    paused = schedule_pause(schedule_id=schedule.pk, actor=alice)
+    paused = services.schedule_pause(schedule_id=schedule.pk, actor=alice)
     assert paused.paused and schedule_json(paused)["paused"] is True
     # Paused for an hour: resumed, its next due time is the first after now, on its grid.
     hour = timedelta(hours=1)
@@ -169,27 +162,27 @@ def test_pause_keeps_it_quiet_and_resume_fires_from_now_without_the_missed_ones(
         anchor=schedule.anchor - hour,
         next_due_at=schedule.next_due_at - hour,  # type: ignore[operator]
     )
-    resumed = schedule_resume(schedule_id=schedule.pk, actor=alice)
+    resumed = services.schedule_resume(schedule_id=schedule.pk, actor=alice)
     now = timezone.now()
     assert not resumed.paused
     assert resumed.next_due_at is not None and now < resumed.next_due_at <= now + timedelta(seconds=60)
     assert (resumed.next_due_at - resumed.anchor).total_seconds() % 60 == 0
-    assert schedule_resume(schedule_id=schedule.pk, actor=alice).next_due_at == resumed.next_due_at
+    assert services.schedule_resume(schedule_id=schedule.pk, actor=alice).next_due_at == resumed.next_due_at
 
 
 def test_an_update_validates_the_whole_and_moves_the_due_times_it_changes(alice: User) -> None:
     schedule = every(alice, 60)
     with pytest.raises(ValidationFailed) as refused:
-        schedule_update(schedule_id=schedule.pk, actor=alice, timezone="Nowhere")
+        services.schedule_update(schedule_id=schedule.pk, actor=alice, timezone="Nowhere")
     assert "timezone" in refused.value.detail
     with pytest.raises(ValidationFailed) as refused:
-        schedule_update(schedule_id=schedule.pk, actor=alice, owner=5)
+        services.schedule_update(schedule_id=schedule.pk, actor=alice, owner=5)
     assert "owner" in refused.value.detail
-    changed = schedule_update(schedule_id=schedule.pk, actor=alice, cron="0 9 * * *", timezone="Europe/Paris")
+    changed = services.schedule_update(schedule_id=schedule.pk, actor=alice, cron="0 9 * * *", timezone="Europe/Paris")
     assert (changed.cron, changed.every_seconds) == ("0 9 * * *", None)
     assert changed.next_due_at is not None and changed.next_due_at.astimezone(timezone.get_current_timezone())
     assert changed.next_due_at > timezone.now()
-    back = schedule_update(schedule_id=schedule.pk, actor=alice, every_seconds=120)
+    back = services.schedule_update(schedule_id=schedule.pk, actor=alice, every_seconds=120)
     assert (back.cron, back.every_seconds) == ("", 120)
     assert back.next_due_at == back.anchor + timedelta(seconds=120)
     stored = Schedule.objects.get(pk=schedule.pk)
@@ -198,40 +191,40 @@ def test_an_update_validates_the_whole_and_moves_the_due_times_it_changes(alice:
 
 def test_trigger_fires_now_under_the_overlap_policy_and_leaves_the_next_due_time(alice: User) -> None:
     schedule = every(alice, 60)
-    run = schedule_trigger(schedule_id=schedule.pk, actor=alice)
+    run = services.schedule_trigger(schedule_id=schedule.pk, actor=alice)
     assert run is not None and run.schedule_id == schedule.pk and run.schedule_due_at is not None
     assert Schedule.objects.get(pk=schedule.pk).next_due_at == schedule.next_due_at
     # Its run is still queued: `skip` creates nothing.
-    assert schedule_trigger(schedule_id=schedule.pk, actor=alice) is None
-    schedule_update(schedule_id=schedule.pk, actor=alice, overlap="allow_all")
-    second = schedule_trigger(schedule_id=schedule.pk, actor=alice)
+    assert services.schedule_trigger(schedule_id=schedule.pk, actor=alice) is None
+    services.schedule_update(schedule_id=schedule.pk, actor=alice, overlap="allow_all")
+    second = services.schedule_trigger(schedule_id=schedule.pk, actor=alice)
     assert second is not None and Run.objects.filter(schedule=schedule, status="queued").count() == 2
-    schedule_update(schedule_id=schedule.pk, actor=alice, overlap="cancel_other")
-    third = schedule_trigger(schedule_id=schedule.pk, actor=alice)
+    services.schedule_update(schedule_id=schedule.pk, actor=alice, overlap="cancel_other")
+    third = services.schedule_trigger(schedule_id=schedule.pk, actor=alice)
     assert third is not None
     cancelled = Run.objects.get(pk=second.pk)
     assert (cancelled.status, cancelled.end_code) == ("cancelled", "schedule_overlap")
-    schedule_update(schedule_id=schedule.pk, actor=alice, overlap="buffer_one")
-    assert schedule_trigger(schedule_id=schedule.pk, actor=alice) is None
+    services.schedule_update(schedule_id=schedule.pk, actor=alice, overlap="buffer_one")
+    assert services.schedule_trigger(schedule_id=schedule.pk, actor=alice) is None
     assert Schedule.objects.get(pk=schedule.pk).buffered_due_at is not None
 
 
 def test_trigger_refused_by_the_owners_caps_is_raised_to_its_caller(settings: Any, alice: User) -> None:
     settings.RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER = 1
     schedule = every(alice, 60, overlap="allow_all")
-    assert schedule_trigger(schedule_id=schedule.pk, actor=alice) is not None
+    assert services.schedule_trigger(schedule_id=schedule.pk, actor=alice) is not None
     with pytest.raises(TooManyRequests):
-        schedule_trigger(schedule_id=schedule.pk, actor=alice)
+        services.schedule_trigger(schedule_id=schedule.pk, actor=alice)
 
 
 def test_backfill_creates_the_missing_due_times_oldest_first_up_to_max_and_never_twice(alice: User) -> None:
     schedule = every(alice, 60)
     start = schedule.anchor - timedelta(minutes=10)
-    runs = schedule_backfill(schedule_id=schedule.pk, actor=alice, start=start, end=schedule.anchor, max=4)
+    runs = services.schedule_backfill(schedule_id=schedule.pk, actor=alice, start=start, end=schedule.anchor, max=4)
     dues = [run.schedule_due_at for run in runs]
     assert dues == [start + timedelta(minutes=m) for m in range(4)]
     # Retried with a larger max: the four are not created again; the seven others are.
-    more = schedule_backfill(schedule_id=schedule.pk, actor=alice, start=start, end=schedule.anchor, max=100)
+    more = services.schedule_backfill(schedule_id=schedule.pk, actor=alice, start=start, end=schedule.anchor, max=100)
     assert [run.schedule_due_at for run in more] == [start + timedelta(minutes=m) for m in range(4, 11)]
     assert Run.objects.filter(schedule=schedule).count() == 11
     for bad, field in (
@@ -241,22 +234,22 @@ def test_backfill_creates_the_missing_due_times_oldest_first_up_to_max_and_never
     ):
         body: dict[str, Any] = {"start": start, "end": schedule.anchor, "max": 5} | bad
         with pytest.raises(ValidationFailed) as refused:
-            schedule_backfill(schedule_id=schedule.pk, actor=alice, **body)
+            services.schedule_backfill(schedule_id=schedule.pk, actor=alice, **body)
         assert field in refused.value.detail
 
 
 def test_a_deleted_schedules_runs_stay(alice: User) -> None:
     schedule = every(alice, 60)
-    run = schedule_trigger(schedule_id=schedule.pk, actor=alice)
+    run = services.schedule_trigger(schedule_id=schedule.pk, actor=alice)
     assert run is not None
-    schedule_delete(schedule_id=schedule.pk, actor=alice)
+    services.schedule_delete(schedule_id=schedule.pk, actor=alice)
     assert not Schedule.objects.exists()
     assert Run.objects.get(pk=run.pk).schedule_id is None
 
 
 def test_a_scheduled_runs_json_names_its_schedule_and_the_list_filters_by_it(alice: User) -> None:
     schedule = every(alice, 60, overlap="allow_all")
-    fired = [schedule_trigger(schedule_id=schedule.pk, actor=alice) for _ in range(2)]
+    fired = [services.schedule_trigger(schedule_id=schedule.pk, actor=alice) for _ in range(2)]
     other = services.run_create(owner=alice, agent="demo", input={})
     api = api_for(alice)
     body = api.get(f"/api/runs/{fired[0].pk}/").json()  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ from runs.services.schedules import schedule_create, schedule_pause
 from tests.support.procs import Procs, subprocess_env
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.sqlite]
 
 SECOND = timedelta(seconds=1)
 # A run of the demo agent takes about 2.5 s: longer than the schedules' interval.
