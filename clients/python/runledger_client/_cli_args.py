@@ -453,6 +453,7 @@ def _match_arguments(sub: argparse.ArgumentParser) -> None:
     group.add_argument("--status", type=_statuses, help=STATUS_HELP)
     group.add_argument("--agent", metavar="NAME", help="runs of this agent")
     group.add_argument("--end-code", metavar="CODE", help=END_CODE_HELP)
+    group.add_argument("--schedule", metavar="ID", help="the runs this schedule created")
     group.add_argument(
         "--max", type=int, metavar="N", help="refuse (do nothing) if more than N match; default: the count confirmed"
     )

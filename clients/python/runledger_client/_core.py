@@ -158,14 +158,15 @@ class RunMatch(TypedDict, total=False):
     metadata: Mapping[str, str]
     agent: str
     parent: str
+    # The runs a schedule created (its id).
+    schedule: str
     created_after: datetime | str
     created_before: datetime | str
 
 
 class RunFilters(RunMatch, total=False):
-    """`list()`'s filters (`RunMatch`, and `schedule`: the runs a schedule created) and its page size."""
+    """`list()`'s filters (`RunMatch`) and its page size."""
 
-    schedule: str
     page_size: int
 
 

@@ -227,12 +227,13 @@ def _match(args: argparse.Namespace) -> dict[str, Any] | None:
         "status": args.status,
         "agent": args.agent,
         "end_code": args.end_code,
+        "schedule": args.schedule,
     }
     given = _given(filters)
     if args.id is not None and (given or args.max is not None or args.yes):
-        raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code), not both")
+        raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code, --schedule), not both")
     if args.id is None and not given:
-        raise UsageError("give a run id, or a filter: --where KEY=VALUE, --status, --agent or --end-code")
+        raise UsageError("give a run id, or a filter: --where KEY=VALUE, --status, --agent, --end-code or --schedule")
     return given if args.id is None else None
 
 
