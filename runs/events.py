@@ -57,6 +57,19 @@ class ScheduleEvent(StrEnum):
     FAILED = "schedule.failed"
 
 
+class FireOutcome(StrEnum):
+    """What one due time of a schedule did (runs.services.firing; the metric's label)."""
+
+    CREATED = "created"
+    SKIPPED = "skipped"
+    BUFFERED = "buffered"
+    FAILED = "failed"
+    # Its run existed already (a trigger's or a backfill's at the same instant): none created.
+    EXISTS = "exists"
+    # Passed over by catch-up: older than the window when a later one fired.
+    MISSED = "missed"
+
+
 # The events a webhook endpoint may be sent (docs/design/webhooks.md): a run's end and its waits,
 # and what schedules could not do.
 WEBHOOK_EVENTS: tuple[str, ...] = (

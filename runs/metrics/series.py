@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from prometheus_client import Counter, Gauge, Histogram
 
-from runs.events import USAGE_INCOMPLETE
+from runs.events import USAGE_INCOMPLETE, FireOutcome
 from runs.metrics import store
 from runs.selectors.overview import cancel_release_seconds
 
@@ -68,11 +68,12 @@ class Series:
             "runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None
         )
         self.http_by_status = {status: self.HTTP_REQUESTS.labels(status=str(status)) for status in HTTP_STATUSES}
-        # By outcome (runs.services.firing.Outcome, docs/design/schedules.md#overlap): created,
-        # skipped, buffered, failed, and missed (passed over by catch-up).
+        # By outcome (runs.events.FireOutcome, docs/design/schedules.md#metrics), each present from
+        # the first scrape.
         self.SCHEDULE_FIRES = Counter(
             "runledger_schedule_fires", "Schedules' due times, by what each did", ["outcome"], registry=None
         )
+        self.fires_by_outcome = {outcome: self.SCHEDULE_FIRES.labels(outcome=outcome) for outcome in FireOutcome}
         self.SCHEDULE_LATENESS = Histogram(
             "runledger_schedule_lateness_seconds",
             "From a schedule's due time to the commit of its fire",
@@ -125,10 +126,10 @@ def schedule_fired(outcome: str, *, lateness: float, missed: int) -> None:
 
     def count() -> None:
         metrics = made()
-        metrics.SCHEDULE_FIRES.labels(outcome=outcome).inc()
+        metrics.fires_by_outcome[FireOutcome(outcome)].inc()
         metrics.SCHEDULE_LATENESS.observe(max(0.0, lateness))
         if missed:
-            metrics.SCHEDULE_FIRES.labels(outcome="missed").inc(missed)
+            metrics.fires_by_outcome[FireOutcome.MISSED].inc(missed)
 
     transaction.on_commit(count, robust=True)
 

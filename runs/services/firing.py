@@ -4,14 +4,13 @@ lock — exactly once, whatever the number of workers firing. The overlap polici
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from uuid import UUID
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from runs.events import ScheduleEvent
+from runs.events import FireOutcome, ScheduleEvent
 from runs.exceptions import RunledgerError
 from runs.metrics import series
 from runs.models import LIVE_VALUES, Overlap, Run, Schedule
@@ -38,23 +37,10 @@ def first_due(rule: Rule, *, now: datetime, start_at: datetime | None, end_at: d
     return None if end_at is not None and due > end_at else due
 
 
-class Outcome(StrEnum):
-    """What one due time did (the metric's label; docs/design/schedules.md#overlap)."""
-
-    CREATED = "created"
-    SKIPPED = "skipped"
-    BUFFERED = "buffered"
-    FAILED = "failed"
-    # Its run existed already (a trigger's or a backfill's at the same instant): none created.
-    EXISTS = "exists"
-    # Passed over by catch-up: older than the window when a later one fired.
-    MISSED = "missed"
-
-
 @dataclass(frozen=True)
 class Fired:
     due_at: datetime
-    outcome: Outcome
+    outcome: FireOutcome
     run: Run | None = None
 
 
@@ -190,14 +176,14 @@ def overlap_fire(
     if live and schedule.overlap == Overlap.SKIP:
         if told:
             tell(schedule, ScheduleEvent.SKIPPED, due_at=due_at, reason="its last run is still live", now=now)
-        return Fired(due_at, Outcome.SKIPPED)
+        return Fired(due_at, FireOutcome.SKIPPED)
     if live and schedule.overlap == Overlap.BUFFER_ONE:
         if schedule.buffered_due_at is None:
             schedule.buffered_due_at = due_at
-            return Fired(due_at, Outcome.BUFFERED)
+            return Fired(due_at, FireOutcome.BUFFERED)
         if told:
             tell(schedule, ScheduleEvent.SKIPPED, due_at=due_at, reason="a due time is buffered already", now=now)
-        return Fired(due_at, Outcome.SKIPPED)
+        return Fired(due_at, FireOutcome.SKIPPED)
     if live and schedule.overlap == Overlap.CANCEL_OTHER:
         assert last is not None
         _cancel_other(last, schedule=schedule, now=now)
@@ -232,16 +218,16 @@ def create_run(
                 with transaction.atomic():
                     run = insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due_at))
             except IntegrityError:
-                return Fired(due_at, Outcome.EXISTS)
+                return Fired(due_at, FireOutcome.EXISTS)
         else:
             run = insert_run(spec, owner=schedule.owner, now=now, schedule=(schedule.id, due_at))
     except RunledgerError as exc:
         if not told:
             raise
         tell(schedule, ScheduleEvent.FAILED, due_at=due_at, reason=exc.message, now=now)
-        return Fired(due_at, Outcome.FAILED)
+        return Fired(due_at, FireOutcome.FAILED)
     schedule.last_run, schedule.told = run, ""
-    return Fired(due_at, Outcome.CREATED, run)
+    return Fired(due_at, FireOutcome.CREATED, run)
 
 
 def trigger_locked(schedule: Schedule, *, now: datetime) -> Run | None:

@@ -2,7 +2,7 @@
 (docs/design/execution.md#worker-loop).
 
 One asyncio loop per process, woken by a notification OR a poll timeout OR stop; it also sweeps,
-kills what lost attempts left on its machine, and delivers webhooks.
+kills what lost attempts left on its machine, delivers webhooks and fires schedules.
 """
 
 import asyncio

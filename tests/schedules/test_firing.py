@@ -1,7 +1,7 @@
 """The fire (runs.services.firing, docs/design/schedules.md#firing) in process: catch-up, every
 overlap policy, `schedule.skipped` / `schedule.failed` through the webhook outbox once per streak, a
 refused create, the end, a due time whose run exists already, a cron across daylight-saving
-changes (explicit instants), and the metrics."""
+changes (explicit instants), the metrics, and the late schedules the dashboard lists."""
 
 import json
 from collections.abc import Callable
@@ -16,8 +16,10 @@ from django.test import Client
 from django.utils import timezone
 
 from runs import services
+from runs.events import FireOutcome as Outcome
 from runs.models import Run, RunEvent, Schedule, WebhookDelivery, WebhookNotification
-from runs.services.firing import Fired, Outcome, fire_buffered, fire_locked, fire_next
+from runs.selectors.schedules import schedules_late, schedules_next_due_in
+from runs.services.firing import Fired, fire_buffered, fire_locked, fire_next
 from runs.services.schedules import schedule_create, schedule_trigger
 from tests.support.metrics import parse, value
 
@@ -232,3 +234,16 @@ def test_a_cron_in_paris_fires_once_a_day_across_both_daylight_saving_changes(al
     assert sorted(Run.objects.filter(schedule=schedule).values_list("schedule_due_at", flat=True)) == [
         due for due, _ in days
     ]
+
+
+def test_the_late_schedules_are_the_active_ones_due_more_than_five_seconds_ago(alice: User) -> None:
+    late = rewind(every_minute(alice), MINUTE + timedelta(seconds=30))
+    rewind(every_minute(alice), MINUTE + timedelta(seconds=2))  # due, not late yet
+    paused = rewind(every_minute(alice), MINUTE + timedelta(seconds=40))
+    services.schedule_pause(schedule_id=paused.pk, actor=alice)
+    every_minute(alice)
+    assert schedules_late() == [late]
+    ahead = schedules_next_due_in()
+    assert ahead is not None and -31 < ahead < -29  # the soonest active one, by the database's clock
+    fire_all()
+    assert schedules_late() == []
