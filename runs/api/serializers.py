@@ -22,7 +22,7 @@ PRIORITY_HELP = (
 START_AFTER_HELP = "not started before this time (ISO 8601); cancel it meanwhile as any queued run"
 
 
-class ScheduleInputSerializer(serializers.Serializer[Any]):
+class QueueInputSerializer(serializers.Serializer[Any]):
     """When a new run may start and how it ranks in the queue (docs/design/fair-use.md#priority)."""
 
     priority = serializers.IntegerField(required=False, help_text=PRIORITY_HELP)

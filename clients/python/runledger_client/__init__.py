@@ -1,7 +1,16 @@
 """Runledger's Python client: `Client` and `AsyncClient` for the REST API and its SSE streams,
 which resume by themselves, and the `runledger` command line (runledger_client.cli)."""
 
-from runledger_client._core import ClientOptions, CreateOptions, Retry, RunFilters, RunMatch, __version__
+from runledger_client._core import (
+    ClientOptions,
+    CreateOptions,
+    Retry,
+    RunFilters,
+    RunMatch,
+    ScheduleChanges,
+    ScheduleOptions,
+    __version__,
+)
 from runledger_client.aio import AsyncClient, AsyncStream
 from runledger_client.client import Client, Stream
 from runledger_client.errors import (
@@ -18,6 +27,7 @@ from runledger_client.errors import (
     PayloadTooLarge,
     PermissionDenied,
     RunledgerError,
+    ScheduleOverlap,
     StaleTicket,
     TooManyMatches,
     TooManyRequests,
@@ -37,6 +47,9 @@ from runledger_client.models import (
     Page,
     Run,
     RunPage,
+    RunSchedule,
+    Schedule,
+    ScheduleLastRun,
     Webhook,
     WebhookDelivery,
 )
@@ -73,7 +86,13 @@ __all__ = [
     "RunFilters",
     "RunMatch",
     "RunPage",
+    "RunSchedule",
     "RunledgerError",
+    "Schedule",
+    "ScheduleChanges",
+    "ScheduleLastRun",
+    "ScheduleOptions",
+    "ScheduleOverlap",
     "StaleTicket",
     "Stream",
     "TooManyMatches",

@@ -1,5 +1,5 @@
-"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, `Webhook`,
-`WebhookDelivery`, and the pages and results that carry them.
+"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, `Schedule`,
+`Webhook`, `WebhookDelivery`, and the pages and results that carry them.
 
 Each model has one attribute per field of its OpenAPI component (`SCHEMA`; the suite checks them
 against the schema the server serves), and keeps the JSON it was made from (`Run.data`,
@@ -77,6 +77,21 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class RunSchedule:
+    """The schedule that created a run (`Run.schedule`), and the due time it was created for."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunSchedule",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    id: str
+    due_at: datetime | None
+
+    @classmethod
+    def from_body(cls, body: Any) -> RunSchedule | None:
+        return cls(id=str(body["id"]), due_at=timestamp(body.get("due_at"))) if isinstance(body, dict) else None
+
+
+@dataclass(frozen=True)
 class Run:
     """A run (docs/design/api.md#run-json). `data` is the JSON object the API sent, whole;
     `run["field"]` reads it."""
@@ -97,6 +112,8 @@ class Run:
     metadata: dict[str, str]
     parent: str | None
     rerun_of: str | None
+    # The schedule that created it and the due time it fired for; None for a run created otherwise.
+    schedule: RunSchedule | None
     priority: int
     created_at: datetime | None
     start_after: datetime | None
@@ -152,6 +169,7 @@ class Run:
             metadata=dict(metadata) if isinstance(metadata, dict) else {},
             parent=_str_or_none(body.get("parent")),
             rerun_of=_str_or_none(body.get("rerun_of")),
+            schedule=RunSchedule.from_body(body.get("schedule")),
             priority=int(body.get("priority") or 0),
             created_at=timestamp(body.get("created_at")),
             start_after=timestamp(body.get("start_after")),
@@ -265,6 +283,7 @@ class Page:
     SCHEMA: ClassVar[tuple[str, ...]] = (
         "RunPage",
         "AgentPage",
+        "SchedulePage",
         "WebhookEndpointPage",
         "WebhookDeliveryPage",
         "ApiTokenPage",
@@ -323,6 +342,79 @@ class BulkResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"matched": self.matched, "counts": self.counts, "ids": self.ids}
+
+
+@dataclass(frozen=True)
+class ScheduleLastRun:
+    """The last run a schedule created: its id and status (a schedule's `last_run`)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("ScheduleLastRun",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    id: str
+    status: str
+
+    @classmethod
+    def from_body(cls, body: Any) -> ScheduleLastRun | None:
+        return cls(id=str(body["id"]), status=str(body.get("status") or "")) if isinstance(body, dict) else None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule (docs/design/schedules.md): a run of `agent` with `input` created at each due
+    time of `cron` (read in `timezone`) or of every `every_seconds` — exactly one run per due time.
+    `next_due_at` is None while nothing more is due (past `end_at`)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("Schedule",)
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+
+    id: str
+    agent: str
+    input: dict[str, Any]
+    metadata: dict[str, str]
+    priority: int
+    # One of the two: a cron expression (five fields, or a macro such as @daily), or an interval.
+    cron: str
+    every_seconds: int | None
+    timezone: str
+    # skip, buffer_one, allow_all or cancel_other: what a due time does while the last run is live.
+    overlap: str
+    catchup_window_seconds: int
+    start_at: datetime | None
+    end_at: datetime | None
+    paused: bool
+    next_due_at: datetime | None
+    last_run: ScheduleLastRun | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Schedule:
+        metadata = body.get("metadata")
+        return cls(
+            id=str(body["id"]),
+            agent=str(body.get("agent") or ""),
+            input=dict(given) if isinstance(given := body.get("input"), dict) else {},
+            metadata={str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {},
+            priority=int(body.get("priority") or 0),
+            cron=str(body.get("cron") or ""),
+            every_seconds=_int_or_none(body.get("every_seconds")),
+            timezone=str(body.get("timezone") or "UTC"),
+            overlap=str(body.get("overlap") or ""),
+            catchup_window_seconds=int(body.get("catchup_window_seconds") or 0),
+            start_at=timestamp(body.get("start_at")),
+            end_at=timestamp(body.get("end_at")),
+            paused=bool(body.get("paused")),
+            next_due_at=timestamp(body.get("next_due_at")),
+            last_run=ScheduleLastRun.from_body(body.get("last_run")),
+            created_at=timestamp(body.get("created_at")),
+            updated_at=timestamp(body.get("updated_at")),
+            data=body,
+        )
 
 
 @dataclass(frozen=True)
