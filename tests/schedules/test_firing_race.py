@@ -20,8 +20,14 @@ def _short_schedules(settings: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_threads_racing_to_fire_the_same_schedules_create_one_run_per_due_time(alice: User) -> None:
-    schedules = [rewind(every_minute(alice, overlap="allow_all"), 2 * MINUTE + timedelta(seconds=1)) for _ in range(30)]
+def test_threads_racing_to_fire_the_same_schedules_create_one_run_per_due_time(alice: User, bob: User) -> None:
+    # Two owners, interleaved: each create takes its owner's lock for the caps, and batches that
+    # met the owners in different orders would deadlock.
+    schedules = [
+        rewind(every_minute(owner, overlap="allow_all"), 2 * MINUTE + timedelta(seconds=1))
+        for _ in range(15)
+        for owner in (alice, bob)
+    ]
     for _ in range(3):
         results = race(6, lambda i: schedules_fire(limit=1000))
         assert all(isinstance(result, int) for result in results), results
