@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 from django.db import connection
 from django.db.models import Field, Model
 
+from runs.prepared import preparing, send_pipelined
+
 M = TypeVar("M", bound=Model)
 
 Statement = tuple[str, Sequence[Any]]
@@ -40,6 +42,15 @@ def send_together(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any
                 break
     assert len(found) == len(statements), (len(found), len(statements))
     return found
+
+
+def send_prepared(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+    """As `send_together`, each statement prepared (runs.prepared) where statements go prepared:
+    still one round trip, and each statement still with its own snapshot, taken once the one before
+    has run."""
+    if not preparing(connection.alias):
+        return send_together(*statements)
+    return send_pipelined(statements, separator=SEPARATOR, alias=connection.alias)
 
 
 def _q(name: str) -> str:

@@ -1,0 +1,116 @@
+"""Hot statements sent prepared on PostgreSQL (docs/design/deployment.md#prepared): parsed and
+planned once per connection, then each call sends only its values.
+
+Django's cursor binds values on the client and sends each statement whole, so the server parses and
+plans it every time. These cursors bind them on the server and ask psycopg to prepare the statement
+(protocol-level Parse/Bind/Execute, which PgBouncer 1.21+ also carries in transaction pooling with
+`max_prepared_statements`). psycopg keeps the names per connection: a new or reconnected connection
+starts with none, and a ROLLBACK, DROP, ALTER or DISCARD ALL on it deallocates them all, to be
+prepared again at their next use.
+"""
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from functools import cache
+from typing import Any
+
+from django.db import connections
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+from runs.conf import conf
+
+# psycopg prepares nothing while a connection's threshold is None (Django's default); with this one
+# it prepares only what asks (Django's own cursors bind on the client and never prepare).
+_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def preparing(alias: str = "default") -> bool:
+    """Whether `alias`'s hot statements go prepared: PostgreSQL, unless RUNLEDGER_PREPARED_STATEMENTS is off."""
+    return connections[alias].vendor == "postgresql" and conf.PREPARED_STATEMENTS
+
+
+def prepared_cursor(alias: str = "default") -> CursorWrapper:
+    """A cursor of `alias`'s connection whose statements are prepared when `preparing`; Django's own
+    otherwise. Used as Django's: its statements are logged and captured the same way."""
+    wrapper = connections[alias].cursor()
+    if preparing(alias):
+        wrapper.cursor.close()
+        wrapper.cursor = _new_cursor(alias)
+    return wrapper
+
+
+def send_pipelined(
+    statements: Sequence[tuple[str, Sequence[Any]]], *, separator: str, alias: str = "default"
+) -> list[list[tuple[Any, ...]]]:
+    """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode, with a
+    transaction's BEGIN when it is the first): each runs once the one before has, with a snapshot of
+    its own. The rows each one returned (empty for none). Logged as one query, its statements joined
+    by `separator`. Only where `preparing`."""
+    from psycopg.pq import ExecStatus
+
+    connection = connections[alias]
+    with connection.cursor() as wrapper:
+        wrapper.cursor.close()
+        cursors = [_new_cursor(alias) for _ in statements]
+        logged: AbstractContextManager[Any] = nullcontext()
+        if isinstance(wrapper, CursorDebugWrapper):
+            shown = separator.join(str(connection.ops.compose_sql(sql, params)) for sql, params in statements)
+            logged = wrapper.debug_sql(shown)
+        with logged, connection.wrap_database_errors:
+            with connection.connection.pipeline():
+                for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params)
+            found: list[list[tuple[Any, ...]]] = []
+            for cursor in cursors:
+                result = cursor.pgresult
+                found.append(cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else [])
+                cursor.close()
+    return found
+
+
+def _new_cursor(alias: str) -> Any:
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID  # type: ignore[attr-defined]
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    connection = connections[alias]
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    cursor = _preparing_class()(raw)
+    cursor.shown_by = connection.ops
+    # As Django's create_cursor: a time zone of the cursor's own when the connection's differs.
+    if connection.timezone != raw.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone:
+        register_tzloader(connection.timezone, cursor)
+    return cursor
+
+
+@cache
+def _preparing_class() -> type[Any]:
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+        shown_by: Any
+
+        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True, **kwargs: Any) -> Any:
+            done = super().execute(query, params, prepare=prepare, **kwargs)
+            # A prepared execution keeps no text, and Django logs (and tests capture) a statement
+            # by the text its own cursor sent: that text, merged only when read.
+            self._query = _Shown(self.shown_by, query, params)
+            return done
+
+    return PreparingCursor
+
+
+class _Shown:
+    """What Django reads of a cursor's last statement (`_query.query`): its text with the values
+    merged in, as Django's client-binding cursor sends it."""
+
+    __slots__ = ("_ops", "_sql", "_params")
+
+    def __init__(self, ops: Any, sql: str, params: Any) -> None:
+        self._ops, self._sql, self._params = ops, sql, params
+
+    @property
+    def query(self) -> bytes:
+        return str(self._ops.compose_sql(self._sql, self._params)).encode()
