@@ -9,8 +9,8 @@ starts with none, and a ROLLBACK, DROP, ALTER or DISCARD ALL on it deallocates t
 prepared again at their next use.
 """
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 from typing import Any
 
@@ -57,7 +57,7 @@ def send_pipelined(
             shown = separator.join(str(connection.ops.compose_sql(sql, params)) for sql, params in statements)
             logged = wrapper.debug_sql(shown)
         with logged, connection.wrap_database_errors:
-            with connection.connection.pipeline():
+            with forgetting_on_error(connection.connection), connection.connection.pipeline():
                 for cursor, (sql, params) in zip(cursors, statements, strict=True):
                     cursor.execute(sql, params)
             found: list[list[tuple[Any, ...]]] = []
@@ -85,6 +85,26 @@ def _new_cursor(alias: str) -> Any:
     return cursor
 
 
+@contextmanager
+def forgetting_on_error(raw: Any) -> Iterator[None]:
+    """Forget every statement prepared on `raw` when what runs inside fails. psycopg forgets them at
+    a rollback, but a prepared statement that fails outside a transaction stays in use: the server
+    refuses a plan whose answer's columns changed ("cached plan must not change result type") or a
+    name it no longer holds (a DISCARD ALL) every time again. Deallocated at once when the
+    connection is idle; in a failed transaction, by the rollback that must come first."""
+    try:
+        yield
+    except Exception:
+        from psycopg.pq import TransactionStatus
+
+        manager = raw._prepared
+        manager.clear()
+        if raw.pgconn.transaction_status == TransactionStatus.IDLE:
+            with raw.lock:
+                raw.wait(manager.maintain_gen(raw))
+        raise
+
+
 @cache
 def _preparing_class() -> type[Any]:
     from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
@@ -93,7 +113,8 @@ def _preparing_class() -> type[Any]:
         shown_by: Any
 
         def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True, **kwargs: Any) -> Any:
-            done = super().execute(query, params, prepare=prepare, **kwargs)
+            with forgetting_on_error(self.connection):
+                done = super().execute(query, params, prepare=prepare, **kwargs)
             # A prepared execution keeps no text, and Django logs (and tests capture) a statement
             # by the text its own cursor sent: that text, merged only when read.
             self._query = _Shown(self.shown_by, query, params)
