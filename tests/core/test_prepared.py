@@ -3,6 +3,7 @@ token read, run read and the run's lock run as statements prepared on the reques
 failed transaction, a reconnect or a changed table leaves none stale or broken in use; the setting
 turns it off. PostgreSQL only (SQLite has no prepared statements of this kind)."""
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -10,6 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.test import override_settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.exceptions import NotFound
@@ -47,7 +49,10 @@ def api(alice: User) -> APIClient:
 
 
 def requests(api: APIClient, alice: User) -> None:
-    """A read and a cancel of a running run: the token, the run, the lock and what an end looks at."""
+    """A create (the owner's lock and the caps' counts), a claim (the owners' ranking), a read and a
+    cancel of the running run (the token, the run, the lock and what an end looks at)."""
+    ahead = (timezone.now() + timedelta(hours=1)).isoformat()
+    assert api.post("/api/runs/", {"agent": "demo", "input": {}, "start_after": ahead}, format="json").status_code == 201
     run = running_run(alice)
     assert api.get(f"/api/runs/{run.pk}/").status_code == 200
     assert api.post(f"/api/runs/{run.pk}/cancel/", {}).status_code == 200
@@ -62,6 +67,9 @@ def test_a_request_s_hot_statements_are_prepared_on_its_connection(api: APIClien
     assert len(holding(texts, 'FROM "runs_run"', 'WHERE "runs_run"."id" = $')) == 1, texts
     assert len(holding(texts, "FOR NO KEY UPDATE OF r", "WHERE r.id = $1")) == 1, texts
     assert len(holding(texts, "FROM runs_webhookendpoint WHERE enabled")) == 1, texts
+    assert len(holding(texts, "pg_advisory_xact_lock($1, $2)")) == 1, texts
+    assert len(holding(texts, "SELECT live.n, live.bytes, ended.n, ended.bytes")) == 1, texts
+    assert len(holding(texts, "WITH RECURSIVE owners(owner_id)")) == 1, texts
     before = len(texts)
     requests(api, alice)
     assert len(prepared()) == before
