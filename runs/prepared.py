@@ -29,6 +29,18 @@ def preparing(alias: str = "default") -> bool:
     return connections[alias].vendor == "postgresql" and conf.PREPARED_STATEMENTS
 
 
+def pipelining(alias: str = "default") -> bool:
+    """Whether `send_pipelined` may be used: `preparing`, with a libpq that has pipeline mode (14+)."""
+    return preparing(alias) and _has_pipeline()
+
+
+@cache
+def _has_pipeline() -> bool:
+    from psycopg import capabilities
+
+    return capabilities.has_pipeline()
+
+
 def prepared_cursor(alias: str = "default") -> CursorWrapper:
     """A cursor of `alias`'s connection whose statements are prepared when `preparing`; Django's own
     otherwise. Used as Django's: its statements are logged and captured the same way."""
@@ -45,7 +57,7 @@ def send_pipelined(
     """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode, with a
     transaction's BEGIN when it is the first): each runs once the one before has, with a snapshot of
     its own. The rows each one returned (empty for none). Logged as one query, its statements joined
-    by `separator`. Only where `preparing`."""
+    by `separator`. Only where `pipelining`."""
     from psycopg.pq import ExecStatus
 
     connection = connections[alias]
@@ -127,7 +139,7 @@ class _Shown:
     """What Django reads of a cursor's last statement (`_query.query`): its text with the values
     merged in, as Django's client-binding cursor sends it."""
 
-    __slots__ = ("_ops", "_sql", "_params")
+    __slots__ = ("_ops", "_params", "_sql")
 
     def __init__(self, ops: Any, sql: str, params: Any) -> None:
         self._ops, self._sql, self._params = ops, sql, params

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from django.db import connection
 from django.db.models import Field, Model
 
-from runs.prepared import preparing, send_pipelined
+from runs.prepared import pipelining, send_pipelined
 
 M = TypeVar("M", bound=Model)
 
@@ -48,7 +48,7 @@ def send_prepared(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any
     """As `send_together`, each statement prepared (runs.prepared) where statements go prepared:
     still one round trip, and each statement still with its own snapshot, taken once the one before
     has run."""
-    if not preparing(connection.alias):
+    if not pipelining(connection.alias):
         return send_together(*statements)
     return send_pipelined(statements, separator=SEPARATOR, alias=connection.alias)
 

@@ -52,7 +52,9 @@ def requests(api: APIClient, alice: User) -> None:
     """A create (the owner's lock and the caps' counts), a claim (the owners' ranking), a read and a
     cancel of the running run (the token, the run, the lock and what an end looks at)."""
     ahead = (timezone.now() + timedelta(hours=1)).isoformat()
-    assert api.post("/api/runs/", {"agent": "demo", "input": {}, "start_after": ahead}, format="json").status_code == 201
+    assert (
+        api.post("/api/runs/", {"agent": "demo", "input": {}, "start_after": ahead}, format="json").status_code == 201
+    )
     run = running_run(alice)
     assert api.get(f"/api/runs/{run.pk}/").status_code == 200
     assert api.post(f"/api/runs/{run.pk}/cancel/", {}).status_code == 200

@@ -1,6 +1,8 @@
 """Statements sent together (runs.services.statements): in order, in the open transaction, each
 one's rows back; one round trip on PostgreSQL, where each statement takes its own snapshot."""
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection, transaction
@@ -11,7 +13,7 @@ from django.utils import timezone
 from runs.models import Run, RunAttempt
 from runs.services.core import lock_run
 from runs.services.creation import RunSpec, insert_run
-from runs.services.statements import from_row, insert, inserted, send_together, update
+from runs.services.statements import from_row, insert, inserted, send_prepared, send_together, update
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run
 from tests.support.threads import first_holds_second_waits
@@ -20,13 +22,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 COUNT = ("SELECT COUNT(*) FROM runs_run", [])
 
+# Sent together by the simple protocol, or prepared in pipeline mode (runs.prepared): the same
+# answers, the same round trip, the same snapshots.
+SENDS = pytest.mark.parametrize("send", [send_together, send_prepared], ids=["together", "prepared"])
+
 
 @pytest.mark.sqlite
-def test_each_statement_sees_the_ones_before_it_and_answers_its_own_rows(alice: User) -> None:
+@SENDS
+def test_each_statement_sees_the_ones_before_it_and_answers_its_own_rows(alice: User, send: Any) -> None:
     run = queued_run(alice)
     run.agent = "renamed"
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
-        changed, read, counted = send_together(
+        changed, read, counted = send(
             update(run, ["agent"]), ("SELECT id, agent FROM runs_run WHERE id = %s", [run.pk.hex]), COUNT
         )
     assert (changed, counted) == ([], [(1,)])
@@ -47,7 +54,8 @@ def test_a_row_read_back_is_the_instance_the_orm_reads(alice: User) -> None:
     assert not read._state.adding
 
 
-def test_a_statement_after_a_lock_waited_for_sees_what_committed_meanwhile(alice: User) -> None:
+@SENDS
+def test_a_statement_after_a_lock_waited_for_sees_what_committed_meanwhile(alice: User, send: Any) -> None:
     """The property the commands build on (a lock's `Around`, the caps' count after the owner's
     lock): the statement after a lock takes its snapshot once the lock is granted."""
     run = queued_run(alice)
@@ -57,7 +65,7 @@ def test_a_statement_after_a_lock_waited_for_sees_what_committed_meanwhile(alice
     def lock_then_count() -> None:
         with transaction.atomic():
             lock = (f"SELECT id FROM runs_run WHERE id = '{run.pk}' FOR UPDATE", [])
-            counted.append(send_together(lock, COUNT)[1][0][0])
+            counted.append(send(lock, COUNT)[1][0][0])
 
     def hold_and_create() -> None:
         lock_run(run.pk)
@@ -68,10 +76,11 @@ def test_a_statement_after_a_lock_waited_for_sees_what_committed_meanwhile(alice
 
 
 @pytest.mark.sqlite
-def test_a_statement_that_fails_takes_the_ones_before_it_back_with_the_transaction(alice: User) -> None:
+@SENDS
+def test_a_statement_that_fails_takes_the_ones_before_it_back_with_the_transaction(alice: User, send: Any) -> None:
     run = queued_run(alice)
     with pytest.raises(DatabaseError), transaction.atomic():
-        send_together(update_priority(run, 7), ("SELECT * FROM no_such_table", []))
+        send(update_priority(run, 7), ("SELECT * FROM no_such_table", []))
     run.refresh_from_db()
     assert run.priority == 0
 
