@@ -66,7 +66,8 @@ def send_pipelined(
         cursors = [_new_cursor(alias) for _ in statements]
         logged: AbstractContextManager[Any] = nullcontext()
         if isinstance(wrapper, CursorDebugWrapper):
-            shown = separator.join(str(connection.ops.compose_sql(sql, params)) for sql, params in statements)
+            ops: Any = connection.ops
+            shown = separator.join(str(ops.compose_sql(sql, params)) for sql, params in statements)
             logged = wrapper.debug_sql(shown)
         with logged, connection.wrap_database_errors:
             with forgetting_on_error(connection.connection), connection.connection.pipeline():
@@ -82,7 +83,7 @@ def send_pipelined(
 
 def _new_cursor(alias: str) -> Any:
     from django.db.backends.postgresql.base import TIMESTAMPTZ_OID  # type: ignore[attr-defined]
-    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from django.db.backends.postgresql.psycopg_any import register_tzloader  # type: ignore[import-untyped]
     from psycopg.pq import Format
 
     connection = connections[alias]
@@ -121,7 +122,7 @@ def forgetting_on_error(raw: Any) -> Iterator[None]:
 def _preparing_class() -> type[Any]:
     from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 
-    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc, valid-type]
+    class PreparingCursor(ServerBindingCursor):
         shown_by: Any
 
         def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True, **kwargs: Any) -> Any:
