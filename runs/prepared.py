@@ -9,6 +9,7 @@ starts with none, and a ROLLBACK, DROP, ALTER or DISCARD ALL on it deallocates t
 prepared again at their next use.
 """
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
@@ -112,8 +113,10 @@ def forgetting_on_error(raw: Any) -> Iterator[None]:
 
         manager = raw._prepared
         manager.clear()
+        # Not on a broken connection (its status is not IDLE), which is dropped anyway; and a failed
+        # DEALLOCATE loses nothing: the names forgotten here are never used again.
         if raw.pgconn.transaction_status == TransactionStatus.IDLE:
-            with raw.lock:
+            with contextlib.suppress(Exception), raw.lock:
                 raw.wait(manager.maintain_gen(raw))
         raise
 
