@@ -9,6 +9,7 @@ every model here, as `runs.models.<Name>`.
 #     events.py         A run's events, ordered by a gap-free `seq`
 #     idempotency.py    Idempotency records: the first answer to a retried create or bulk command
 #     runs.py           A run: what it runs, its budgets, its state and how it ended
+#     schedules.py      Schedules: recurring runs, each due time fired exactly once
 #     tokens.py         API tokens: each a user's named key, stored as the SHA-256 digest of the key —
 #                       never the key
 #     webhooks.py       Webhooks: the endpoints users register
@@ -27,6 +28,7 @@ from runs.models.runs import (
     Run,
     _default_max_attempts,
 )
+from runs.models.schedules import Overlap, Schedule
 from runs.models.tokens import ApiToken, key_digest
 from runs.models.webhooks import (
     DeliveryStatus,
@@ -48,9 +50,11 @@ __all__ = [
     "Dashboard",
     "DeliveryStatus",
     "IdempotencyRecord",
+    "Overlap",
     "Run",
     "RunAttempt",
     "RunEvent",
+    "Schedule",
     "WebhookAttempt",
     "WebhookDelivery",
     "WebhookEndpoint",

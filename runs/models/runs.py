@@ -96,6 +96,13 @@ class Run(models.Model):
     # one, so a priority reorders an owner's runs and never moves them ahead of another owner
     # (runs.services.quotas). Null for runs that ended before it existed.
     turn_at = models.DateTimeField(null=True, blank=True)
+    # The schedule that created it and the due time it fired for (docs/design/schedules.md): one
+    # run per due time, held by the constraint below whatever fires it.
+    # No index of its own: the constraint's serves every look-up by schedule, and a create pays for none.
+    schedule = models.ForeignKey(
+        "runs.Schedule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs", db_index=False
+    )
+    schedule_due_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     # When the run last entered the queue (create, requeue, resume): what the queue's age counts from.
     queued_at = models.DateTimeField(null=True, blank=True)
@@ -169,6 +176,11 @@ class Run(models.Model):
             models.CheckConstraint(
                 name="run_ticket_only_when_waiting",
                 condition=Q(status=Status.WAITING.value) | Q(resume_ticket=""),
+            ),
+            models.UniqueConstraint(
+                fields=["schedule", "schedule_due_at"],
+                name="run_one_per_due_time",
+                condition=Q(schedule__isnull=False),
             ),
             models.CheckConstraint(name="run_last_seq_nonnegative", condition=Q(last_seq__gte=0)),
             models.CheckConstraint(

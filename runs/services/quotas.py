@@ -186,8 +186,18 @@ SELECT owner_id, turn,
 FROM ranked
 WHERE turn IS NOT NULL AND (%(cap)s = 0 OR running < %(cap)s) ORDER BY running, turn, owner_id
 """
-# The database's clock, as Django's Now() reads it on each backend (SQLite's to the millisecond).
-_NOW = {"postgresql": "STATEMENT_TIMESTAMP()", "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'NOW')"}
+# The database's clock (SQLite's to the millisecond, written as Django writes a time there, with
+# six digits: its times are text, compared as text, and "…12.345" sorts before "…12.345000").
+_NOW = {"postgresql": "STATEMENT_TIMESTAMP()", "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f000', 'NOW')"}
+
+
+class DbNow(Now):
+    """Django's Now(), read on SQLite as `_NOW` reads it: a time `runs.selectors.clock.db_now` took
+    is due by it at once."""
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, template=_NOW["sqlite"].replace("%", "%%"), **extra_context)
+
 
 _OWNERS_PARAMETERS = re.findall(r"%\((\w+)\)s", _OWNERS)
 
@@ -200,7 +210,7 @@ def _ranking(*, cap: int) -> Statement:
 
 
 # Due: not scheduled, or its start_after has come (docs/design/fair-use.md#start-after).
-DUE = Q(start_after__isnull=True) | Q(start_after__lte=Now())
+DUE = Q(start_after__isnull=True) | Q(start_after__lte=DbNow())
 
 
 # `_OWNERS`' rows: (owner_id, turn, urgent).
@@ -241,10 +251,10 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
     if not ranked:
         return None
     queued = Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)
-    within = queued.filter(Q(deadline__isnull=True) | Q(deadline__gt=Now()))
+    within = queued.filter(Q(deadline__isnull=True) | Q(deadline__gt=DbNow()))
     claimable = within.order_by("-priority", "created_at", "id")
     if connection.vendor == "postgresql":
-        claimable = claimable.annotate(clock=Now())
+        claimable = claimable.annotate(clock=DbNow())
     if ranked[0][2]:
         urgent = claimable.filter(priority__gt=PRIORITY_MAX)
         if cap:

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 import httpx
@@ -17,18 +17,35 @@ from runs.exceptions import StaleAttempt
 from runs.transitions import FailCode
 from runs.worker import checks
 from runs.worker.db import TRANSIENT_DB_ERRORS
-
-if TYPE_CHECKING:
-    from runs.worker.attempt import Execution
+from runs.worker.durable import DurableSteps
+from runs.worker.steps import Steps
+from runs.worker.writer import EventWriter
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
+class Execution(Protocol):
+    """What the context reads of its attempt (runs.worker.attempt.Execution), named here so that the
+    attempt imports the context and not the other way round."""
+
+    run_id: UUID
+    generation: int
+    input: dict[str, Any]
+    token: CancellationToken
+    is_child: bool
+    writer: EventWriter
+    steps: Steps
+    durable: DurableSteps
+    usage_at_stop: dict[str, Any] | None
+
+    def stop(self, reason: str, *, via: str) -> None: ...
+
+
 class AttemptContext:
     """`runs.agents.base.AgentContext`, for one attempt."""
 
-    def __init__(self, execution: "Execution", events: Sequence[StoredEvent]) -> None:
+    def __init__(self, execution: Execution, events: Sequence[StoredEvent]) -> None:
         self._execution = execution
         self.run_id: UUID = execution.run_id
         self.generation: int = execution.generation
