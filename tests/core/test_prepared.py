@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -134,6 +134,30 @@ def test_a_new_connection_prepares_its_statements_anew(api: APIClient, alice: Us
         cursor.execute("SELECT pg_backend_pid()")
         assert cursor.fetchone()[0] != first
     assert holding(prepared(), "FOR NO KEY UPDATE OF r")
+
+
+def test_a_session_that_died_takes_its_prepared_statements_with_it(alice: User) -> None:
+    """The server ends the session (a restart, a terminated backend): the next statement fails once,
+    the request's end drops the connection as Django drops any broken one, and the next session
+    prepares its statements anew, never naming one the dead session held."""
+    run = queued_run(alice)
+    with transaction.atomic():
+        lock_run(run.pk, ending=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (dead,) = cursor.fetchone()
+    with psycopg.connect(_dsn(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [dead])
+    with pytest.raises(OperationalError), transaction.atomic():
+        lock_run(run.pk, ending=True)
+    connection.close_if_unusable_or_obsolete()  # what the request's end does
+    for _ in range(2):
+        with transaction.atomic():
+            assert lock_run(run.pk, ending=True).pk == run.pk
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != dead
+    assert len(holding(prepared(), "FOR NO KEY UPDATE OF r")) == 1
 
 
 def test_a_table_changed_under_a_prepared_statement_is_planned_again() -> None:
