@@ -53,32 +53,40 @@ def prepared_cursor(alias: str = "default") -> CursorWrapper:
 
 
 def send_pipelined(
-    statements: Sequence[tuple[str, Sequence[Any]]], *, separator: str, alias: str = "default"
+    statements: Sequence[tuple[str, Sequence[Any]]], *, separator: str, alias: str = "default", commit: bool = False
 ) -> list[list[tuple[Any, ...]]]:
-    """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode, with a
-    transaction's BEGIN when it is the first): each runs once the one before has, with a snapshot of
-    its own. The rows each one returned (empty for none). Logged as one query, its statements joined
-    by `separator`. Only where `pipelining`."""
+    """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode): each runs
+    once the one before has, with a snapshot of its own. The rows each one returned (empty for
+    none). `commit`: the transaction's COMMIT goes last in that round trip (Django's own then finds
+    nothing to commit). Logged as one query, its statements joined by `separator`. Only where
+    `pipelining`."""
     from psycopg.pq import ExecStatus
 
     connection = connections[alias]
     with connection.cursor() as wrapper:
         wrapper.cursor.close()
         cursors = [_new_cursor(alias) for _ in statements]
+        committing = _new_cursor(alias) if commit else None
         logged: AbstractContextManager[Any] = nullcontext()
         if isinstance(wrapper, CursorDebugWrapper):
             ops: Any = connection.ops
-            shown = separator.join(str(ops.compose_sql(sql, params)) for sql, params in statements)
+            shown = separator.join(
+                [*(str(ops.compose_sql(sql, params)) for sql, params in statements), *(["COMMIT"] if commit else [])]
+            )
             logged = wrapper.debug_sql(shown)
         with logged, connection.wrap_database_errors:
             with forgetting_on_error(connection.connection), connection.connection.pipeline():
                 for cursor, (sql, params) in zip(cursors, statements, strict=True):
                     cursor.execute(sql, params)
+                if committing is not None:
+                    committing.execute("COMMIT", prepare=False)
             found: list[list[tuple[Any, ...]]] = []
             for cursor in cursors:
                 result = cursor.pgresult
                 found.append(cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else [])
                 cursor.close()
+            if committing is not None:
+                committing.close()
     return found
 
 
