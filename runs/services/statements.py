@@ -1,5 +1,5 @@
-"""Statements written plainly and sent together: the writes of a command in one round trip
-(docs/design/commands.md#one-transaction). Each statement is built from the model's own fields, so
+"""Statements written plainly and sent together: the writes of a command in one round trip, the
+last ones with its COMMIT (docs/design/commands.md#one-transaction). Each statement is built from the model's own fields, so
 the values go to the database as the ORM would send them, and rows come back as the ORM reads them."""
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -15,6 +15,7 @@ from runs.prepared import pipelining, send_pipelined
 M = TypeVar("M", bound=Model)
 
 Statement = tuple[str, Sequence[Any]]
+Rows = list[tuple[Any, ...]]
 
 # What joins the statements of a send: the statement pins split a captured send on it.
 SEPARATOR = ";\n"
@@ -54,9 +55,6 @@ def send_prepared(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any
     if hold := _hold():
         hold.send()
     return send_pipelined(statements, separator=SEPARATOR, alias=connection.alias)
-
-
-Rows = list[tuple[Any, ...]]
 
 
 def send_last(*statements: Statement, then: Callable[[list[Rows]], None] | None = None) -> None:
