@@ -1,5 +1,7 @@
 """Statements sent together (runs.services.statements): in order, in the open transaction, each
-one's rows back; one round trip on PostgreSQL, where each statement takes its own snapshot."""
+one's rows back; one round trip on PostgreSQL, where each statement takes its own snapshot. And a
+command's last writes held and sent with its COMMIT (`holding`): the tests without the `sqlite`
+mark are PostgreSQL's."""
 
 import uuid
 from typing import Any
@@ -147,7 +149,6 @@ def test_held_writes_of_a_block_that_fails_are_never_sent(alice: User) -> None:
     assert answered == ([[[]]] if ON_SQLITE else [])
 
 
-@pytest.mark.skipif(ON_SQLITE, reason="PostgreSQL: SQLite sends held writes at once and commits as ever")
 def test_held_writes_and_the_commit_go_in_one_round_trip_and_django_s_commit_sends_nothing(alice: User) -> None:
     run = queued_run(alice)
     committed: list[bool] = []
@@ -168,7 +169,6 @@ def test_held_writes_and_the_commit_go_in_one_round_trip_and_django_s_commit_sen
     assert sent[2].startswith("UPDATE") and sent[2].endswith(";\nCOMMIT"), sent
 
 
-@pytest.mark.skipif(ON_SQLITE, reason="PostgreSQL: its foreign keys are checked at COMMIT")
 def test_a_commit_refused_with_the_held_writes_raises_and_runs_no_on_commit_hook(alice: User) -> None:
     run, now = queued_run(alice), timezone.now()
     orphan = RunEvent(run_id=uuid.uuid4(), seq=1, type="run.created", data={}, created_at=now, data_bytes=2)
