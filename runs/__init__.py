@@ -35,6 +35,7 @@ commanded (docs/design/index.md); where each thing lives: docs/layout.md.
 #                       listen
 #     pages.py          The end-user pages: the list of one's runs with a "start a demo run" form, and
 #                       the watch page
+#     prepared.py       Hot statements sent prepared on PostgreSQL
 #     private_paths.py  Directories of this process's user alone, on a machine other users share
 #     recurrence.py     When a schedule is due: cron and interval due times in a time zone
 #     selectors/        Every non-trivial read of runs and events, with the visibility rule

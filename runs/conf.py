@@ -211,6 +211,12 @@ class AppSettings(Registry):
     )
     # Behind a transaction-pooling PgBouncer LISTEN does not work: workers then poll alone.
     WORKER_LISTEN = Flag(True, "whether workers wake on LISTEN/NOTIFY on PostgreSQL; 0: they poll alone", (WORKER,))
+    # Hot statements prepared per connection (docs/design/deployment.md#prepared); off for a pooler
+    # that cannot carry protocol-level prepared statements (PgBouncer before 1.21, or without
+    # max_prepared_statements in transaction pooling).
+    PREPARED_STATEMENTS = Flag(
+        True, "whether the hot statements are sent prepared on PostgreSQL; 0: each is parsed every time", SERVING
+    )
     # None by default: a tool runs an agent's (a model's) choice of commands, and the worker's
     # environment holds its secrets (runs/worker/steps.py TOOL_ENV lists the few every tool gets).
     TOOL_ENV = Names(

@@ -12,6 +12,8 @@ from django.db import connections, router
 from django.db.models import Field, Model, QuerySet
 from django.db.models.query import MAX_GET_RESULTS, get_related_populators  # type: ignore[attr-defined]
 
+from runs.prepared import prepared_cursor
+
 M = TypeVar("M", bound=Model)
 
 
@@ -69,8 +71,7 @@ class CompiledRead(Generic[M]):
         alias = router.db_for_read(self.model)
         entry = self._entry(alias, shape)
         sql, params = self._statement(alias, entry, values)
-        connection = connections[alias]
-        with connection.cursor() as cursor:
+        with prepared_cursor(alias) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         # Converters are asked of this thread's connection, as the ORM asks them of its own.

@@ -33,7 +33,7 @@ from runs.services.core import (
 )
 from runs.services.creation import check_input
 from runs.services.quotas import check_stored_bytes
-from runs.services.statements import send_together, update
+from runs.services.statements import holding, send_together, update
 from runs.storable import json_bytes, same_json
 from runs.transitions import CALLER_STOP_CODES, CancelCode, Status, StopCode
 
@@ -70,7 +70,7 @@ def run_cancel(*, run_id: UUID | str, actor: User, note: str = "", caller: User 
     Raises `NotFound` for no such run and `InvalidTransition` for a run that ended otherwise. Who may
     cancel is the caller's to check (`runs.access.can_cancel`: the owner, and holders of
     `runs.cancel_run`). `caller`, internal: the API's user, checked on the locked run."""
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=True), holding():
         return cancel_locked(lock_for(run_id, caller, access.CANCEL, ending=True), actor=actor, note=note)
 
 
@@ -100,7 +100,7 @@ def run_stop(
         raise ValidationFailed(f"stop code must be one of {allowed}", detail={"code": [f"must be one of {allowed}"]})
     if not reason or not reason.strip():
         raise ValidationFailed("a stop needs a reason", detail={"reason": ["this field is required"]})
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=True), holding():
         return stop_locked(lock_for(run_id, caller, access.STOP, ending=True), actor=actor, code=code, reason=reason)
 
 

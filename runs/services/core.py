@@ -36,7 +36,16 @@ from runs.services.locks import Around, around
 from runs.services.locks import lock_current as lock_current
 from runs.services.locks import lock_or_skip as lock_or_skip
 from runs.services.locks import lock_run as lock_run
-from runs.services.statements import Statement, columns, from_row, insert, send_together, update
+from runs.services.statements import (
+    Statement,
+    columns,
+    from_row,
+    insert,
+    send_last,
+    send_prepared,
+    send_together,
+    update,
+)
 from runs.storable import json_bytes
 from runs.transitions import TERMINAL, FailCode, Status, StopCode, check_transition, descendant_end
 
@@ -124,7 +133,7 @@ def write_appended(
     sent = [insert(rows), *([closing] if closing is not None else [])]
     notes = [notify.events_committed(run.id, run.last_seq), *notes]
     if event_type is not None and around(run).endpoints:
-        found = send_together(*sent, webhooks.endpoints_read(run))
+        found = send_prepared(*sent, webhooks.endpoints_read(run))
         if closing is not None:
             _closed(run, found[1])
         sent, size = webhooks.outbox(run, event_type, endpoints=found[-1], now=rows[-1].created_at)
@@ -136,9 +145,9 @@ def write_appended(
     if ended:
         run.ended_bytes = run.stored_bytes
     signal = notify.statement(*notes)
-    found = send_together(*sent, update(run, fields), *([signal] if signal is not None else []))
-    if closing is not None:
-        _closed(run, found[1])
+    # The last writes of a command that holds them go with its COMMIT (`holding`).
+    then = (lambda found: _closed(run, found[1])) if closing is not None else None
+    send_last(*sent, update(run, fields), *([signal] if signal is not None else []), then=then)
     series.events_appended(len(rows))
 
 

@@ -20,7 +20,7 @@ from runs.metrics import series
 from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run
 from runs.services.core import event_rows, lock_run
 from runs.services.quotas import check_create
-from runs.services.statements import insert, send_together
+from runs.services.statements import holding, insert, send_last
 from runs.storable import json_bytes, value_problem
 
 
@@ -128,7 +128,7 @@ def run_create(
     )
     spec.check()
     spec.check_owner(owner)
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=True), holding():
         return insert_run(spec, owner=owner)
 
 
@@ -218,8 +218,8 @@ def insert_run(
         noted = notify.statement(events, scheduled=(run.id, due))
     else:
         noted = notify.statement(events, notify.run_queued(run.id))
-    # The events, the run and the notifications: one round trip.
-    send_together(insert(rows), insert([run]), *([noted] if noted is not None else []))
+    # The events, the run and the notifications: one round trip (with the COMMIT, `holding`).
+    send_last(insert(rows), insert([run]), *([noted] if noted is not None else []))
     run._state.adding, run._state.db = False, connection.alias
     series.events_appended(len(rows))
     return run

@@ -23,6 +23,7 @@ from runs.exceptions import IdempotencyMismatch, ValidationFailed
 from runs.models import IdempotencyRecord, Run
 from runs.selectors import run_parentable
 from runs.services.creation import RunSpec, insert_run
+from runs.services.statements import holding
 from runs.storable import same_json
 
 # IdempotencyRecord.key's length.
@@ -62,7 +63,7 @@ def run_create_idempotent(
     if spec.parent_id is not None and not run_parentable(user=owner).filter(pk=spec.parent_id).exists():
         raise ValidationFailed("parent run not found", detail={"parent": [f"no run {spec.parent_id} visible to you"]})
     if key is None:
-        with transaction.atomic(durable=True):
+        with transaction.atomic(durable=True), holding():
             run = insert_run(spec, owner=owner)
         return Created(answer=answer(run))
     for _ in range(2):

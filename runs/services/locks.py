@@ -12,7 +12,7 @@ from django.db.models import Field, Model
 
 from runs.exceptions import NotFound, StaleAttempt
 from runs.models import TERMINAL_VALUES, Run, WebhookEndpoint
-from runs.services.statements import columns, from_row, send_together
+from runs.services.statements import columns, from_row, send_prepared
 from runs.transitions import Status
 
 
@@ -42,7 +42,8 @@ def lock_run(run_id: UUID | str, *, ending: bool = False) -> Run:
     # FOR NO KEY UPDATE: event and child inserts take FOR KEY SHARE on the run through their
     # foreign key, and must not wait for this lock. (SQLite has none: its IMMEDIATE transactions
     # serialise the writers instead.) The owner comes with it, locked no further: every answer
-    # names them. Written plainly, not through the ORM: the statement is the same every time.
+    # names them. Written plainly, not through the ORM: the statement is the same every time, and
+    # goes prepared (runs.prepared).
     pk = Run._meta.pk
     assert pk is not None
     try:
@@ -53,7 +54,7 @@ def lock_run(run_id: UUID | str, *, ending: bool = False) -> Run:
     statements = [(sql + _LOCK_CLAUSE[connection.vendor == "postgresql"], [key])]
     if ending:
         statements.append((_AROUND_SQL, [key, *TERMINAL_VALUES, key]))
-    found = send_together(*statements)
+    found = send_prepared(*statements)
     if not found[0]:
         raise NotFound(f"run {run_id} not found")
     row = found[0][0]

@@ -20,7 +20,7 @@ from django.utils.dateparse import parse_datetime
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
-from runs.services.statements import Statement, send_together
+from runs.services.statements import Statement, send_prepared
 from runs.transitions import Status
 
 
@@ -34,7 +34,7 @@ class OwnerLock(IntEnum):
 
 def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
     if lock := owner_lock(owner_id, purpose):
-        send_together(*lock)
+        send_prepared(*lock)
 
 
 def owner_lock(owner_id: int, purpose: OwnerLock, *, taken: bool = True) -> list[Statement]:
@@ -75,7 +75,7 @@ def owned(owner_id: int, *, after: Sequence[Statement] = ()) -> Owned:
     """An owner's active runs, the runs they keep and the bytes those store; read in the round
     trip of the statements `after` names, after them (a statement of its own: its snapshot is taken
     once they are done, e.g. once an owner's lock is granted)."""
-    found = send_together(*after, (OWNED_SQL, [owner_id, *LIVE_VALUES, owner_id, *TERMINAL_VALUES]))
+    found = send_prepared(*after, (OWNED_SQL, [owner_id, *LIVE_VALUES, owner_id, *TERMINAL_VALUES]))
     live, live_bytes, ended, ended_bytes = (int(value) for value in found[-1][0])
     return Owned(active=live, kept=live + ended, stored_bytes=live_bytes + ended_bytes)
 
@@ -212,7 +212,7 @@ _OWNERS_PARAMETERS = re.findall(r"%\((\w+)\)s", _OWNERS)
 
 
 def _ranking(*, cap: int) -> Statement:
-    """`_OWNERS` with positional parameters, to go with other statements (`send_together`)."""
+    """`_OWNERS` with positional parameters, to go with other statements (`send_prepared`)."""
     values = {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap, "urgent": PRIORITY_MAX}
     sql = re.sub(r"%\(\w+\)s", "%s", _OWNERS).format(now=_NOW[connection.vendor])
     return sql, [values[name] for name in _OWNERS_PARAMETERS]
@@ -235,7 +235,7 @@ def rank_ahead(*, newcomer: bool = False) -> Ranked | None:
     a running cap, whose counts are read under the claims' lock)."""
     if connection.vendor != "postgresql" or newcomer or conf.MAX_RUNNING_PER_USER:
         return None
-    [ranked] = send_together(_ranking(cap=0))
+    [ranked] = send_prepared(_ranking(cap=0))
     return ranked
 
 
@@ -256,7 +256,7 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
     `ranked`: the ranking `rank_ahead` read."""
     cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
     if ranked is None:
-        *_, ranked = send_together(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
+        *_, ranked = send_prepared(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
     if not ranked:
         return None
     queued = Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)

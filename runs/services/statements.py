@@ -1,17 +1,21 @@
-"""Statements written plainly and sent together: the writes of a command in one round trip
-(docs/design/commands.md#one-transaction). Each statement is built from the model's own fields, so
+"""Statements written plainly and sent together: the writes of a command in one round trip, the
+last ones with its COMMIT (docs/design/commands.md#one-transaction). Each statement is built from the model's own fields, so
 the values go to the database as the ORM would send them, and rows come back as the ORM reads them."""
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Field, Model
 
+from runs.prepared import pipelining, send_pipelined
+
 M = TypeVar("M", bound=Model)
 
 Statement = tuple[str, Sequence[Any]]
+Rows = list[tuple[Any, ...]]
 
 # What joins the statements of a send: the statement pins split a captured send on it.
 SEPARATOR = ";\n"
@@ -40,6 +44,74 @@ def send_together(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any
                 break
     assert len(found) == len(statements), (len(found), len(statements))
     return found
+
+
+def send_prepared(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+    """As `send_together`, each statement prepared (runs.prepared) where statements go prepared:
+    still one round trip, and each statement still with its own snapshot, taken once the one before
+    has run."""
+    if not pipelining(connection.alias):
+        return send_together(*statements)
+    if hold := _hold():
+        hold.send()
+    return send_pipelined(statements, separator=SEPARATOR, alias=connection.alias)
+
+
+def send_last(*statements: Statement, then: Callable[[list[Rows]], None] | None = None) -> None:
+    """Send `statements` (`send_prepared`) and give `then` the rows each returned; inside `holding`,
+    not before the transaction's next statement, or its COMMIT: the last writes of a command go with
+    it in one round trip."""
+    if hold := _hold():
+        hold.held.append((statements, then))
+        return
+    found = send_prepared(*statements)
+    if then is not None:
+        then(found)
+
+
+@contextmanager
+def holding() -> Iterator[None]:
+    """A durable transaction's body whose writes sent with `send_last` are held, then sent with the
+    next statement's round trip, or with the COMMIT when the block ends (PostgreSQL, pipelining:
+    one round trip for a command's writes, its notification and its commit; elsewhere they go at
+    once). Only around the whole body of `transaction.atomic(durable=True)`, nothing after it: the
+    transaction is committed when the block ends. What fails, the COMMIT included, raises from here,
+    and the atomic block rolls back as ever; its on_commit hooks run only after the COMMIT."""
+    if not pipelining(connection.alias):
+        yield
+        return
+    hold = _Hold()
+    with connection.execute_wrapper(hold):
+        yield
+    # In a test's transaction (an atomic block around this one) nothing is committed here.
+    hold.send(commit=len(connection.atomic_blocks) == 1)
+
+
+class _Hold:
+    """The writes `holding` holds; sent before any other statement of the connection (a Django
+    cursor's, by its execute wrapper; `send_prepared`'s, by itself)."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Sequence[Statement], Callable[[list[Rows]], None] | None]] = []
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.send()
+        return execute(sql, params, many, context)
+
+    def send(self, *, commit: bool = False) -> None:
+        held, self.held = self.held, []
+        if not held:
+            return
+        statements = [statement for sent, _ in held for statement in sent]
+        found = send_pipelined(statements, separator=SEPARATOR, alias=connection.alias, commit=commit)
+        for sent, then in held:
+            if then is not None:
+                then(found[: len(sent)])
+            found = found[len(sent) :]
+
+
+def _hold() -> "_Hold | None":
+    return next((wrapper for wrapper in connection.execute_wrappers if isinstance(wrapper, _Hold)), None)
 
 
 def _q(name: str) -> str:

@@ -13,6 +13,7 @@ pool's connections and the LISTEN connection it opens with its first stream.
 
 import asyncio
 import contextlib
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -37,6 +38,8 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 POOLED = "runledger-pooltest"
 UNPOOLED = "runledger-nopooltest"
+
+_LOGGED = re.compile(r"(?:statement|execute [^:\s]+): (.*)")
 
 
 def append(run: Run, n: int) -> None:
@@ -184,7 +187,8 @@ def test_a_pooled_read_sends_only_its_own_statements_and_a_restart_costs_each_id
         with log.open("rb") as file:
             file.seek(start)
             text = file.read().decode(errors="replace")
-        return [line.split("statement: ", 1)[1].strip() for line in text.splitlines() if "statement: " in line]
+        # A statement sent whole logs as "statement: …", a prepared one as "execute <name>: …"
+        return [found[1].strip() for line in text.splitlines() if (found := _LOGGED.search(line))]
 
     # The token is answered from the process's token cache (docs/design/api.md#token-cache) once
     # its listener is up: each read then sends its run's read alone.

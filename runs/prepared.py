@@ -1,0 +1,161 @@
+"""Hot statements sent prepared on PostgreSQL (docs/design/deployment.md#prepared): parsed and
+planned once per connection, then each call sends only its values.
+
+Django's cursor binds values on the client and sends each statement whole, so the server parses and
+plans it every time. These cursors bind them on the server and ask psycopg to prepare the statement
+(protocol-level Parse/Bind/Execute, which PgBouncer 1.21+ also carries in transaction pooling with
+`max_prepared_statements`). psycopg keeps the names per connection: a new or reconnected connection
+starts with none, and a ROLLBACK, DROP, ALTER or DISCARD ALL on it deallocates them all, to be
+prepared again at their next use.
+"""
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from functools import cache
+from typing import Any
+
+from django.db import connections
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+from runs.conf import conf
+
+# psycopg prepares nothing while a connection's threshold is None (Django's default); with this one
+# it prepares only what asks (Django's own cursors bind on the client and never prepare).
+_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def preparing(alias: str = "default") -> bool:
+    """Whether `alias`'s hot statements go prepared: PostgreSQL, unless RUNLEDGER_PREPARED_STATEMENTS is off."""
+    return connections[alias].vendor == "postgresql" and conf.PREPARED_STATEMENTS
+
+
+def pipelining(alias: str = "default") -> bool:
+    """Whether `send_pipelined` may be used: `preparing`, with a libpq that has pipeline mode (14+)."""
+    return preparing(alias) and _has_pipeline()
+
+
+@cache
+def _has_pipeline() -> bool:
+    from psycopg import capabilities
+
+    return capabilities.has_pipeline()
+
+
+def prepared_cursor(alias: str = "default") -> CursorWrapper:
+    """A cursor of `alias`'s connection whose statements are prepared when `preparing`; Django's own
+    otherwise. Used as Django's: its statements are logged and captured the same way."""
+    wrapper = connections[alias].cursor()
+    if preparing(alias):
+        wrapper.cursor.close()
+        wrapper.cursor = _new_cursor(alias)
+    return wrapper
+
+
+def send_pipelined(
+    statements: Sequence[tuple[str, Sequence[Any]]], *, separator: str, alias: str = "default", commit: bool = False
+) -> list[list[tuple[Any, ...]]]:
+    """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode): each runs
+    once the one before has, with a snapshot of its own. The rows each one returned (empty for
+    none). `commit`: the transaction's COMMIT goes last in that round trip (Django's own then finds
+    nothing to commit). Logged as one query, its statements joined by `separator`. Only where
+    `pipelining`."""
+    from psycopg.pq import ExecStatus
+
+    connection = connections[alias]
+    with connection.cursor() as wrapper:
+        wrapper.cursor.close()
+        cursors = [_new_cursor(alias) for _ in statements]
+        committing = _new_cursor(alias) if commit else None
+        logged: AbstractContextManager[Any] = nullcontext()
+        if isinstance(wrapper, CursorDebugWrapper):
+            ops: Any = connection.ops
+            shown = separator.join(
+                [*(str(ops.compose_sql(sql, params)) for sql, params in statements), *(["COMMIT"] if commit else [])]
+            )
+            logged = wrapper.debug_sql(shown)
+        with logged, connection.wrap_database_errors:
+            with forgetting_on_error(connection.connection), connection.connection.pipeline():
+                for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params)
+                if committing is not None:
+                    committing.execute("COMMIT", prepare=False)
+            found: list[list[tuple[Any, ...]]] = []
+            for cursor in cursors:
+                result = cursor.pgresult
+                found.append(cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else [])
+                cursor.close()
+            if committing is not None:
+                committing.close()
+    return found
+
+
+def _new_cursor(alias: str) -> Any:
+    from django.db.backends.postgresql.base import TIMESTAMPTZ_OID  # type: ignore[attr-defined]
+    from django.db.backends.postgresql.psycopg_any import register_tzloader  # type: ignore[import-untyped]
+    from psycopg.pq import Format
+
+    connection = connections[alias]
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    cursor = _preparing_class()(raw)
+    cursor.shown_by = connection.ops
+    # As Django's create_cursor: a time zone of the cursor's own when the connection's differs.
+    if connection.timezone != raw.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone:
+        register_tzloader(connection.timezone, cursor)
+    return cursor
+
+
+@contextmanager
+def forgetting_on_error(raw: Any) -> Iterator[None]:
+    """Forget every statement prepared on `raw` when what runs inside fails. psycopg forgets them at
+    a rollback, but a prepared statement that fails outside a transaction stays in use: the server
+    refuses a plan whose answer's columns changed ("cached plan must not change result type") or a
+    name it no longer holds (a DISCARD ALL) every time again. Deallocated at once when the
+    connection is idle; in a failed transaction, by the rollback that must come first."""
+    try:
+        yield
+    except Exception:
+        from psycopg.pq import TransactionStatus
+
+        manager = raw._prepared
+        manager.clear()
+        # Not on a broken connection (its status is not IDLE), which is dropped anyway; and a failed
+        # DEALLOCATE loses nothing: the names forgotten here are never used again.
+        if raw.pgconn.transaction_status == TransactionStatus.IDLE:
+            with contextlib.suppress(Exception), raw.lock:
+                raw.wait(manager.maintain_gen(raw))
+        raise
+
+
+@cache
+def _preparing_class() -> type[Any]:
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    class PreparingCursor(ServerBindingCursor):
+        shown_by: Any
+
+        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = True, **kwargs: Any) -> Any:
+            with forgetting_on_error(self.connection):
+                done = super().execute(query, params, prepare=prepare, **kwargs)
+            # A prepared execution keeps no text, and Django logs (and tests capture) a statement
+            # by the text its own cursor sent: that text, merged only when read.
+            self._query = _Shown(self.shown_by, query, params)
+            return done
+
+    return PreparingCursor
+
+
+class _Shown:
+    """What Django reads of a cursor's last statement (`_query.query`): its text with the values
+    merged in, as Django's client-binding cursor sends it."""
+
+    __slots__ = ("_ops", "_params", "_sql")
+
+    def __init__(self, ops: Any, sql: str, params: Any) -> None:
+        self._ops, self._sql, self._params = ops, sql, params
+
+    @property
+    def query(self) -> bytes:
+        return str(self._ops.compose_sql(self._sql, self._params)).encode()
