@@ -1,7 +1,9 @@
 """What the sync and async clients share, free of I/O: each API operation as a `Call` (the request
-and how to read its answer), the retry policy, and the retry loop's decisions (`Attempts`).
+and how to read its answer), the retry policy, and the operations that take several requests —
+`sending()` (a call's retries, as `Attempts` decides) and `wait()` — as steps.
 
-A client only sends a call, sleeps as `Attempts` says, and hands the final answer back to the call.
+A client only does each step (one try of a call, a sleep, a stream followed) and hands back what
+it gave (`Driving`).
 """
 
 from __future__ import annotations
