@@ -4,6 +4,7 @@ of each request and stream they send. Each adds only what waits: its sends, slee
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar, Unpack
 
@@ -128,5 +129,5 @@ class ClientBase(Generic[Transport, Http]):
     def _following(self, step: _core.Follow) -> StreamState:
         return StreamState(step.run_id, step.after_seq, self.config.retry, step.deadline)
 
-    def _streaming(self, run_id: str, after_seq: int, types: Any) -> StreamState:
+    def _streaming(self, run_id: str, after_seq: int, types: str | Iterable[str] | None) -> StreamState:
         return StreamState(run_id, after_seq, self.config.retry, types=types)
