@@ -55,6 +55,7 @@ class Model:
 
     LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
     REQUIRED: ClassVar[tuple[str, ...]] = ()
+    _PLAN: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]]
     data: dict[str, Any]
 
     if TYPE_CHECKING:
@@ -66,10 +67,15 @@ class Model:
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Self:
-        read = {
-            name: READERS[kind](body[name] if name in cls.REQUIRED else body.get(name)) for name, kind in _declared(cls)
-        }
+        read = {name: reader(body[name] if required else body.get(name)) for name, reader, required in cls._plan()}
         return cls(**read, data=body)
+
+    @classmethod
+    def _plan(cls) -> tuple[tuple[str, Callable[[Any], Any], bool], ...]:
+        """Each API field's name, reader and whether it is required: worked out once per model."""
+        if "_PLAN" not in cls.__dict__:
+            cls._PLAN = tuple((name, READERS[kind], name in cls.REQUIRED) for name, kind in _declared(cls))
+        return cls._PLAN
 
 
 @dataclass(frozen=True)
