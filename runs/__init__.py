@@ -36,6 +36,7 @@ commanded (docs/design/index.md); where each thing lives: docs/layout.md.
 #     pages.py          The end-user pages: the list of one's runs with a "start a demo run" form, and
 #                       the watch page
 #     private_paths.py  Directories of this process's user alone, on a machine other users share
+#     recurrence.py     When a schedule is due: cron and interval due times in a time zone
 #     selectors/        Every non-trivial read of runs and events, with the visibility rule
 #     services/         Every write, one module per job, each service importable from here
 #     setting_kinds.py  The kinds of setting the registry declares (runs/conf.py), and the registry's

@@ -323,6 +323,21 @@ class AppSettings(Registry):
         must="a list of host=address pairs",
         item=pattern(r"[^=\s]+=[0-9A-Fa-f.:]+"),
     )
+    # Schedules (docs/design/schedules.md): rows a user makes, each firing runs that count as theirs.
+    MAX_SCHEDULES_PER_USER = Limit(100, "schedules one user may have; the next is a 429", (WEB,))
+    # A minute: what a five-field cron allows at most, and a bound on the runs one schedule makes.
+    MIN_SCHEDULE_SECONDS = Whole(
+        60,
+        "the shortest interval between a schedule's due times, unless its owner holds runs.schedule_often",
+        (WEB,),
+        minimum=0,
+        unit="seconds",
+        zero="no minimum",
+    )
+    # Behind the schedules' notification: a missed one (a restart of PostgreSQL) costs at most this.
+    SCHEDULER_POLL_SECONDS = Seconds(
+        2, "the longest a worker's scheduler sleeps before it looks for due schedules again", (WORKER,)
+    )
     # Operations (docs/design/operations.md)
     METRICS_TOKEN = Text(
         "", "the bearer token for /metrics/; empty: only users with runs.view_run", (WEB,), secret=True

@@ -46,13 +46,40 @@ TERMINAL_EVENT: dict[Status, EventType] = {
 
 TERMINAL_EVENT_TYPES: frozenset[str] = frozenset(TERMINAL_EVENT.values())
 
-# The events a webhook endpoint may be sent (docs/design/webhooks.md): a run's end and its waits.
+
+class ScheduleEvent(StrEnum):
+    """What a schedule tells webhooks of, beside its runs' own events (docs/design/schedules.md#webhooks):
+    not events of a run's log."""
+
+    # A due time the overlap policy did not fire (its last run still live).
+    SKIPPED = "schedule.skipped"
+    # A due time whose run could not be created (the owner's caps, an agent gone).
+    FAILED = "schedule.failed"
+
+
+class FireOutcome(StrEnum):
+    """What one due time of a schedule did (runs.services.firing; the metric's label)."""
+
+    CREATED = "created"
+    SKIPPED = "skipped"
+    BUFFERED = "buffered"
+    FAILED = "failed"
+    # Its run existed already (a trigger's or a backfill's at the same instant): none created.
+    EXISTS = "exists"
+    # Passed over by catch-up: older than the window when a later one fired.
+    MISSED = "missed"
+
+
+# The events a webhook endpoint may be sent (docs/design/webhooks.md): a run's end and its waits,
+# and what schedules could not do.
 WEBHOOK_EVENTS: tuple[str, ...] = (
     EventType.RUN_COMPLETED,
     EventType.RUN_FAILED,
     EventType.RUN_CANCELLED,
     EventType.RUN_STOPPED,
     EventType.RUN_WAITING,
+    ScheduleEvent.SKIPPED,
+    ScheduleEvent.FAILED,
 )
 
 # Types only the platform writes; an agent may not emit them.

@@ -11,6 +11,7 @@ __all__ = [
     "NotFound",
     "RunConflict",
     "RunledgerError",
+    "ScheduleOverlap",
     "StaleTicket",
     "TooManyRequests",
     "ValidationFailed",
@@ -83,6 +84,16 @@ class BudgetExhausted(RunConflict):
     (A cancel or stop is never refused for it; a worker's write past a budget stops the run.)"""
 
     code = "budget_exhausted"
+
+
+class ScheduleOverlap(RunConflict):
+    """A schedule fired by hand (`trigger`) that its overlap policy skipped: no run was created.
+    `run` is the live run it waits for, when there is one."""
+
+    code = "schedule_overlap"
+
+    def __init__(self, *, run: object = None) -> None:
+        super().__init__("the schedule's overlap policy skipped this fire: its last run is still live", run=run)
 
 
 class StaleAttempt(RunConflict):

@@ -58,6 +58,8 @@ class CancelCode(StrEnum):
     BY_STAFF = "cancelled_by_staff"
     PARENT_CANCELLED = "parent_cancelled"
     PARENT_ENDED = "parent_ended"
+    # Its schedule fired again with the overlap policy cancel_other (docs/design/schedules.md#overlap).
+    SCHEDULE_OVERLAP = "schedule_overlap"
 
 
 class StopCode(StrEnum):
@@ -116,6 +118,7 @@ END_CODE_MEANINGS: dict[str, str] = {
     CancelCode.BY_STAFF: "a holder of `runs.cancel_run` cancelled someone else's run",
     CancelCode.PARENT_CANCELLED: "its parent was cancelled",
     CancelCode.PARENT_ENDED: "its parent completed or failed while it was unfinished",
+    CancelCode.SCHEDULE_OVERLAP: "its schedule fired again, with the overlap policy `cancel_other`",
     StopCode.STAFF: "staff stopped it",
     StopCode.POLICY: "a policy of the host stopped it",
     StopCode.BUDGET_EXHAUSTED: "it reached `max_steps` or `max_events`",

@@ -25,6 +25,7 @@ from runs.models import Dashboard, Run
 from runs.selectors.clock import db_now
 from runs.selectors.overview import HeldRun, Latencies, Overview, system_overview
 from runs.selectors.results import usage_by_agent
+from runs.selectors.schedules import schedules_late
 from runs.selectors.webhooks import webhooks_failing
 
 # Upper edges of the latency histogram's buckets, in seconds (the last one is open): finer than
@@ -151,6 +152,19 @@ def failing_webhooks(now: datetime) -> list[dict[str, Any]]:
     ]
 
 
+def late_schedules(now: datetime) -> list[dict[str, Any]]:
+    """Active schedules whose due time passed and was not fired: no worker fires them
+    (docs/design/schedules.md#scheduler)."""
+    return [
+        {
+            "schedule": schedule,
+            "url": reverse("admin:runs_schedule_change", args=[schedule.pk]),
+            "late": format_duration(now - schedule.next_due_at) if schedule.next_due_at else "—",
+        }
+        for schedule in schedules_late(now=now)
+    ]
+
+
 @admin.register(Dashboard)
 class DashboardAdmin(ViewOnly, admin.ModelAdmin):
     """The dashboard as the admin's page of `Dashboard`: one URL, for those who may see every run."""
@@ -176,6 +190,7 @@ def dashboard_view(request: HttpRequest, site: admin.AdminSite) -> HttpResponse:
         **figures(system_overview(now=now)),
         "usage": usage_rows(usage_by_agent(since=now - timedelta(days=1))),
         "failing_webhooks": failing_webhooks(now),
+        "late_schedules": late_schedules(now),
     }
     if request.GET.get("figures") == "1":
         return TemplateResponse(request, "admin/runs/dashboard_figures.html", context)

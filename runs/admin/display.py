@@ -27,7 +27,7 @@ def run_form_page(
     form: Any,
     back_url: str,
 ) -> TemplateResponse:
-    """A console page asking about one run through a form (rerun it, schedule it), in the admin's frame."""
+    """A console page asking about one run through a form (rerun it, set its priority and start), in the admin's frame."""
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,

@@ -42,9 +42,9 @@ from runs.admin.filters import (
 )
 from runs.admin.hardening import HardenedAdmin, HardenedChangeList
 from runs.admin.matching import MatchingMixin
+from runs.admin.priority import PriorityMixin, priority_buttons
 from runs.admin.rerun import RerunMixin
 from runs.admin.results import ResultsMixin
-from runs.admin.schedule import ScheduleMixin, schedule_buttons
 from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
@@ -138,7 +138,7 @@ class ViewOnly:
 
 
 @admin.register(Run)
-class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin, HardenedAdmin):
+class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, PriorityMixin, ResultsMixin, HardenedAdmin):
     list_display = (
         "short_id",
         "agent",
@@ -163,8 +163,8 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
         RunningForFilter,
     )
     # The run page's "all child runs" link (?parent=<id>); a malformed id is an invalid filter.
-    # And its reruns' "all" link (?rerun_of=<id>).
-    extra_lookups = ("parent", "rerun_of")
+    # And its reruns' "all" link (?rerun_of=<id>), a schedule's "its runs" (?schedule=<id>).
+    extra_lookups = ("parent", "rerun_of", "schedule")
     search_fields = ("owner__username",)  # and ids, in get_search_results
     search_help_text = "A run id (whole, or its first characters), an owner's username, or a metadata label key=value."
     ordering = ("-created_at",)
@@ -186,6 +186,7 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
                     "parent_link",
                     "rerun_of_link",
                     "reruns_links",
+                    "schedule_link",
                     "metadata_json",
                 )
             },
@@ -298,6 +299,13 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
     def parent_link(self, run: Run) -> SafeString | str:
         return run_link(run.parent_id)
 
+    @admin.display(description="schedule")
+    def schedule_link(self, run: Run) -> SafeString | str:
+        if run.schedule_id is None:
+            return "—"
+        url = reverse("admin:runs_schedule_change", args=[quote(run.schedule_id)])
+        return format_html('<a href="{}">{}</a>, due {}', url, run.schedule_id, moment(run.schedule_due_at))
+
     @admin.display(description="attempts lost / max")
     def attempts_budget(self, run: Run) -> str:
         return f"{run.lost_attempts} / {run.max_attempts}"
@@ -373,7 +381,7 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
                 for command in COMMANDS
                 if live and command.allowed(request.user)
             ]
-            + schedule_buttons(request.user, run),
+            + priority_buttons(request.user, run),
             "rerun": self.rerun_button(request, run),
         }
 
@@ -402,7 +410,7 @@ class RunAdmin(ViewOnly, MatchingMixin, RerunMixin, ScheduleMixin, ResultsMixin,
             ),
             *self.matching_urls(),
             path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{info[0]}_{info[1]}_rerun"),
-            path("<path:object_id>/schedule/", wrap(self.schedule_view), name=f"{info[0]}_{info[1]}_schedule"),
+            path("<path:object_id>/priority/", wrap(self.priority_view), name=f"{info[0]}_{info[1]}_priority"),
             *super().get_urls(),
         ]
 

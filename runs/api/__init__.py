@@ -17,6 +17,8 @@ selector, and serialise the result; every error in the one error shape.
 #     parsers.py          The one request parser of the API
 #     plain.py            Hot requests answered without DRF's request cycle
 #     rerun.py            `POST /api/runs/{id}/rerun/`
+#     schedules.py        `/api/schedules/`: the caller's schedules — created, listed, read, changed,
+#                         deleted, paused, resumed
 #     schema.py           The app's OpenAPI schema: the view that serves it on the app's own settings
 #                         whatever the project's
 #     schema_settings.py  The OpenAPI schema's settings, the app's own

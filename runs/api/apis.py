@@ -36,9 +36,9 @@ from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, docume
 from runs.api.serializers import (
     RUN_STATUSES,
     EventOutputSerializer,
+    QueueInputSerializer,
     RunListItemSerializer,
     RunOutputSerializer,
-    ScheduleInputSerializer,
 )
 from runs.conf import conf
 from runs.events import TYPES_HELP, type_selection
@@ -141,7 +141,7 @@ class RunCollectionApi(RunApi):
     FilterSerializer = RunListFilterSerializer
 
     @extend_schema_serializer(component_name="RunCreateInput")
-    class InputSerializer(ScheduleInputSerializer):
+    class InputSerializer(QueueInputSerializer):
         agent = serializers.CharField(max_length=64, help_text="a registered agent name, e.g. `demo`")
         input = serializers.DictField(help_text="the agent's input, a JSON object")
         parent = serializers.UUIDField(  # type: ignore[assignment]  # DRF pops declared fields

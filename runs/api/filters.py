@@ -94,6 +94,7 @@ class RunFilterSerializer(QuerySerializer):
     end_code = CommaListField(choices=END_CODES, required=False, help_text="one end code or a comma list")
     agent = serializers.CharField(max_length=64, required=False)
     parent = serializers.UUIDField(required=False)  # type: ignore[assignment]  # DRF pops declared fields
+    schedule = serializers.UUIDField(required=False, help_text="the runs a schedule created")
     created_after = serializers.DateTimeField(required=False, help_text="created at or after (ISO 8601)")
     created_before = serializers.DateTimeField(required=False, help_text="created before (ISO 8601)")
 
@@ -110,6 +111,7 @@ def run_filters(data: dict[str, Any]) -> dict[str, Any]:
         "end_code": data.get("end_code", ()),
         "agent": data.get("agent"),
         "parent": data.get("parent"),
+        "schedule": data.get("schedule"),
         "created_after": data.get("created_after"),
         "created_before": data.get("created_before"),
     }

@@ -22,7 +22,7 @@ PRIORITY_HELP = (
 START_AFTER_HELP = "not started before this time (ISO 8601); cancel it meanwhile as any queued run"
 
 
-class ScheduleInputSerializer(serializers.Serializer[Any]):
+class QueueInputSerializer(serializers.Serializer[Any]):
     """When a new run may start and how it ranks in the queue (docs/design/fair-use.md#priority)."""
 
     priority = serializers.IntegerField(required=False, help_text=PRIORITY_HELP)
@@ -61,6 +61,13 @@ class UsageSerializer(serializers.Serializer[Any]):
         help_text="present when a counter's sum would have passed the largest finite number (1.8e308): "
         "the counters held at that number",
     )
+
+
+class RunScheduleSerializer(serializers.Serializer[Any]):
+    """The schedule that created a run, and the due time it fired for (docs/design/schedules.md#json)."""
+
+    id = serializers.UUIDField()
+    due_at = serializers.DateTimeField()
 
 
 class RunOutputSerializer(serializers.Serializer[Run]):
@@ -107,6 +114,12 @@ class RunOutputSerializer(serializers.Serializer[Run]):
     parent = serializers.UUIDField(source="parent_id", allow_null=True)  # type: ignore[assignment]  # DRF pops declared fields
     rerun_of = serializers.UUIDField(
         source="rerun_of_id", allow_null=True, help_text="the run this one runs again (`POST …/rerun/`), or null"
+    )
+    schedule = RunScheduleSerializer(
+        allow_null=True,
+        read_only=True,
+        help_text="the schedule that created it and the due time it fired for (`GET /api/runs/?schedule=ID` "
+        "lists them), or null",
     )
     resume_ticket = serializers.CharField(
         required=False,

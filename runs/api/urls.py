@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, URLResolver, include, path, re_path
 
-from runs.api import apis, bulk, rerun, tokens, webhooks
+from runs.api import apis, bulk, rerun, schedules, tokens, webhooks
 from runs.api.errors import api_not_found
 from runs.api.schema import SchemaApi
 
@@ -20,6 +20,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/pause/", apis.RunPauseApi.as_view(), name="run-pause"),
     path("runs/<str:run_id>/resume/", apis.RunResumeApi.as_view(), name="run-resume"),
     path("runs/<str:run_id>/rerun/", rerun.RunRerunApi.as_view(), name="run-rerun"),
+    path("schedules/", include(schedules.urlpatterns)),
     path("webhooks/", include(webhooks.urlpatterns)),
     path("tokens/", include(tokens.urlpatterns)),
     # A page to read it (Swagger UI) needs drf-spectacular's apps

@@ -15,7 +15,7 @@ from runs.api.apis import _caller, _page_of, _valid
 from runs.api.base import ApiView
 from runs.api.filters import PageFilterSerializer
 from runs.api.pagination import page_size, paged_response, queryset_page
-from runs.api.schema import documented, responses
+from runs.api.schema import object_operations
 from runs.events import WEBHOOK_EVENTS
 from runs.models import WebhookDelivery, WebhookEndpoint
 from runs.selectors.webhooks import webhook_deliveries, webhook_get, webhooks_visible
@@ -106,10 +106,7 @@ class UpdateInput(_ChangeSerializer):
         super().__init__(*args, partial=True, **kwargs)
 
 
-def _operation(name: str, summary: str, success: dict[int, Any], *errors: int, **more: Any) -> Any:
-    """An operation's documentation: on one endpoint unless `parameters` says otherwise."""
-    more.setdefault("parameters", [ENDPOINT_ID])
-    return documented(operation_id=f"webhooks_{name}", summary=summary, responses=responses(success, *errors), **more)
+_operation = object_operations("webhooks", ENDPOINT_ID)
 
 
 EndpointPageSerializer = _page_of(EndpointOutputSerializer, "WebhookEndpointPage", "webhook endpoints")

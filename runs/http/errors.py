@@ -39,6 +39,11 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "invalid_transition": (409, "the run's committed state does not allow the command; `run` is that state"),
     "stale_ticket": (409, "the resume ticket is not the run's current one; `run` is the run"),
     "budget_exhausted": (409, "the run has no budget left for what was asked; `run` is the run"),
+    "schedule_overlap": (
+        409,
+        "a schedule's trigger that its overlap policy took (skipped, or left for when its live run ends): no run was "
+        "created; `run` is the live run",
+    ),
     "too_many_matches": (
         409,
         "more runs match a bulk command's filter than its `max`; nothing was done; `detail.count` says how many",

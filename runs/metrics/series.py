@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from prometheus_client import Counter, Gauge, Histogram
 
-from runs.events import USAGE_INCOMPLETE
+from runs.events import USAGE_INCOMPLETE, FireOutcome
 from runs.metrics import store
 from runs.selectors.overview import cancel_release_seconds
 
@@ -68,6 +68,18 @@ class Series:
             "runledger_http_requests", "HTTP requests answered, by status", ["status"], registry=None
         )
         self.http_by_status = {status: self.HTTP_REQUESTS.labels(status=str(status)) for status in HTTP_STATUSES}
+        # By outcome (runs.events.FireOutcome, docs/design/schedules.md#metrics), each present from
+        # the first scrape.
+        self.SCHEDULE_FIRES = Counter(
+            "runledger_schedule_fires", "Schedules' due times, by what each did", ["outcome"], registry=None
+        )
+        self.fires_by_outcome = {outcome: self.SCHEDULE_FIRES.labels(outcome=outcome) for outcome in FireOutcome}
+        self.SCHEDULE_LATENESS = Histogram(
+            "runledger_schedule_lateness_seconds",
+            "From a schedule's due time to the commit of its fire",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=None,
+        )
 
 
 # The statuses Runledger answers with, present (at 0) from the first scrape; others appear when used.
@@ -106,6 +118,20 @@ def cancel_released(*, ended_at: datetime, released_at: datetime) -> None:
 def webhook_delivered(outcome: str) -> None:
     # Counted when the answer came: its record may fail, and the request was still sent.
     made().webhooks_by_outcome[outcome].inc()
+
+
+def schedule_fired(outcome: str, *, lateness: float, missed: int) -> None:
+    """A due time fired (`outcome`), `lateness` seconds after it, with `missed` earlier ones
+    passed over by catch-up."""
+
+    def count() -> None:
+        metrics = made()
+        metrics.fires_by_outcome[FireOutcome(outcome)].inc()
+        metrics.SCHEDULE_LATENESS.observe(max(0.0, lateness))
+        if missed:
+            metrics.fires_by_outcome[FireOutcome.MISSED].inc(missed)
+
+    transaction.on_commit(count, robust=True)
 
 
 def http_response(status: int) -> None:

@@ -45,17 +45,27 @@ class Schedule(models.Model):
     last_run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # `buffer_one`: the due time waiting for the live run to end (at most one).
     buffered_due_at = models.DateTimeField(null=True, blank=True)
+    # What it last told webhooks, until a run is created: a streak of skips or failures is told
+    # once, so its notifications are bounded by its runs (docs/design/schedules.md#webhooks).
+    told = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
     class Meta:
         ordering = ["-created_at"]
+        # Staff allowed schedules more often than RUNLEDGER_MIN_SCHEDULE_SECONDS (docs/design/schedules.md#limits).
+        permissions = [("schedule_often", "Can schedule runs more often than the minimum interval")]
         indexes = [
             # The scheduler's pick: active schedules by their next due time.
             models.Index(
                 fields=["next_due_at"], name="schedule_due", condition=Q(paused=False, next_due_at__isnull=False)
             ),
             models.Index(fields=["owner", "-created_at"], name="schedule_owner_created"),
+            # The scheduler's look for `buffer_one` due times whose live run may have ended: the few
+            # schedules holding one.
+            models.Index(
+                fields=["buffered_due_at"], name="schedule_buffered", condition=Q(buffered_due_at__isnull=False)
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -22,6 +22,9 @@ QUEUE = "runledger_queue"
 
 # payload "" — webhook deliveries were written or came due again (redelivered)
 WEBHOOKS = "runledger_webhooks"
+# payload "" — a schedule was created or its due time changed, or a run a schedule created ended
+# (a `buffer_one` due time may fire): the workers' schedulers look again (docs/design/schedules.md#scheduler)
+SCHEDULES = "runledger_schedules"
 
 CHANNELS = (EVENTS, CONTROL, QUEUE)
 # payload "<user_id>" — a credential of the user was revoked (the user deactivated or deleted, a
@@ -104,6 +107,10 @@ def parse_credentials_payload(payload: str) -> tuple[str, str]:
 
 def webhooks_due() -> Note:
     return WEBHOOKS, ""
+
+
+def schedules_changed() -> Note:
+    return SCHEDULES, ""
 
 
 def parse_queue_payload(payload: str) -> float | None:

@@ -15,6 +15,7 @@ the hot reads' statements kept.
 #     published.py    What the edge's publisher reads after a wake-up
 #     results.py      What a run produced and used, for its JSON
 #     run_json.py     The run's JSON: the one representation of a run that the API answers
+#     schedules.py    Reads of schedules: one's own, by id or paged, and the late ones
 #     states.py       The state of runs by id, many in one query, for the processes that follow runs
 #                     rather than show them
 #     webhooks.py     Reads of webhook endpoints and deliveries
@@ -138,12 +139,14 @@ def run_list(
     end_code: Collection[str] = (),
     agent: str | None = None,
     parent: UUID | None = None,
+    schedule: UUID | None = None,
     metadata: Mapping[str, str] | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
 ) -> QuerySet[Run]:
     """The runs `user` may see (as `run_get`) that match every filter given: `status` and `end_code`
-    any of their values, `agent`, `parent` (its children), `metadata` (every label), `created_after`
+    any of their values, `agent`, `parent` (its children), `schedule` (the runs it created; through
+    `run_one_per_due_time`), `metadata` (every label), `created_after`
     (inclusive), `created_before`; newest first, by the unique (-created_at, -id) a cursor needs
     (docs/design/api.md#paging). A lazy QuerySet; its big fields (`input`, `output`, …) load on access."""
     qs = run_visible(user=user).select_related("owner")
@@ -156,6 +159,8 @@ def run_list(
         filters["agent"] = agent
     if parent:
         filters["parent_id"] = parent
+    if schedule:
+        filters["schedule_id"] = schedule
     if created_after:
         filters["created_at__gte"] = created_after
     if created_before:

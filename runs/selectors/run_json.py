@@ -71,6 +71,10 @@ def _json(run: Run, *, ticket: bool, listed: bool) -> dict[str, Any]:
         "lost_attempts": run.lost_attempts,
         "parent": None if run.parent_id is None else str(run.parent_id),
         "rerun_of": None if run.rerun_of_id is None else str(run.rerun_of_id),
+        # Two columns of the run's own row: no read beside it (docs/design/schedules.md#json).
+        "schedule": None
+        if run.schedule_id is None
+        else {"id": str(run.schedule_id), "due_at": _time(run.schedule_due_at)},
     }
     if ticket:
         data["resume_ticket"] = run.resume_ticket or None

@@ -15,11 +15,16 @@ the other names are the project's own and may change.
 #     creation.py           Creating runs: what a new run is made of (`RunSpec`), its checks, and its
 #                           insert
 #     execution.py          The writes of a worker's attempt
+#     firing.py             Firing schedules: each due time's run created through the normal create
+#                           path
 #     idempotency.py        Retry-safe creates: at most one run per
 #     locks.py              Locking a run for a command
 #     quotas.py             Per-owner limits, enforced where runs are made and claimed
 #     rerun.py              Running an ended run again, and forking it from the middle of its log
 #     retention.py          Retention: deleting old terminal runs with their events and attempts
+#     schedule_notices.py   What a schedule tells webhooks
+#     schedules.py          Schedules created, changed, paused, resumed, triggered, backfilled and
+#                           deleted
 #     scheduling.py         Changing when a queued run may start and how it ranks
 #     statements.py         Statements written plainly and sent together
 #     sweeper.py            The sweeper every worker runs
@@ -62,6 +67,15 @@ from runs.services.idempotency import (
 from runs.services.quotas import check_create, check_stored_bytes, check_webhooks, owned, pick_queued
 from runs.services.rerun import Overrides, run_rerun
 from runs.services.retention import PurgeResult, runs_purge
+from runs.services.schedules import (
+    schedule_backfill,
+    schedule_create,
+    schedule_delete,
+    schedule_pause,
+    schedule_resume,
+    schedule_trigger,
+    schedule_update,
+)
 from runs.services.scheduling import run_schedule
 from runs.services.sweeper import (
     MachineAttempts,

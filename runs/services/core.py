@@ -309,6 +309,9 @@ def end(
         # The owner's next run may be claimable now, by any worker: wake them all, not only the one
         # whose slot this frees (the others would wait for their poll).
         notes.append(notify.slot_freed(run.id))
+    if run.schedule_id is not None:
+        # A `buffer_one` due time may wait for this end: the schedulers look now, not at their poll.
+        notes.append(notify.schedules_changed())
     rows = event_rows(run, events, attempt=attempt, now=now)
     # The worker learns of it through the control notification (or its re-read) and records
     # released_at itself once it has actually stopped. Closed before the webhook notification's

@@ -150,13 +150,15 @@ def insert_run(
     parent_locked: bool = False,
     capped: bool = True,
     rerun: Rerun | None = None,
+    schedule: tuple[UUID, datetime] | None = None,
 ) -> Run:
     """Insert the checked run of `spec`, queued, with its `run.created` event, inside the caller's
-    transaction. Its parent is locked here unless the caller holds that lock already. The owner's
-    caps (active runs, runs and bytes kept) apply unless `capped` is False (a child an agent spawns:
-    refusing it would fail its parent mid-run; `children` is bounded by the agent's input instead,
-    and the child's bytes count all the same). A fork's copies follow `run.created`, counted in the
-    bytes the caps see and in `events_used`."""
+        transaction. Its parent is locked here unless the caller holds that lock already. The owner's
+        caps (active runs, runs and bytes kept) apply unless `capped` is False (a child an agent spawns:
+        refusing it would fail its parent mid-run; `children` is bounded by the agent's input instead,
+        and the child's bytes count all the same). A fork's copies follow `run.created`, counted in the
+        bytes the caps see and in `events_used`. `schedule`: the schedule that fires it and the due time
+    it fires for (docs/design/schedules.md#firing)."""
     input_bytes = json_bytes(spec.input)
     # The labels are stored too, and count as the input does (at most ~27 kB: runs.metadata).
     metadata_bytes = json_bytes(spec.metadata) if spec.metadata else 0
@@ -183,6 +185,8 @@ def insert_run(
         stored_bytes=input_bytes + metadata_bytes,
         parent_id=spec.parent_id,
         rerun_of_id=rerun.of if rerun is not None else None,
+        schedule_id=schedule[0] if schedule is not None else None,
+        schedule_due_at=schedule[1] if schedule is not None else None,
         max_steps=spec.max_steps if spec.max_steps is not None else conf.DEFAULT_MAX_STEPS,
         max_events=spec.max_events if spec.max_events is not None else conf.DEFAULT_MAX_EVENTS,
         deadline=spec.deadline or _default_deadline(due),

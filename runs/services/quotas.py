@@ -12,14 +12,14 @@ from enum import IntEnum
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Model, Q, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
-from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, WebhookEndpoint
+from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.services.statements import Statement, send_together
 from runs.transitions import Status
 
@@ -29,6 +29,7 @@ class OwnerLock(IntEnum):
     CREATE = 0x524C0001
     CLAIM = 0x524C0002
     WEBHOOKS = 0x524C0003
+    SCHEDULES = 0x524C0004
 
 
 def lock_owner(owner_id: int, purpose: OwnerLock) -> None:
@@ -140,18 +141,26 @@ def _check_bytes(*, stored: int, adding: int, cap: int | None) -> None:
 def check_webhooks(owner_id: int) -> None:
     """Refuse (429) a new webhook endpoint to an owner who has RUNLEDGER_MAX_WEBHOOKS_PER_USER:
     under a lock on the owner, so two registrations at once never pass it."""
-    cap = conf.MAX_WEBHOOKS_PER_USER
+    said = "webhook endpoints, the most allowed (RUNLEDGER_MAX_WEBHOOKS_PER_USER); delete one to register another"
+    _check_rows(owner_id, OwnerLock.WEBHOOKS, WebhookEndpoint, conf.MAX_WEBHOOKS_PER_USER, key="webhooks", said=said)
+
+
+def check_schedules(owner_id: int) -> None:
+    """Refuse (429) a new schedule to an owner who has RUNLEDGER_MAX_SCHEDULES_PER_USER: under a lock
+    on the owner, so two creates at once never pass it."""
+    said = "schedules, the most allowed (RUNLEDGER_MAX_SCHEDULES_PER_USER); delete one to create another"
+    _check_rows(owner_id, OwnerLock.SCHEDULES, Schedule, conf.MAX_SCHEDULES_PER_USER, key="schedules", said=said)
+
+
+def _check_rows(owner_id: int, purpose: OwnerLock, model: type[Model], cap: int | None, *, key: str, said: str) -> None:
+    """The cap `cap` on an owner's rows of `model`, counted under the owner's lock for `purpose`:
+    the 429's message is "you have N " and `said`, its detail the count under `key`."""
     if cap is None:
         return
-    lock_owner(owner_id, OwnerLock.WEBHOOKS)
-    count = WebhookEndpoint.objects.filter(owner_id=owner_id).count()
+    lock_owner(owner_id, purpose)
+    count = model._default_manager.filter(owner_id=owner_id).count()
     if count >= cap:
-        raise _refused(
-            f"you have {count} webhook endpoints, the most allowed (RUNLEDGER_MAX_WEBHOOKS_PER_USER); "
-            "delete one to register another",
-            webhooks=count,
-            limit=cap,
-        )
+        raise _refused(f"you have {count} {said}", **{key: count, "limit": cap})
 
 
 def _refused(message: str, **detail: int) -> TooManyRequests:

@@ -50,9 +50,14 @@ def endpoints_read(run: Run) -> Statement:
     """The enabled endpoints of the run's owner and those sent every owner's runs, key-shared
     (`key_shared`): a delivery is written only for an endpoint that cannot be deleted meanwhile.
     One index read of each kind (`webhook_enabled_owner`, `webhook_enabled_all`)."""
+    return endpoints_of(run.owner_id)
+
+
+def endpoints_of(owner_id: int) -> Statement:
+    """`endpoints_read` for what an owner's schedule tells (docs/design/schedules.md#webhooks)."""
     table = WebhookEndpoint._meta.db_table
     sql = f"SELECT {columns(WebhookEndpoint)} FROM {table} WHERE enabled AND (owner_id = %s OR all_runs)"
-    return sql + _KEY_SHARE[connection.vendor == "postgresql"], [run.owner_id]
+    return sql + _KEY_SHARE[connection.vendor == "postgresql"], [owner_id]
 
 
 _KEY_SHARE = {True: " FOR KEY SHARE", False: ""}
@@ -67,20 +72,31 @@ def outbox(
     wanted = [e.id for e in (from_row(WebhookEndpoint, row) for row in endpoints) if matches(e, run, event_type)]
     if not wanted:
         return [], 0
+    return notification_writes(
+        (run.id, run.last_seq), event_type, data={"run": run_json(run)}, endpoint_ids=wanted, now=now
+    )
+
+
+def notification_writes(
+    key: tuple[UUID, int], event_type: str, *, data: dict[str, object], endpoint_ids: Sequence[UUID], now: datetime
+) -> tuple[list[Statement], int]:
+    """The writes of one notification, `data` its body's, for each of `endpoint_ids`, keyed by
+    `key` (a run's id and its event's seq; a schedule's id and its due time's: runs.services.schedule_notices);
+    and its body's size."""
     # ASCII (json.dumps escapes the rest): its length is its size in bytes.
     body = json.dumps(
-        {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": {"run": run_json(run)}},
+        {"type": event_type, "timestamp": now.isoformat().replace("+00:00", "Z"), "data": data},
         cls=DjangoJSONEncoder,
         separators=(",", ":"),
     )
-    event = {"run_id": run.id, "seq": run.last_seq, "event_type": event_type, "created_at": now}
+    event = {"run_id": key[0], "seq": key[1], "event_type": event_type, "created_at": now}
     # Due at once; given up a day (RUNLEDGER_WEBHOOKS_GIVE_UP_SECONDS) after the event.
     timing = {"next_attempt_at": now, "give_up_at": now + timedelta(seconds=conf.WEBHOOKS_GIVE_UP_SECONDS)}
-    deliveries = [WebhookDelivery(endpoint_id=endpoint_id, **event, **timing) for endpoint_id in wanted]
+    deliveries = [WebhookDelivery(endpoint_id=endpoint_id, **event, **timing) for endpoint_id in endpoint_ids]
     # Its id is the database's: each delivery finds it by the event it reports, in the same send.
     notification_id = (
         f"(SELECT id FROM {WebhookNotification._meta.db_table} WHERE run_id = %s AND seq = %s)",
-        [deliveries[0]._meta.get_field("run_id").get_db_prep_save(run.id, connection), run.last_seq],
+        [deliveries[0]._meta.get_field("run_id").get_db_prep_save(key[0], connection), key[1]],
     )
     writes = [
         insert([WebhookNotification(body=body, **event)]),

@@ -115,6 +115,8 @@ CONTROL_THREADS = 2
 SWEEP_THREADS = 1
 # A claim and the records of a batch's outcomes: short statements, the requests run on the loop.
 WEBHOOK_THREADS = 1
+# The scheduler's fires, one transaction after another (docs/design/schedules.md#scheduler).
+SCHEDULE_THREADS = 1
 
 
 def without_pool() -> None:
@@ -125,20 +127,23 @@ def without_pool() -> None:
 
 class Db:
     """The worker's lanes: `control` for what cancellation latency and leases depend on, `sweep`
-    for the sweeper, `webhooks` for webhook deliveries, `work` for the rest."""
+    for the sweeper, `webhooks` for webhook deliveries, `schedules` for the scheduler, `work` for
+    the rest."""
 
     def __init__(self, *, work_threads: int) -> None:
         # Here, when a worker starts, not at import: only the lanes' connections get the setting.
         connection_created.connect(_on_connection_created, dispatch_uid="runledger-worker-lane-session")
         self.sqlite = connection.vendor == "sqlite"
         if self.sqlite:
-            self.work = self.control = self.sweep = self.webhooks = DbLane("runledger-db", 1)
+            self.work = self.control = self.sweep = self.webhooks = self.schedules = DbLane("runledger-db", 1)
         else:
             self.work = DbLane("runledger-db-work", work_threads)
             self.control = DbLane("runledger-db-control", CONTROL_THREADS)
             self.sweep = DbLane("runledger-db-sweep", SWEEP_THREADS)
             self.webhooks = DbLane("runledger-db-webhooks", WEBHOOK_THREADS)
+            self.schedules = DbLane("runledger-db-schedules", SCHEDULE_THREADS)
 
     def stop(self) -> None:
-        for lane in {id(lane): lane for lane in (self.work, self.control, self.sweep, self.webhooks)}.values():
+        lanes = (self.work, self.control, self.sweep, self.webhooks, self.schedules)
+        for lane in {id(lane): lane for lane in lanes}.values():
             lane.stop()

@@ -2,7 +2,7 @@
 (docs/design/execution.md#worker-loop).
 
 One asyncio loop per process, woken by a notification OR a poll timeout OR stop; it also sweeps,
-kills what lost attempts left on its machine, and delivers webhooks.
+kills what lost attempts left on its machine, delivers webhooks and fires schedules.
 """
 
 import asyncio
@@ -32,6 +32,7 @@ from runs.worker.attempt import Execution
 from runs.worker.db import Db
 from runs.worker.orphans import Reaper, machine
 from runs.worker.registry import AttemptRegistry
+from runs.worker.scheduler import Scheduler
 from runs.worker.webhooks import Deliverer
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Worker:
         self._db: Db | None = None
         self._listener: Listener | None = None
         self._deliverer: Deliverer | None = None
+        self._scheduler: Scheduler | None = None
 
     def __repr__(self) -> str:
         return f"<worker {self.worker_id}>"
@@ -137,9 +139,15 @@ class Worker:
         self._wake = asyncio.Event()
         self._db = Db(work_threads=min(max(2, self.concurrency), 4))
         self._deliverer = Deliverer(lane=self._db.webhooks, worker_id=self.worker_id, poll_seconds=self.poll_seconds)
+        # On SQLite no notification says a schedule changed: it polls as the claim loop does.
+        scheduler_poll = min(
+            conf.SCHEDULER_POLL_SECONDS, self.poll_seconds if self.sqlite else conf.SCHEDULER_POLL_SECONDS
+        )
+        self._scheduler = Scheduler(lane=self._db.schedules, poll_seconds=scheduler_poll)
         poller: asyncio.Task[None] | None = None
         sweeper: asyncio.Task[None] | None = None
         delivering: asyncio.Task[None] | None = None
+        scheduling: asyncio.Task[None] | None = None
         listening: asyncio.Task[None] | None = None
         try:
             if install_signals:
@@ -150,7 +158,7 @@ class Worker:
                     role="worker",
                     on_notify=self._on_notify,
                     on_connect=self._on_listener_connect,
-                    channels=(notify.QUEUE, notify.CONTROL, notify.WEBHOOKS),
+                    channels=(notify.QUEUE, notify.CONTROL, notify.WEBHOOKS, notify.SCHEDULES),
                 )
                 listening = asyncio.create_task(self._listener.run(), name="listener")
                 try:
@@ -172,11 +180,12 @@ class Worker:
             poller = asyncio.create_task(self._poll_loop(), name="poll")
             sweeper = asyncio.create_task(self._sweep_loop(), name="sweep")
             delivering = asyncio.create_task(self._deliverer.run(), name="webhooks")
+            scheduling = asyncio.create_task(self._scheduler.run(), name="schedules")
             await self._claim_loop()
             await self._shutdown()
         finally:
             # A request cut here is sent again once its claim's lease lapses (runs.services.webhooks).
-            for task in (poller, sweeper, delivering):
+            for task in (poller, sweeper, delivering, scheduling):
                 if task is not None:
                     task.cancel()
             if self._listener is not None:
@@ -292,6 +301,9 @@ class Worker:
         elif channel == notify.WEBHOOKS:
             assert self._deliverer is not None
             self._deliverer.wake()
+        elif channel == notify.SCHEDULES:
+            assert self._scheduler is not None
+            self._scheduler.wake()
         elif channel == notify.CONTROL:
             raw_id, status = notify.parse_control_payload(payload)
             try:
@@ -321,9 +333,10 @@ class Worker:
 
     def _on_listener_connect(self) -> None:
         # Whatever happened while the connection was down was not heard: re-read it all.
-        assert self._wake is not None and self._deliverer is not None
+        assert self._wake is not None and self._deliverer is not None and self._scheduler is not None
         self._wake.set()
         self._deliverer.wake()
+        self._scheduler.wake()
         held = [(h.run_id, h.generation) for h in self._registry]
         if held:
             self._spawn(self._recheck(held, via="reconnect"))

@@ -30,7 +30,8 @@ from django.test.utils import _TestState
 
 from runs import services
 from runs.admin.hardening import HardenedAdmin
-from runs.models import ApiToken, Run, RunEvent, WebhookDelivery, WebhookEndpoint
+from runs.models import ApiToken, Run, RunEvent, Schedule, WebhookDelivery, WebhookEndpoint
+from runs.services.schedules import schedule_create, schedule_trigger
 from runs.services.tokens import token_create
 from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
@@ -125,6 +126,7 @@ class World:
     token: ApiToken
     webhook: WebhookEndpoint
     delivery: WebhookDelivery
+    schedule: Schedule
 
 
 @pytest.fixture
@@ -138,6 +140,8 @@ def world(make_user: Callable[..., User]) -> World:
         webhook = webhook_create(owner=owner, url="http://127.0.0.1:9/in", events=["run.cancelled"])
     services.run_cancel(run_id=queued_run(owner).pk, actor=owner)
     delivery = WebhookDelivery.objects.get()
+    schedule = schedule_create(owner=owner, agent="demo", input={}, every_seconds=3600)
+    schedule_trigger(schedule_id=schedule.pk, actor=owner)  # its list shows a last run
     return World(
         run=run,
         group=Group.objects.create(name="oncall"),
@@ -145,6 +149,7 @@ def world(make_user: Callable[..., User]) -> World:
         token=token,
         webhook=webhook,
         delivery=delivery,
+        schedule=schedule,
     )
 
 
@@ -166,6 +171,7 @@ def _real_ids(world: World) -> dict[str, str]:
         "runs/apitoken/": str(world.token.pk),
         "runs/webhookendpoint/": str(world.webhook.pk),
         "runs/webhookdelivery/": str(world.delivery.pk),
+        "runs/schedule/": str(world.schedule.pk),
     }
 
 

@@ -25,6 +25,7 @@ from schemathesis.checks import (
 
 from runs import services
 from runs.events import EventType
+from runs.services.schedules import schedule_create
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run, waiting_run
 from tests.support.db import token_for
@@ -95,11 +96,18 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     services.run_cancel(run_id=ended.pk, actor=fuzzer)
     real_ids = [str(waiting.pk), str(queued.pk), str(ended.pk)]
 
+    def real_schedule() -> str:
+        """A schedule of the fuzzer's of its own for an operation, so that one's DELETE leaves the
+        next operation's: a skip (a second fire refused while its run is queued: no worker runs),
+        or one that creates a run at each fire."""
+        overlap = ("skip", "allow_all")[turn % 2]
+        return str(schedule_create(owner=fuzzer, agent="demo", input={}, every_seconds=3600, overlap=overlap).pk)
+
     web = procs.uvicorn()
     schema = schemathesis.openapi.from_url(web.url + "/api/schema/?format=json").exclude(path_regex=r"/stream/|/wait/")
     operations = [result.ok() for result in schema.get_all_operations()]
     labels = sorted(op.label for op in operations)
-    assert len(labels) == 22, labels
+    assert len(labels) == 31, labels
     assert not any("stream" in label for label in labels)
 
     session = requests.Session()
@@ -118,13 +126,17 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             # Generated ids (almost always unknown: 404), then one of the real runs.
             run_ids: list[str | None] = [None]
-            if "{run_id}" in operation.path:
+            name = "schedule_id" if "{schedule_id}" in operation.path else "run_id"
+            if "{schedule_id}" in operation.path:
+                run_ids.append(real_schedule())
+                turn += 1
+            elif "{run_id}" in operation.path:
                 run_ids.append(real_ids[turn % len(real_ids)])
                 turn += 1
             for run_id in run_ids:
-                path_parameters = {"run_id": run_id} if run_id else None
+                path_parameters = {name: run_id} if run_id else None
                 strategy = operation.as_strategy(generation_mode=mode, path_parameters=path_parameters)
-                if mode is GenerationMode.POSITIVE and operation.label == "POST /api/runs/":
+                if mode is GenerationMode.POSITIVE and operation.label in ("POST /api/runs/", "POST /api/schedules/"):
                     strategy = strategy.map(_with_a_registered_agent)
 
                 @settings(
@@ -154,6 +166,8 @@ def test_the_live_api_answers_every_generated_request_within_its_schema(
     assert {201, 400} <= seen["POST /api/runs/"], seen
     assert {200, 404} <= seen["GET /api/runs/{run_id}/"], seen
     assert 200 in seen["GET /api/runs/{run_id}/events/"] and 200 in seen["GET /api/runs/"], seen
+    assert {200, 404} <= seen["GET /api/schedules/{schedule_id}/"] and 200 in seen["GET /api/schedules/"], seen
+    assert 400 in seen["POST /api/schedules/"] and 200 in seen["POST /api/schedules/{schedule_id}/pause/"], seen
     assert "Traceback" not in web.log(), web.log()
 
 

@@ -67,7 +67,7 @@ def test_every_path_in_the_schema_is_where_the_project_mounted_the_app(prefix: s
     # The same operations under the same ids as at the root: a generated client's names do not
     # depend on where the app is.
     assert operation_ids(schema, prefix) == root
-    assert len(root) == 24 and {("api/runs/{run_id}/stream/", "get"), ("api/runs/{run_id}/wait/", "get")} <= set(root)
+    assert len(root) == 33 and {("api/runs/{run_id}/stream/", "get"), ("api/runs/{run_id}/wait/", "get")} <= set(root)
 
 
 @pytest.mark.timeout(60)

@@ -54,6 +54,7 @@ SMALLEST: dict[str, list[str]] = {
     # Each of its phases once, one growth tier; the phases it leaves out are the benchmarks it names in
     # run_all.SMOKE["skip"] (api_requests, step_kinds, client_stream, model_stream, fair_use), run here alone.
     "run_all": ["--size", "smoke"],
+    "schedules": ["--schedules", "20", "--users", "2", "--workers", "1", "--lead", "3", "--fires", "3", FLOOR_SMOKE],
     "sse_watchers": ["--watchers", "3", "--events", "3", "--interval", "0.05"],
     "step_kinds": ["--samples", "1", "--background", "2", "--quick", FLOOR_SMOKE],
     "wait": ["--waiters", "2", "--rounds", "1"],

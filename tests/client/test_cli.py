@@ -385,3 +385,80 @@ def test_tokens_commands_issue_list_and_revoke_and_a_key_is_printed_alone(alice:
     with pytest.raises(SystemExit) as exited:
         cli(token, "tokens", "create", "ci", "--expires", "soon")
     assert exited.value.code == 2
+
+
+def test_schedules_commands_answer_the_apis_json_and_another_users_schedule_is_refused(
+    alice: User, bob: User, cli: Any
+) -> None:
+    token = token_for(alice)
+
+    def as_json(*args: str) -> Any:
+        status, out, err = cli(token, "schedules", *args, "-o", "json")
+        assert status == 0, (args, err)
+        return json.loads(out)
+
+    nightly = as_json(
+        "create", "demo", '{"deltas": 1, "delay_ms": 0}', "--cron", "0 9 * * 1-5", "--timezone", "Europe/Paris"
+    )
+    assert (nightly["cron"], nightly["timezone"], nightly["paused"]) == ("0 9 * * 1-5", "Europe/Paris", False)
+    hourly = as_json(
+        "create",
+        "demo",
+        '{"deltas": 1000, "delay_ms": 50}',
+        "--every",
+        "1h",
+        "--start-at",
+        "2020-01-01T00:00:00Z",
+        "--meta",
+        "k=v",
+        "--overlap",
+        "skip",
+    )
+    assert (hourly["every_seconds"], hourly["metadata"], hourly["cron"]) == (3600, {"k": "v"}, "")
+    assert [s["id"] for s in as_json("list")] == [hourly["id"], nightly["id"]]
+    assert as_json("show", nightly["id"]) == nightly
+    assert as_json("pause", nightly["id"])["paused"] is True
+    status, text, _ = cli(token, "schedules", "show", nightly["id"])
+    assert (
+        status == 0
+        and "state:       paused" in text.splitlines()
+        and "timing:      cron 0 9 * * 1-5 (Europe/Paris)" in text
+    )
+    assert as_json("resume", nightly["id"])["paused"] is False
+
+    status, run_id, _ = cli(token, "schedules", "trigger", hourly["id"])
+    run_id = run_id.strip()
+    assert status == 0 and as_json("show", hourly["id"])["last_run"]["id"] == run_id
+    lost, committed, why = cli(token, "schedules", "trigger", hourly["id"])  # skip: the long run is live
+    assert (lost, committed.strip() in ("queued", "running")) == (1, True)  # the live run's committed status
+    assert "schedule_overlap" in why
+    ran = as_json(
+        "backfill", hourly["id"], "--from", "2020-01-01T00:00:00Z", "--until", "2020-01-01T05:00:00Z", "--max", "2"
+    )
+    assert [r["schedule"]["due_at"][:19] for r in ran] == ["2020-01-01T00:00:00", "2020-01-01T01:00:00"]
+    status, listed, _ = cli(token, "list", "--schedule", hourly["id"], "-o", "json")
+    assert status == 0 and {r["id"] for r in json.loads(listed)} == {run_id, *(r["id"] for r in ran)}
+    status, bulk, _ = cli(token, "cancel", "--schedule", hourly["id"], "--yes", "-o", "json")
+    assert status == 0 and json.loads(bulk)["matched"] == 3  # the trigger's run and the two backfilled
+
+    for command in ("show", "pause", "resume", "trigger", "delete"):  # hers, not bob's: a 404 to him
+        refused = cli(token_for(bob), "schedules", command, nightly["id"])
+        assert (refused[0], refused[1]) == (1, "") and "not_found" in refused[2], command
+    assert as_json("delete", nightly["id"]) == {"id": nightly["id"], "deleted": True}
+    assert cli(token, "schedules", "show", nightly["id"])[0] == 1
+    for bad, field in (
+        (["--every", "5"], "every_seconds"),
+        (["--cron", "0 9 * * *", "--timezone", "Mars/Base"], "timezone"),
+    ):
+        refused = cli(token, "schedules", "create", "demo", *bad)
+        assert refused[0] == 1 and field in refused[2], bad
+    for usage in (
+        ["create", "demo"],  # neither --cron nor --every
+        ["create", "demo", "--cron", "@daily", "--every", "60"],
+        ["create", "demo", "--every", "soon"],
+        ["create", "demo", "--every", "60", "--overlap", "queue"],
+        ["backfill", "ID", "--from", "2020-01-01T00:00:00Z"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli(token, "schedules", *usage)
+        assert exited.value.code == 2, usage

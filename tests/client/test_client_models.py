@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 import runledger_client as rl
-from runledger_client._cli_args import WEBHOOK_EVENTS
+from runledger_client._cli_args import OVERLAPS, WEBHOOK_EVENTS
 from runledger_client.models import api_fields
 
 pytestmark = [pytest.mark.sqlite, pytest.mark.django_db]
@@ -22,6 +22,9 @@ MODELS: list[type[Any]] = [
     rl.EventPage,
     rl.Page,
     rl.BulkResult,
+    rl.RunSchedule,
+    rl.Schedule,
+    rl.ScheduleLastRun,
     rl.Webhook,
     rl.WebhookDelivery,
     rl.ApiToken,
@@ -62,8 +65,9 @@ def test_every_object_the_api_answers_has_its_model() -> None:
         and not name.endswith("Request")
         and name != "ErrorDetail"
     }
-    # An open map of counters (steps, events and whatever the agent reports): Run.usage is its dict.
-    as_dicts = {"Usage"}
+    # An open map of counters (steps, events and whatever the agent reports): Run.usage is its dict;
+    # a backfill's answer is its `runs`, which `schedules.backfill()` returns as a list of Run.
+    as_dicts = {"Usage", "ScheduleBackfilled"}
     assert sorted(answered - modelled - as_dicts) == []
 
 
@@ -72,3 +76,9 @@ def test_the_clis_webhook_events_are_those_the_api_takes() -> None:
     enum = served_components()["WebhookEndpoint"]["properties"]["events"]["items"]
     taken = enum.get("enum") or served_components()[enum["$ref"].rsplit("/", 1)[-1]]["enum"]
     assert sorted(WEBHOOK_EVENTS) == sorted(taken)
+
+
+def test_the_clis_overlap_policies_are_those_the_api_takes() -> None:
+    # The CLI offers them as --overlap's choices without asking the server.
+    [enum] = served_components()["Schedule"]["properties"]["overlap"]["allOf"]
+    assert list(OVERLAPS) == served_components()[enum["$ref"].rsplit("/", 1)[-1]]["enum"]

@@ -1,5 +1,5 @@
 """The Python client's 0.2 surface against a live web process and worker (tests/support/live.py),
-directly: every method of `client.runs`, `client.agents`, `client.webhooks` and `client.tokens`,
+directly: every method of `client.runs`, `client.agents`, `client.schedules`, `client.webhooks` and `client.tokens`,
 sync and async, with typed models; streams as context managers that close their connection (the
 server's open-stream gauge drops); where `Client()` finds its server and token; the flat 0.1 names,
 deprecated."""
@@ -92,6 +92,87 @@ def test_the_async_client_has_the_same_webhooks(live: Live, alice: User) -> None
     assert changed.url == url + "2" and changed.events == ("run.cancelled", "run.stopped")
     assert rotated.secret is not None and shown.secret is None and listed == [shown.id] and after == []
     assert deliveries == [(cancelled.id, "run.cancelled")]
+
+
+def test_every_method_of_schedules_answers_typed_models(live: Live, alice: User, bob: User) -> None:
+    with rl.Client(live.web.url, token_for(alice), retry=FAST) as client:
+        nightly = client.schedules.create(
+            "demo", {"deltas": 1, "delay_ms": 0}, cron="0 9 * * 1-5", timezone="Europe/Paris", metadata={"team": "a"}
+        )
+        assert isinstance(nightly, rl.Schedule) and isinstance(nightly.next_due_at, datetime)
+        assert (nightly.cron, nightly.every_seconds, nightly.timezone, nightly.overlap) == (
+            "0 9 * * 1-5",
+            None,
+            "Europe/Paris",
+            "skip",
+        )
+        assert (nightly.paused, nightly.last_run, nightly.metadata) == (False, None, {"team": "a"})
+        hourly = client.schedules.create("demo", LONG, every_seconds=3600, start_at=datetime(2020, 1, 1, tzinfo=UTC))
+        assert [s.id for s in client.schedules.list(page_size=1)] == [hourly.id, nightly.id]
+        assert client.schedules.get(nightly.id) == nightly
+        changed = client.schedules.update(nightly.id, every_seconds=7200, priority=3)
+        assert (changed.cron, changed.every_seconds, changed.priority) == ("", 7200, 3)
+        assert client.schedules.pause(nightly.id).paused and not client.schedules.resume(nightly.id).paused
+
+        run = client.schedules.trigger(hourly.id)  # a long run: still live below
+        assert isinstance(run, rl.Run) and run["schedule"]["id"] == hourly.id
+        last = client.schedules.get(hourly.id).last_run
+        # The live worker may have claimed it meanwhile.
+        assert isinstance(last, rl.ScheduleLastRun) and (last.id, last.status in ("queued", "running")) == (
+            run.id,
+            True,
+        )
+        with pytest.raises(rl.ScheduleOverlap) as skipped:
+            client.schedules.trigger(hourly.id)
+        assert isinstance(skipped.value, rl.Conflict) and skipped.value.run is not None
+        assert skipped.value.run.id == run.id
+        backfilled = client.schedules.backfill(
+            hourly.id, start=datetime(2020, 1, 1, tzinfo=UTC), end="2020-01-01T05:00:00Z", max=2
+        )
+        assert [r["schedule"]["due_at"][:19] for r in backfilled] == ["2020-01-01T00:00:00", "2020-01-01T01:00:00"]
+        assert {r.id for r in client.runs.list(schedule=hourly.id)} == {run.id, *(r.id for r in backfilled)}
+        for made in (run, *backfilled):
+            client.runs.cancel(made.id)
+
+        with pytest.raises(rl.ValidationError) as refused:
+            client.schedules.create("demo", every_seconds=5)
+        assert "every_seconds" in refused.value.detail
+        with pytest.raises(rl.ValidationError) as refused:
+            client.schedules.create("demo", cron="0 9 * * *", timezone="Nowhere/City")
+        assert "timezone" in refused.value.detail
+        with rl.Client(live.web.url, token_for(bob), retry=FAST) as his:
+            for call in (his.schedules.get, his.schedules.pause, his.schedules.trigger, his.schedules.delete):
+                with pytest.raises(rl.NotFound):
+                    call(nightly.id)
+            assert list(his.schedules.list()) == []
+        client.schedules.delete(nightly.id)
+        with pytest.raises(rl.NotFound):
+            client.schedules.get(nightly.id)
+        assert [s.id for s in client.schedules.list()] == [hourly.id]
+
+
+def test_the_async_client_has_the_same_schedules(live: Live, alice: User) -> None:
+    token = token_for(alice)
+
+    async def scenario() -> tuple[rl.Schedule, rl.Schedule, rl.Schedule, rl.Run, list[rl.Run], list[str], list[str]]:
+        async with rl.AsyncClient(live.web.url, token, retry=FAST) as client:
+            made = await client.schedules.create(
+                "demo", {"deltas": 1, "delay_ms": 0}, every_seconds=60, overlap="allow_all"
+            )
+            paused = await client.schedules.pause(made.id)
+            changed = await client.schedules.update(made.id, start_at="2020-01-01T00:00:00Z", end_at=None)
+            run = await client.schedules.trigger(made.id)
+            more = await client.schedules.backfill(
+                made.id, start="2020-01-01T00:00:00Z", end="2020-01-01T00:02:00Z", max=5
+            )
+            listed = [s.id async for s in client.schedules.list()]
+            await client.schedules.delete(made.id)
+            return made, paused, changed, run, more, listed, [s.id async for s in client.schedules.list()]
+
+    made, paused, changed, run, more, listed, after = run_async(scenario)
+    assert paused.paused and changed.start_at == datetime(2020, 1, 1, tzinfo=UTC) and changed.paused
+    assert run["schedule"]["id"] == made.id and len(more) == 3
+    assert listed == [made.id] and after == []
 
 
 def test_every_method_of_tokens_answers_typed_models(live: Live, alice: User) -> None:

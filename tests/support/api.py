@@ -39,6 +39,7 @@ RUN_KEYS = {
     "lost_attempts",
     "parent",
     "rerun_of",
+    "schedule",
     "attempt",
 }
 

@@ -285,8 +285,8 @@ def test_a_worker_told_of_a_run_due_later_wakes_its_claims_then_and_not_before()
 # --- the staff console -----------------------------------------------------------------------------
 
 
-def schedule_url(run: Run) -> str:
-    return reverse("admin:runs_run_schedule", args=[run.pk])
+def priority_url(run: Run) -> str:
+    return reverse("admin:runs_run_priority", args=[run.pk])
 
 
 @pytest.mark.sqlite
@@ -297,38 +297,40 @@ def test_the_admin_shows_a_runs_priority_and_start_time(make_user: Callable[...,
     client.force_login(viewer)
     page = client.get(reverse("admin:runs_run_change", args=[run.pk])).content.decode()
     assert "2031-01-02 03:04:05" in page and ">42<" in page
-    assert schedule_url(run) not in page  # without runs.prioritize_run: no button
+    assert priority_url(run) not in page  # without runs.prioritize_run: no button
     assert ">42<" in client.get("/admin/runs/run/").content.decode()
-    assert client.post(schedule_url(run), {"priority": "7"}).status_code == 403
+    assert client.post(priority_url(run), {"priority": "7"}).status_code == 403
     assert fresh(run).priority == 42
 
 
 @pytest.mark.sqlite
-def test_staff_schedule_a_queued_run_from_its_page(make_user: Callable[..., User], alice: User, bob: User) -> None:
+def test_staff_set_a_queued_runs_priority_and_start_from_its_page(
+    make_user: Callable[..., User], alice: User, bob: User
+) -> None:
     scheduler = make_user("queue", perms=("runs.view_run", "runs.prioritize_run"), is_staff=True)
     client = Client()
     client.force_login(scheduler)
     alices = queued_run(alice, start_after=db_now() + timedelta(hours=1))
     bobs = queued_run(bob)
-    assert schedule_url(alices) in client.get(reverse("admin:runs_run_change", args=[alices.pk])).content.decode()
-    form = client.get(schedule_url(alices))
+    assert priority_url(alices) in client.get(reverse("admin:runs_run_change", args=[alices.pk])).content.decode()
+    form = client.get(priority_url(alices))
     assert form.status_code == 200 and 'name="priority"' in form.content.decode()
 
-    done = client.post(schedule_url(alices), {"priority": "500", "start_after": ""})
+    done = client.post(priority_url(alices), {"priority": "500", "start_after": ""})
     assert done.status_code == 302
     assert (fresh(alices).priority, fresh(alices).start_after) == (500, None)
-    assert LogEntry.objects.filter(object_id=str(alices.pk), change_message__startswith="Scheduled").exists()
+    assert LogEntry.objects.filter(object_id=str(alices.pk), change_message__startswith="Priority and start").exists()
     assert claimed_id() == alices.pk  # due now, and above fair share: before Bob's older run
 
-    refused = client.post(schedule_url(bobs), {"priority": "1001"})
+    refused = client.post(priority_url(bobs), {"priority": "1001"})
     assert refused.status_code == 200 and fresh(bobs).priority == 0
-    too_late = client.post(schedule_url(bobs), {"priority": "1", "start_after": "2200-01-01 00:00:00"})
+    too_late = client.post(priority_url(bobs), {"priority": "1", "start_after": "2200-01-01 00:00:00"})
     assert "must be before the deadline" in too_late.content.decode() and fresh(bobs).start_after is None
     claimed_id()
-    ran = client.post(schedule_url(bobs), {"priority": "3"})
-    assert ran.status_code == 302 and fresh(bobs).priority == 0  # running now: not scheduled, said so
+    ran = client.post(priority_url(bobs), {"priority": "3"})
+    assert ran.status_code == 302 and fresh(bobs).priority == 0  # running now: not changed, said so
     assert any("only a queued run" in str(m) for m in get_messages(ran.wsgi_request))
-    assert client.get(schedule_url(bobs)).status_code == 302
+    assert client.get(priority_url(bobs)).status_code == 302
 
 
 @pytest.mark.sqlite

@@ -1,7 +1,17 @@
 """Runledger's Python client: `Client` and `AsyncClient` for the REST API and its SSE streams,
 which resume by themselves, and the `runledger` command line (runledger_client.cli)."""
 
-from runledger_client._core import ClientOptions, CreateOptions, Retry, RunFilters, RunMatch, __version__
+from runledger_client._core import (
+    ClientOptions,
+    CreateOptions,
+    Retry,
+    RunFilters,
+    RunMatch,
+    ScheduleChanges,
+    ScheduleOptions,
+    WebhookChanges,
+    __version__,
+)
 from runledger_client.aio import AsyncClient, AsyncStream
 from runledger_client.client import Client, Stream
 from runledger_client.errors import (
@@ -18,6 +28,7 @@ from runledger_client.errors import (
     PayloadTooLarge,
     PermissionDenied,
     RunledgerError,
+    ScheduleOverlap,
     StaleTicket,
     TooManyMatches,
     TooManyRequests,
@@ -37,6 +48,9 @@ from runledger_client.models import (
     Page,
     Run,
     RunPage,
+    RunSchedule,
+    Schedule,
+    ScheduleLastRun,
     Webhook,
     WebhookDelivery,
 )
@@ -73,7 +87,13 @@ __all__ = [
     "RunFilters",
     "RunMatch",
     "RunPage",
+    "RunSchedule",
     "RunledgerError",
+    "Schedule",
+    "ScheduleChanges",
+    "ScheduleLastRun",
+    "ScheduleOptions",
+    "ScheduleOverlap",
     "StaleTicket",
     "Stream",
     "TooManyMatches",
@@ -82,6 +102,7 @@ __all__ = [
     "UnsupportedMediaType",
     "ValidationError",
     "Webhook",
+    "WebhookChanges",
     "WebhookDelivery",
     "__version__",
 ]

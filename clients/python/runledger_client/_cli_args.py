@@ -27,8 +27,18 @@ STATUSES = ("queued", "running", "waiting", "completed", "failed", "cancelled", 
 OUTPUTS = ("text", "json", "jsonl")
 STOP_CODES = ("staff", "policy", "budget_exhausted", "deadline_exceeded")
 SHELLS = ("bash", "zsh", "fish")
+# A schedule's overlap policies (runs/models/schedules.py Overlap; the client's tests compare the two).
+OVERLAPS = ("skip", "buffer_one", "allow_all", "cancel_other")
 # What a webhook endpoint may be told (runs/events.py WEBHOOK_EVENTS; the client's tests compare the two).
-WEBHOOK_EVENTS = ("run.completed", "run.failed", "run.cancelled", "run.stopped", "run.waiting")
+WEBHOOK_EVENTS = (
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run.stopped",
+    "run.waiting",
+    "schedule.skipped",
+    "schedule.failed",
+)
 
 
 def _json_value(text: str) -> Any:
@@ -69,6 +79,16 @@ def _lifetime(text: str) -> int:
     if not number.isdigit() or unit not in LIFETIME_UNITS:
         raise argparse.ArgumentTypeError("a whole number and a unit, s m h d or w (30d, 12h)")
     return int(number) * LIFETIME_UNITS[unit]
+
+
+def _seconds(text: str) -> int:
+    """`90`, `30s`, `5m`, `1h`, `1d`: seconds (the server says whether it is long enough)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return _lifetime(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError("seconds, or a whole number and a unit, s m h d or w (30s, 5m)") from None
 
 
 def _statuses(text: str) -> str:
@@ -156,6 +176,7 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
     listing.add_argument("--where", type=_pair, action="append", metavar="KEY=VALUE", help=WHERE_HELP)
     listing.add_argument("--agent", metavar="NAME", help="runs of this agent")
     listing.add_argument("--parent", metavar="ID", help="the children of this run")
+    listing.add_argument("--schedule", metavar="ID", help="the runs this schedule created")
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (0: all); default 50")
     listing.add_argument("--jsonl", action="store_true", help="the same as -o jsonl")
 
@@ -217,6 +238,11 @@ def parser(handlers: dict[str, Callable[..., int]] | None = None) -> argparse.Ar
         command("webhooks", "your webhook endpoints: told when your runs end or wait"), connection, handlers
     )
     _tokens_commands(command("tokens", "your API tokens: issue, list, revoke"), connection, handlers)
+    _schedules_commands(
+        command("schedules", "your schedules: a run created at each due time of a cron or an interval"),
+        connection,
+        handlers,
+    )
 
     completion = command("completion", 'print a shell completion script: eval "$(runledger completion bash)"')
     completion.add_argument("shell", choices=SHELLS, help="the shell")
@@ -275,6 +301,61 @@ def _tokens_commands(
     command("list", "list your tokens, oldest first: names, expiries, last use — never a key")
     delete = command("delete", 'revoke a token at once; prints "deleted NAME" (-o json: {"name", "deleted"})')
     delete.add_argument("name", help="the token's name")
+
+
+def _schedules_commands(
+    schedules: argparse.ArgumentParser, connection: argparse.ArgumentParser, handlers: dict[str, Callable[..., int]]
+) -> None:
+    """`runledger schedules COMMAND` (docs/design/schedules.md); handlers `schedules <name>`."""
+    command = _group(schedules, "schedules", connection, handlers)
+
+    create = command("create", "create a schedule; prints its id and next due time (-o json: the schedule)")
+    create.add_argument("agent", help="the agent each run runs (runledger agents lists them)")
+    create.add_argument(
+        "input", nargs="?", type=_json_object, default={}, metavar="INPUT_JSON", help="each run's input (default {})"
+    )
+    timing = create.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--cron", metavar="EXPR", help='five fields or a macro, e.g. "0 9 * * 1-5", @daily')
+    timing.add_argument(
+        "--every", type=_seconds, metavar="INTERVAL", help="a fixed interval: seconds, or 30s, 5m, 1h, 1d"
+    )
+    create.add_argument("--timezone", metavar="ZONE", help="the cron's IANA time zone, e.g. Europe/Paris (default UTC)")
+    create.add_argument(
+        "--overlap", choices=OVERLAPS, help="what a due time does while the last run is live (default skip)"
+    )
+    create.add_argument(
+        "--catchup",
+        type=_seconds,
+        metavar="WINDOW",
+        help="after downtime, fire the due times missed within this window (default 0: only the latest)",
+    )
+    create.add_argument("--start-at", metavar="ISO", help="no due time before this ISO 8601 time")
+    create.add_argument("--end-at", metavar="ISO", help="no due time after this ISO 8601 time")
+    create.add_argument("--meta", type=_pair, action="append", metavar="KEY=VALUE", help="a label of each run")
+    create.add_argument("--priority", type=int, help="each run's priority (-100..100; default 0)")
+
+    listing = command("list", "list your schedules, newest first")
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (0: all); default 50")
+
+    for name, help in (
+        ("show", "show a schedule (-o json: its JSON)"),
+        ("pause", "pause a schedule: nothing fires until it is resumed; prints it"),
+        ("resume", "resume a schedule from its next due time after now; prints it"),
+        ("trigger", "create a run now, as a due time would (the overlap policy applies); prints the run's id"),
+        ("delete", 'delete a schedule (its runs stay); prints "deleted ID" (-o json: {"id", "deleted"})'),
+    ):
+        command(name, help).add_argument("id", help="the schedule's id")
+
+    backfill = command(
+        "backfill", "create the runs of the due times in a past range that have none yet; prints their ids"
+    )
+    backfill.add_argument("id", help="the schedule's id")
+    backfill.add_argument("--from", dest="start", required=True, metavar="ISO", help="the range's start (ISO 8601)")
+    # Not --to: argparse would take it for an abbreviation of --token.
+    backfill.add_argument(
+        "--until", dest="end", required=True, metavar="ISO", help="the range's end, included (ISO 8601; not after now)"
+    )
+    backfill.add_argument("--max", type=int, required=True, metavar="N", help="at most N runs, the oldest due first")
 
 
 def _webhooks_commands(
@@ -372,6 +453,7 @@ def _match_arguments(sub: argparse.ArgumentParser) -> None:
     group.add_argument("--status", type=_statuses, help=STATUS_HELP)
     group.add_argument("--agent", metavar="NAME", help="runs of this agent")
     group.add_argument("--end-code", metavar="CODE", help=END_CODE_HELP)
+    group.add_argument("--schedule", metavar="ID", help="the runs this schedule created")
     group.add_argument(
         "--max", type=int, metavar="N", help="refuse (do nothing) if more than N match; default: the count confirmed"
     )

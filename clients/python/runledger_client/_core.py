@@ -30,6 +30,7 @@ from runledger_client.models import (
     Page,
     Run,
     RunPage,
+    Schedule,
     Webhook,
     WebhookDelivery,
 )
@@ -159,6 +160,8 @@ class RunMatch(TypedDict, total=False):
     metadata: Mapping[str, str]
     agent: str
     parent: str
+    # The runs a schedule created (its id).
+    schedule: str
     created_after: datetime | str
     created_before: datetime | str
 
@@ -487,6 +490,93 @@ def webhook_pages(page_size: int | None) -> Pages[Webhook]:
 
 def webhook_delivery_pages(webhook_id: object, page_size: int | None) -> Pages[WebhookDelivery]:
     return Pages(webhook_path(webhook_id, "deliveries"), {"page_size": page_size}, WebhookDelivery.from_body)
+
+
+# --- schedules (docs/design/schedules.md) ---
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """A schedule's fields besides its agent and input (docs/design/schedules.md): exactly one of
+    `cron` (five fields or a macro, read in `timezone`, an IANA name) and `every_seconds`; the
+    runs' `metadata` and `priority`; the `overlap` policy (skip, buffer_one, allow_all,
+    cancel_other); how far back a restart fires missed due times (`catchup_window_seconds`);
+    and when it starts and ends."""
+
+    cron: str
+    every_seconds: int
+    timezone: str
+    overlap: str
+    catchup_window_seconds: int
+    metadata: Mapping[str, str]
+    priority: int
+    start_at: datetime | str
+    end_at: datetime | str
+
+
+class ScheduleChanges(ScheduleOptions, total=False):
+    """`update()`'s changes: any field of a schedule; `None` clears `start_at` or `end_at`."""
+
+    agent: str
+    input: dict[str, Any]
+
+
+def schedule_path(schedule_id: object, action: str = "") -> str:
+    return f"/api/schedules/{quote(str(schedule_id), safe='')}/" + (f"{action}/" if action else "")
+
+
+def schedule_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields as the API reads them: times in ISO 8601, the input as given."""
+    return {name: value if name == "input" else _json_value_or_null(value) for name, value in fields.items()}
+
+
+def _json_value_or_null(value: object) -> Any:
+    return None if value is None else _json_value(value)
+
+
+def schedule_create(agent: str, input: dict[str, Any] | None, options: Mapping[str, Any]) -> Call[Schedule]:
+    body = {"agent": agent, "input": {} if input is None else input}
+    body.update(schedule_fields({name: value for name, value in options.items() if value is not None}))
+    # Not repeated after a lost answer: the API takes no Idempotency-Key here, and a second try
+    # would make a second schedule (and fire it too).
+    return Call("POST", "/api/schedules/", Schedule.from_body, json=body, ok=(201,), idempotent=False)
+
+
+def schedule_pages(page_size: int | None) -> Pages[Schedule]:
+    return Pages("/api/schedules/", {"page_size": page_size}, Schedule.from_body)
+
+
+def schedule_get(schedule_id: object) -> Call[Schedule]:
+    return Call("GET", schedule_path(schedule_id), Schedule.from_body)
+
+
+def schedule_update(schedule_id: object, changes: Mapping[str, Any]) -> Call[Schedule]:
+    return Call("PATCH", schedule_path(schedule_id), Schedule.from_body, json=schedule_fields(changes))
+
+
+def schedule_delete(schedule_id: object) -> Call[None]:
+    return Call("DELETE", schedule_path(schedule_id), lambda body: None, ok=(204,))
+
+
+def schedule_command(schedule_id: object, action: str) -> Call[Schedule]:
+    """`pause` or `resume`: the schedule as it is after it (the same again when repeated)."""
+    return Call("POST", schedule_path(schedule_id, action), Schedule.from_body)
+
+
+def schedule_trigger(schedule_id: object) -> Call[Run]:
+    # Not repeated after a lost answer: each trigger is a due time of its own, so a second try
+    # would create a second run.
+    return Call("POST", schedule_path(schedule_id, "trigger"), Run.from_body, ok=(201,), idempotent=False)
+
+
+def schedule_backfill(schedule_id: object, start: datetime | str, end: datetime | str, max: int) -> Call[list[Run]]:
+    body = {"from": _json_value(start), "to": _json_value(end), "max": max}
+    # Safe to repeat: a due time makes one run at most, whatever fires it, so a retry creates only
+    # the runs the lost answer's request did not.
+    return Call("POST", schedule_path(schedule_id, "backfill"), _backfilled, json=body)
+
+
+def _backfilled(body: Any) -> list[Run]:
+    return [Run.from_body(run) for run in body["runs"]]
 
 
 # --- API tokens (docs/design/api.md#tokens) ---

@@ -1,10 +1,11 @@
 """The asyncio client: `Client`'s namespaces and methods, awaited (`runs.list`, `agents.list`,
-`runs.stream`, `webhooks.list`, `webhooks.deliveries` and `tokens.list` are async iterators; a stream
-is an async context manager)."""
+`runs.stream`, `schedules.list`, `webhooks.list`, `webhooks.deliveries` and `tokens.list` are async
+iterators; a stream is an async context manager)."""
 
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
 from datetime import datetime
 from typing import Any, TypeVar, Unpack
@@ -14,7 +15,17 @@ import httpx
 from runledger_client import _base, _core
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, ApiToken, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
+from runledger_client.models import (
+    Agent,
+    ApiToken,
+    BulkResult,
+    Event,
+    EventPage,
+    Run,
+    Schedule,
+    Webhook,
+    WebhookDelivery,
+)
 
 T = TypeVar("T")
 
@@ -122,6 +133,41 @@ class AsyncAgents(_base.Namespace["AsyncClient"]):
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
+class AsyncSchedules(_base.Namespace["AsyncClient"]):
+    """`client.schedules` of `Client`, awaited; `list` is an async iterator."""
+
+    async def create(
+        self, agent: str, input: dict[str, Any] | None = None, **options: Unpack[_core.ScheduleOptions]
+    ) -> Schedule:
+        return await self._client._send(_core.schedule_create(agent, input, options))
+
+    def list(self, *, page_size: int | None = None) -> AsyncIterator[Schedule]:
+        return self._client._pages(_core.schedule_pages(page_size))
+
+    async def get(self, schedule_id: str) -> Schedule:
+        return await self._client._send(_core.schedule_get(schedule_id))
+
+    async def update(self, schedule_id: str, **changes: Unpack[_core.ScheduleChanges]) -> Schedule:
+        return await self._client._send(_core.schedule_update(schedule_id, changes))
+
+    async def delete(self, schedule_id: str) -> None:
+        await self._client._send(_core.schedule_delete(schedule_id))
+
+    async def pause(self, schedule_id: str) -> Schedule:
+        return await self._client._send(_core.schedule_command(schedule_id, "pause"))
+
+    async def resume(self, schedule_id: str) -> Schedule:
+        return await self._client._send(_core.schedule_command(schedule_id, "resume"))
+
+    async def trigger(self, schedule_id: str) -> Run:
+        return await self._client._send(_core.schedule_trigger(schedule_id))
+
+    async def backfill(
+        self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int
+    ) -> builtins.list[Run]:
+        return await self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
+
+
 class AsyncWebhooks(_base.Namespace["AsyncClient"]):
     """`client.webhooks` of `Client`, awaited; `list` and `deliveries` are async iterators."""
 
@@ -170,9 +216,16 @@ class AsyncClient(_base.ClientBase[httpx.AsyncBaseTransport, httpx.AsyncClient],
 
     runs: AsyncRuns
     agents: AsyncAgents
+    schedules: AsyncSchedules
     webhooks: AsyncWebhooks
     tokens: AsyncTokens
-    NAMESPACES = {"runs": AsyncRuns, "agents": AsyncAgents, "webhooks": AsyncWebhooks, "tokens": AsyncTokens}
+    NAMESPACES = {
+        "runs": AsyncRuns,
+        "agents": AsyncAgents,
+        "schedules": AsyncSchedules,
+        "webhooks": AsyncWebhooks,
+        "tokens": AsyncTokens,
+    }
 
     def _connect(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=transport, **self.config.http)

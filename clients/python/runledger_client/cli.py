@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from runledger_client import _cli_args, _cli_tokens, _cli_webhooks
+from runledger_client import _cli_args, _cli_schedules, _cli_tokens, _cli_webhooks
 from runledger_client._cli_args import EXIT_BY_STATUS, OK, REFUSED, UNREACHABLE, USAGE_ERROR
 from runledger_client._completion import SCRIPTS
 from runledger_client._config import resolve
@@ -78,6 +78,7 @@ def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
         "end_code": args.end_code,
         "agent": args.agent,
         "parent": args.parent,
+        "schedule": args.schedule,
         "metadata": dict(args.where) if args.where else None,
     }
     runs = client.runs.list(**_given(filters))
@@ -226,12 +227,13 @@ def _match(args: argparse.Namespace) -> dict[str, Any] | None:
         "status": args.status,
         "agent": args.agent,
         "end_code": args.end_code,
+        "schedule": args.schedule,
     }
     given = _given(filters)
     if args.id is not None and (given or args.max is not None or args.yes):
-        raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code), not both")
+        raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code, --schedule), not both")
     if args.id is None and not given:
-        raise UsageError("give a run id, or a filter: --where KEY=VALUE, --status, --agent or --end-code")
+        raise UsageError("give a run id, or a filter: --where KEY=VALUE, --status, --agent, --end-code or --schedule")
     return given if args.id is None else None
 
 
@@ -319,6 +321,7 @@ HANDLERS = {
     "rerun": cmd_rerun,
     **_cli_webhooks.HANDLERS,
     **_cli_tokens.HANDLERS,
+    **_cli_schedules.HANDLERS,
 }
 
 

@@ -4,6 +4,7 @@ awaited; both are thin drivers of the shared logic in `_core` (calls, retries, w
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Generator, Iterable, Iterator
 from datetime import datetime
@@ -14,7 +15,17 @@ import httpx
 from runledger_client import _base, _core
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
-from runledger_client.models import Agent, ApiToken, BulkResult, Event, EventPage, Run, Webhook, WebhookDelivery
+from runledger_client.models import (
+    Agent,
+    ApiToken,
+    BulkResult,
+    Event,
+    EventPage,
+    Run,
+    Schedule,
+    Webhook,
+    WebhookDelivery,
+)
 
 T = TypeVar("T")
 
@@ -161,6 +172,55 @@ class Agents(_base.Namespace["Client"]):
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
+class Schedules(_base.Namespace["Client"]):
+    """`client.schedules`: your schedules, each creating a run at every due time (docs/design/
+    schedules.md). Another user's schedule is NotFound."""
+
+    def create(
+        self, agent: str, input: dict[str, Any] | None = None, **options: Unpack[_core.ScheduleOptions]
+    ) -> Schedule:
+        """A schedule of runs of `agent` with `input`: give `cron="0 9 * * 1-5"` (with a
+        `timezone`, default UTC) or `every_seconds=N`. A bad cron, an unknown zone or an interval
+        shorter than the server's minimum raise ValidationError naming the field. Not retried after
+        a lost answer (it would make a second schedule)."""
+        return self._client._send(_core.schedule_create(agent, input, options))
+
+    def list(self, *, page_size: int | None = None) -> Iterator[Schedule]:
+        """Your schedules, newest first, fetched page by page as you iterate."""
+        return self._client._pages(_core.schedule_pages(page_size))
+
+    def get(self, schedule_id: str) -> Schedule:
+        return self._client._send(_core.schedule_get(schedule_id))
+
+    def update(self, schedule_id: str, **changes: Unpack[_core.ScheduleChanges]) -> Schedule:
+        """Change what is given (`start_at=None` or `end_at=None` clears it); the next due time
+        follows from the new timing."""
+        return self._client._send(_core.schedule_update(schedule_id, changes))
+
+    def delete(self, schedule_id: str) -> None:
+        """Delete the schedule; the runs it created stay. A retry after a lost answer may find it
+        gone: NotFound."""
+        self._client._send(_core.schedule_delete(schedule_id))
+
+    def pause(self, schedule_id: str) -> Schedule:
+        """Fire nothing until resumed (a run it created goes on)."""
+        return self._client._send(_core.schedule_command(schedule_id, "pause"))
+
+    def resume(self, schedule_id: str) -> Schedule:
+        """Fire again, from the next due time after now: what fell due while paused is not fired."""
+        return self._client._send(_core.schedule_command(schedule_id, "resume"))
+
+    def trigger(self, schedule_id: str) -> Run:
+        """Create a run now, as a due time would: its overlap policy applies, and a fire it skips
+        raises ScheduleOverlap. Not retried after a lost answer."""
+        return self._client._send(_core.schedule_trigger(schedule_id))
+
+    def backfill(self, schedule_id: str, *, start: datetime | str, end: datetime | str, max: int) -> builtins.list[Run]:
+        """Fire the due times from `start` to `end` that have no run yet, oldest first, at most
+        `max` of them: the runs created."""
+        return self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
+
+
 class Webhooks(_base.Namespace["Client"]):
     """`client.webhooks`: your webhook endpoints, told when your runs end or wait
     (docs/design/webhooks.md). Another user's endpoint is NotFound."""
@@ -169,7 +229,8 @@ class Webhooks(_base.Namespace["Client"]):
         self, url: str, events: Iterable[str], metadata: dict[str, str] | None = None, *, all_runs: bool = False
     ) -> Webhook:
         """Register an endpoint for `events` (any of run.completed, run.failed, run.cancelled,
-        run.stopped, run.waiting) of your runs whose metadata holds all of `metadata` (every
+        run.stopped, run.waiting, and your schedules' schedule.skipped and schedule.failed) of your
+        runs whose metadata holds all of `metadata` (every
         owner's runs with `all_runs`, which needs runs.view_run). The answer's `secret` is shown
         only here: keep it to verify the signatures. Not retried after a lost answer (it would
         register a second endpoint)."""
@@ -235,9 +296,10 @@ class Client(_base.ClientBase[httpx.BaseTransport, httpx.Client], _base.Closing)
 
     runs: Runs
     agents: Agents
+    schedules: Schedules
     webhooks: Webhooks
     tokens: Tokens
-    NAMESPACES = {"runs": Runs, "agents": Agents, "webhooks": Webhooks, "tokens": Tokens}
+    NAMESPACES = {"runs": Runs, "agents": Agents, "schedules": Schedules, "webhooks": Webhooks, "tokens": Tokens}
 
     def _connect(self, transport: httpx.BaseTransport | None) -> httpx.Client:
         return httpx.Client(transport=transport, **self.config.http)

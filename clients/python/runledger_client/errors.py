@@ -110,6 +110,14 @@ class BudgetExhausted(Conflict):
     code = "budget_exhausted"
 
 
+class ScheduleOverlap(Conflict):
+    """409 from a schedule's `trigger`: its overlap policy skipped the fire (the last run is still
+    live, under `skip` or `buffer_one` with one already waiting); no run was created. `run` is that
+    live run, when there is one."""
+
+    code = "schedule_overlap"
+
+
 class TooManyMatches(APIError):
     """409 from `cancel_where`/`stop_where`: more runs match than `max`; nothing was done. `count`
     is how many match (no `run`: no one run refused)."""
@@ -158,6 +166,7 @@ _BY_CODE: dict[str, type[APIError]] = {
         InvalidTransition,
         StaleTicket,
         BudgetExhausted,
+        ScheduleOverlap,
         PayloadTooLarge,
         TooManyMatches,
         UnsupportedMediaType,

@@ -1,5 +1,5 @@
-"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, `Webhook`,
-`WebhookDelivery`, and the pages and results that carry them.
+"""What the API answers, as plain typed classes: `Run`, `Attempt`, `Event`, `Agent`, `Schedule`,
+`Webhook`, `WebhookDelivery`, and the pages and results that carry them.
 
 Each model has one attribute per field of its OpenAPI component (`SCHEMA`; the suite checks them
 against the schema the server serves), and keeps the JSON it was made from (`Run.data`,
@@ -95,8 +95,37 @@ class Attempt(Model):
     data: dict[str, Any] = field(repr=False, compare=False)
 
 
+@dataclass(frozen=True)
+class RunSchedule(Model):
+    """The schedule that created a run (`Run.schedule`), and the due time it was created for."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("RunSchedule",)
+    REQUIRED = ("id",)
+
+    id: str
+    due_at: datetime | None
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class ScheduleLastRun(Model):
+    """The last run a schedule created: its id and status (a schedule's `last_run`)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("ScheduleLastRun",)
+    REQUIRED = ("id",)
+
+    id: str
+    status: str
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+
 def _object_or_none(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
+
+
+def _held(model: type[Model]) -> Callable[[Any], Any]:
+    """The reader of an object a model holds (a run's attempt): that model, or None for null."""
+    return lambda value: model.from_body(value) if isinstance(value, dict) else None
 
 
 # How `Model.from_body` reads a field of each declared type.
@@ -112,7 +141,9 @@ READERS: dict[str, Callable[[Any], Any]] = {
     "dict[str, Any]": lambda value: dict(value) if isinstance(value, dict) else {},
     "dict[str, Any] | None": _object_or_none,
     "Any": lambda value: value,
-    "Attempt | None": lambda value: Attempt.from_body(value) if isinstance(value, dict) else None,
+    "Attempt | None": _held(Attempt),
+    "RunSchedule | None": _held(RunSchedule),
+    "ScheduleLastRun | None": _held(ScheduleLastRun),
 }
 
 
@@ -137,6 +168,8 @@ class Run(Model):
     metadata: dict[str, str]
     parent: str | None
     rerun_of: str | None
+    # The schedule that created it and the due time it fired for; None for a run created otherwise.
+    schedule: RunSchedule | None
     priority: int
     created_at: datetime | None
     start_after: datetime | None
@@ -259,6 +292,7 @@ class Page:
     SCHEMA: ClassVar[tuple[str, ...]] = (
         "RunPage",
         "AgentPage",
+        "SchedulePage",
         "WebhookEndpointPage",
         "WebhookDeliveryPage",
         "ApiTokenPage",
@@ -317,6 +351,37 @@ class BulkResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"matched": self.matched, "counts": self.counts, "ids": self.ids}
+
+
+@dataclass(frozen=True)
+class Schedule(Model):
+    """A schedule (docs/design/schedules.md): a run of `agent` with `input` created at each due
+    time of `cron` (read in `timezone`) or of every `every_seconds` — exactly one run per due time.
+    `next_due_at` is None while nothing more is due (past `end_at`)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("Schedule",)
+    REQUIRED = ("id",)
+
+    id: str
+    agent: str
+    input: dict[str, Any]
+    metadata: dict[str, str]
+    priority: int
+    # One of the two: a cron expression (five fields, or a macro such as @daily), or an interval.
+    cron: str
+    every_seconds: int | None
+    timezone: str
+    # skip, buffer_one, allow_all or cancel_other: what a due time does while the last run is live.
+    overlap: str
+    catchup_window_seconds: int
+    start_at: datetime | None
+    end_at: datetime | None
+    paused: bool
+    next_due_at: datetime | None
+    last_run: ScheduleLastRun | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)

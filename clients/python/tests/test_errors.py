@@ -16,6 +16,7 @@ CODES = [
     (409, "invalid_transition", rl.InvalidTransition),
     (409, "stale_ticket", rl.StaleTicket),
     (409, "budget_exhausted", rl.BudgetExhausted),
+    (409, "schedule_overlap", rl.ScheduleOverlap),
     (413, "payload_too_large", rl.PayloadTooLarge),
     (415, "unsupported_media_type", rl.UnsupportedMediaType),
     (422, "idempotency_mismatch", rl.IdempotencyMismatch),
