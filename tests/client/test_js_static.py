@@ -1,9 +1,8 @@
 """The browser build of @runledger/client that the app's pages load (runs/static/runs/runledger-client.js,
-docs/design/clients.md#browser): a committed file, since the wheel ships it and operators have no
-npm, that must be exactly what a fresh build of clients/js writes, and that must name events as
-the server does."""
+minified, and its source map beside it; docs/design/clients.md#browser): committed files, since the
+wheel ships them and operators have no npm, that must be exactly what a fresh build of clients/js
+writes, and that must name events as the server does."""
 
-import difflib
 import json
 import shutil
 import subprocess
@@ -35,10 +34,18 @@ def test_the_committed_browser_build_is_what_a_fresh_build_of_the_package_writes
     node("scripts/static.mjs", str(fresh))
     version = json.loads((PACKAGE / "package.json").read_text())["version"]
     assert fresh.read_text().startswith(f"// @runledger/client {version}: ")
-    ours, theirs = COMMITTED.read_text().splitlines(), fresh.read_text().splitlines()
-    changed = list(difflib.unified_diff(ours, theirs, "committed", "fresh build", n=1, lineterm=""))
-    assert changed == [], "\n".join(
-        [*changed[:40], f"{COMMITTED.relative_to(ROOT)} is not the package's build: run `npm run build:static` there"]
+    # The script names its map beside it, and the map its script and the package's TypeScript sources.
+    assert fresh.read_text().endswith("\n//# sourceMappingURL=runledger-client.js.map\n")
+    source_map = json.loads(fresh.with_name("runledger-client.js.map").read_text())
+    assert "../../../clients/js/src/client.ts" in source_map["sources"]
+    assert len(source_map["sourcesContent"]) == len(source_map["sources"])
+    stale = [
+        path.name
+        for path in (COMMITTED, COMMITTED.with_name("runledger-client.js.map"))
+        if not path.exists() or path.read_bytes() != (tmp_path / path.name).read_bytes()
+    ]
+    assert stale == [], (
+        f"{stale} in {COMMITTED.parent.relative_to(ROOT)}: not the package's build: run `npm run build:static` in clients/js"
     )
 
 

@@ -56,5 +56,5 @@ export type {
   RunSettings,
   WaitOptions,
 } from "./runs.js";
-export { RunStream, type ConnectionState, type StreamOptions, type StreamState } from "./stream.js";
+export { RunStream, wakeOnReturn, type ConnectionState, type StreamOptions, type StreamState } from "./stream.js";
 export { SSEDecoder, type Frame } from "./sse.js";

@@ -58,6 +58,26 @@ export function typesParam(types: string | readonly string[] | undefined): strin
   return joined === "" ? undefined : joined;
 }
 
+/** Wakes `stream` when the browser comes back online or the page is shown again (outside a browser,
+ *  nothing); the function returned stops that. A page's stream, a React store's. */
+export function wakeOnReturn(stream: RunStream): () => void {
+  const events = globalThis as unknown as Partial<Pick<Window, "addEventListener" | "removeEventListener">>;
+  const page = typeof document === "undefined" ? null : document;
+  if (typeof events.addEventListener !== "function" || typeof events.removeEventListener !== "function") {
+    return () => undefined;
+  }
+  const online = (): void => stream.wake();
+  const shown = (): void => {
+    if (page?.visibilityState === "visible") stream.wake();
+  };
+  events.addEventListener("online", online);
+  page?.addEventListener("visibilitychange", shown);
+  return () => {
+    events.removeEventListener?.("online", online);
+    page?.removeEventListener("visibilitychange", shown);
+  };
+}
+
 export class RunStream implements AsyncIterable<RunEvent> {
   readonly runId: string;
   /** The run's terminal event, once delivered. */
@@ -127,6 +147,18 @@ export class RunStream implements AsyncIterable<RunEvent> {
       // Read to the end.
     }
     return this.terminal;
+  }
+
+  /** Reads the rest, handing each event to `onEvent`; how the stream ended: `ended` (the run's end, or
+   *  the stream closed: `aborted`) or `refused` — a refusal, reported through `onState`, is not thrown
+   *  here. Any other error is. */
+  async follow(onEvent: (event: RunEvent) => void): Promise<ConnectionState> {
+    try {
+      for await (const event of this) onEvent(event);
+    } catch (error) {
+      if (this.state !== "refused") throw error;
+    }
+    return this.connection;
   }
 
   /** Reads the rest; the text of every `output.delta` this stream delivered, joined. */

@@ -144,3 +144,21 @@ test("with a finite streamAttempts, a server that keeps refusing for now ends it
     await server.close();
   }
 });
+
+test("follow() hands over each event and answers a refusal, not throwing it; another error is thrown", { timeout: 30_000 }, async () => {
+  const api = client();
+  const run = await api.runs.wait((await api.runs.create("demo", { deltas: 3, delay_ms: 0 })).id);
+  const seen: number[] = [];
+  const ended = await api.runs.stream(run.id).follow((e) => seen.push(e.seq));
+  assert.deepEqual(ended, { state: "ended", status: "completed", aborted: false });
+  assert.deepEqual(seen, await storedLog(api, run.id).then((log) => log.map((e) => e.seq)));
+  const refused = await client({ token: "not-a-token" }).runs.stream(run.id).follow(() => assert.fail("no event"));
+  assert.equal(refused.state, "refused");
+  const failing = api.runs.stream(run.id);
+  await assert.rejects(
+    failing.follow(() => {
+      throw new Error("the page's own");
+    }),
+    { message: "the page's own" },
+  );
+});

@@ -9,6 +9,7 @@ from runledger_client._core import (
     RunMatch,
     ScheduleChanges,
     ScheduleOptions,
+    WebhookChanges,
     __version__,
 )
 from runledger_client.aio import AsyncClient, AsyncStream
@@ -101,6 +102,7 @@ __all__ = [
     "UnsupportedMediaType",
     "ValidationError",
     "Webhook",
+    "WebhookChanges",
     "WebhookDelivery",
     "__version__",
 ]

@@ -1,7 +1,9 @@
 """What the sync and async clients share, free of I/O: each API operation as a `Call` (the request
-and how to read its answer), the retry policy, and the retry loop's decisions (`Attempts`).
+and how to read its answer), the retry policy, and the operations that take several requests —
+`sending()` (a call's retries, as `Attempts` decides) and `wait()` — as steps.
 
-A client only sends a call, sleeps as `Attempts` says, and hands the final answer back to the call.
+A client only does each step (one try of a call, a sleep, a stream followed) and hands back what
+it gave (`Driving`).
 """
 
 from __future__ import annotations
@@ -276,6 +278,10 @@ def command_where(action: str, filters: Mapping[str, Any], fields: dict[str, Any
     return Call("POST", f"/api/runs/{action}/", BulkResult.from_body, json=body, headers=headers)
 
 
+def cancel_where(filters: Mapping[str, Any], *, max: int, note: str, key: str | None) -> Call[BulkResult]:
+    return command_where("cancel", filters, {"max": max, "note": note}, key)
+
+
 def stop_where(
     filters: Mapping[str, Any], *, max: int, reason: str, code: str | None, key: str | None
 ) -> Call[BulkResult]:
@@ -296,8 +302,11 @@ def create(agent: str, input: dict[str, Any] | None, options: dict[str, Any], ke
     return Call("POST", "/api/runs/", Run.from_body, json=body, headers=headers, ok=(200, 201))
 
 
-def rerun(run_id: object, from_seq: int | None, options: dict[str, Any]) -> Call[Run]:
-    body = {name: value if name == "input" else _json_value(value) for name, value in options.items()}
+def rerun(run_id: object, from_seq: int | None, options: Mapping[str, Any]) -> Call[Run]:
+    """`options`: the overrides given (None: not given)."""
+    body = {
+        name: value if name == "input" else _json_value(value) for name, value in options.items() if value is not None
+    }
     if from_seq is not None:
         body["from_seq"] = from_seq
     # Not repeated after a lost answer: a second try would make a second run.
@@ -433,12 +442,25 @@ def webhook_path(webhook_id: object, action: str = "") -> str:
     return f"/api/webhooks/{quote(str(webhook_id), safe='')}/" + (f"{action}/" if action else "")
 
 
+class WebhookChanges(TypedDict, total=False):
+    """`webhooks.update()`'s changes: each one given (None: left as it is)."""
+
+    url: str | None
+    events: Iterable[str] | None
+    metadata: dict[str, str] | None
+    all_runs: bool | None
+    enabled: bool | None
+
+
 def webhook_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The fields given (None: not given), as the API reads them: `events` a list."""
     return {name: list(value) if name == "events" else value for name, value in fields.items() if value is not None}
 
 
-def webhook_create(fields: Mapping[str, Any]) -> Call[Webhook]:
+def webhook_create(
+    url: str, events: Iterable[str], metadata: Mapping[str, str] | None, all_runs: bool
+) -> Call[Webhook]:
+    fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs or None}
     # Not repeated after a lost answer: the API takes no Idempotency-Key here, and a second try
     # would register a second endpoint.
     return Call("POST", "/api/webhooks/", Webhook.from_body, json=webhook_fields(fields), ok=(201,), idempotent=False)
@@ -593,29 +615,71 @@ class Follow:
     deadline: float | None
 
 
-# What a client's driver does for one step of a multi-request operation: send a call (and send its
-# result back in), follow a stream, or sleep.
+# What a client's driver does for one step of an operation: one try of a call (the driver sends the
+# answer back in, or throws in the httpx.TransportError that came instead), follow a stream, or sleep.
 Step = Call[Any] | Follow | Sleep
 
 
-def wait(run_id: str, *, released: bool, timeout: float | None, request_timeout: float) -> Generator[Step, Any, Run]:
+def sending(call: Call[T], retry: Retry) -> Generator[Step, Any, T]:
+    """`call` tried until its answer is final, as `Attempts` decides: its result, or its error."""
+    attempts = Attempts(call, retry)
+    while True:
+        try:
+            response = yield call
+        except httpx.TransportError as exc:
+            yield Sleep(attempts.after_error(exc))
+            continue
+        if (delay := attempts.after_answer(response)) is None:
+            return call.result(response)
+        yield Sleep(delay)
+
+
+class Driving(Generic[T]):
+    """An operation's steps as a client drives them: `step` is what to do next (None once the
+    operation is done, and `result()` what it returned); `settle()` hands back what doing it gave."""
+
+    def __init__(self, steps: Generator[Step, Any, T]) -> None:
+        self._steps = steps
+        self.step: Step | None = None
+        self._done: list[T] = []
+        self._resume(lambda: next(steps))
+
+    def settle(self, outcome: object) -> None:
+        """`outcome`: a try's answer, or the httpx.TransportError it met; None after a sleep or a stream."""
+        if isinstance(outcome, httpx.TransportError):
+            self._resume(lambda: self._steps.throw(outcome))
+        else:
+            self._resume(lambda: self._steps.send(outcome))
+
+    def result(self) -> T:
+        return self._done[0]
+
+    def _resume(self, resume: Callable[[], Step]) -> None:
+        try:
+            self.step = resume()
+        except StopIteration as done:
+            self.step = None
+            self._done.append(done.value)
+
+
+def wait(run_id: str, *, released: bool, timeout: float | None, config: Config) -> Generator[Step, Any, Run]:
     """`runs.wait()`, free of I/O, for both clients: the run once it is terminal, through the
     server's wait (`ServerWait`; a run that waits for a resume is followed on its stream); with
     `released`, once its attempt has also recorded `released_at`. TimeoutError after `timeout`
     seconds."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    waits = ServerWait(run_id, deadline, request_timeout)
-    run: Run = yield waits.next_call()
+    waits, retry = ServerWait(run_id, deadline, config.timeout), config.retry
+    run = yield from sending(waits.next_call(), retry)
     while not run.is_terminal:
         if waits.waits_for_resume(run):
             yield Follow(run_id, run.last_seq, deadline)
-            run = yield get(run_id)
+            run = yield from sending(get(run_id), retry)
         else:
-            run = yield waits.next_call()
+            run = yield from sending(waits.next_call(), retry)
     poll = ReleasePoll(deadline)
     while released and not run.released:
         yield Sleep(poll.delay())
-        run = yield get(run_id)
+        run = yield from sending(get(run_id), retry)
     return run
 
 

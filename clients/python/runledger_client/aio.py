@@ -8,13 +8,11 @@ import asyncio
 import builtins
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable
 from datetime import datetime
-from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import httpx
 
-from runledger_client import _core
-from runledger_client._config import settings_for
+from runledger_client import _base, _core
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
 from runledger_client.models import (
@@ -32,7 +30,7 @@ from runledger_client.models import (
 T = TypeVar("T")
 
 
-class AsyncStream(StreamTally):
+class AsyncStream(StreamTally, _base.AsyncClosing):
     """`Stream` for asyncio: `async with client.runs.stream(id) as events: async for event in
     events: ...` closes the connection when the block ends."""
 
@@ -44,12 +42,6 @@ class AsyncStream(StreamTally):
         async for event in self._events:
             self.tally(event)
             yield event
-
-    async def __aenter__(self) -> AsyncStream:
-        return self
-
-    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        await self.close()
 
     async def close(self) -> None:
         await self._events.aclose()
@@ -64,11 +56,8 @@ class AsyncStream(StreamTally):
         return self.joined_text()
 
 
-class AsyncRuns:
+class AsyncRuns(_base.Namespace["AsyncClient"]):
     """`client.runs` of `AsyncClient`: see `runledger_client.client.Runs`."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
 
     async def create(
         self,
@@ -92,11 +81,11 @@ class AsyncRuns:
         return await self._client._send(_core.events(run_id, after_seq, limit, types))
 
     def stream(self, run_id: str, after_seq: int = 0, types: str | Iterable[str] | None = None) -> AsyncStream:
-        return AsyncStream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
+        return AsyncStream(self._client._stream(self._client._streaming(run_id, after_seq, types)))
 
     async def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
         return await self._client._drive(
-            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
+            _core.wait(run_id, released=released, timeout=timeout, config=self._client.config)
         )
 
     async def cancel(self, run_id: str, note: str = "") -> Run:
@@ -112,8 +101,7 @@ class AsyncRuns:
         return await self._client._send(_core.resume(run_id, ticket, input))
 
     async def rerun(self, run_id: str, from_seq: int | None = None, **overrides: Unpack[_core.RerunOptions]) -> Run:
-        overrides_given = {k: v for k, v in overrides.items() if v is not None}
-        return await self._client._send(_core.rerun(run_id, from_seq, overrides_given))
+        return await self._client._send(_core.rerun(run_id, from_seq, overrides))
 
     async def count_where(self, **filters: Unpack[_core.RunMatch]) -> int:
         try:
@@ -124,7 +112,7 @@ class AsyncRuns:
     async def cancel_where(
         self, *, max: int, note: str = "", idempotency_key: str | None = None, **filters: Unpack[_core.RunMatch]
     ) -> BulkResult:
-        call = _core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key)
+        call = _core.cancel_where(filters, max=max, note=note, key=idempotency_key)
         return await self._client._send(call)
 
     async def stop_where(
@@ -140,19 +128,13 @@ class AsyncRuns:
         return await self._client._send(call)
 
 
-class AsyncAgents:
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
-
+class AsyncAgents(_base.Namespace["AsyncClient"]):
     def list(self, *, page_size: int | None = None) -> AsyncIterator[Agent]:
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
-class AsyncSchedules:
+class AsyncSchedules(_base.Namespace["AsyncClient"]):
     """`client.schedules` of `Client`, awaited; `list` is an async iterator."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
 
     async def create(
         self, agent: str, input: dict[str, Any] | None = None, **options: Unpack[_core.ScheduleOptions]
@@ -186,17 +168,13 @@ class AsyncSchedules:
         return await self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
 
 
-class AsyncWebhooks:
+class AsyncWebhooks(_base.Namespace["AsyncClient"]):
     """`client.webhooks` of `Client`, awaited; `list` and `deliveries` are async iterators."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
 
     async def create(
         self, url: str, events: Iterable[str], metadata: dict[str, str] | None = None, *, all_runs: bool = False
     ) -> Webhook:
-        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs or None}
-        return await self._client._send(_core.webhook_create(fields))
+        return await self._client._send(_core.webhook_create(url, events, metadata, all_runs))
 
     def list(self, *, page_size: int | None = None) -> AsyncIterator[Webhook]:
         return self._client._pages(_core.webhook_pages(page_size))
@@ -204,18 +182,8 @@ class AsyncWebhooks:
     async def get(self, webhook_id: str) -> Webhook:
         return await self._client._send(_core.webhook_get(webhook_id))
 
-    async def update(
-        self,
-        webhook_id: str,
-        *,
-        url: str | None = None,
-        events: Iterable[str] | None = None,
-        metadata: dict[str, str] | None = None,
-        all_runs: bool | None = None,
-        enabled: bool | None = None,
-    ) -> Webhook:
-        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs, "enabled": enabled}
-        return await self._client._send(_core.webhook_update(webhook_id, fields))
+    async def update(self, webhook_id: str, **changes: Unpack[_core.WebhookChanges]) -> Webhook:
+        return await self._client._send(_core.webhook_update(webhook_id, changes))
 
     async def delete(self, webhook_id: str) -> None:
         await self._client._send(_core.webhook_delete(webhook_id))
@@ -227,11 +195,8 @@ class AsyncWebhooks:
         return self._client._pages(_core.webhook_delivery_pages(webhook_id, page_size))
 
 
-class AsyncTokens:
+class AsyncTokens(_base.Namespace["AsyncClient"]):
     """`client.tokens` of `Client`, awaited; `list` is an async iterator."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
 
     async def create(
         self, name: str, *, expires_in: int | None = None, expires_at: datetime | str | None = None
@@ -245,7 +210,7 @@ class AsyncTokens:
         await self._client._send(_core.token_delete(name))
 
 
-class AsyncClient:
+class AsyncClient(_base.ClientBase[httpx.AsyncBaseTransport, httpx.AsyncClient], _base.AsyncClosing):
     """`AsyncClient(url=None, token=None, *, profile=None, **options)`: `Client` for asyncio; see
     there."""
 
@@ -254,39 +219,16 @@ class AsyncClient:
     schedules: AsyncSchedules
     webhooks: AsyncWebhooks
     tokens: AsyncTokens
+    NAMESPACES = {
+        "runs": AsyncRuns,
+        "agents": AsyncAgents,
+        "schedules": AsyncSchedules,
+        "webhooks": AsyncWebhooks,
+        "tokens": AsyncTokens,
+    }
 
-    def __init__(
-        self,
-        url: str | None = None,
-        token: str | None = None,
-        *,
-        profile: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        **options: Unpack[_core.ClientOptions],
-    ) -> None:
-        settings = settings_for(url, token, profile)
-        self._attach(_core.Config(str(settings.url), str(settings.token), options))
-        self._http = httpx.AsyncClient(transport=transport, **self.config.http)
-
-    def _attach(self, config: _core.Config) -> None:
-        self.config = config
-        self.runs = AsyncRuns(self)
-        self.agents = AsyncAgents(self)
-        self.schedules = AsyncSchedules(self)
-        self.webhooks = AsyncWebhooks(self)
-        self.tokens = AsyncTokens(self)
-
-    def with_options(self, **options: Unpack[_core.ClientOptions]) -> AsyncClient:
-        copy = object.__new__(AsyncClient)
-        copy._attach(self.config.with_options(options))
-        copy._http = self._http
-        return copy
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        await self.close()
+    def _connect(self, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=transport, **self.config.http)
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -294,37 +236,10 @@ class AsyncClient:
     async def request(self, method: str, path: str, **options: Unpack[_core.RequestOptions]) -> Any:
         return await self._send(_core.request(method, path, options))
 
-    # The names of 0.1, before the namespaces: each warns, then does what client.runs.<name> does.
-    create = _core.Deprecated("runs")
-    get = _core.Deprecated("runs")
-    list = _core.Deprecated("runs")
-    events = _core.Deprecated("runs")
-    stream = _core.Deprecated("runs")
-    wait = _core.Deprecated("runs")
-    cancel = _core.Deprecated("runs")
-    stop = _core.Deprecated("runs")
-    pause = _core.Deprecated("runs")
-    resume = _core.Deprecated("runs")
-    rerun = _core.Deprecated("runs")
-    count_where = _core.Deprecated("runs")
-    cancel_where = _core.Deprecated("runs")
-    stop_where = _core.Deprecated("runs")
-
-    # --- the drivers ---
+    # --- the drivers: each step of _core's operations, awaited on this client's connections ---
 
     async def _send(self, call: _core.Call[T]) -> T:
-        attempts = _core.Attempts(call, self.config.retry)
-        while True:
-            try:
-                response = await self._http.request(
-                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
-                )
-            except httpx.TransportError as exc:
-                await asyncio.sleep(attempts.after_error(exc))
-                continue
-            if (delay := attempts.after_answer(response)) is None:
-                return call.result(response)
-            await asyncio.sleep(delay)
+        return await self._drive(_core.sending(call, self.config.retry))
 
     async def _pages(self, pages: _core.Pages[T]) -> AsyncIterator[T]:
         while (call := pages.next_call()) is not None:
@@ -332,32 +247,28 @@ class AsyncClient:
                 yield item
 
     async def _drive(self, steps: Generator[_core.Step, Any, T]) -> T:
-        result: Any = None
-        try:
-            while True:
-                step = steps.send(result)
-                if isinstance(step, _core.Sleep):
-                    await asyncio.sleep(step.seconds)
-                    result = None
-                elif isinstance(step, _core.Follow):
-                    state = StreamState(step.run_id, step.after_seq, self.config.retry, step.deadline)
-                    async for _ in self._stream(state):
-                        pass
-                    result = None
-                else:
-                    result = await self._send(step)
-        except StopIteration as done:
-            value: T = done.value
-            return value
+        driving = _core.Driving(steps)
+        while driving.step is not None:
+            driving.settle(await self._do(driving.step))
+        return driving.result()
+
+    async def _do(self, step: _core.Step) -> object:
+        if isinstance(step, _core.Sleep):
+            await asyncio.sleep(step.seconds)
+        elif isinstance(step, _core.Follow):
+            async for _ in self._stream(self._following(step)):
+                pass
+        else:
+            try:
+                return await self._http.request(**self._exchange_args(step))
+            except httpx.TransportError as exc:
+                return exc
+        return None
 
     async def _stream(self, state: StreamState) -> AsyncGenerator[Event, None]:
         while not state.finished:
-            headers = state.connect_headers()
-            timeout = self.config.stream_timeouts(state.read_timeout(self.config.stream_timeout))
             try:
-                async with self._http.stream(
-                    "GET", state.path, params=state.params, headers=headers, timeout=timeout
-                ) as response:
+                async with self._http.stream(**self._stream_args(state)) as response:
                     if response.status_code != 200:
                         await response.aread()
                     if state.opened(response):

@@ -8,13 +8,11 @@ import builtins
 import time
 from collections.abc import Generator, Iterable, Iterator
 from datetime import datetime
-from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 import httpx
 
-from runledger_client import _core
-from runledger_client._config import settings_for
+from runledger_client import _base, _core
 from runledger_client._stream import StreamState, StreamTally
 from runledger_client.errors import TooManyMatches
 from runledger_client.models import (
@@ -32,7 +30,7 @@ from runledger_client.models import (
 T = TypeVar("T")
 
 
-class Stream(StreamTally):
+class Stream(StreamTally, _base.Closing):
     """A run's live events (`client.runs.stream(...)`): iterate it, ideally inside `with`, which
     closes the connection when the block ends — on `break` or an error too. `text()` and
     `until_end()` read it to its end."""
@@ -45,12 +43,6 @@ class Stream(StreamTally):
         for event in self._events:
             self.tally(event)
             yield event
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.close()
 
     def close(self) -> None:
         """Close the connection (the stream yields nothing more)."""
@@ -68,11 +60,8 @@ class Stream(StreamTally):
         return self.joined_text()
 
 
-class Runs:
+class Runs(_base.Namespace["Client"]):
     """`client.runs`: create, read, follow and command runs (docs/design/api.md)."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
 
     def create(
         self,
@@ -108,15 +97,13 @@ class Runs:
         Reconnects by itself after any drop, from the last event yielded; never yields a seq twice.
         Raises NotAuthenticated, PermissionDenied, NotFound or ValidationError when the server
         refuses the stream."""
-        return Stream(self._client._stream(StreamState(run_id, after_seq, self._client.config.retry, types=types)))
+        return Stream(self._client._stream(self._client._streaming(run_id, after_seq, types)))
 
     def wait(self, run_id: str, *, released: bool = False, timeout: float | None = None) -> Run:
         """The run once it is terminal (the server's wait; a run that waits for a resume is
         followed on its stream); with `released`, once its attempt has also recorded `released_at`
         (the worker stopped executing it). TimeoutError after `timeout` seconds."""
-        return self._client._drive(
-            _core.wait(run_id, released=released, timeout=timeout, request_timeout=self._client.config.timeout)
-        )
+        return self._client._drive(_core.wait(run_id, released=released, timeout=timeout, config=self._client.config))
 
     def cancel(self, run_id: str, note: str = "") -> Run:
         """Cancel a queued, running or waiting run; a run already cancelled is returned as it is.
@@ -143,7 +130,7 @@ class Runs:
         agent events up to that seq. A live run raises InvalidTransition; a `from_seq` past the log
         or inside a tool call, ValidationError. Not retried after a lost answer (it would make a
         second run)."""
-        return self._client._send(_core.rerun(run_id, from_seq, {k: v for k, v in overrides.items() if v is not None}))
+        return self._client._send(_core.rerun(run_id, from_seq, overrides))
 
     # --- on every run that matches a filter (docs/design/commands.md#bulk-commands) ---
 
@@ -162,7 +149,7 @@ class Runs:
         `cancel()` would. More than `max` matches raise TooManyMatches (its `count`), and nothing
         is done. Sent with an `Idempotency-Key` (made here unless given): a retry after a lost
         answer gets the first answer."""
-        return self._client._send(_core.command_where("cancel", filters, {"max": max, "note": note}, idempotency_key))
+        return self._client._send(_core.cancel_where(filters, max=max, note=note, key=idempotency_key))
 
     def stop_where(
         self,
@@ -177,23 +164,17 @@ class Runs:
         return self._client._send(_core.stop_where(filters, max=max, reason=reason, code=code, key=idempotency_key))
 
 
-class Agents:
+class Agents(_base.Namespace["Client"]):
     """`client.agents`: the agents a run may name."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
 
     def list(self, *, page_size: int | None = None) -> Iterator[Agent]:
         """Every registered agent, by name, with the event types of its own it declared."""
         return self._client._pages(_core.agent_pages({"page_size": page_size}))
 
 
-class Schedules:
+class Schedules(_base.Namespace["Client"]):
     """`client.schedules`: your schedules, each creating a run at every due time (docs/design/
     schedules.md). Another user's schedule is NotFound."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
 
     def create(
         self, agent: str, input: dict[str, Any] | None = None, **options: Unpack[_core.ScheduleOptions]
@@ -240,12 +221,9 @@ class Schedules:
         return self._client._send(_core.schedule_backfill(schedule_id, start, end, max))
 
 
-class Webhooks:
+class Webhooks(_base.Namespace["Client"]):
     """`client.webhooks`: your webhook endpoints, told when your runs end or wait
     (docs/design/webhooks.md). Another user's endpoint is NotFound."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
 
     def create(
         self, url: str, events: Iterable[str], metadata: dict[str, str] | None = None, *, all_runs: bool = False
@@ -256,8 +234,7 @@ class Webhooks:
         owner's runs with `all_runs`, which needs runs.view_run). The answer's `secret` is shown
         only here: keep it to verify the signatures. Not retried after a lost answer (it would
         register a second endpoint)."""
-        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs or None}
-        return self._client._send(_core.webhook_create(fields))
+        return self._client._send(_core.webhook_create(url, events, metadata, all_runs))
 
     def list(self, *, page_size: int | None = None) -> Iterator[Webhook]:
         """Your endpoints, oldest first (staff with runs.change_run: everyone's), page by page."""
@@ -266,20 +243,10 @@ class Webhooks:
     def get(self, webhook_id: str) -> Webhook:
         return self._client._send(_core.webhook_get(webhook_id))
 
-    def update(
-        self,
-        webhook_id: str,
-        *,
-        url: str | None = None,
-        events: Iterable[str] | None = None,
-        metadata: dict[str, str] | None = None,
-        all_runs: bool | None = None,
-        enabled: bool | None = None,
-    ) -> Webhook:
+    def update(self, webhook_id: str, **changes: Unpack[_core.WebhookChanges]) -> Webhook:
         """Change what is given; `enabled=True` on an endpoint Runledger disabled clears its
         `disabled_reason` and its failures so far."""
-        fields = {"url": url, "events": events, "metadata": metadata, "all_runs": all_runs, "enabled": enabled}
-        return self._client._send(_core.webhook_update(webhook_id, fields))
+        return self._client._send(_core.webhook_update(webhook_id, changes))
 
     def delete(self, webhook_id: str) -> None:
         """Delete the endpoint with its deliveries (pending ones are not sent). A retry after a
@@ -296,12 +263,9 @@ class Webhooks:
         return self._client._pages(_core.webhook_delivery_pages(webhook_id, page_size))
 
 
-class Tokens:
+class Tokens(_base.Namespace["Client"]):
     """`client.tokens`: your API tokens (docs/design/api.md#tokens). A key is in the answer of
     `create` only: the server keeps its digest."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
 
     def create(self, name: str, *, expires_in: int | None = None, expires_at: datetime | str | None = None) -> ApiToken:
         """Issue a token named `name` (unique among yours), expiring in `expires_in` seconds or at
@@ -319,7 +283,7 @@ class Tokens:
         self._client._send(_core.token_delete(name))
 
 
-class Client:
+class Client(_base.ClientBase[httpx.BaseTransport, httpx.Client], _base.Closing):
     """`Client(url=None, token=None, *, profile=None, **options)`: the Runledger API with an API
     token (`Authorization: Token <key>`). What is not given is read from the environment, then from
     the config file's profile (runledger_client._config). The options (`timeout`,
@@ -335,41 +299,10 @@ class Client:
     schedules: Schedules
     webhooks: Webhooks
     tokens: Tokens
+    NAMESPACES = {"runs": Runs, "agents": Agents, "schedules": Schedules, "webhooks": Webhooks, "tokens": Tokens}
 
-    def __init__(
-        self,
-        url: str | None = None,
-        token: str | None = None,
-        *,
-        profile: str | None = None,
-        transport: httpx.BaseTransport | None = None,
-        **options: Unpack[_core.ClientOptions],
-    ) -> None:
-        settings = settings_for(url, token, profile)
-        self._attach(_core.Config(str(settings.url), str(settings.token), options))
-        self._http = httpx.Client(transport=transport, **self.config.http)
-
-    def _attach(self, config: _core.Config) -> None:
-        self.config = config
-        self.runs = Runs(self)
-        self.agents = Agents(self)
-        self.schedules = Schedules(self)
-        self.webhooks = Webhooks(self)
-        self.tokens = Tokens(self)
-
-    def with_options(self, **options: Unpack[_core.ClientOptions]) -> Client:
-        """This client with other options (`timeout`, `max_retries`, …), sharing its connections:
-        `client.with_options(timeout=5).runs.get(id)`."""
-        copy = object.__new__(Client)
-        copy._attach(self.config.with_options(options))
-        copy._http = self._http
-        return copy
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.close()
+    def _connect(self, transport: httpx.BaseTransport | None) -> httpx.Client:
+        return httpx.Client(transport=transport, **self.config.http)
 
     def close(self) -> None:
         self._http.close()
@@ -379,69 +312,40 @@ class Client:
         the rest when it is safe to repeat (`idempotent`; by default GET, HEAD and OPTIONS)."""
         return self._send(_core.request(method, path, options))
 
-    # The names of 0.1, before the namespaces: each warns, then does what client.runs.<name> does.
-    create = _core.Deprecated("runs")
-    get = _core.Deprecated("runs")
-    list = _core.Deprecated("runs")
-    events = _core.Deprecated("runs")
-    stream = _core.Deprecated("runs")
-    wait = _core.Deprecated("runs")
-    cancel = _core.Deprecated("runs")
-    stop = _core.Deprecated("runs")
-    pause = _core.Deprecated("runs")
-    resume = _core.Deprecated("runs")
-    rerun = _core.Deprecated("runs")
-    count_where = _core.Deprecated("runs")
-    cancel_where = _core.Deprecated("runs")
-    stop_where = _core.Deprecated("runs")
-
-    # --- the drivers ---
+    # --- the drivers: each step of _core's operations, done on this client's connections ---
 
     def _send(self, call: _core.Call[T]) -> T:
-        attempts = _core.Attempts(call, self.config.retry)
-        while True:
-            try:
-                response = self._http.request(
-                    call.method, call.path, **({"timeout": self.config.timeout} | call.request_args())
-                )
-            except httpx.TransportError as exc:
-                time.sleep(attempts.after_error(exc))
-                continue
-            if (delay := attempts.after_answer(response)) is None:
-                return call.result(response)
-            time.sleep(delay)
+        return self._drive(_core.sending(call, self.config.retry))
 
     def _pages(self, pages: _core.Pages[T]) -> Iterator[T]:
         while (call := pages.next_call()) is not None:
             yield from pages.take(self._send(call))
 
     def _drive(self, steps: Generator[_core.Step, Any, T]) -> T:
-        result: Any = None
-        try:
-            while True:
-                step = steps.send(result)
-                if isinstance(step, _core.Sleep):
-                    time.sleep(step.seconds)
-                    result = None
-                elif isinstance(step, _core.Follow):
-                    state = StreamState(step.run_id, step.after_seq, self.config.retry, step.deadline)
-                    for _ in self._stream(state):
-                        pass
-                    result = None
-                else:
-                    result = self._send(step)
-        except StopIteration as done:
-            value: T = done.value
-            return value
+        driving = _core.Driving(steps)
+        while driving.step is not None:
+            driving.settle(self._do(driving.step))
+        return driving.result()
+
+    def _do(self, step: _core.Step) -> object:
+        """What doing `step` gave: a try's answer, or the transport error it met; None after a
+        sleep or a stream."""
+        if isinstance(step, _core.Sleep):
+            time.sleep(step.seconds)
+        elif isinstance(step, _core.Follow):
+            for _ in self._stream(self._following(step)):
+                pass
+        else:
+            try:
+                return self._http.request(**self._exchange_args(step))
+            except httpx.TransportError as exc:
+                return exc
+        return None
 
     def _stream(self, state: StreamState) -> Generator[Event, None, None]:
         while not state.finished:
-            headers = state.connect_headers()
-            timeout = self.config.stream_timeouts(state.read_timeout(self.config.stream_timeout))
             try:
-                with self._http.stream(
-                    "GET", state.path, params=state.params, headers=headers, timeout=timeout
-                ) as response:
+                with self._http.stream(**self._stream_args(state)) as response:
                     if response.status_code != 200:
                         response.read()
                     if state.opened(response):

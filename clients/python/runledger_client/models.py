@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "stopped"})
 TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled", "run.stopped"})
@@ -38,17 +39,51 @@ def _str_or_none(value: Any) -> str | None:
 
 def api_fields(model: type) -> list[str]:
     """The names of `model`'s fields that come from the API (not those the client adds)."""
+    return [name for name, _ in _declared(model)]
+
+
+def _declared(model: type) -> Iterator[tuple[str, str]]:
+    """`model`'s API fields and their declared types, as written (this module's annotations are text)."""
     local = getattr(model, "LOCAL_FIELDS", ())
-    return [f.name for f in dataclasses.fields(model) if f.name not in local]
+    return ((f.name, str(f.type)) for f in dataclasses.fields(model) if f.name not in local)
+
+
+class Model:
+    """What each model read from an API object shares: `data` is that object, whole, and
+    `model["field"]` reads it; `from_body` reads each of its API fields by the field's declared type
+    (`READERS`): a missing or null value is that type's empty value, but for the `REQUIRED` ones."""
+
+    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REQUIRED: ClassVar[tuple[str, ...]] = ()
+    _PLAN: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]]
+    data: dict[str, Any]
+
+    if TYPE_CHECKING:
+        # Each model is a dataclass: its fields are its constructor's keywords.
+        def __init__(self, **fields: Any) -> None: ...
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Self:
+        read = {name: reader(body[name] if required else body.get(name)) for name, reader, required in cls._plan()}
+        return cls(**read, data=body)
+
+    @classmethod
+    def _plan(cls) -> tuple[tuple[str, Callable[[Any], Any], bool], ...]:
+        """Each API field's name, reader and whether it is required: worked out once per model."""
+        if "_PLAN" not in cls.__dict__:
+            cls._PLAN = tuple((name, READERS[kind], name in cls.REQUIRED) for name, kind in _declared(cls))
+        return cls._PLAN
 
 
 @dataclass(frozen=True)
-class Attempt:
+class Attempt(Model):
     """A run's current attempt (docs/design/execution.md): which worker holds it, its lease, and
     when it was released (the worker stopped executing it) with which `outcome`."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("AttemptOutput",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
     generation: int
     worker: str
@@ -59,45 +94,66 @@ class Attempt:
     outcome: str
     data: dict[str, Any] = field(repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Attempt:
-        return cls(
-            generation=int(body.get("generation") or 0),
-            worker=str(body.get("worker") or ""),
-            claimed_at=timestamp(body.get("claimed_at")),
-            heartbeat_at=timestamp(body.get("heartbeat_at")),
-            lease_expires_at=timestamp(body.get("lease_expires_at")),
-            released_at=timestamp(body.get("released_at")),
-            outcome=str(body.get("outcome") or ""),
-            data=body,
-        )
-
 
 @dataclass(frozen=True)
-class RunSchedule:
+class RunSchedule(Model):
     """The schedule that created a run (`Run.schedule`), and the due time it was created for."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("RunSchedule",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
+    REQUIRED = ("id",)
 
     id: str
     due_at: datetime | None
-
-    @classmethod
-    def from_body(cls, body: Any) -> RunSchedule | None:
-        return cls(id=str(body["id"]), due_at=timestamp(body.get("due_at"))) if isinstance(body, dict) else None
+    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
-class Run:
+class ScheduleLastRun(Model):
+    """The last run a schedule created: its id and status (a schedule's `last_run`)."""
+
+    SCHEMA: ClassVar[tuple[str, ...]] = ("ScheduleLastRun",)
+    REQUIRED = ("id",)
+
+    id: str
+    status: str
+    data: dict[str, Any] = field(repr=False, compare=False)
+
+
+def _object_or_none(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _held(model: type[Model]) -> Callable[[Any], Any]:
+    """The reader of an object a model holds (a run's attempt): that model, or None for null."""
+    return lambda value: model.from_body(value) if isinstance(value, dict) else None
+
+
+# How `Model.from_body` reads a field of each declared type.
+READERS: dict[str, Callable[[Any], Any]] = {
+    "str": lambda value: str(value or ""),
+    "int": lambda value: int(value or 0),
+    "bool": bool,
+    "str | None": _str_or_none,
+    "int | None": _int_or_none,
+    "datetime | None": timestamp,
+    "tuple[str, ...]": lambda value: tuple(str(item) for item in value or ()),
+    "dict[str, str]": lambda value: {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {},
+    "dict[str, Any]": lambda value: dict(value) if isinstance(value, dict) else {},
+    "dict[str, Any] | None": _object_or_none,
+    "Any": lambda value: value,
+    "Attempt | None": _held(Attempt),
+    "RunSchedule | None": _held(RunSchedule),
+    "ScheduleLastRun | None": _held(ScheduleLastRun),
+}
+
+
+@dataclass(frozen=True)
+class Run(Model):
     """A run (docs/design/api.md#run-json). `data` is the JSON object the API sent, whole;
     `run["field"]` reads it."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("RunOutput", "RunListItem")
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REQUIRED = ("id",)
 
     id: str
     agent: str
@@ -141,9 +197,6 @@ class Run:
     truncated: tuple[str, ...]
     data: dict[str, Any] = field(repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
@@ -152,46 +205,6 @@ class Run:
     def released(self) -> bool:
         """No worker executes the run any more: it has no attempt, or its attempt was released."""
         return self.attempt is None or self.attempt.released_at is not None
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Run:
-        attempt = body.get("attempt")
-        metadata = body.get("metadata")
-        return cls(
-            id=str(body["id"]),
-            agent=str(body.get("agent") or ""),
-            status=str(body.get("status") or ""),
-            owner=str(body.get("owner") or ""),
-            input=body.get("input"),
-            output=body.get("output"),
-            partial_output=partial if isinstance(partial := body.get("partial_output"), dict) else None,
-            error=body.get("error"),
-            metadata=dict(metadata) if isinstance(metadata, dict) else {},
-            parent=_str_or_none(body.get("parent")),
-            rerun_of=_str_or_none(body.get("rerun_of")),
-            schedule=RunSchedule.from_body(body.get("schedule")),
-            priority=int(body.get("priority") or 0),
-            created_at=timestamp(body.get("created_at")),
-            start_after=timestamp(body.get("start_after")),
-            started_at=timestamp(body.get("started_at")),
-            ended_at=timestamp(body.get("ended_at")),
-            deadline=timestamp(body.get("deadline")),
-            end_code=str(body.get("end_code") or ""),
-            end_reason=str(body.get("end_reason") or ""),
-            ended_by=str(body.get("ended_by") or ""),
-            last_seq=int(body.get("last_seq") or 0),
-            max_steps=_int_or_none(body.get("max_steps")),
-            steps_used=int(body.get("steps_used") or 0),
-            max_events=_int_or_none(body.get("max_events")),
-            events_used=int(body.get("events_used") or 0),
-            usage=dict(usage) if isinstance(usage := body.get("usage"), dict) else {},
-            max_attempts=_int_or_none(body.get("max_attempts")),
-            lost_attempts=int(body.get("lost_attempts") or 0),
-            resume_ticket=_str_or_none(body.get("resume_ticket")),
-            attempt=Attempt.from_body(attempt) if isinstance(attempt, dict) else None,
-            truncated=tuple(str(name) for name in body.get("truncated") or ()),
-            data=body,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,19 +245,15 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Agent:
+class Agent(Model):
     """A registered agent a run may name, and the event types of its own it declared."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("Agent",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REQUIRED = ("name",)
 
     name: str
     event_types: tuple[str, ...]
     data: dict[str, Any] = field(repr=False, compare=False)
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Agent:
-        return cls(name=str(body["name"]), event_types=tuple(str(t) for t in body.get("event_types") or ()), data=body)
 
 
 @dataclass(frozen=True)
@@ -345,28 +354,13 @@ class BulkResult:
 
 
 @dataclass(frozen=True)
-class ScheduleLastRun:
-    """The last run a schedule created: its id and status (a schedule's `last_run`)."""
-
-    SCHEMA: ClassVar[tuple[str, ...]] = ("ScheduleLastRun",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ()
-
-    id: str
-    status: str
-
-    @classmethod
-    def from_body(cls, body: Any) -> ScheduleLastRun | None:
-        return cls(id=str(body["id"]), status=str(body.get("status") or "")) if isinstance(body, dict) else None
-
-
-@dataclass(frozen=True)
-class Schedule:
+class Schedule(Model):
     """A schedule (docs/design/schedules.md): a run of `agent` with `input` created at each due
     time of `cron` (read in `timezone`) or of every `every_seconds` — exactly one run per due time.
     `next_due_at` is None while nothing more is due (past `end_at`)."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("Schedule",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REQUIRED = ("id",)
 
     id: str
     agent: str
@@ -389,43 +383,16 @@ class Schedule:
     updated_at: datetime | None
     data: dict[str, Any] = field(repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Schedule:
-        metadata = body.get("metadata")
-        return cls(
-            id=str(body["id"]),
-            agent=str(body.get("agent") or ""),
-            input=dict(given) if isinstance(given := body.get("input"), dict) else {},
-            metadata={str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {},
-            priority=int(body.get("priority") or 0),
-            cron=str(body.get("cron") or ""),
-            every_seconds=_int_or_none(body.get("every_seconds")),
-            timezone=str(body.get("timezone") or "UTC"),
-            overlap=str(body.get("overlap") or ""),
-            catchup_window_seconds=int(body.get("catchup_window_seconds") or 0),
-            start_at=timestamp(body.get("start_at")),
-            end_at=timestamp(body.get("end_at")),
-            paused=bool(body.get("paused")),
-            next_due_at=timestamp(body.get("next_due_at")),
-            last_run=ScheduleLastRun.from_body(body.get("last_run")),
-            created_at=timestamp(body.get("created_at")),
-            updated_at=timestamp(body.get("updated_at")),
-            data=body,
-        )
-
 
 @dataclass(frozen=True)
-class Webhook:
+class Webhook(Model):
     """A webhook endpoint (docs/design/webhooks.md#endpoints): where Runledger POSTs a signed
     notification when one of `events` happens to a run its owner (or, with `all_runs`, anyone) has,
     whose metadata holds all of `metadata`. `secret` (`whsec_…`) is there only in the answer of
     `create` and `rotate_secret`: the server never shows it again."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookEndpoint", "WebhookEndpointWithSecret")
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REQUIRED = ("id",)
 
     id: str
     url: str
@@ -444,37 +411,14 @@ class Webhook:
     secret: str | None
     data: dict[str, Any] = field(repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Webhook:
-        metadata = body.get("metadata")
-        return cls(
-            id=str(body["id"]),
-            url=str(body.get("url") or ""),
-            events=tuple(str(event) for event in body.get("events") or ()),
-            metadata={str(k): str(v) for k, v in metadata.items()} if isinstance(metadata, dict) else {},
-            all_runs=bool(body.get("all_runs")),
-            enabled=bool(body.get("enabled")),
-            disabled_reason=str(body.get("disabled_reason") or ""),
-            failing_since=timestamp(body.get("failing_since")),
-            owner=str(body.get("owner") or ""),
-            created_at=timestamp(body.get("created_at")),
-            updated_at=timestamp(body.get("updated_at")),
-            previous_secret_expires_at=timestamp(body.get("previous_secret_expires_at")),
-            secret=_str_or_none(body.get("secret")),
-            data=body,
-        )
-
 
 @dataclass(frozen=True)
-class WebhookDelivery:
+class WebhookDelivery(Model):
     """One notification to an endpoint (docs/design/webhooks.md#delivery): its `id` is the
     `webhook-id` of every attempt; `status` pending, delivered or failed (given up)."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookDelivery",)
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
+    REQUIRED = ("id",)
 
     id: str
     run_id: str
@@ -488,33 +432,13 @@ class WebhookDelivery:
     last_error: str
     data: dict[str, Any] = field(repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> WebhookDelivery:
-        return cls(
-            id=str(body["id"]),
-            run_id=str(body.get("run_id") or ""),
-            seq=int(body.get("seq") or 0),
-            event_type=str(body.get("event_type") or ""),
-            status=str(body.get("status") or ""),
-            attempts=int(body.get("attempts") or 0),
-            next_attempt_at=timestamp(body.get("next_attempt_at")),
-            created_at=timestamp(body.get("created_at")),
-            delivered_at=timestamp(body.get("delivered_at")),
-            last_error=str(body.get("last_error") or ""),
-            data=body,
-        )
-
 
 @dataclass(frozen=True)
-class ApiToken:
+class ApiToken(Model):
     """An API token of yours (docs/design/api.md#tokens). `key` is there only in the answer of
     `create` — the server keeps its digest, never the key — and never in a repr."""
 
     SCHEMA: ClassVar[tuple[str, ...]] = ("ApiToken", "ApiTokenWithKey")
-    LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
 
     name: str
     created_at: datetime | None
@@ -526,18 +450,3 @@ class ApiToken:
     issued_by: str | None
     key: str | None = field(repr=False)
     data: dict[str, Any] = field(repr=False, compare=False)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> ApiToken:
-        return cls(
-            name=str(body.get("name") or ""),
-            created_at=timestamp(body.get("created_at")),
-            expires_at=timestamp(body.get("expires_at")),
-            last_used_at=timestamp(body.get("last_used_at")),
-            issued_by=_str_or_none(body.get("issued_by")),
-            key=_str_or_none(body.get("key")),
-            data=body,
-        )

@@ -115,19 +115,10 @@
       onState: showConnection,
     });
     // A tab woken from sleep, a network that came back: connect now, not after a backoff.
-    window.addEventListener("online", () => stream.wake());
-    document.addEventListener("visibilitychange", () => {
-      if (!document.hidden) stream.wake();
-    });
-    try {
-      for await (const event of stream) append(event);
-    } catch (error) {
-      if (stream.state !== "refused") throw error; // a refusal is on the page already
-      return;
-    }
-    // After the terminal event's row; a run ended before the page's last row (the stream's 204)
-    // has its end read.
-    const connection = stream.connection;
+    Runledger.wakeOnReturn(stream);
+    // A refusal is on the page already (showConnection). After the terminal event's row; a run
+    // ended before the page's last row (the stream's 204) has its end read.
+    const connection = await stream.follow(append);
     if (connection.state === "ended" && !connection.aborted) {
       finish(connection.status || (await client.runs.get(runId)).status);
     }

@@ -167,13 +167,11 @@
 
   async function follow() {
     stream = client.runs.stream(runId, { onState: showConnection });
-    try {
-      for await (const event of stream) render(event);
-    } catch (error) {
-      if (stream.state !== "refused") throw error; // a refusal is on the page already
-      return;
-    }
-    const connection = stream.connection;
+    // A network that came back, a tab woken from sleep: connect now, not at the end of a backoff,
+    // and drop a connection the sleep left silent.
+    Runledger.wakeOnReturn(stream);
+    // A refusal is on the page already (showConnection).
+    const connection = await stream.follow(render);
     // A run that ended before the cursor (the stream's 204): its end is read, not streamed.
     if (!ended && connection.state === "ended" && !connection.aborted) {
       const run = await client.runs.get(runId);
@@ -216,13 +214,6 @@
     } finally {
       $("resume").disabled = false;
     }
-  });
-
-  // A network that came back, a tab woken from sleep: connect now, not at the end of a backoff,
-  // and drop a connection the sleep left silent.
-  window.addEventListener("online", () => stream.wake());
-  document.addEventListener("visibilitychange", () => {
-    if (!document.hidden) stream.wake();
   });
 
   follow();

@@ -8,7 +8,7 @@
 import type { Client } from "../client.js";
 import { APIError } from "../errors.js";
 import type { Run, RunEvent, StopCode } from "../models.js";
-import { typesParam, type RunStream } from "../stream.js";
+import { typesParam, wakeOnReturn, type RunStream } from "../stream.js";
 import { initialRunState, reduceRun, type RunAction, type RunState } from "./state.js";
 
 export interface RunStoreOptions {
@@ -185,25 +185,6 @@ export class RunStore implements RunCommands {
     this.#pending = [];
     this.#dispatch({ type: "events", events });
   }
-}
-
-/** Wakes `stream` when the browser comes back online or the page is shown again. */
-function wakeOnReturn(stream: RunStream): () => void {
-  const events = globalThis as unknown as Partial<Pick<Window, "addEventListener" | "removeEventListener">>;
-  const page = typeof document === "undefined" ? null : document;
-  if (typeof events.addEventListener !== "function" || typeof events.removeEventListener !== "function") {
-    return () => undefined;
-  }
-  const online = (): void => stream.wake();
-  const shown = (): void => {
-    if (page?.visibilityState === "visible") stream.wake();
-  };
-  events.addEventListener("online", online);
-  page?.addEventListener("visibilitychange", shown);
-  return () => {
-    events.removeEventListener?.("online", online);
-    page?.removeEventListener("visibilitychange", shown);
-  };
 }
 
 const registry = new WeakMap<Client, Map<string, RunStore>>();
