@@ -9,11 +9,9 @@ start; `settings_from_environment()` takes the variables for a settings module; 
 
 import hashlib
 import hmac
-import ipaddress
 import os
 import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -33,37 +31,10 @@ from runs.setting_kinds import (
     Text,
     Url,
     Whole,
+    is_network,
+    is_socket_url,
     pattern,
 )
-
-# What fits in a Unix socket's address (sun_path), its final NUL aside.
-SOCKET_PATH_MAX = 107
-
-
-def socket_path(url: str) -> Path:
-    """The file of an `ipc://` control URL (ValueError for anything else)."""
-    if not url.startswith("ipc:///"):
-        raise ValueError(f"not an ipc:// URL with an absolute path: {url!r}")
-    path = Path(url.removeprefix("ipc://"))
-    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
-        raise ValueError(f"{path} is longer than a Unix socket's address ({SOCKET_PATH_MAX} bytes)")
-    return path
-
-
-def _is_socket_url(url: str) -> bool:
-    try:
-        socket_path(url)
-    except ValueError:
-        return False
-    return True
-
-
-def _is_network(text: str) -> bool:
-    try:
-        ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        return False
-    return True
 
 
 def _grip_key() -> str:
@@ -243,7 +214,7 @@ class AppSettings(Registry):
         "each Pushpin's control socket, where web processes publish (bin/edge --control PATH); empty: no edge",
         (WEB,),
         must="a list of ipc:///PATH URLs (a path of at most 107 bytes)",
-        item=_is_socket_url,
+        item=is_socket_url,
     )
     GRIP_KEY = Text(
         _grip_key,
@@ -308,7 +279,7 @@ class AppSettings(Registry):
         "RUNLEDGER_WEBHOOKS_ALLOW_PRIVATE is on",
         SERVING,
         must="a list of CIDR ranges (10.0.0.0/8, fd00::/8)",
-        item=_is_network,
+        item=is_network,
     )
     # 20: a user's services and their environments; it bounds the delivery rows one event of theirs
     # writes, and the endpoints one user can point at receivers that hang (docs/design/webhooks.md).

@@ -6,9 +6,12 @@ declared settings from Django's settings, or, given an environment, from the var
 names; `problems` is the one validation of them all.
 """
 
+import ipaddress
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar, overload
 from urllib.parse import urlsplit
 
@@ -287,3 +290,33 @@ class Registry:
         for s in cls.declared():
             rows.append(f"| `{s.name}` | {s.must} | {s.default_text()} | {s.doc} | {', '.join(s.processes)} |")
         return "\n".join(rows) + "\n"
+
+
+# What fits in a Unix socket's address (sun_path), its final NUL aside.
+SOCKET_PATH_MAX = 107
+
+
+def socket_path(url: str) -> Path:
+    """The file of an `ipc://` control URL (ValueError for anything else)."""
+    if not url.startswith("ipc:///"):
+        raise ValueError(f"not an ipc:// URL with an absolute path: {url!r}")
+    path = Path(url.removeprefix("ipc://"))
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise ValueError(f"{path} is longer than a Unix socket's address ({SOCKET_PATH_MAX} bytes)")
+    return path
+
+
+def is_socket_url(url: str) -> bool:
+    try:
+        socket_path(url)
+    except ValueError:
+        return False
+    return True
+
+
+def is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True

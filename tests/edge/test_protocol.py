@@ -19,13 +19,13 @@ from runs.conf import conf
 from runs.events import EventType
 from runs.selectors.published import runs_events_after_heads
 from runs.selectors.wire import run_events_json_after
+from runs.setting_kinds import socket_path
 from runs.streaming.edge import grip
 from runs.streaming.edge.control import (
     bodies,
     folder_problem,
     parse_tnetstring,
     private_folder,
-    socket_path,
     tnetstring,
 )
 from runs.streaming.edge.link import Link, mint, read

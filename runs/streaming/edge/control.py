@@ -15,8 +15,8 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from runs.conf import socket_path  # the form of RUNLEDGER_GRIP_URL's items
 from runs.private_paths import directory_problem
+from runs.setting_kinds import socket_path  # the form of RUNLEDGER_GRIP_URL's items
 
 log = logging.getLogger(__name__)
 
