@@ -15,7 +15,7 @@ from runs.api.base import object_urls
 from runs.api.filters import page_filter
 from runs.api.pagination import queryset_response
 from runs.api.schema import documented, object_operations, responses
-from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, RunOutputSerializer
+from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, PartialInput, RunOutputSerializer
 from runs.exceptions import ScheduleOverlap
 from runs.models import Overlap, Schedule
 from runs.selectors.schedules import schedule_get, schedule_json, schedule_list
@@ -125,11 +125,8 @@ class CreateInput(_ChangeSerializer):
 
 
 @extend_schema_serializer(component_name="ScheduleUpdateInput")
-class UpdateInput(_ChangeSerializer):
+class UpdateInput(PartialInput, _ChangeSerializer):
     """Any of the fields, each optional."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, partial=True, **kwargs)
 
 
 @extend_schema_serializer(component_name="ScheduleBackfillInput")

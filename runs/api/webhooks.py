@@ -14,6 +14,7 @@ from runs.api.base import ApiView, object_urls
 from runs.api.filters import page_filter
 from runs.api.pagination import queryset_response
 from runs.api.schema import object_operations
+from runs.api.serializers import PartialInput
 from runs.events import WEBHOOK_EVENTS
 from runs.models import WebhookDelivery, WebhookEndpoint
 from runs.selectors.webhooks import webhook_deliveries, webhook_get, webhooks_visible
@@ -95,11 +96,8 @@ class CreateInput(_ChangeSerializer):
 
 
 @extend_schema_serializer(component_name="WebhookUpdateInput")
-class UpdateInput(_ChangeSerializer):
+class UpdateInput(PartialInput, _ChangeSerializer):
     """Any of the fields, each optional."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, partial=True, **kwargs)
 
 
 _operation = object_operations("webhooks", ENDPOINT_ID)
