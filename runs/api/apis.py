@@ -23,14 +23,14 @@ from runs.agents import declared_types, registered
 from runs.api.base import ApiView
 from runs.api.filters import (
     METADATA_PARAMETER,
-    PageFilterSerializer,
     QuerySerializer,
     RunListFilterSerializer,
     StrictIntegerField,
     metadata_filter,
+    page_filter,
     run_filters,
 )
-from runs.api.pagination import page_size, paged_response, queryset_page, sequence_page
+from runs.api.pagination import page_size, paged_response, queryset_response, sequence_page
 from runs.api.plain import Body, plain
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.serializers import (
@@ -99,9 +99,7 @@ class AgentOutputSerializer(serializers.Serializer[Any]):
 
 
 class AgentListApi(ApiView):
-    @extend_schema_serializer(component_name="AgentListFilter")
-    class FilterSerializer(PageFilterSerializer):
-        pass
+    FilterSerializer = page_filter("AgentListFilter")
 
     @documented(
         operation_id="agents_list",
@@ -178,9 +176,7 @@ class RunCollectionApi(RunApi):
         data = _valid(self.FilterSerializer, request.query_params)
         runs = run_list(user=_caller(request), metadata=metadata_filter(request.query_params), **run_filters(data))
         listed = run_with_current_attempt(runs=run_list_values(runs=runs, max_bytes=conf.MAX_LIST_VALUE_BYTES))
-        size = page_size(data.get("page_size"))
-        page = queryset_page(listed, ordering=RUN_LIST_ORDER, cursor=data.get("cursor"), size=size)
-        return paged_response(page, serializer_class=RunListItemSerializer, request=request)
+        return queryset_response(listed, RUN_LIST_ORDER, data, RunListItemSerializer, request)
 
     @documented(
         operation_id="runs_create",

@@ -83,6 +83,16 @@ class PageFilterSerializer(QuerySerializer):
     page_size = StrictIntegerField(min_value=1, required=False, help_text="default 50; above 500 means 500")
 
 
+def page_filter(component_name: str, doc: str | None = None) -> type[PageFilterSerializer]:
+    """A list's page query alone (`cursor`, `page_size`), named `component_name` in the schema."""
+
+    @extend_schema_serializer(component_name=component_name)
+    class PageFilter(PageFilterSerializer):
+        __doc__ = doc
+
+    return PageFilter
+
+
 class RunFilterSerializer(QuerySerializer):
     """The run list's filters but metadata (whose names are the caller's): the list's query and a
     bulk command's body (runs.api.bulk) validate them with these fields, and `run_filters` hands them

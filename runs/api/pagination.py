@@ -161,3 +161,18 @@ def paged_response(page: Page, *, serializer_class: type[serializers.Serializer[
 
     results = serializer_class(page.items, many=True, context={"request": request}).data
     return Response({"next": link(page.next), "previous": link(page.previous), "results": results})
+
+
+def queryset_response(
+    queryset: QuerySet[Any],
+    ordering: Sequence[str],
+    query: dict[str, Any],
+    item: type[serializers.Serializer[Any]],
+    request: Request,
+) -> Response:
+    """The page of `queryset` that `query` (validated by a `PageFilterSerializer`) asks for, each row
+    as `item` serializes it."""
+    page = queryset_page(
+        queryset, ordering=ordering, cursor=query.get("cursor"), size=page_size(query.get("page_size"))
+    )
+    return paged_response(page, serializer_class=item, request=request)

@@ -3,7 +3,7 @@ resumed, fired now and backfilled (docs/design/schedules.md#commands, docs/desig
 
 from typing import Any
 
-from django.urls import path
+from django.contrib.auth.models import AbstractUser
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_serializer
 from rest_framework import serializers
@@ -11,10 +11,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from runs.api.apis import MAX_INT, RunApi, _caller, _page_of, _run_data, _valid
-from runs.api.filters import PageFilterSerializer
-from runs.api.pagination import page_size, paged_response, queryset_page
+from runs.api.base import object_urls
+from runs.api.filters import page_filter
+from runs.api.pagination import queryset_response
 from runs.api.schema import documented, object_operations, responses
-from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, RunOutputSerializer
+from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, PartialInput, RunOutputSerializer
 from runs.exceptions import ScheduleOverlap
 from runs.models import Overlap, Schedule
 from runs.selectors.schedules import schedule_get, schedule_json, schedule_list
@@ -86,6 +87,16 @@ def _out(schedule: Schedule) -> dict[str, Any]:
     return schedule_json(schedule)
 
 
+def _caller_and_input(
+    request: Request, schedule_id: str, serializer_class: type[serializers.Serializer[Any]]
+) -> tuple[AbstractUser, dict[str, Any]]:
+    """The caller and the body as `serializer_class` validates it: another user's schedule is a 404
+    before a bad body's 400."""
+    user = _caller(request)
+    schedule_get(user=user, schedule_id=schedule_id)
+    return user, _valid(serializer_class, request.data)
+
+
 class _ChangeSerializer(serializers.Serializer[Any]):
     """A schedule's fields as a create or a change takes them: their types here; the rules that
     read the registry, the clock or the caller's permissions (an agent, a cron, a zone, the
@@ -114,11 +125,8 @@ class CreateInput(_ChangeSerializer):
 
 
 @extend_schema_serializer(component_name="ScheduleUpdateInput")
-class UpdateInput(_ChangeSerializer):
+class UpdateInput(PartialInput, _ChangeSerializer):
     """Any of the fields, each optional."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, partial=True, **kwargs)
 
 
 @extend_schema_serializer(component_name="ScheduleBackfillInput")
@@ -138,10 +146,7 @@ class BackfilledSerializer(serializers.Serializer[Any]):
     runs = RunOutputSerializer(many=True, help_text="the runs created, in due-time order")
 
 
-@extend_schema_serializer(component_name="SchedulePageFilter")
-class PageFilter(PageFilterSerializer):
-    """A page of the caller's schedules."""
-
+PageFilter = page_filter("SchedulePageFilter", "A page of the caller's schedules.")
 
 SchedulePageSerializer = _page_of(ScheduleOutputSerializer, "SchedulePage", "schedules")
 
@@ -174,11 +179,9 @@ class ScheduleCollectionApi(RunApi):
         parameters=[PageFilter],
     )
     def get(self, request: Request) -> Response:
-        data = _valid(PageFilter, request.query_params)
+        query = _valid(PageFilter, request.query_params)
         schedules = schedule_list(user=_caller(request))
-        size = page_size(data.get("page_size"))
-        page = queryset_page(schedules, ordering=["-created_at", "-id"], cursor=data.get("cursor"), size=size)
-        return paged_response(page, serializer_class=ScheduleOutputSerializer, request=request)
+        return queryset_response(schedules, ["-created_at", "-id"], query, ScheduleOutputSerializer, request)
 
     @_operation(
         "create",
@@ -215,9 +218,7 @@ class ScheduleDetailApi(RunApi):
         request=UpdateInput,
     )
     def patch(self, request: Request, schedule_id: str) -> Response:
-        user = _caller(request)
-        schedule_get(user=user, schedule_id=schedule_id)  # another user's is a 404 before a bad body's 400
-        changes = _valid(UpdateInput, request.data)
+        user, changes = _caller_and_input(request, schedule_id, UpdateInput)
         return Response(_out(schedule_update(schedule_id=schedule_id, actor=user, **changes)))
 
     @_operation(
@@ -297,24 +298,22 @@ class ScheduleBackfillApi(RunApi):
         request=BackfillInput,
     )
     def post(self, request: Request, schedule_id: str) -> Response:
-        user = _caller(request)
-        schedule_get(user=user, schedule_id=schedule_id)  # another user's is a 404 before a bad body's 400
-        data = _valid(BackfillInput, request.data)
+        user, data = _caller_and_input(request, schedule_id, BackfillInput)
         runs = schedule_backfill(
             schedule_id=schedule_id, actor=user, start=data["from"], end=data["to"], max=data["max"]
         )
         return Response({"runs": [_run_data(run, request) for run in runs]})
 
 
-# Mounted at /api/schedules/ (runs/api/urls.py); names `schedule-<what>`.
-urlpatterns = [
-    path(prefix, view.as_view(), name=f"schedule-{name}")
-    for prefix, view, name in (
-        ("", ScheduleCollectionApi, "collection"),
-        ("<str:schedule_id>/", ScheduleDetailApi, "detail"),
-        ("<str:schedule_id>/pause/", SchedulePauseApi, "pause"),
-        ("<str:schedule_id>/resume/", ScheduleResumeApi, "resume"),
-        ("<str:schedule_id>/trigger/", ScheduleTriggerApi, "trigger"),
-        ("<str:schedule_id>/backfill/", ScheduleBackfillApi, "backfill"),
-    )
-]
+# Mounted at /api/schedules/ (runs/api/urls.py).
+urlpatterns = object_urls(
+    "schedule",
+    ScheduleCollectionApi,
+    ScheduleDetailApi,
+    {
+        "pause": SchedulePauseApi,
+        "resume": ScheduleResumeApi,
+        "trigger": ScheduleTriggerApi,
+        "backfill": ScheduleBackfillApi,
+    },
+)

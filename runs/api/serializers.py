@@ -1,6 +1,6 @@
 """Output shapes shared by several API operations: the run (docs/design/api.md#run-json), its
-attempt, an event (docs/design/events.md#event-object) and the error shape. Operation-specific
-inputs live with their API class. A run's JSON itself is `runs.selectors.run_json`'s: these
+attempt, an event (docs/design/events.md#event-object) and the error shape; what several inputs
+share. Operation-specific inputs live with their API class. A run's JSON itself is `runs.selectors.run_json`'s: these
 serializers declare its schema and answer with it."""
 
 from typing import Any
@@ -20,6 +20,13 @@ PRIORITY_HELP = (
     "with runs.prioritize_run, claimed before fair share (docs/design/fair-use.md#priority)"
 )
 START_AFTER_HELP = "not started before this time (ISO 8601); cancel it meanwhile as any queued run"
+
+
+class PartialInput(serializers.Serializer[Any]):
+    """A change's body, mixed in before the serializer of the object's fields: each one optional."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, partial=True, **kwargs)
 
 
 class QueueInputSerializer(serializers.Serializer[Any]):

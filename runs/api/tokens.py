@@ -14,8 +14,8 @@ from rest_framework.response import Response
 
 from runs.api.apis import _caller, _page_of, _valid
 from runs.api.base import ApiView
-from runs.api.filters import PageFilterSerializer
-from runs.api.pagination import page_size, paged_response, queryset_page
+from runs.api.filters import page_filter
+from runs.api.pagination import queryset_response
 from runs.api.schema import documented, responses
 from runs.models import ApiToken
 from runs.selectors.credentials import tokens_of
@@ -74,10 +74,7 @@ class CreateInput(serializers.Serializer[Any]):
         return attrs
 
 
-@extend_schema_serializer(component_name="ApiTokenPageFilter")
-class PageFilter(PageFilterSerializer):
-    """A page of the caller's tokens."""
-
+PageFilter = page_filter("ApiTokenPageFilter", "A page of the caller's tokens.")
 
 TokenPageSerializer = _page_of(TokenOutputSerializer, "ApiTokenPage", "API tokens")
 
@@ -107,12 +104,9 @@ class TokenCollectionApi(TokenApi):
         responses=responses({200: TokenPageSerializer}, 400),
     )
     def get(self, request: Request) -> Response:
-        data = _valid(PageFilter, request.query_params)
-        size = page_size(data.get("page_size"))
-        page = queryset_page(
-            tokens_of(user=_caller(request)), ordering=["created_at", "id"], cursor=data.get("cursor"), size=size
-        )
-        return paged_response(page, serializer_class=TokenOutputSerializer, request=request)
+        query = _valid(PageFilter, request.query_params)
+        tokens = tokens_of(user=_caller(request))
+        return queryset_response(tokens, ["created_at", "id"], query, TokenOutputSerializer, request)
 
     @documented(
         operation_id="tokens_create",

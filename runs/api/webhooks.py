@@ -3,8 +3,6 @@
 
 from typing import Any
 
-from django.db.models import QuerySet
-from django.urls import path
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_serializer
 from rest_framework import serializers
@@ -12,10 +10,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from runs.api.apis import _caller, _page_of, _valid
-from runs.api.base import ApiView
-from runs.api.filters import PageFilterSerializer
-from runs.api.pagination import page_size, paged_response, queryset_page
+from runs.api.base import ApiView, object_urls
+from runs.api.filters import page_filter
+from runs.api.pagination import queryset_response
 from runs.api.schema import object_operations
+from runs.api.serializers import PartialInput
 from runs.events import WEBHOOK_EVENTS
 from runs.models import WebhookDelivery, WebhookEndpoint
 from runs.selectors.webhooks import webhook_deliveries, webhook_get, webhooks_visible
@@ -88,9 +87,7 @@ class _ChangeSerializer(serializers.Serializer[Any]):
     enabled = serializers.BooleanField(required=False)
 
 
-@extend_schema_serializer(component_name="WebhookPageFilter")
-class PageFilter(PageFilterSerializer):
-    """A page of endpoints, or of one endpoint's deliveries."""
+PageFilter = page_filter("WebhookPageFilter", "A page of endpoints, or of one endpoint's deliveries.")
 
 
 @extend_schema_serializer(component_name="WebhookCreateInput")
@@ -99,11 +96,8 @@ class CreateInput(_ChangeSerializer):
 
 
 @extend_schema_serializer(component_name="WebhookUpdateInput")
-class UpdateInput(_ChangeSerializer):
+class UpdateInput(PartialInput, _ChangeSerializer):
     """Any of the fields, each optional."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, partial=True, **kwargs)
 
 
 _operation = object_operations("webhooks", ENDPOINT_ID)
@@ -130,15 +124,6 @@ ROTATE_DOC = (
 )
 
 
-def _paged(
-    rows: QuerySet[Any], ordering: list[str], request: Request, item: type[serializers.Serializer[Any]]
-) -> Response:
-    data = _valid(PageFilter, request.query_params)
-    size = page_size(data.get("page_size"))
-    page = queryset_page(rows, ordering=ordering, cursor=data.get("cursor"), size=size)
-    return paged_response(page, serializer_class=item, request=request)
-
-
 class WebhookCollectionApi(ApiView):
     @_operation(
         "list",
@@ -149,8 +134,9 @@ class WebhookCollectionApi(ApiView):
         parameters=[PageFilter],
     )
     def get(self, request: Request) -> Response:
+        query = _valid(PageFilter, request.query_params)
         endpoints = webhooks_visible(user=_caller(request)).select_related("owner")
-        return _paged(endpoints, ["created_at", "id"], request, EndpointOutputSerializer)
+        return queryset_response(endpoints, ["created_at", "id"], query, EndpointOutputSerializer, request)
 
     @_operation(
         "create",
@@ -230,16 +216,15 @@ class WebhookDeliveriesApi(ApiView):
     )
     def get(self, request: Request, webhook_id: str) -> Response:
         endpoint = webhook_get(endpoint_id=webhook_id, user=_caller(request))
-        return _paged(webhook_deliveries(endpoint=endpoint), ["-created_at", "-id"], request, DeliveryOutputSerializer)
+        query = _valid(PageFilter, request.query_params)
+        deliveries = webhook_deliveries(endpoint=endpoint)
+        return queryset_response(deliveries, ["-created_at", "-id"], query, DeliveryOutputSerializer, request)
 
 
-# Mounted at /api/webhooks/ (runs/api/urls.py); names `webhook-<what>`.
-urlpatterns = [
-    path(prefix, view.as_view(), name=f"webhook-{name}")
-    for prefix, view, name in (
-        ("", WebhookCollectionApi, "collection"),
-        ("<str:webhook_id>/", WebhookDetailApi, "detail"),
-        ("<str:webhook_id>/rotate-secret/", WebhookRotateSecretApi, "rotate-secret"),
-        ("<str:webhook_id>/deliveries/", WebhookDeliveriesApi, "deliveries"),
-    )
-]
+# Mounted at /api/webhooks/ (runs/api/urls.py).
+urlpatterns = object_urls(
+    "webhook",
+    WebhookCollectionApi,
+    WebhookDetailApi,
+    {"rotate-secret": WebhookRotateSecretApi, "deliveries": WebhookDeliveriesApi},
+)

@@ -87,6 +87,16 @@ def generated_part(page: str, name: str) -> str:
     return parts[name]
 
 
+def listed_names(page: str, anchor: str) -> set[str]:
+    """The names the section `{#anchor}` of docs/`page` lists in its first code span, comma-separated
+    (`id, agent, last_run ({"id", "status"} or null)`), each without what it says of itself in brackets."""
+    text = (DOCS / page).read_text()
+    start = text.index(f"{{#{anchor}}}")
+    span = re.search(r"`([^`]+)`", text[start : text.find("\n## ", start)])
+    assert span is not None, f"docs/{page}#{anchor} lists no names"
+    return {name.strip() for name in re.sub(r"\([^)]*\)", "", span[1]).split(",")}
+
+
 def block(page: str, lang: str, title: str) -> str:
     """The one block of `lang` titled `title` on docs/`page`."""
     blocks = titled(page, lang)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any, TypeVar
 
 from runledger_client._core import __version__
 
@@ -39,6 +40,18 @@ WEBHOOK_EVENTS = (
     "schedule.skipped",
     "schedule.failed",
 )
+
+T = TypeVar("T")
+
+
+def given(options: dict[str, Any]) -> dict[str, Any]:
+    """The options a command was given: those not None."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def at_most(items: Iterable[T], limit: int) -> Iterator[T]:
+    """`--limit N`: the first N of `items` (0: all), none fetched after the last shown."""
+    return islice(items, max(limit, 0) if limit else None)
 
 
 def _json_value(text: str) -> Any:

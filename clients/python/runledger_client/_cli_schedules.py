@@ -5,11 +5,10 @@ runledger_client.cli do."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
-from runledger_client._cli_args import OK
-from runledger_client._output import Output, dumps, printable
+from runledger_client._cli_args import OK, at_most, given
+from runledger_client._output import Output, dumps, facts, printable
 from runledger_client.client import Client
 from runledger_client.models import Run, Schedule
 
@@ -23,7 +22,7 @@ def _timing(schedule: Schedule) -> str:
 def _facts(schedule: Schedule) -> str:
     """A schedule for people: its facts, one per line."""
     last = schedule.last_run
-    facts = [
+    shown = [
         ("id", schedule.id),
         ("agent", schedule.agent),
         ("input", dumps(schedule.input)),
@@ -39,7 +38,7 @@ def _facts(schedule: Schedule) -> str:
         ("last_run", f"{last.id} {last.status}" if last else ""),
         ("created_at", schedule.data.get("created_at")),
     ]
-    return "\n".join(f"{name + ':':<12} {printable(str(value))}" for name, value in facts if value not in (None, ""))
+    return facts(shown)
 
 
 def _line(schedule: Schedule) -> str:
@@ -47,10 +46,6 @@ def _line(schedule: Schedule) -> str:
     due = schedule.data.get("next_due_at") or "-"
     last = f"last {schedule.last_run.status}" if schedule.last_run else ""
     return f"{schedule.id}  {state}  {printable(schedule.agent):<16}  {printable(_timing(schedule)):<32}  {due}  {last}"
-
-
-def _given(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if v is not None}
 
 
 def cmd_create(client: Client, args: argparse.Namespace, out: Output) -> int:
@@ -65,19 +60,13 @@ def cmd_create(client: Client, args: argparse.Namespace, out: Output) -> int:
         "metadata": dict(args.meta) if args.meta else None,
         "priority": args.priority,
     }
-    schedule = client.schedules.create(args.agent, args.input, **_given(options))
+    schedule = client.schedules.create(args.agent, args.input, **given(options))
     out.one(schedule.data, f"{schedule.id}\nnext due: {schedule.data.get('next_due_at') or 'none'}")
     return OK
 
 
 def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
-    def rows() -> Iterator[tuple[Any, str]]:
-        for n, schedule in enumerate(client.schedules.list()):
-            if args.limit and n >= args.limit:
-                return
-            yield schedule.data, _line(schedule)
-
-    out.many(rows())
+    out.many((schedule.data, _line(schedule)) for schedule in at_most(client.schedules.list(), args.limit))
     return OK
 
 
@@ -110,8 +99,7 @@ def _run_line(run: Run) -> str:
 
 def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
     client.schedules.delete(args.id)
-    # The API answers 204 with no body: scripts get the id and what became of it.
-    out.one({"id": args.id, "deleted": True}, f"deleted {printable(args.id)}")
+    out.deleted("id", args.id)
     return OK
 
 

@@ -37,8 +37,7 @@ def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
     client.tokens.delete(args.name)
-    # The API answers 204 with no body: scripts get the name and what became of it.
-    out.one({"name": args.name, "deleted": True}, f"deleted {printable(args.name)}")
+    out.deleted("name", args.name)
     return OK
 
 

@@ -5,18 +5,18 @@ runledger_client.cli do."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from runledger_client._cli_args import OK
-from runledger_client._output import Output, printable
+from runledger_client._cli_args import OK, at_most
+from runledger_client._output import Output, facts, printable
 from runledger_client.client import Client
 from runledger_client.models import Webhook, WebhookDelivery
 
 
 def _facts(hook: Webhook) -> str:
     """An endpoint for people: its facts, one per line; the secret only when the answer has one."""
-    facts = [
+    shown = [
         ("id", hook.id),
         ("url", hook.url),
         ("events", " ".join(hook.events)),
@@ -29,7 +29,7 @@ def _facts(hook: Webhook) -> str:
         ("created_at", hook.data.get("created_at")),
         ("secret", hook.secret),
     ]
-    return "\n".join(f"{name + ':':<12} {printable(str(value))}" for name, value in facts if value not in (None, ""))
+    return facts(shown)
 
 
 def _line(hook: Webhook) -> str:
@@ -80,8 +80,7 @@ def cmd_update(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
     client.webhooks.delete(args.id)
-    # The API answers 204 with no body: scripts get the id and what became of it.
-    out.one({"id": args.id, "deleted": True}, f"deleted {printable(args.id)}")
+    out.deleted("id", args.id)
     return OK
 
 
@@ -96,13 +95,8 @@ def cmd_rotate_secret(client: Client, args: argparse.Namespace, out: Output) -> 
 
 
 def cmd_deliveries(client: Client, args: argparse.Namespace, out: Output) -> int:
-    def rows() -> Iterator[tuple[Any, str]]:
-        for n, delivery in enumerate(client.webhooks.deliveries(args.id)):
-            if args.limit and n >= args.limit:
-                return
-            yield delivery.data, _delivery_line(delivery)
-
-    out.many(rows())
+    deliveries = at_most(client.webhooks.deliveries(args.id), args.limit)
+    out.many((delivery.data, _delivery_line(delivery)) for delivery in deliveries)
     return OK
 
 

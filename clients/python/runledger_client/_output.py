@@ -43,6 +43,11 @@ def dumps(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, default=str)
 
 
+def facts(pairs: Iterable[tuple[str, Any]]) -> str:
+    """A record for people: a `name: value` line per fact that has a value, made safe to show."""
+    return "\n".join(f"{name + ':':<12} {printable(str(value))}" for name, value in pairs if value not in (None, ""))
+
+
 class Output:
     """Results written as `-o` says: `text` for people; `json`, one JSON value (an object, or an
     array for a command that answers many); `jsonl`, one JSON value per line. The JSON is the API's
@@ -70,6 +75,10 @@ class Output:
             return
         for value, text in values:
             self.line(text if self.format == "text" else dumps(value))
+
+    def deleted(self, name: str, value: str) -> None:
+        """What a delete did: the API answers 204 with no body, so scripts get `{name: value, "deleted": true}`."""
+        self.one({name: value, "deleted": True}, f"deleted {printable(value)}")
 
     def line(self, text: str) -> None:
         self.out.write(text + "\n")

@@ -22,11 +22,11 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from runledger_client import _cli_args, _cli_schedules, _cli_tokens, _cli_webhooks
-from runledger_client._cli_args import EXIT_BY_STATUS, OK, REFUSED, UNREACHABLE, USAGE_ERROR
+from runledger_client._cli_args import EXIT_BY_STATUS, OK, REFUSED, UNREACHABLE, USAGE_ERROR, at_most, given
 from runledger_client._completion import SCRIPTS
 from runledger_client._config import resolve
 from runledger_client._core import Retry
-from runledger_client._output import Output, dumps, printable, printable_json
+from runledger_client._output import Output, dumps, facts, printable, printable_json
 from runledger_client.client import Client
 from runledger_client.errors import APIError, ConfigError, Conflict, TransportError
 from runledger_client.models import BulkResult, Event, Run
@@ -51,10 +51,6 @@ def _budgets(args: argparse.Namespace) -> dict[str, Any]:
     return {name: getattr(args, name) for name in ("max_steps", "max_events", "max_attempts", "deadline")}
 
 
-def _given(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if v is not None}
-
-
 def cmd_create(client: Client, args: argparse.Namespace, out: Output) -> int:
     options = {
         "parent": args.parent,
@@ -63,7 +59,7 @@ def cmd_create(client: Client, args: argparse.Namespace, out: Output) -> int:
         "priority": args.priority,
         "start_after": args.start_after,
     }
-    run = client.runs.create(args.agent, args.input, idempotency_key=args.idempotency_key, **_given(options))
+    run = client.runs.create(args.agent, args.input, idempotency_key=args.idempotency_key, **given(options))
     out.one(run.data, run.id)
     return OK
 
@@ -81,22 +77,14 @@ def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
         "schedule": args.schedule,
         "metadata": dict(args.where) if args.where else None,
     }
-    runs = client.runs.list(**_given(filters))
-
-    def rows() -> Iterator[tuple[Any, str]]:
-        for n, run in enumerate(runs):
-            if args.limit and n >= args.limit:
-                return
-            yield run.data, _run_line(run)
-
-    out.many(rows())
+    runs = at_most(client.runs.list(**given(filters)), args.limit)
+    out.many((run.data, _run_line(run)) for run in runs)
     return OK
 
 
 def _run_text(run: Run) -> str:
     """A run for people: its facts, one per line; what an agent wrote made safe to show."""
-    lines = [f"{name + ':':<12} {printable(str(value))}" for name, value in _facts(run) if value not in (None, "")]
-    return "\n".join(lines)
+    return facts(_facts(run))
 
 
 def _facts(run: Run) -> list[tuple[str, Any]]:
@@ -229,12 +217,12 @@ def _match(args: argparse.Namespace) -> dict[str, Any] | None:
         "end_code": args.end_code,
         "schedule": args.schedule,
     }
-    given = _given(filters)
-    if args.id is not None and (given or args.max is not None or args.yes):
+    chosen = given(filters)
+    if args.id is not None and (chosen or args.max is not None or args.yes):
         raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code, --schedule), not both")
-    if args.id is None and not given:
+    if args.id is None and not chosen:
         raise UsageError("give a run id, or a filter: --where KEY=VALUE, --status, --agent, --end-code or --schedule")
-    return given if args.id is None else None
+    return chosen if args.id is None else None
 
 
 def _confirmed(client: Client, filters: dict[str, Any], args: argparse.Namespace, verb: str) -> int | None:
@@ -279,7 +267,7 @@ def cmd_resume(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_rerun(client: Client, args: argparse.Namespace, out: Output) -> int:
-    run = client.runs.rerun(args.id, from_seq=args.from_seq, **_given({"input": args.input, **_budgets(args)}))
+    run = client.runs.rerun(args.id, from_seq=args.from_seq, **given({"input": args.input, **_budgets(args)}))
     out.one(run.data, run.id)
     return OK
 
