@@ -8,7 +8,7 @@ from runs import notify
 from runs.models import Schedule, WebhookEndpoint
 from runs.selectors.schedules import schedule_json
 from runs.services.statements import from_row, send_together
-from runs.services.webhooks import endpoints_of, notification_writes
+from runs.services.webhooks import endpoints_of, matches, notification_writes
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -29,12 +29,8 @@ def tell(schedule: Schedule, event_type: str, *, due_at: datetime, reason: str, 
         return
     schedule.told = event_type
     (rows,) = send_together(endpoints_of(schedule.owner_id))
-    wanted = [
-        endpoint.id
-        for endpoint in (from_row(WebhookEndpoint, row) for row in rows)
-        if event_type in endpoint.events
-        and all(schedule.metadata.get(key) == value for key, value in endpoint.metadata.items())
-    ]
+    endpoints = (from_row(WebhookEndpoint, row) for row in rows)
+    wanted = [endpoint.id for endpoint in endpoints if matches(endpoint, schedule, event_type)]
     if not wanted:
         return
     data: dict[str, object] = {

@@ -21,15 +21,24 @@ from django.utils import timezone
 from runs import notify
 from runs.access import sees_every_run
 from runs.conf import conf
-from runs.models import DeliveryStatus, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint, WebhookNotification
+from runs.models import (
+    DeliveryStatus,
+    Run,
+    Schedule,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookNotification,
+)
 from runs.selectors.run_json import run_json
 from runs.services.statements import Statement, columns, from_row, insert, send_together
 
 M = TypeVar("M", bound=Model)
 
 
-def matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:
-    return event_type in endpoint.events and all(run.metadata.get(k) == v for k, v in endpoint.metadata.items())
+def matches(endpoint: WebhookEndpoint, about: Run | Schedule, event_type: str) -> bool:
+    """Whether `endpoint` wants `event_type` of `about`, a run or a schedule: by type and labels."""
+    return event_type in endpoint.events and all(about.metadata.get(k) == v for k, v in endpoint.metadata.items())
 
 
 def enqueue(run: Run, event_type: str, *, now: datetime) -> int:
