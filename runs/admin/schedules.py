@@ -19,7 +19,7 @@ from runs.admin.hardening import HardenedAdmin
 from runs.admin.run import ViewOnly
 from runs.exceptions import NotFound
 from runs.models import Schedule
-from runs.selectors.schedules import SCHEDULES_OF_ANYONE
+from runs.selectors.schedules import SCHEDULES_OF_ANYONE, with_owner_and_last_run
 from runs.services.schedules import schedule_pause, schedule_resume
 
 # The schedule's page: every fact, read only.
@@ -63,6 +63,7 @@ class ScheduleAdmin(ViewOnly, HardenedAdmin):
     ]
     list_filter = ["paused", "overlap"]
     search_fields = ["agent", "owner__username"]
+    # The same joins as get_queryset's (with_owner_and_last_run, which leaves the last run's heavy fields out).
     list_select_related = ["owner", "last_run"]
     ordering = ["-created_at"]
     actions = ["pause", "resume"]
@@ -82,6 +83,9 @@ class ScheduleAdmin(ViewOnly, HardenedAdmin):
     created = moment_field("created_at", "created")
     input_json = json_field("input", "input")
     metadata_json = json_field("metadata", "metadata")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        return with_owner_and_last_run(super().get_queryset(request))
 
     @admin.display(description="last run")
     def last_run_status(self, schedule: Schedule) -> SafeString | str:

@@ -18,11 +18,23 @@ from runs.selectors.run_json import _time
 SCHEDULES_OF_ANYONE = "runs.change_run"
 
 
+# Of a schedule's last run only its id and status are read (its JSON, the overlap policy, the
+# admin's badge): never its input, output or error, which may weigh hundreds of kB each.
+LAST_RUN_LEFT_OUT = tuple(
+    f"last_run__{name}" for name in ("input", "output", "error", "metadata", "reported_usage", "open_tool_calls")
+)
+
+
+def with_owner_and_last_run(schedules: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """`schedules` with their owner and the light part of their last run, in the same statement."""
+    return schedules.select_related("owner", "last_run").defer(*LAST_RUN_LEFT_OUT)
+
+
 def schedules_visible(*, user: AnyUser) -> QuerySet[Schedule]:
     """The schedules `user` may read and change: their own (with runs.change_run: everyone's)."""
     if not user.is_authenticated:
         return Schedule.objects.none()
-    schedules = Schedule.objects.select_related("owner", "last_run")
+    schedules = with_owner_and_last_run(Schedule.objects.all())
     return schedules if user.has_perm(SCHEDULES_OF_ANYONE) else schedules.filter(owner_id=user.pk)
 
 
@@ -65,7 +77,7 @@ def schedules_late(*, now: datetime | None = None, limit: int = 20) -> list[Sche
     worker is firing them (the dashboard's list). One read of the `schedule_due` index."""
     now = now or timezone.now()
     late = Schedule.objects.filter(paused=False, next_due_at__lt=now - LATE_AFTER)
-    return list(late.select_related("owner", "last_run").order_by("next_due_at")[:limit])
+    return list(with_owner_and_last_run(late).order_by("next_due_at")[:limit])
 
 
 def schedule_json(schedule: Schedule, *, with_input: bool = True) -> dict[str, Any]:

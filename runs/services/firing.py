@@ -15,6 +15,7 @@ from runs.exceptions import RunledgerError
 from runs.metrics import series
 from runs.models import LIVE_VALUES, Overlap, Run, Schedule
 from runs.recurrence import Rule
+from runs.selectors.schedules import with_owner_and_last_run
 from runs.services.core import SYSTEM, end, lock_run
 from runs.services.creation import RunSpec, insert_run
 from runs.services.quotas import DbNow
@@ -33,7 +34,12 @@ _BEFORE = timedelta(microseconds=1)
 
 def first_due(rule: Rule, *, now: datetime, start_at: datetime | None, end_at: datetime | None) -> datetime | None:
     """The first due time after `now`, at or after `start_at`, and not after `end_at` (None: none)."""
-    due = rule.next_after(max(now, start_at - _BEFORE) if start_at is not None else now)
+    return due_after(rule, max(now, start_at - _BEFORE) if start_at is not None else now, end_at=end_at)
+
+
+def due_after(rule: Rule, after: datetime, *, end_at: datetime | None) -> datetime | None:
+    """The due time that follows `after`, unless it is past `end_at` (None: the schedule is over)."""
+    due = rule.next_after(after)
     return None if end_at is not None and due > end_at else due
 
 
@@ -107,7 +113,7 @@ def fire_buffered() -> Fired | None:
     with transaction.atomic(durable=True):
         waiting = Schedule.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
         ended = Q(last_run__isnull=True) | ~Q(last_run__status__in=LIVE_VALUES)
-        schedule = waiting.select_related("owner", "last_run").filter(ended, buffered_due_at__isnull=False).first()
+        schedule = with_owner_and_last_run(waiting).filter(ended, buffered_due_at__isnull=False).first()
         if schedule is None or schedule.buffered_due_at is None:
             return None
         now = timezone.now()
@@ -120,7 +126,7 @@ def fire_buffered() -> Fired | None:
 
 def _pick(limit: int, *, pk: UUID | None = None) -> list[Schedule]:
     picked = Schedule.objects.select_for_update(no_key=True, skip_locked=True, of=("self",))
-    picked = picked.select_related("owner", "last_run").filter(due_now()).order_by("next_due_at")
+    picked = with_owner_and_last_run(picked).filter(due_now()).order_by("next_due_at")
     if pk is not None:
         picked = picked.filter(pk=pk)
     if connection.vendor == "postgresql":
@@ -150,8 +156,7 @@ def fire_locked(schedule: Schedule, *, now: datetime, guarded: bool = False) -> 
         due = min(oldest, latest)
     missed = _count_between(rule, schedule.next_due_at, due)
     fired = overlap_fire(schedule, due_at=due, now=now, guarded=guarded)
-    following = rule.next_after(due)
-    schedule.next_due_at = None if schedule.end_at is not None and following > schedule.end_at else following
+    schedule.next_due_at = due_after(rule, due, end_at=schedule.end_at)
     series.schedule_fired(fired.outcome, lateness=(now - due).total_seconds(), missed=missed)
     return fired
 
@@ -269,7 +274,6 @@ def backfill_locked(schedule: Schedule, *, start: datetime, end: datetime, limit
         latest = runs[-1].schedule_due_at
         assert latest is not None
         if schedule.next_due_at is not None and schedule.next_due_at <= latest:
-            following = rule.next_after(latest)
-            schedule.next_due_at = None if schedule.end_at is not None and following > schedule.end_at else following
+            schedule.next_due_at = due_after(rule, latest, end_at=schedule.end_at)
         schedule.save(update_fields=["last_run", "next_due_at", "told"])
     return runs

@@ -264,3 +264,19 @@ def test_a_page_of_schedules_costs_the_same_statements_for_3_as_for_30(alice: Us
         api.post(f"/api/schedules/{create(alice)['id']}/trigger/")
     assert statements() == few
     assert all(s["last_run"]["status"] == "queued" for s in api.get("/api/schedules/").json()["results"])
+
+
+def test_a_page_of_schedules_reads_of_each_last_run_its_id_and_status_not_its_input(alice: User) -> None:
+    # A schedule's input is its runs' input: up to the input cap each, which a page of schedules
+    # must not read a second time through their last runs.
+    api = api_for(alice)
+    made = create(alice, input={"deltas": 1, "delay_ms": 0, "note": "x" * 50_000})
+    api.post(f"/api/schedules/{made['id']}/trigger/")
+    with CaptureQueriesContext(connection) as read:
+        page = api.get("/api/schedules/").json()["results"]
+    assert page[0]["last_run"]["status"] == "queued" and len(page[0]["input"]["note"]) == 50_000
+    run_table = Run._meta.db_table
+    joined = [q["sql"] for q in read.captured_queries if f'JOIN "{run_table}"' in q["sql"]]
+    assert joined, "the last run is read with the schedule"
+    for heavy in ("input", "output", "error"):
+        assert all(f'"{run_table}"."{heavy}"' not in sql for sql in joined), heavy
