@@ -21,6 +21,7 @@ from tests.support.edge import (
     control_socket,
     edge_env,
     end_the_publishers_connection,
+    first_fetches_done,
     link_requests,
     published,
     publishes,
@@ -252,11 +253,12 @@ def test_a_new_leader_has_only_the_streams_that_missed_an_event_fetch_it(procs: 
             got_missed, _ = await watch_all(edge.url, stream_path(missed), headers)
             got_current, _ = await watch_all(edge.url, stream_path(current), headers)
             await until_each_has(got_missed + got_current, 2)
-            # Pushpin fetches a new channel's links a second after it subscribes, by itself: those
-            # come first (`current`'s channel was subscribed last), or they would be taken for the
-            # takeover's.
+            # Pushpin fetches the links of a channel's streams a second after its first
+            # subscription, by itself (the user's and the link channel's too, `missed`'s first):
+            # those come first (`current`'s channel was subscribed last), or they would be taken
+            # for the takeover's.
             await asyncio.to_thread(
-                wait_until, lambda: len(link_requests(edge, current)) >= 3, 15, "Pushpin's first fetch of the links"
+                wait_until, lambda: first_fetches_done(edge, current, 3), 15, "Pushpin's first fetch of the links"
             )
             # The publish of `missed`'s third event is lost, and it stays idle after it.
             tap.drop(3)

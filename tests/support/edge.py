@@ -399,14 +399,34 @@ async def watch_meanwhile(
     return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
 
 
-def link_requests(edge: Edge, run: Run) -> list[float]:
-    """When (time.time()) Pushpin asked for the run's events itself, by its log."""
-    link = f"[handler] GET {edge.url}/api/runs/{run.pk}/stream/link/ "
+def _logged_at(edge: Edge, *texts: str) -> list[float]:
+    """When (time.time(), to the millisecond) Pushpin logged each line holding every one of `texts`."""
     return [
         datetime.strptime(line[7:30], "%Y-%m-%d %H:%M:%S.%f").timestamp()
         for line in edge.log().splitlines()
-        if link in line
+        if all(text in line for text in texts)
     ]
+
+
+def link_requests(edge: Edge, run: Run) -> list[float]:
+    """When (time.time()) Pushpin asked for the run's events itself, by its log (each stream's
+    fetch logged as its answer came)."""
+    return _logged_at(edge, f"[handler] GET {edge.url}/api/runs/{run.pk}/stream/link/ ")
+
+
+def first_fetches_done(edge: Edge, run: Run, streams: int) -> bool:
+    """Whether each of the run's `streams` has fetched its link since the timer Pushpin starts at
+    its channel's first subscription (1 s, `SUBSCRIBED_DELAY` in its handlerengine.cpp), and no
+    fetch of it is under way. A fetch asked for while another waits or is under way is made after
+    it, so each stream then starts one after the timer (zurl logs the start, the handler the end).
+    The timer starts just before the subscribe is logged: 2 ms early counts."""
+    subscribed = _logged_at(edge, "] subscribe ", f" channel={grip.channel(str(run.pk))}")
+    started = _logged_at(edge, "[zurl] IN id=", f"/api/runs/{run.pk}/stream/link/")
+    return (
+        bool(subscribed)
+        and sum(at >= subscribed[0] + 0.998 for at in started) >= streams
+        and len(link_requests(edge, run)) == len(started)
+    )
 
 
 def publishes(edge: Edge, run: Run) -> int:
