@@ -4,6 +4,7 @@ objects as the ORM makes them — the same statement and the same objects, witho
 compiling the query again on every request.
 """
 
+import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -64,6 +65,7 @@ class CompiledRead(Generic[M]):
     def __init__(self, model: type[M], build: Callable[..., QuerySet[M]], **params: Param) -> None:
         self.model, self.build, self.params = model, build, params
         self._compiled: dict[tuple[str, str, Hashable], _Compiled] = {}
+        self._local = threading.local()
 
     def objects(self, *shape: Hashable, **values: Any) -> list[M]:
         """The objects the QuerySet would give (`Model.from_db`, select_related's objects set,
@@ -74,12 +76,21 @@ class CompiledRead(Generic[M]):
         with prepared_cursor(alias) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        # Converters are asked of this thread's connection, as the ORM asks them of its own.
-        compiler = entry.query.get_compiler(using=alias)
-        converters = compiler.get_converters(entry.columns)
+        compiler, converters = self._converters(alias, entry)
         if converters:
             rows = list(compiler.apply_converters(rows, converters))
         return [self._object(alias, entry, row) for row in rows]
+
+    def _converters(self, alias: str, entry: _Compiled) -> tuple[Any, list[Any]]:
+        """The compiler and converters the ORM would apply to `entry`'s rows: asked of this thread's
+        connection, as the ORM asks them of its own, once per connection (kept per thread)."""
+        connection = connections[alias]
+        kept: dict[int, tuple[Any, Any, list[Any]]] = self._local.__dict__.setdefault("kept", {})
+        found = kept.get(id(entry))
+        if found is None or found[0] is not connection:
+            compiler = entry.query.get_compiler(using=alias)
+            found = kept[id(entry)] = (connection, compiler, compiler.get_converters(entry.columns))
+        return found[1], found[2]
 
     def _object(self, alias: str, entry: _Compiled, row: Any) -> M:
         obj: M = entry.model.from_db(alias, entry.names, row[entry.span])  # type: ignore[assignment]
