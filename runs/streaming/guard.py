@@ -164,16 +164,20 @@ class StreamGuard:
 
     def take_slot(self, *, user_id: int, token_id: int | None, session_key: str | None, run_id: str) -> Watch | None:
         """Count a new stream of the user, or None when the user already holds the cap."""
-        cap = conf.MAX_STREAMS_PER_USER
-        held = self.counts.get(user_id, 0)
-        if cap is not None and held + edge_streams.live(user_id) >= cap:
+        if not self.has_room(user_id):
             return None
-        self.counts[user_id] = held + 1
+        self.counts[user_id] = self.counts.get(user_id, 0) + 1
         watch = Watch(guard=self, user_id=user_id, token_id=token_id, session_key=session_key, run_id=run_id)
         self.watches.add(watch)
         watch.unstarted = self.loop.call_later(conf.SSE_START_SECONDS, self._unstarted, watch)
         self._ensure_task()
         return watch
+
+    def has_room(self, user_id: int) -> bool:
+        """Whether the user holds fewer streams than the cap; from another thread, a hint (the
+        event loop's `take_slot` decides)."""
+        cap = conf.MAX_STREAMS_PER_USER
+        return cap is None or self.counts.get(user_id, 0) + edge_streams.live(user_id) < cap
 
     def _unstarted(self, watch: Watch) -> None:
         watch.unstarted = None

@@ -63,6 +63,11 @@ class Read:
     full: bool
 
 
+def read_frames_now(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
+    """`read_frames` on the calling thread, which it leaves without a connection."""
+    return _read_sync(run_id, after_seq, rows)
+
+
 def _read_sync(run_id: str, after_seq: int, rows: int) -> Read:
     try:
         read = run_events_json_bounded(run_id=run_id, after_seq=after_seq, limit=rows, max_bytes=conf.MAX_PAGE_BYTES)

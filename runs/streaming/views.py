@@ -22,8 +22,8 @@ from runs.metrics import series
 from runs.streaming import opening
 from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, hold
-from runs.streaming.guard import Watch, get_guard, too_many_streams
-from runs.streaming.hub import Frame, get_hub, read_frames
+from runs.streaming.guard import StreamGuard, Watch, get_guard, too_many_streams
+from runs.streaming.hub import Frame, Hub, Read, get_hub, read_frames, read_frames_now
 from runs.streaming.responses import WatchedResponse, served_under_wsgi
 
 log = logging.getLogger(__name__)
@@ -49,12 +49,14 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         held = await hold.respond(request, run_id)
         if held is not None:
             return held
-    opened = await opening.answer(open_checks, request, run_id)
-    if isinstance(opened, HttpResponse):
-        return opened
+    hub, guard = get_hub(), get_guard()
+    found = await opening.answer(_open, request, run_id, hub, guard)
+    if isinstance(found, HttpResponse):
+        return found
+    opened, first = found
     # Caps and state come last (docs/design/api.md#check-order): here, on the event loop, the count is checked and
     # taken in one step; a 204 above never counted.
-    watch = get_guard().take_slot(
+    watch = guard.take_slot(
         user_id=opened.user_id, token_id=opened.token_id, session_key=opened.session_key, run_id=opened.run_id
     )
     if watch is None:
@@ -62,7 +64,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request (guard.py says how, under each server).
     at_request_end(request, watch.release)
-    stream = WatchedResponse(watch, _stream(opened, watch), content_type="text/event-stream")
+    stream = WatchedResponse(watch, _stream(opened, watch, first), content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
@@ -79,7 +81,24 @@ def edge_client(request: HttpRequest) -> None:
         request.META["REMOTE_ADDR"] = forwarded
 
 
-async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
+def _open(request: HttpRequest, run_id: str, hub: Hub, guard: StreamGuard) -> tuple[Opened, Read | None] | HttpResponse:
+    """The checks (`open_checks`), then in the same call on the opening thread the events after the
+    cursor, if the stream is to start its run's feed here and is a short backlog behind, and its
+    user has room for it: the stream's first bytes carry them, with no read of their own after.
+    `hub` and `guard` are only looked at (from this thread, a hint: the event loop decides)."""
+    opened = open_checks(request, run_id)
+    if isinstance(opened, HttpResponse):
+        return opened
+    reads_first = (
+        opened.types is None
+        and opened.last_seq - opened.cursor <= SHORT_BACKLOG
+        and opened.run_id not in hub.feeds
+        and guard.has_room(opened.user_id)
+    )
+    return opened, read_frames_now(opened.run_id, opened.cursor, SHORT_BACKLOG) if reads_first else None
+
+
+async def _stream(opened: Opened, watch: Watch, first: Read | None) -> AsyncGenerator[bytes, None]:
     """The body: an async generator (a sync iterator would be buffered whole under ASGI).
 
     On a client disconnect Django cancels it (CancelledError at an await or yield); `finally`
@@ -96,14 +115,30 @@ async def _stream(opened: Opened, watch: Watch) -> AsyncGenerator[bytes, None]:
     lifetime = conf.SSE_MAX_SECONDS
     ends_at = loop.time() + lifetime if lifetime > 0 else math.inf
     hub = get_hub()
-    # A new feed of a live run starts at a short backlog's start: the read its pump makes at once
-    # (hub.py) then brings the backlog with whatever committed since — one read where the watcher's
-    # own would be a second. (An ended run's feed has no pump: its watchers read the table.)
-    short = not opened.terminal and types is None and opened.last_seq - opened.cursor <= SHORT_BACKLOG
-    feed = hub.subscribe(opened.run_id, head=opened.cursor if short else opened.last_seq, ended=opened.terminal)
+    # A new feed starts where the opening's read ended (`_open`): its pump reads on from there at
+    # once (hub.py), for what committed since. Without that read, a new feed of a live run starts
+    # at a short backlog's start: the pump's first read brings the backlog with whatever committed
+    # since — one read where the watcher's own would be a second. (An ended run's feed has no pump:
+    # its watchers read the table.)
+    read_first = first.frames if first is not None else []
+    if first is not None:
+        head = read_first[-1].seq if read_first else cursor
+    elif not opened.terminal and types is None and opened.last_seq - cursor <= SHORT_BACKLOG:
+        head = cursor
+    else:
+        head = opened.last_seq
+    ended = opened.terminal or bool(read_first and read_first[-1].terminal)
+    feed = hub.subscribe(opened.run_id, head=max(head, opened.last_seq) if ended else head, ended=ended)
     series.stream_opened()
     try:
-        yield f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
+        retry = f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
+        for chunk, after, done in _chunks(read_first, cursor):
+            yield retry + chunk
+            retry, cursor = b"", after
+            if done:
+                return
+        if retry:
+            yield retry
         next_keepalive = loop.time() + keepalive
         while not watch.ended:
             frames = feed.frames_after(cursor)

@@ -157,6 +157,35 @@ def test_after_seq_skips_what_the_client_has_and_last_event_id_wins_over_it(web:
     assert get(web, path(run, "after_seq=50"), auth_headers(token)).status == 204
 
 
+def test_a_new_streams_first_bytes_carry_the_events_after_its_cursor_and_then_it_follows(
+    web: Proc, alice: User
+) -> None:
+    """The opening reads the short backlog with its checks (docs/design/streaming.md#hub-reads):
+    the first chunk is the retry line and every event committed after the cursor, not the retry
+    line alone, the events a read later; what commits next follows, once each."""
+    token = token_for(alice)
+    run = running_run(alice)
+    append(run, 3)  # seq 3..5
+
+    async def scenario() -> tuple[bytes, list[Event], list[Event]]:
+        stream = await Stream(web.url, path(run, "after_seq=1"), auth_headers(token)).open()
+        assert stream.status == 200
+        chunks = stream.chunks()
+        first = await anext(chunks)
+        await asyncio.to_thread(in_thread(lambda: append(run, 2, start=3)))  # seq 6, 7
+        await asyncio.to_thread(
+            in_thread(lambda: services.run_complete(run_id=run.pk, generation=run.generation, output=None))
+        )
+        opening = list(stream.parser.feed(first))
+        return first, opening, opening + [e async for e in stream.events()]
+
+    first, opening, events = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert first.startswith(b"retry: ")
+    assert [event.id for event in opening] == ["2", "3", "4", "5"]
+    run.refresh_from_db()
+    assert_frames_are_the_stored_events(events, run, after=1)
+
+
 def test_an_idle_stream_sends_comment_heartbeats(web: Proc, alice: User) -> None:
     token = token_for(alice)
     run = running_run(alice)
