@@ -16,6 +16,7 @@ from django.utils import timezone
 from runs import notify
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
+from runs.http import token_cache
 from runs.models import AuthFailure
 
 # Expired failures one recorded failure deletes: more than it adds, so the table cannot outgrow
@@ -125,7 +126,7 @@ def auth_token_failed(*, address: str) -> None:
         # once the failure counts (runs.http.token_cache).
         with transaction.atomic():
             AuthFailure.objects.create(key=key, failed_at=now)
-            notify.send(notify.token_failed(key))
+            token_cache.announce(notify.token_failed(key))
     else:
         AuthFailure.objects.create(key=key, failed_at=now)
     _purge_some(now)

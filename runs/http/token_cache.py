@@ -11,6 +11,7 @@ which must never outlive its request nor be shared between threads.
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 from collections import OrderedDict
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Model
 
 from runs import notify
@@ -212,13 +213,23 @@ async def stop() -> None:
     cache.on_disconnect()
 
 
+def announce(*notes: notify.Note) -> None:
+    """Send `notes` (a revocation, a user's change, a failed key) in the open transaction, and apply
+    them to this process's own cache once it commits, before its request answers: the process
+    that revoked a token refuses it from its next request on, whatever the notification's way back
+    through its listener (the others, as soon as theirs arrives)."""
+    notify.send(*notes)
+    for note in notes:
+        transaction.on_commit(functools.partial(cache.on_notify, *note))
+
+
 def user_saved(sender: Any, instance: Any, created: bool, update_fields: Any = None, **kwargs: Any) -> None:
     """A user's row changed: the caches drop their tokens. A deactivation says so on REVOKED
     (runs.streaming.edge.revocation), and a sign-in's `last_login` changes nothing they keep."""
     if created or not instance.is_active or (update_fields is not None and set(update_fields) == {"last_login"}):
         return
     if conf.TOKEN_CACHE_SECONDS:
-        notify.send(notify.user_changed(instance.pk))
+        announce(notify.user_changed(instance.pk))
 
 
 def connect() -> None:

@@ -105,3 +105,24 @@ def test_each_use_gets_a_token_and_user_of_its_own(alice: User) -> None:
     assert all(user.pk == alice.pk and user.is_active for user in users)
     assert ApiToken.objects.get(pk=token.pk).digest == key_digest(key)
     assert mine.get((key_digest(key), "b")) is None  # another address's standing was not read with it
+
+
+def test_the_process_that_revokes_a_token_refuses_it_from_its_next_request_on(alice: User) -> None:
+    """The revoking request's own process drops the user's entries at its commit, before it
+    answers: its next request is refused even while the notification has not come back through its
+    listener (none runs here: the cache is live as when one connects, and hears only this process)."""
+    path = f"/api/runs/{queued_run(alice).pk}/"
+    main, issued = token_for(alice, name="main"), token_for(alice, name="issued")
+    cache.on_connect()
+    try:
+        assert client(issued).get(path).status_code == 200
+        assert client(main).get(path).status_code == 200
+        assert len(cache) == 2
+        assert client(main).delete("/api/tokens/issued/").status_code == 204
+        assert client(issued).get(path).status_code == 401
+        # The user's every entry went (a revocation names the user): the key still valid is read
+        # again, and kept again.
+        assert len(cache) == 0
+        assert client(main).get(path).status_code == 200
+    finally:
+        cache.on_disconnect()

@@ -11,12 +11,14 @@ from django.contrib.auth.signals import user_logged_out
 from django.db.models.signals import post_delete, post_save
 
 from runs import notify
+from runs.http import token_cache
 from runs.models import ApiToken
 
 
 def _revoked(user_id: int | None) -> None:
     if user_id is not None:
-        notify.send(notify.credential_revoked(user_id))
+        # The token caches hear it too (this process's own at the commit).
+        token_cache.announce(notify.credential_revoked(user_id))
 
 
 def _token_deleted(sender: Any, instance: ApiToken, **kwargs: Any) -> None:
