@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from runledger_client._cli_args import OK, at_most, given
+from runledger_client._cli_args import OK, at_most, deleting, given
 from runledger_client._output import Output, dumps, facts, printable
 from runledger_client.client import Client
 from runledger_client.models import Run, Schedule
@@ -97,12 +97,6 @@ def _run_line(run: Run) -> str:
     return f"{run.id}  due {run.data['schedule']['due_at'] if run.schedule else '-'}"
 
 
-def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
-    client.schedules.delete(args.id)
-    out.deleted("id", args.id)
-    return OK
-
-
 HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "schedules create": cmd_create,
     "schedules list": cmd_list,
@@ -111,5 +105,5 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "schedules resume": _one("resume"),
     "schedules trigger": cmd_trigger,
     "schedules backfill": cmd_backfill,
-    "schedules delete": cmd_delete,
+    "schedules delete": deleting("id", lambda client, id: client.schedules.delete(id)),
 }
