@@ -53,6 +53,12 @@ def given(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
+def given_args(args: argparse.Namespace, *names: str, **more: Any) -> dict[str, Any]:
+    """The arguments `names` (each parsed under the API's name for it) and the values `more`, those
+    a command was given."""
+    return given({name: getattr(args, name) for name in names} | more)
+
+
 def at_most(items: Iterable[T], limit: int) -> Iterator[T]:
     """`--limit N`: the first N of `items` (0: all), none fetched after the last shown."""
     return islice(items, max(limit, 0) if limit else None)
