@@ -7,9 +7,13 @@ import argparse
 import json
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runledger_client._core import __version__
+
+if TYPE_CHECKING:
+    from runledger_client._output import Output
+    from runledger_client.client import Client
 
 # What the exit statuses mean (also in `runledger --help` and docs/reference/cli.md).
 OK, REFUSED, USAGE_ERROR, UNREACHABLE = 0, 1, 2, 3
@@ -49,9 +53,27 @@ def given(options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
+def given_args(args: argparse.Namespace, *names: str, **more: Any) -> dict[str, Any]:
+    """The arguments `names` (each parsed under the API's name for it) and the values `more`, those
+    a command was given."""
+    return given({name: getattr(args, name) for name in names} | more)
+
+
 def at_most(items: Iterable[T], limit: int) -> Iterator[T]:
     """`--limit N`: the first N of `items` (0: all), none fetched after the last shown."""
     return islice(items, max(limit, 0) if limit else None)
+
+
+def deleting(key: str, delete: Callable[[Client, str], None]) -> Callable[[Client, argparse.Namespace, Output], int]:
+    """A `… delete` command: `delete` what the argument `key` names, then say so (`Output.deleted`)."""
+
+    def command(client: Client, args: argparse.Namespace, out: Output) -> int:
+        value = getattr(args, key)
+        delete(client, value)
+        out.deleted(key, value)
+        return OK
+
+    return command
 
 
 def _json_value(text: str) -> Any:

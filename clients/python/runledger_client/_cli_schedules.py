@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from runledger_client._cli_args import OK, at_most, given
+from runledger_client._cli_args import OK, at_most, deleting, given_args
 from runledger_client._output import Output, dumps, facts, printable
 from runledger_client.client import Client
 from runledger_client.models import Run, Schedule
@@ -49,18 +49,15 @@ def _line(schedule: Schedule) -> str:
 
 
 def cmd_create(client: Client, args: argparse.Namespace, out: Output) -> int:
-    options = {
-        "cron": args.cron,
-        "every_seconds": args.every,
-        "timezone": args.timezone,
-        "overlap": args.overlap,
-        "catchup_window_seconds": args.catchup,
-        "start_at": args.start_at,
-        "end_at": args.end_at,
-        "metadata": dict(args.meta) if args.meta else None,
-        "priority": args.priority,
-    }
-    schedule = client.schedules.create(args.agent, args.input, **given(options))
+    as_parsed = ("cron", "timezone", "overlap", "start_at", "end_at", "priority")
+    options = given_args(
+        args,
+        *as_parsed,
+        every_seconds=args.every,
+        catchup_window_seconds=args.catchup,
+        metadata=dict(args.meta) if args.meta else None,
+    )
+    schedule = client.schedules.create(args.agent, args.input, **options)
     out.one(schedule.data, f"{schedule.id}\nnext due: {schedule.data.get('next_due_at') or 'none'}")
     return OK
 
@@ -97,12 +94,6 @@ def _run_line(run: Run) -> str:
     return f"{run.id}  due {run.data['schedule']['due_at'] if run.schedule else '-'}"
 
 
-def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
-    client.schedules.delete(args.id)
-    out.deleted("id", args.id)
-    return OK
-
-
 HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "schedules create": cmd_create,
     "schedules list": cmd_list,
@@ -111,5 +102,5 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "schedules resume": _one("resume"),
     "schedules trigger": cmd_trigger,
     "schedules backfill": cmd_backfill,
-    "schedules delete": cmd_delete,
+    "schedules delete": deleting("id", lambda client, id: client.schedules.delete(id)),
 }

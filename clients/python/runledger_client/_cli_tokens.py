@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from runledger_client._cli_args import OK
+from runledger_client._cli_args import OK, deleting
 from runledger_client._output import Output, printable
 from runledger_client.client import Client
 from runledger_client.models import ApiToken
@@ -35,14 +35,8 @@ def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
-def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
-    client.tokens.delete(args.name)
-    out.deleted("name", args.name)
-    return OK
-
-
 HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "tokens create": cmd_create,
     "tokens list": cmd_list,
-    "tokens delete": cmd_delete,
+    "tokens delete": deleting("name", lambda client, name: client.tokens.delete(name)),
 }

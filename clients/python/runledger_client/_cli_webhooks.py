@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from runledger_client._cli_args import OK, at_most
+from runledger_client._cli_args import OK, at_most, deleting
 from runledger_client._output import Output, facts, printable
 from runledger_client.client import Client
 from runledger_client.models import Webhook, WebhookDelivery
@@ -78,12 +78,6 @@ def cmd_update(client: Client, args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
-def cmd_delete(client: Client, args: argparse.Namespace, out: Output) -> int:
-    client.webhooks.delete(args.id)
-    out.deleted("id", args.id)
-    return OK
-
-
 def cmd_rotate_secret(client: Client, args: argparse.Namespace, out: Output) -> int:
     hook = client.webhooks.rotate_secret(args.id)
     out.one(
@@ -105,7 +99,7 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace, Output], int]] = {
     "webhooks list": cmd_list,
     "webhooks show": cmd_show,
     "webhooks update": cmd_update,
-    "webhooks delete": cmd_delete,
+    "webhooks delete": deleting("id", lambda client, id: client.webhooks.delete(id)),
     "webhooks rotate-secret": cmd_rotate_secret,
     "webhooks deliveries": cmd_deliveries,
 }

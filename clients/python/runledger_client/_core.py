@@ -229,10 +229,6 @@ def raw(body: Any) -> Any:
     return body
 
 
-def run_path(run_id: object, action: str = "") -> str:
-    return f"/api/runs/{quote(str(run_id), safe='')}/" + (f"{action}/" if action else "")
-
-
 def _json_value(value: object) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
@@ -310,11 +306,7 @@ def rerun(run_id: object, from_seq: int | None, options: Mapping[str, Any]) -> C
     if from_seq is not None:
         body["from_seq"] = from_seq
     # Not repeated after a lost answer: a second try would make a second run.
-    return Call("POST", run_path(run_id, "rerun"), Run.from_body, json=body, ok=(201,), idempotent=False)
-
-
-def get(run_id: object) -> Call[Run]:
-    return Call("GET", run_path(run_id), Run.from_body)
+    return Call("POST", RUNS.path(run_id, "rerun"), Run.from_body, json=body, ok=(201,), idempotent=False)
 
 
 def types_param(types: str | Iterable[str] | None) -> dict[str, str]:
@@ -328,7 +320,7 @@ def events(
     run_id: object, after_seq: int, limit: int | None, types: str | Iterable[str] | None = None
 ) -> Call[EventPage]:
     params = {"after_seq": str(after_seq)} | ({} if limit is None else {"limit": str(limit)}) | types_param(types)
-    return Call("GET", run_path(run_id, "events"), EventPage.from_body, params=params)
+    return Call("GET", RUNS.path(run_id, "events"), EventPage.from_body, params=params)
 
 
 class ServerWait:
@@ -349,7 +341,7 @@ class ServerWait:
         seconds = max(0.001, remaining(self.deadline, self.WAIT_MAX))
         params = {"timeout": f"{seconds:.3f}"}
         return Call(
-            "GET", run_path(self.run_id, "wait"), Run.from_body, params=params, timeout=seconds + self.request_timeout
+            "GET", RUNS.path(self.run_id, "wait"), Run.from_body, params=params, timeout=seconds + self.request_timeout
         )
 
     @staticmethod
@@ -360,21 +352,21 @@ class ServerWait:
 
 
 def cancel(run_id: object, note: str) -> Call[Run]:
-    return Call("POST", run_path(run_id, "cancel"), Run.from_body, json={"note": note})
+    return Call("POST", RUNS.path(run_id, "cancel"), Run.from_body, json={"note": note})
 
 
 def stop(run_id: object, reason: str, code: str | None) -> Call[Run]:
     body = {"reason": reason} | ({} if code is None else {"code": code})
-    return Call("POST", run_path(run_id, "stop"), Run.from_body, json=body)
+    return Call("POST", RUNS.path(run_id, "stop"), Run.from_body, json=body)
 
 
 def pause(run_id: object) -> Call[Run]:
     # 202: the run is running and the worker parks it at its next safe boundary.
-    return Call("POST", run_path(run_id, "pause"), Run.from_body, ok=(200, 202))
+    return Call("POST", RUNS.path(run_id, "pause"), Run.from_body, ok=(200, 202))
 
 
 def resume(run_id: object, ticket: str, input: Any) -> Call[Run]:
-    return Call("POST", run_path(run_id, "resume"), Run.from_body, json={"ticket": ticket, "input": input})
+    return Call("POST", RUNS.path(run_id, "resume"), Run.from_body, json={"ticket": ticket, "input": input})
 
 
 class RequestOptions(TypedDict, total=False):
@@ -427,19 +419,45 @@ class Pages(Generic[T]):
         return page.results
 
 
-def run_pages(filters: Mapping[str, Any]) -> Pages[Run]:
-    return Pages("/api/runs/", filters, Run.from_body)
+def _nothing(body: Any) -> None:
+    return None
 
 
-def agent_pages(filters: Mapping[str, Any]) -> Pages[Agent]:
-    return Pages("/api/agents/", filters, Agent.from_body)
+def _as_given(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(fields)
+
+
+@dataclass(frozen=True)
+class Items(Generic[T]):
+    """One of the API's collections (`/api/<name>/`): each item read, changed and deleted at its
+    own path, the collection listed page by page, the same way for every kind of item."""
+
+    path_prefix: str
+    parse: Callable[[Any], T]
+    # How a change's fields are sent (`update`).
+    fields: Callable[[Mapping[str, Any]], dict[str, Any]] = _as_given
+
+    def path(self, item_id: object, action: str = "") -> str:
+        return f"{self.path_prefix}{quote(str(item_id), safe='')}/" + (f"{action}/" if action else "")
+
+    def get(self, item_id: object) -> Call[T]:
+        return Call("GET", self.path(item_id), self.parse)
+
+    def update(self, item_id: object, changes: Mapping[str, Any]) -> Call[T]:
+        return Call("PATCH", self.path(item_id), self.parse, json=self.fields(changes))
+
+    def delete(self, item_id: object) -> Call[None]:
+        return Call("DELETE", self.path(item_id), _nothing, ok=(204,))
+
+    def pages(self, **filters: Any) -> Pages[T]:
+        return Pages(self.path_prefix, filters, self.parse)
+
+
+RUNS = Items("/api/runs/", Run.from_body)
+AGENTS = Items("/api/agents/", Agent.from_body)
 
 
 # --- webhook endpoints (docs/design/webhooks.md#endpoints) ---
-
-
-def webhook_path(webhook_id: object, action: str = "") -> str:
-    return f"/api/webhooks/{quote(str(webhook_id), safe='')}/" + (f"{action}/" if action else "")
 
 
 class WebhookChanges(TypedDict, total=False):
@@ -457,6 +475,9 @@ def webhook_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {name: list(value) if name == "events" else value for name, value in fields.items() if value is not None}
 
 
+WEBHOOKS = Items("/api/webhooks/", Webhook.from_body, webhook_fields)
+
+
 def webhook_create(
     url: str, events: Iterable[str], metadata: Mapping[str, str] | None, all_runs: bool
 ) -> Call[Webhook]:
@@ -466,30 +487,14 @@ def webhook_create(
     return Call("POST", "/api/webhooks/", Webhook.from_body, json=webhook_fields(fields), ok=(201,), idempotent=False)
 
 
-def webhook_get(webhook_id: object) -> Call[Webhook]:
-    return Call("GET", webhook_path(webhook_id), Webhook.from_body)
-
-
-def webhook_update(webhook_id: object, fields: Mapping[str, Any]) -> Call[Webhook]:
-    return Call("PATCH", webhook_path(webhook_id), Webhook.from_body, json=webhook_fields(fields))
-
-
-def webhook_delete(webhook_id: object) -> Call[None]:
-    return Call("DELETE", webhook_path(webhook_id), lambda body: None, ok=(204,))
-
-
 def webhook_rotate_secret(webhook_id: object) -> Call[Webhook]:
     # Not repeated: a second rotation would retire the secret whose answer was lost, and with it
     # the overlap that lets receivers switch without failing a request.
-    return Call("POST", webhook_path(webhook_id, "rotate-secret"), Webhook.from_body, idempotent=False)
-
-
-def webhook_pages(page_size: int | None) -> Pages[Webhook]:
-    return Pages("/api/webhooks/", {"page_size": page_size}, Webhook.from_body)
+    return Call("POST", WEBHOOKS.path(webhook_id, "rotate-secret"), Webhook.from_body, idempotent=False)
 
 
 def webhook_delivery_pages(webhook_id: object, page_size: int | None) -> Pages[WebhookDelivery]:
-    return Pages(webhook_path(webhook_id, "deliveries"), {"page_size": page_size}, WebhookDelivery.from_body)
+    return Pages(WEBHOOKS.path(webhook_id, "deliveries"), {"page_size": page_size}, WebhookDelivery.from_body)
 
 
 # --- schedules (docs/design/schedules.md) ---
@@ -520,10 +525,6 @@ class ScheduleChanges(ScheduleOptions, total=False):
     input: dict[str, Any]
 
 
-def schedule_path(schedule_id: object, action: str = "") -> str:
-    return f"/api/schedules/{quote(str(schedule_id), safe='')}/" + (f"{action}/" if action else "")
-
-
 def schedule_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The fields as the API reads them: times in ISO 8601, the input as given."""
     return {name: value if name == "input" else _json_value_or_null(value) for name, value in fields.items()}
@@ -531,6 +532,9 @@ def schedule_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def _json_value_or_null(value: object) -> Any:
     return None if value is None else _json_value(value)
+
+
+SCHEDULES = Items("/api/schedules/", Schedule.from_body, schedule_fields)
 
 
 def schedule_create(agent: str, input: dict[str, Any] | None, options: Mapping[str, Any]) -> Call[Schedule]:
@@ -541,38 +545,22 @@ def schedule_create(agent: str, input: dict[str, Any] | None, options: Mapping[s
     return Call("POST", "/api/schedules/", Schedule.from_body, json=body, ok=(201,), idempotent=False)
 
 
-def schedule_pages(page_size: int | None) -> Pages[Schedule]:
-    return Pages("/api/schedules/", {"page_size": page_size}, Schedule.from_body)
-
-
-def schedule_get(schedule_id: object) -> Call[Schedule]:
-    return Call("GET", schedule_path(schedule_id), Schedule.from_body)
-
-
-def schedule_update(schedule_id: object, changes: Mapping[str, Any]) -> Call[Schedule]:
-    return Call("PATCH", schedule_path(schedule_id), Schedule.from_body, json=schedule_fields(changes))
-
-
-def schedule_delete(schedule_id: object) -> Call[None]:
-    return Call("DELETE", schedule_path(schedule_id), lambda body: None, ok=(204,))
-
-
 def schedule_command(schedule_id: object, action: str) -> Call[Schedule]:
     """`pause` or `resume`: the schedule as it is after it (the same again when repeated)."""
-    return Call("POST", schedule_path(schedule_id, action), Schedule.from_body)
+    return Call("POST", SCHEDULES.path(schedule_id, action), Schedule.from_body)
 
 
 def schedule_trigger(schedule_id: object) -> Call[Run]:
     # Not repeated after a lost answer: each trigger is a due time of its own, so a second try
     # would create a second run.
-    return Call("POST", schedule_path(schedule_id, "trigger"), Run.from_body, ok=(201,), idempotent=False)
+    return Call("POST", SCHEDULES.path(schedule_id, "trigger"), Run.from_body, ok=(201,), idempotent=False)
 
 
 def schedule_backfill(schedule_id: object, start: datetime | str, end: datetime | str, max: int) -> Call[list[Run]]:
     body = {"from": _json_value(start), "to": _json_value(end), "max": max}
     # Safe to repeat: a due time makes one run at most, whatever fires it, so a retry creates only
     # the runs the lost answer's request did not.
-    return Call("POST", schedule_path(schedule_id, "backfill"), _backfilled, json=body)
+    return Call("POST", SCHEDULES.path(schedule_id, "backfill"), _backfilled, json=body)
 
 
 def _backfilled(body: Any) -> list[Run]:
@@ -580,6 +568,8 @@ def _backfilled(body: Any) -> list[Run]:
 
 
 # --- API tokens (docs/design/api.md#tokens) ---
+
+TOKENS = Items("/api/tokens/", ApiToken.from_body)
 
 
 def token_create(name: str, expires_in: int | None, expires_at: datetime | str | None) -> Call[ApiToken]:
@@ -591,14 +581,6 @@ def token_create(name: str, expires_in: int | None, expires_at: datetime | str |
     # Not repeated after a lost answer: its key was in it, and a second try would issue a second
     # token (or, by its name, be refused).
     return Call("POST", "/api/tokens/", ApiToken.from_body, json=fields, ok=(201,), idempotent=False)
-
-
-def token_pages(page_size: int | None) -> Pages[ApiToken]:
-    return Pages("/api/tokens/", {"page_size": page_size}, ApiToken.from_body)
-
-
-def token_delete(name: str) -> Call[None]:
-    return Call("DELETE", f"/api/tokens/{quote(name, safe='')}/", lambda body: None, ok=(204,))
 
 
 @dataclass(frozen=True)
@@ -673,13 +655,13 @@ def wait(run_id: str, *, released: bool, timeout: float | None, config: Config) 
     while not run.is_terminal:
         if waits.waits_for_resume(run):
             yield Follow(run_id, run.last_seq, deadline)
-            run = yield from sending(get(run_id), retry)
+            run = yield from sending(RUNS.get(run_id), retry)
         else:
             run = yield from sending(waits.next_call(), retry)
     poll = ReleasePoll(deadline)
     while released and not run.released:
         yield Sleep(poll.delay())
-        run = yield from sending(get(run_id), retry)
+        run = yield from sending(RUNS.get(run_id), retry)
     return run
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from runledger_client._core import Retry, jittered, past, remaining, run_path, types_param
+from runledger_client._core import RUNS, Retry, jittered, past, remaining, types_param
 from runledger_client.errors import APIError, TransportError, error_from
 from runledger_client.models import Event
 
@@ -97,7 +97,7 @@ class StreamState:
         deadline: float | None = None,
         types: str | Iterable[str] | None = None,
     ) -> None:
-        self.path = run_path(run_id, "stream")
+        self.path = RUNS.path(run_id, "stream")
         self.params = {"after_seq": str(after_seq)} | types_param(types)
         self.after_seq = after_seq
         self.cursor = after_seq  # the seq of the last event yielded

@@ -70,10 +70,10 @@ class AsyncRuns(_base.Namespace["AsyncClient"]):
         return await self._client._send(_core.create(agent, input, dict(options), idempotency_key))
 
     async def get(self, run_id: str) -> Run:
-        return await self._client._send(_core.get(run_id))
+        return await self._client._send(_core.RUNS.get(run_id))
 
     def list(self, **filters: Unpack[_core.RunFilters]) -> AsyncIterator[Run]:
-        return self._client._pages(_core.run_pages(filters))
+        return self._client._pages(_core.RUNS.pages(**filters))
 
     async def events(
         self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
@@ -130,7 +130,7 @@ class AsyncRuns(_base.Namespace["AsyncClient"]):
 
 class AsyncAgents(_base.Namespace["AsyncClient"]):
     def list(self, *, page_size: int | None = None) -> AsyncIterator[Agent]:
-        return self._client._pages(_core.agent_pages({"page_size": page_size}))
+        return self._client._pages(_core.AGENTS.pages(page_size=page_size))
 
 
 class AsyncSchedules(_base.Namespace["AsyncClient"]):
@@ -142,16 +142,16 @@ class AsyncSchedules(_base.Namespace["AsyncClient"]):
         return await self._client._send(_core.schedule_create(agent, input, options))
 
     def list(self, *, page_size: int | None = None) -> AsyncIterator[Schedule]:
-        return self._client._pages(_core.schedule_pages(page_size))
+        return self._client._pages(_core.SCHEDULES.pages(page_size=page_size))
 
     async def get(self, schedule_id: str) -> Schedule:
-        return await self._client._send(_core.schedule_get(schedule_id))
+        return await self._client._send(_core.SCHEDULES.get(schedule_id))
 
     async def update(self, schedule_id: str, **changes: Unpack[_core.ScheduleChanges]) -> Schedule:
-        return await self._client._send(_core.schedule_update(schedule_id, changes))
+        return await self._client._send(_core.SCHEDULES.update(schedule_id, changes))
 
     async def delete(self, schedule_id: str) -> None:
-        await self._client._send(_core.schedule_delete(schedule_id))
+        await self._client._send(_core.SCHEDULES.delete(schedule_id))
 
     async def pause(self, schedule_id: str) -> Schedule:
         return await self._client._send(_core.schedule_command(schedule_id, "pause"))
@@ -177,16 +177,16 @@ class AsyncWebhooks(_base.Namespace["AsyncClient"]):
         return await self._client._send(_core.webhook_create(url, events, metadata, all_runs))
 
     def list(self, *, page_size: int | None = None) -> AsyncIterator[Webhook]:
-        return self._client._pages(_core.webhook_pages(page_size))
+        return self._client._pages(_core.WEBHOOKS.pages(page_size=page_size))
 
     async def get(self, webhook_id: str) -> Webhook:
-        return await self._client._send(_core.webhook_get(webhook_id))
+        return await self._client._send(_core.WEBHOOKS.get(webhook_id))
 
     async def update(self, webhook_id: str, **changes: Unpack[_core.WebhookChanges]) -> Webhook:
-        return await self._client._send(_core.webhook_update(webhook_id, changes))
+        return await self._client._send(_core.WEBHOOKS.update(webhook_id, changes))
 
     async def delete(self, webhook_id: str) -> None:
-        await self._client._send(_core.webhook_delete(webhook_id))
+        await self._client._send(_core.WEBHOOKS.delete(webhook_id))
 
     async def rotate_secret(self, webhook_id: str) -> Webhook:
         return await self._client._send(_core.webhook_rotate_secret(webhook_id))
@@ -204,10 +204,10 @@ class AsyncTokens(_base.Namespace["AsyncClient"]):
         return await self._client._send(_core.token_create(name, expires_in, expires_at))
 
     def list(self, *, page_size: int | None = None) -> AsyncIterator[ApiToken]:
-        return self._client._pages(_core.token_pages(page_size))
+        return self._client._pages(_core.TOKENS.pages(page_size=page_size))
 
     async def delete(self, name: str) -> None:
-        await self._client._send(_core.token_delete(name))
+        await self._client._send(_core.TOKENS.delete(name))
 
 
 class AsyncClient(_base.ClientBase[httpx.AsyncBaseTransport, httpx.AsyncClient], _base.AsyncClosing):

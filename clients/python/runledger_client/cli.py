@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from runledger_client import _cli_args, _cli_schedules, _cli_tokens, _cli_webhooks
-from runledger_client._cli_args import EXIT_BY_STATUS, OK, REFUSED, UNREACHABLE, USAGE_ERROR, at_most, given
+from runledger_client._cli_args import EXIT_BY_STATUS, OK, REFUSED, UNREACHABLE, USAGE_ERROR, at_most, given_args
 from runledger_client._completion import SCRIPTS
 from runledger_client._config import resolve
 from runledger_client._core import Retry
@@ -46,20 +46,16 @@ CLI_RETRY = Retry(attempts=4, cap=2.0)
 # --- the commands: each takes the client, its arguments and the output, and returns the exit status
 
 
-def _budgets(args: argparse.Namespace) -> dict[str, Any]:
-    """The budgets and deadline a create or a rerun was given (None: not given)."""
-    return {name: getattr(args, name) for name in ("max_steps", "max_events", "max_attempts", "deadline")}
+# The budgets and deadline a create or a rerun may be given.
+BUDGETS = ("max_steps", "max_events", "max_attempts", "deadline")
+# What `cancel`/`stop` may match runs by (and `list` filters them by), besides --where.
+MATCH = ("status", "agent", "end_code", "schedule")
 
 
 def cmd_create(client: Client, args: argparse.Namespace, out: Output) -> int:
-    options = {
-        "parent": args.parent,
-        **_budgets(args),
-        "metadata": dict(args.meta) if args.meta else None,
-        "priority": args.priority,
-        "start_after": args.start_after,
-    }
-    run = client.runs.create(args.agent, args.input, idempotency_key=args.idempotency_key, **given(options))
+    metadata = dict(args.meta) if args.meta else None
+    options = given_args(args, "parent", *BUDGETS, "priority", "start_after", metadata=metadata)
+    run = client.runs.create(args.agent, args.input, idempotency_key=args.idempotency_key, **options)
     out.one(run.data, run.id)
     return OK
 
@@ -69,15 +65,8 @@ def _run_line(run: Run) -> str:
 
 
 def cmd_list(client: Client, args: argparse.Namespace, out: Output) -> int:
-    filters = {
-        "status": args.status,
-        "end_code": args.end_code,
-        "agent": args.agent,
-        "parent": args.parent,
-        "schedule": args.schedule,
-        "metadata": dict(args.where) if args.where else None,
-    }
-    runs = at_most(client.runs.list(**given(filters)), args.limit)
+    filters = given_args(args, *MATCH, "parent", metadata=dict(args.where) if args.where else None)
+    runs = at_most(client.runs.list(**filters), args.limit)
     out.many((run.data, _run_line(run)) for run in runs)
     return OK
 
@@ -210,14 +199,7 @@ def cmd_stop(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 def _match(args: argparse.Namespace) -> dict[str, Any] | None:
     """The filter of `cancel`/`stop --where …` (None: the command is on the one run `id`)."""
-    filters = {
-        "metadata": dict(args.where) if args.where else None,
-        "status": args.status,
-        "agent": args.agent,
-        "end_code": args.end_code,
-        "schedule": args.schedule,
-    }
-    chosen = given(filters)
+    chosen = given_args(args, *MATCH, metadata=dict(args.where) if args.where else None)
     if args.id is not None and (chosen or args.max is not None or args.yes):
         raise UsageError("give a run id, or a filter (--where, --status, --agent, --end-code, --schedule), not both")
     if args.id is None and not chosen:
@@ -267,7 +249,7 @@ def cmd_resume(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_rerun(client: Client, args: argparse.Namespace, out: Output) -> int:
-    run = client.runs.rerun(args.id, from_seq=args.from_seq, **given({"input": args.input, **_budgets(args)}))
+    run = client.runs.rerun(args.id, from_seq=args.from_seq, **given_args(args, "input", *BUDGETS))
     out.one(run.data, run.id)
     return OK
 

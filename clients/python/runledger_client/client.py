@@ -76,13 +76,13 @@ class Runs(_base.Namespace["Client"]):
         return self._client._send(_core.create(agent, input, dict(options), idempotency_key))
 
     def get(self, run_id: str) -> Run:
-        return self._client._send(_core.get(run_id))
+        return self._client._send(_core.RUNS.get(run_id))
 
     def list(self, **filters: Unpack[_core.RunFilters]) -> Iterator[Run]:
         """The runs you can see that match `filters`, newest first, fetched page by page as you
         iterate (each page's `next`): every run that matched when the first page was read comes
         once, whatever is created or ends meanwhile."""
-        return self._client._pages(_core.run_pages(filters))
+        return self._client._pages(_core.RUNS.pages(**filters))
 
     def events(
         self, run_id: str, after_seq: int = 0, limit: int | None = None, types: str | Iterable[str] | None = None
@@ -169,7 +169,7 @@ class Agents(_base.Namespace["Client"]):
 
     def list(self, *, page_size: int | None = None) -> Iterator[Agent]:
         """Every registered agent, by name, with the event types of its own it declared."""
-        return self._client._pages(_core.agent_pages({"page_size": page_size}))
+        return self._client._pages(_core.AGENTS.pages(page_size=page_size))
 
 
 class Schedules(_base.Namespace["Client"]):
@@ -187,20 +187,20 @@ class Schedules(_base.Namespace["Client"]):
 
     def list(self, *, page_size: int | None = None) -> Iterator[Schedule]:
         """Your schedules, newest first, fetched page by page as you iterate."""
-        return self._client._pages(_core.schedule_pages(page_size))
+        return self._client._pages(_core.SCHEDULES.pages(page_size=page_size))
 
     def get(self, schedule_id: str) -> Schedule:
-        return self._client._send(_core.schedule_get(schedule_id))
+        return self._client._send(_core.SCHEDULES.get(schedule_id))
 
     def update(self, schedule_id: str, **changes: Unpack[_core.ScheduleChanges]) -> Schedule:
         """Change what is given (`start_at=None` or `end_at=None` clears it); the next due time
         follows from the new timing."""
-        return self._client._send(_core.schedule_update(schedule_id, changes))
+        return self._client._send(_core.SCHEDULES.update(schedule_id, changes))
 
     def delete(self, schedule_id: str) -> None:
         """Delete the schedule; the runs it created stay. A retry after a lost answer may find it
         gone: NotFound."""
-        self._client._send(_core.schedule_delete(schedule_id))
+        self._client._send(_core.SCHEDULES.delete(schedule_id))
 
     def pause(self, schedule_id: str) -> Schedule:
         """Fire nothing until resumed (a run it created goes on)."""
@@ -238,20 +238,20 @@ class Webhooks(_base.Namespace["Client"]):
 
     def list(self, *, page_size: int | None = None) -> Iterator[Webhook]:
         """Your endpoints, oldest first (staff with runs.change_run: everyone's), page by page."""
-        return self._client._pages(_core.webhook_pages(page_size))
+        return self._client._pages(_core.WEBHOOKS.pages(page_size=page_size))
 
     def get(self, webhook_id: str) -> Webhook:
-        return self._client._send(_core.webhook_get(webhook_id))
+        return self._client._send(_core.WEBHOOKS.get(webhook_id))
 
     def update(self, webhook_id: str, **changes: Unpack[_core.WebhookChanges]) -> Webhook:
         """Change what is given; `enabled=True` on an endpoint Runledger disabled clears its
         `disabled_reason` and its failures so far."""
-        return self._client._send(_core.webhook_update(webhook_id, changes))
+        return self._client._send(_core.WEBHOOKS.update(webhook_id, changes))
 
     def delete(self, webhook_id: str) -> None:
         """Delete the endpoint with its deliveries (pending ones are not sent). A retry after a
         lost answer may find it gone: NotFound."""
-        self._client._send(_core.webhook_delete(webhook_id))
+        self._client._send(_core.WEBHOOKS.delete(webhook_id))
 
     def rotate_secret(self, webhook_id: str) -> Webhook:
         """A new signing secret (the answer's `secret`, shown only here); deliveries carry the old
@@ -275,12 +275,12 @@ class Tokens(_base.Namespace["Client"]):
 
     def list(self, *, page_size: int | None = None) -> Iterator[ApiToken]:
         """Your tokens, oldest first: names, expiries, creation and last use — never a key."""
-        return self._client._pages(_core.token_pages(page_size))
+        return self._client._pages(_core.TOKENS.pages(page_size=page_size))
 
     def delete(self, name: str) -> None:
         """Revoke your token `name` at once, with the tokens it issued (this client's own too, if
         it is that one). A retry after a lost answer may find it gone: NotFound."""
-        self._client._send(_core.token_delete(name))
+        self._client._send(_core.TOKENS.delete(name))
 
 
 class Client(_base.ClientBase[httpx.BaseTransport, httpx.Client], _base.Closing):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -155,26 +156,14 @@ class DatabaseUnavailable(APIError):
     code = "database_unavailable"
 
 
-_BY_CODE: dict[str, type[APIError]] = {
-    cls.code: cls
-    for cls in (
-        ValidationError,
-        NotAuthenticated,
-        PermissionDenied,
-        NotFound,
-        MethodNotAllowed,
-        InvalidTransition,
-        StaleTicket,
-        BudgetExhausted,
-        ScheduleOverlap,
-        PayloadTooLarge,
-        TooManyMatches,
-        UnsupportedMediaType,
-        IdempotencyMismatch,
-        TooManyRequests,
-        DatabaseUnavailable,
-    )
-}
+def _below(base: type[APIError]) -> Iterator[type[APIError]]:
+    for cls in base.__subclasses__():
+        yield cls
+        yield from _below(cls)
+
+
+# Each class above by its code, read from the classes (all defined by now), so none is left out.
+_BY_CODE: dict[str, type[APIError]] = {cls.code: cls for cls in _below(APIError) if cls.code}
 _BY_STATUS: dict[int, type[APIError]] = {
     400: ValidationError,
     401: NotAuthenticated,

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "stopped"})
 TERMINAL_EVENT_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled", "run.stopped"})
@@ -48,19 +48,19 @@ def _declared(model: type) -> Iterator[tuple[str, str]]:
     return ((f.name, str(f.type)) for f in dataclasses.fields(model) if f.name not in local)
 
 
+@dataclass(frozen=True)
 class Model:
     """What each model read from an API object shares: `data` is that object, whole, and
     `model["field"]` reads it; `from_body` reads each of its API fields by the field's declared type
-    (`READERS`): a missing or null value is that type's empty value, but for the `REQUIRED` ones."""
+    (`READERS`): a missing or null value is that type's empty value, but for the `REQUIRED` ones.
+    `SCHEMA` names the OpenAPI components the model reads."""
 
+    SCHEMA: ClassVar[tuple[str, ...]]
     LOCAL_FIELDS: ClassVar[tuple[str, ...]] = ("data",)
     REQUIRED: ClassVar[tuple[str, ...]] = ()
     _PLAN: ClassVar[tuple[tuple[str, Callable[[Any], Any], bool], ...]]
-    data: dict[str, Any]
-
-    if TYPE_CHECKING:
-        # Each model is a dataclass: its fields are its constructor's keywords.
-        def __init__(self, **fields: Any) -> None: ...
+    # Keyword-only, so that each model's own fields, declared after it, may be required.
+    data: dict[str, Any] = field(repr=False, compare=False, kw_only=True)
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
@@ -83,7 +83,7 @@ class Attempt(Model):
     """A run's current attempt (docs/design/execution.md): which worker holds it, its lease, and
     when it was released (the worker stopped executing it) with which `outcome`."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("AttemptOutput",)
+    SCHEMA = ("AttemptOutput",)
 
     generation: int
     worker: str
@@ -92,31 +92,28 @@ class Attempt(Model):
     lease_expires_at: datetime | None
     released_at: datetime | None
     outcome: str
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class RunSchedule(Model):
     """The schedule that created a run (`Run.schedule`), and the due time it was created for."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("RunSchedule",)
+    SCHEMA = ("RunSchedule",)
     REQUIRED = ("id",)
 
     id: str
     due_at: datetime | None
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class ScheduleLastRun(Model):
     """The last run a schedule created: its id and status (a schedule's `last_run`)."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("ScheduleLastRun",)
+    SCHEMA = ("ScheduleLastRun",)
     REQUIRED = ("id",)
 
     id: str
     status: str
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 def _object_or_none(value: Any) -> dict[str, Any] | None:
@@ -152,7 +149,7 @@ class Run(Model):
     """A run (docs/design/api.md#run-json). `data` is the JSON object the API sent, whole;
     `run["field"]` reads it."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("RunOutput", "RunListItem")
+    SCHEMA = ("RunOutput", "RunListItem")
     REQUIRED = ("id",)
 
     id: str
@@ -195,7 +192,6 @@ class Run(Model):
     # What a list left out of this run because it was big (`input`, `output`, `error`: None here)
     # or cut (`end_reason`); empty for a run read by itself (`get`), which has them whole.
     truncated: tuple[str, ...]
-    data: dict[str, Any] = field(repr=False, compare=False)
 
     @property
     def is_terminal(self) -> bool:
@@ -248,12 +244,11 @@ class Event:
 class Agent(Model):
     """A registered agent a run may name, and the event types of its own it declared."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("Agent",)
+    SCHEMA = ("Agent",)
     REQUIRED = ("name",)
 
     name: str
     event_types: tuple[str, ...]
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -359,7 +354,7 @@ class Schedule(Model):
     time of `cron` (read in `timezone`) or of every `every_seconds` — exactly one run per due time.
     `next_due_at` is None while nothing more is due (past `end_at`)."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("Schedule",)
+    SCHEMA = ("Schedule",)
     REQUIRED = ("id",)
 
     id: str
@@ -381,7 +376,6 @@ class Schedule(Model):
     last_run: ScheduleLastRun | None
     created_at: datetime | None
     updated_at: datetime | None
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -391,7 +385,7 @@ class Webhook(Model):
     whose metadata holds all of `metadata`. `secret` (`whsec_…`) is there only in the answer of
     `create` and `rotate_secret`: the server never shows it again."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookEndpoint", "WebhookEndpointWithSecret")
+    SCHEMA = ("WebhookEndpoint", "WebhookEndpointWithSecret")
     REQUIRED = ("id",)
 
     id: str
@@ -409,7 +403,6 @@ class Webhook(Model):
     # Until then deliveries are signed with the rotated-out secret too.
     previous_secret_expires_at: datetime | None
     secret: str | None
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -417,7 +410,7 @@ class WebhookDelivery(Model):
     """One notification to an endpoint (docs/design/webhooks.md#delivery): its `id` is the
     `webhook-id` of every attempt; `status` pending, delivered or failed (given up)."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("WebhookDelivery",)
+    SCHEMA = ("WebhookDelivery",)
     REQUIRED = ("id",)
 
     id: str
@@ -430,7 +423,6 @@ class WebhookDelivery(Model):
     created_at: datetime | None
     delivered_at: datetime | None
     last_error: str
-    data: dict[str, Any] = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -438,7 +430,7 @@ class ApiToken(Model):
     """An API token of yours (docs/design/api.md#tokens). `key` is there only in the answer of
     `create` — the server keeps its digest, never the key — and never in a repr."""
 
-    SCHEMA: ClassVar[tuple[str, ...]] = ("ApiToken", "ApiTokenWithKey")
+    SCHEMA = ("ApiToken", "ApiTokenWithKey")
 
     name: str
     created_at: datetime | None
@@ -449,4 +441,3 @@ class ApiToken(Model):
     # The token whose request issued this one: it expires no later, and is revoked with it.
     issued_by: str | None
     key: str | None = field(repr=False)
-    data: dict[str, Any] = field(repr=False, compare=False)
