@@ -69,6 +69,16 @@ def _valid(serializer_class: type[serializers.Serializer[Any]], data: Any) -> di
     return dict(serializer.validated_data)
 
 
+def _caller_and_body(
+    request: Request, serializer_class: type[serializers.Serializer[Any]], read: Callable[..., object], **ids: str
+) -> tuple[AbstractUser, dict[str, Any]]:
+    """The caller and the body as `serializer_class` validates it, once `read(user=caller, **ids)` has
+    found the object: one the caller may not see is a 404 before a bad body's 400."""
+    user = _caller(request)
+    read(user=user, **ids)
+    return user, _valid(serializer_class, request.data)
+
+
 def _run_data(run: Run, request: Request) -> dict[str, Any]:
     return dict(RunOutputSerializer(run, context={"request": request}).data)
 

@@ -3,14 +3,14 @@ resumed, fired now and backfilled (docs/design/schedules.md#commands, docs/desig
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractUser
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.api.apis import MAX_INT, RunApi, _caller, _page_of, _run_data, _valid
+from runs import services
+from runs.api.apis import MAX_INT, RunApi, _caller, _caller_and_body, _page_of, _run_data, _valid
 from runs.api.base import object_urls
 from runs.api.filters import page_filter
 from runs.api.pagination import queryset_response
@@ -19,17 +19,7 @@ from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer
 from runs.exceptions import ScheduleOverlap
 from runs.models import Overlap, Schedule
 from runs.selectors.schedules import schedule_get, schedule_json, schedule_list
-from runs.services.schedules import (
-    BACKFILL_MAX,
-    CATCHUP_WINDOW_MAX,
-    schedule_backfill,
-    schedule_create,
-    schedule_delete,
-    schedule_pause,
-    schedule_resume,
-    schedule_trigger,
-    schedule_update,
-)
+from runs.services.schedules import BACKFILL_MAX, CATCHUP_WINDOW_MAX
 
 SCHEDULE_ID = OpenApiParameter(
     "schedule_id",
@@ -85,16 +75,6 @@ class ScheduleOutputSerializer(serializers.Serializer[Schedule]):
 
 def _out(schedule: Schedule) -> dict[str, Any]:
     return schedule_json(schedule)
-
-
-def _caller_and_input(
-    request: Request, schedule_id: str, serializer_class: type[serializers.Serializer[Any]]
-) -> tuple[AbstractUser, dict[str, Any]]:
-    """The caller and the body as `serializer_class` validates it: another user's schedule is a 404
-    before a bad body's 400."""
-    user = _caller(request)
-    schedule_get(user=user, schedule_id=schedule_id)
-    return user, _valid(serializer_class, request.data)
 
 
 class _ChangeSerializer(serializers.Serializer[Any]):
@@ -196,7 +176,7 @@ class ScheduleCollectionApi(RunApi):
         parameters=[],
     )
     def post(self, request: Request) -> Response:
-        schedule = schedule_create(owner=_caller(request), **_valid(CreateInput, request.data))
+        schedule = services.schedule_create(owner=_caller(request), **_valid(CreateInput, request.data))
         return Response(_out(schedule), status=201)
 
 
@@ -218,8 +198,8 @@ class ScheduleDetailApi(RunApi):
         request=UpdateInput,
     )
     def patch(self, request: Request, schedule_id: str) -> Response:
-        user, changes = _caller_and_input(request, schedule_id, UpdateInput)
-        return Response(_out(schedule_update(schedule_id=schedule_id, actor=user, **changes)))
+        user, changes = _caller_and_body(request, UpdateInput, schedule_get, schedule_id=schedule_id)
+        return Response(_out(services.schedule_update(schedule_id=schedule_id, actor=user, **changes)))
 
     @_operation(
         "destroy",
@@ -229,7 +209,7 @@ class ScheduleDetailApi(RunApi):
         description="Nothing fires any more; the runs it created stay.",
     )
     def delete(self, request: Request, schedule_id: str) -> Response:
-        schedule_delete(schedule_id=schedule_id, actor=_caller(request))
+        services.schedule_delete(schedule_id=schedule_id, actor=_caller(request))
         return Response(status=204)
 
 
@@ -243,7 +223,7 @@ class SchedulePauseApi(RunApi):
         request=None,
     )
     def post(self, request: Request, schedule_id: str) -> Response:
-        return Response(_out(schedule_pause(schedule_id=schedule_id, actor=_caller(request))))
+        return Response(_out(services.schedule_pause(schedule_id=schedule_id, actor=_caller(request))))
 
 
 class ScheduleResumeApi(RunApi):
@@ -257,7 +237,7 @@ class ScheduleResumeApi(RunApi):
         request=None,
     )
     def post(self, request: Request, schedule_id: str) -> Response:
-        return Response(_out(schedule_resume(schedule_id=schedule_id, actor=_caller(request))))
+        return Response(_out(services.schedule_resume(schedule_id=schedule_id, actor=_caller(request))))
 
 
 class ScheduleTriggerApi(RunApi):
@@ -274,7 +254,7 @@ class ScheduleTriggerApi(RunApi):
     )
     def post(self, request: Request, schedule_id: str) -> Response:
         user = _caller(request)
-        run = schedule_trigger(schedule_id=schedule_id, actor=user)
+        run = services.schedule_trigger(schedule_id=schedule_id, actor=user)
         if run is None:
             live = schedule_get(user=user, schedule_id=schedule_id).last_run
             raise ScheduleOverlap(run=live)
@@ -298,8 +278,8 @@ class ScheduleBackfillApi(RunApi):
         request=BackfillInput,
     )
     def post(self, request: Request, schedule_id: str) -> Response:
-        user, data = _caller_and_input(request, schedule_id, BackfillInput)
-        runs = schedule_backfill(
+        user, data = _caller_and_body(request, BackfillInput, schedule_get, schedule_id=schedule_id)
+        runs = services.schedule_backfill(
             schedule_id=schedule_id, actor=user, start=data["from"], end=data["to"], max=data["max"]
         )
         return Response({"runs": [_run_data(run, request) for run in runs]})

@@ -16,7 +16,7 @@ from runs.api.apis import _caller, _page_of, _valid
 from runs.api.base import ApiView
 from runs.api.filters import page_filter
 from runs.api.pagination import queryset_response
-from runs.api.schema import documented, responses
+from runs.api.schema import object_operations
 from runs.models import ApiToken
 from runs.selectors.credentials import tokens_of
 from runs.services import MAX_LIFETIME, token_create, token_delete
@@ -86,6 +86,9 @@ CREATE_DOC = (
 )
 
 
+_operation = object_operations("tokens", TOKEN_NAME)
+
+
 class TokenApi(ApiView):
     """A key, or a list of what exists: no cache keeps either."""
 
@@ -96,24 +99,31 @@ class TokenApi(ApiView):
 
 
 class TokenCollectionApi(TokenApi):
-    @documented(
-        operation_id="tokens_list",
-        summary="List your API tokens",
+    @_operation(
+        "list",
+        "List your API tokens",
+        {200: TokenPageSerializer},
+        400,
         description="Oldest first, paged by cursor: names, expiries, creation and last use — never a key.",
         parameters=[PageFilter],
-        responses=responses({200: TokenPageSerializer}, 400),
     )
     def get(self, request: Request) -> Response:
         query = _valid(PageFilter, request.query_params)
         tokens = tokens_of(user=_caller(request))
         return queryset_response(tokens, ["created_at", "id"], query, TokenOutputSerializer, request)
 
-    @documented(
-        operation_id="tokens_create",
-        summary="Issue an API token",
+    @_operation(
+        "create",
+        "Issue an API token",
+        {201: TokenKeySerializer},
+        400,
+        403,
+        413,
+        415,
+        429,
         description=CREATE_DOC,
         request=CreateInput,
-        responses=responses({201: TokenKeySerializer}, 400, 403, 413, 415, 429),
+        parameters=[],
     )
     def post(self, request: Request) -> Response:
         data = _valid(CreateInput, request.data)
@@ -127,13 +137,13 @@ class TokenCollectionApi(TokenApi):
 
 
 class TokenDetailApi(TokenApi):
-    @documented(
-        operation_id="tokens_destroy",
-        summary="Revoke an API token",
+    @_operation(
+        "destroy",
+        "Revoke an API token",
+        {204: None},
+        404,
         description="At once, with the tokens it issued: a request with it is a 401 from now on, and the streams "
         "it opened end.",
-        parameters=[TOKEN_NAME],
-        responses=responses({204: None}, 404),
     )
     def delete(self, request: Request, name: str) -> Response:
         token_delete(user=_caller(request), name=name)

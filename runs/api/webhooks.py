@@ -9,7 +9,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.api.apis import _caller, _page_of, _valid
+from runs.api.apis import _caller, _caller_and_body, _page_of, _valid
 from runs.api.base import ApiView, object_urls
 from runs.api.filters import page_filter
 from runs.api.pagination import queryset_response
@@ -174,9 +174,7 @@ class WebhookDetailApi(ApiView):
         request=UpdateInput,
     )
     def patch(self, request: Request, webhook_id: str) -> Response:
-        user = _caller(request)
-        webhook_get(endpoint_id=webhook_id, user=user)  # an invisible endpoint is a 404 before a bad body's 400
-        changes = _valid(UpdateInput, request.data)
+        user, changes = _caller_and_body(request, UpdateInput, webhook_get, endpoint_id=webhook_id)
         return Response(_out(webhook_update(endpoint_id=webhook_id, user=user, changes=changes)))
 
     @_operation(

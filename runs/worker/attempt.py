@@ -13,20 +13,7 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from runs import logs, selectors, services
-from runs.agents.base import (
-    CancellationToken,
-    Cancelled,
-    Complete,
-    Directive,
-    Emit,
-    Fail,
-    Step,
-    StoredEvent,
-    Wait,
-    declared_types,
-    get_agent,
-)
+from runs import agents, logs, selectors, services
 from runs.events import EventType, RequeueCause, WaitReason
 from runs.exceptions import StaleAttempt
 from runs.models import AttemptOutcome, Run, RunAttempt
@@ -53,16 +40,16 @@ class End(enum.Enum):
     STOPPED = "stopped"
 
 
-async def _next_directive(generator: AsyncIterator[Directive]) -> Directive:
+async def _next_directive(generator: AsyncIterator[agents.Directive]) -> agents.Directive:
     try:
         return await anext(generator)
     except StopAsyncIteration:
-        return Complete(None)  # an agent that just ends completes with no output
+        return agents.Complete(None)  # an agent that just ends completes with no output
 
 
-def _stored_events(run_id: UUID) -> list[StoredEvent]:
+def _stored_events(run_id: UUID) -> list[agents.StoredEvent]:
     return [
-        StoredEvent(seq=e.seq, type=e.type, data=e.data, attempt=e.attempt)
+        agents.StoredEvent(seq=e.seq, type=e.type, data=e.data, attempt=e.attempt)
         for e in selectors.run_events_all(run_id=run_id)
     ]
 
@@ -83,7 +70,7 @@ class Execution:
         self.agent_name = run.agent
         self.input: dict[str, Any] = run.input if isinstance(run.input, dict) else {}
         self.is_child = run.parent_id is not None
-        self.token = CancellationToken()
+        self.token = agents.CancellationToken()
         self.lease = Lease(
             run_id=self.run_id,
             generation=self.generation,
@@ -191,10 +178,10 @@ class Execution:
     async def _drive(self) -> End:
         events = await self.writer.commit(_stored_events, self.run_id)
         try:
-            agent = get_agent(self.agent_name)
+            agent = agents.get_agent(self.agent_name)
         except KeyError:
             return await self._fail(FailCode.AGENT_ERROR, f"unknown agent {self.agent_name!r}")
-        self.durable.replay = Replay(events, declared_types(self.agent_name))
+        self.durable.replay = Replay(events, agents.declared_types(self.agent_name))
         generator = agent(AttemptContext(self, events))
         tripped = asyncio.ensure_future(self.token.wait())
         tripped.add_done_callback(self._on_trip)
@@ -224,40 +211,40 @@ class Execution:
             if not abandoned:
                 await self._close(generator)
 
-    def _directive(self, step: asyncio.Future[Directive]) -> Directive | Exception | End:
+    def _directive(self, step: asyncio.Future[agents.Directive]) -> agents.Directive | Exception | End:
         if step.cancelled():
             return RuntimeError("the agent's task was cancelled")
         error = step.exception()
         if error is None:
             return step.result()
-        if isinstance(error, Cancelled) and self.token.tripped:
+        if isinstance(error, agents.Cancelled) and self.token.tripped:
             return End.STOPPED
         if isinstance(error, Exception):
             return error
         raise error
 
-    async def _apply(self, directive: Directive) -> End | None:
-        if isinstance(directive, Emit):
+    async def _apply(self, directive: agents.Directive) -> End | None:
+        if isinstance(directive, agents.Emit):
             index, self._emitted = self._emitted, self._emitted + 1
-            problem = checks.emit_problem(index, directive, declared_types(self.agent_name))
+            problem = checks.emit_problem(index, directive, agents.declared_types(self.agent_name))
             if problem is not None:
                 return await self._fail(FailCode.INVALID_OUTPUT, problem)
             if self.durable.replay.active:
                 return await self._replayed(directive.type, checks.event_data(directive))
             await self.writer.emit(directive.type, checks.event_data(directive))
             return None
-        if isinstance(directive, Step):
+        if isinstance(directive, agents.Step):
             if not self.durable.replay.active:  # a step replayed was counted when it was first taken
                 await self.writer.step()
             return None
-        if not isinstance(directive, Wait | Complete | Fail):
+        if not isinstance(directive, agents.Wait | agents.Complete | agents.Fail):
             what = storable_text(repr(directive), max_chars=200)
             return await self._fail(FailCode.INVALID_OUTPUT, f"the agent yielded {what}, not a directive")
         problem = checks.ending_problem(directive)
         if problem is not None:
             return await self._fail(FailCode.INVALID_OUTPUT, problem)
         if self.durable.replay.active:
-            if isinstance(directive, Wait) and directive.reason == WaitReason.INPUT_REQUIRED:
+            if isinstance(directive, agents.Wait) and directive.reason == WaitReason.INPUT_REQUIRED:
                 # Asked by an earlier attempt: its answer is stored, the agent goes on.
                 replayed, problem = self.durable.replay.waited(directive.reason, directive.prompt)
             else:
@@ -267,9 +254,9 @@ class Execution:
             if replayed:
                 return None
         fence = {"run_id": self.run_id, "generation": self.generation}
-        if isinstance(directive, Wait):
+        if isinstance(directive, agents.Wait):
             return await self._finish(services.run_wait, **fence, reason=directive.reason, prompt=directive.prompt)
-        if isinstance(directive, Complete):
+        if isinstance(directive, agents.Complete):
             return await self._finish(services.run_complete, **fence, output=directive.output)
         return await self._fail(FailCode.AGENT_ERROR, directive.reason, directive.error)
 
@@ -359,7 +346,7 @@ class Execution:
         if not tripped.cancelled():
             self.steps.interrupt()
 
-    async def _unwind(self, step: asyncio.Future[Directive]) -> bool:
+    async def _unwind(self, step: asyncio.Future[agents.Directive]) -> bool:
         """Cancel the agent's task and give it until the deadline; False if it ignored us and is
         abandoned. Either way, what it started is stopped."""
         if not step.done():
@@ -381,7 +368,7 @@ class Execution:
         outcome = "was cancelled" if step.cancelled() else "raised" if step.exception() else "returned"
         log.warning("%s: an abandoned agent task finished late (it %s); its result was discarded", self, outcome)
 
-    async def _close(self, generator: AsyncIterator[Directive]) -> None:
+    async def _close(self, generator: AsyncIterator[agents.Directive]) -> None:
         aclose = getattr(generator, "aclose", None)
         if aclose is None:
             return
