@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.utils.asyncio import async_unsafe
 
 from runs.conf import conf
 
@@ -42,13 +43,18 @@ def _has_pipeline() -> bool:
     return capabilities.has_pipeline()
 
 
+@async_unsafe  # as Django's own `cursor()`
 def prepared_cursor(alias: str = "default") -> CursorWrapper:
     """A cursor of `alias`'s connection whose statements are prepared when `preparing`; Django's own
     otherwise. Used as Django's: its statements are logged and captured the same way."""
-    wrapper = connections[alias].cursor()
-    if preparing(alias):
-        wrapper.cursor.close()
-        wrapper.cursor = _new_cursor(alias)
+    connection = connections[alias]
+    if not preparing(alias):
+        return connection.cursor()
+    # Django's `cursor()` with this cursor in place of the one it would make (and close again).
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        wrapper: CursorWrapper = connection._prepare_cursor(_new_cursor(alias))  # type: ignore[attr-defined]
     return wrapper
 
 

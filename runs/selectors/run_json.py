@@ -2,7 +2,7 @@
 a 409 carries and a webhook's body holds. Plain code, so that the services (the webhook outbox)
 import it without the API; the API's serializers declare its schema and answer with it."""
 
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 from uuid import UUID
 
@@ -38,6 +38,8 @@ def run_list_item_json(run: Run, *, ticket: bool = False) -> dict[str, Any]:
 def _json(run: Run, *, ticket: bool, listed: bool) -> dict[str, Any]:
     # The field order is the schema's (runs.api.serializers.RunOutputSerializer), which a test holds.
     prefix = "listed_" if listed else ""
+    # The current time zone looked up once for the run's nine times (each lookup reads a context-local).
+    zone = timezone.get_current_timezone()
     data: dict[str, Any] = {
         "id": str(run.id),
         "agent": run.agent,
@@ -45,9 +47,9 @@ def _json(run: Run, *, ticket: bool, listed: bool) -> dict[str, Any]:
         "metadata": {str(key): None if value is None else str(value) for key, value in run.metadata.items()},
         "owner": run.owner.get_username(),
         "status": str(run.status),
-        "created_at": _time(run.created_at),
-        "started_at": _time(run.started_at),
-        "ended_at": _time(run.ended_at),
+        "created_at": _time(run.created_at, zone),
+        "started_at": _time(run.started_at, zone),
+        "ended_at": _time(run.ended_at, zone),
         "end_code": run.end_code,
         "end_reason": getattr(run, f"{prefix}end_reason"),
         "ended_by": run.ended_by,
@@ -64,9 +66,9 @@ def _json(run: Run, *, ticket: bool, listed: bool) -> dict[str, Any]:
         "steps_used": run.steps_used,
         "max_events": run.max_events,
         "events_used": run.events_used,
-        "deadline": _time(run.deadline),
+        "deadline": _time(run.deadline, zone),
         "priority": run.priority,
-        "start_after": _time(run.start_after),
+        "start_after": _time(run.start_after, zone),
         "max_attempts": run.max_attempts,
         "lost_attempts": run.lost_attempts,
         "parent": None if run.parent_id is None else str(run.parent_id),
@@ -74,11 +76,11 @@ def _json(run: Run, *, ticket: bool, listed: bool) -> dict[str, Any]:
         # Two columns of the run's own row: no read beside it (docs/design/schedules.md#json).
         "schedule": None
         if run.schedule_id is None
-        else {"id": str(run.schedule_id), "due_at": _time(run.schedule_due_at)},
+        else {"id": str(run.schedule_id), "due_at": _time(run.schedule_due_at, zone)},
     }
     if ticket:
         data["resume_ticket"] = run.resume_ticket or None
-    data["attempt"] = _attempt_json(_current_attempt(run))
+    data["attempt"] = _attempt_json(_current_attempt(run), zone)
     return data
 
 
@@ -86,12 +88,13 @@ def _dict(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else {str(key): item for key, item in value.items()}
 
 
-def _time(value: datetime | None) -> str | None:
-    """ISO 8601 in the current time zone, UTC as "Z" (what DRF's DateTimeField writes)."""
+def _time(value: datetime | None, zone: tzinfo | None = None) -> str | None:
+    """ISO 8601 in the current time zone (`zone`, when the caller has looked it up already), UTC as
+    "Z" (what DRF's DateTimeField writes)."""
     if value is None:
         return None
     if settings.USE_TZ:
-        value = timezone.localtime(value)
+        value = timezone.localtime(value, zone)
     text = value.isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
@@ -108,16 +111,16 @@ def _current_attempt(run: Run) -> RunAttempt | None:
     return run_current_attempt(run=run)
 
 
-def _attempt_json(attempt: RunAttempt | None) -> dict[str, Any] | None:
+def _attempt_json(attempt: RunAttempt | None, zone: tzinfo | None = None) -> dict[str, Any] | None:
     if attempt is None:
         return None
     return {
         "generation": attempt.generation,
         "worker": attempt.worker,
-        "claimed_at": _time(attempt.claimed_at),
-        "heartbeat_at": _time(attempt.heartbeat_at),
-        "lease_expires_at": _time(attempt.lease_expires_at),
-        "released_at": _time(attempt.released_at),
+        "claimed_at": _time(attempt.claimed_at, zone),
+        "heartbeat_at": _time(attempt.heartbeat_at, zone),
+        "lease_expires_at": _time(attempt.lease_expires_at, zone),
+        "released_at": _time(attempt.released_at, zone),
         "outcome": attempt.outcome or None,
     }
 
