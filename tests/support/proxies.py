@@ -366,6 +366,13 @@ class PartitionableProxy:
                 _close(client)
                 continue
             upstream.settimeout(None)
+            # As libpq's own sockets: each write goes at once. With Nagle's algorithm the proxy held
+            # a statement's small Sync behind the write before it for a delayed ACK (~40 ms), a
+            # window a production connection does not have, in which a partition left the server
+            # inside a pipelined statement with its row lock and without the idle-in-transaction
+            # timer, which the Sync arms.
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._sockets.add(upstream)
             self._spawn(self._pump, client, upstream, False)
