@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
+from runs.selectors.clock import db_now
 from runs.services.statements import Statement, send_prepared
 from runs.transitions import Status
 
@@ -284,9 +285,11 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
 
 
 def _clock(run: Run) -> datetime:
-    """The clock its locking statement read (PostgreSQL); elsewhere this process's, read now."""
+    """The clock its locking statement read (PostgreSQL); elsewhere `db_now`'s, read now (to the
+    millisecond, as every later reading of it: a heartbeat in the claim's millisecond never moves
+    the lease back)."""
     clock: datetime | None = getattr(run, "clock", None)
-    return clock if clock is not None else timezone.now()
+    return clock if clock is not None else db_now()
 
 
 def _take_turn(run: Run, turn: datetime, *, queued: QuerySet[Run]) -> None:
