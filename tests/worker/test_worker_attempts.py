@@ -12,6 +12,7 @@ from uuid import uuid4
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from pytest_django import Settings
 
 from runs import services
@@ -150,6 +151,12 @@ def fast(settings: Settings) -> Settings:
 
 @pytest.fixture
 def worker_thread(fast: Settings) -> Iterator[Worker]:
+    # `runworker` runs without a pool, each database thread on a connection of its own; here its
+    # threads borrow from this process's pool, which needs room for every one of them beside the
+    # test's own, or a thread waits a connect timeout for one and its attempt loses its lease.
+    pool = getattr(connection, "pool", None)
+    if pool is not None:
+        pool.resize(pool.min_size, pool.max_size + 10)
     worker = Worker(worker_id="in-thread", concurrency=2)
     thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
     thread.start()
@@ -158,6 +165,8 @@ def worker_thread(fast: Settings) -> Iterator[Worker]:
     finally:
         worker.stop()
         thread.join(timeout=30)
+        if pool is not None:
+            pool.resize(pool.min_size, pool.max_size - 10)
         assert not thread.is_alive(), "the worker did not stop"
 
 
