@@ -145,7 +145,27 @@ class RunApi(ApiView):
         return response
 
 
-class RunCollectionApi(RunApi):
+class Plain(RunApi):
+    """An operation whose common requests are answered without DRF's request cycle (runs.api.plain),
+    by its `answer`, which its DRF method answers with too: GETs; with `body` (its input
+    serializer), POSTs, and with `whole` the answer also gets the body as parsed and the request's
+    headers. `query`: a GET that takes query parameters."""
+
+    query = False
+    body: Body | None = None
+    whole = False
+    answer: Callable[..., Any]
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        view = cls(**initkwargs)
+        view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
+        headers = {**view.default_response_headers, **cls.answer_headers}
+        drf_view = super().as_view(**initkwargs)
+        return plain(drf_view, cls.answer, headers, query=cls.query, body=cls.body, whole=cls.whole)
+
+
+class RunCollectionApi(Plain):
     FilterSerializer = RunListFilterSerializer
 
     @extend_schema_serializer(component_name="RunCreateInput")
@@ -168,6 +188,9 @@ class RunCollectionApi(RunApi):
     @extend_schema_serializer(component_name="RunCreateHeaders")
     class HeaderSerializer(serializers.Serializer[Any]):
         idempotency_key = serializers.RegexField(r"^[\x21-\x7e]{1,255}$", required=False)
+
+    body = InputSerializer
+    whole = True
 
     @documented(
         operation_id="runs_list",
@@ -200,10 +223,16 @@ class RunCollectionApi(RunApi):
         responses=responses({201: RunOutputSerializer}, 400, 409, 413, 415, 422, 429),
     )
     def post(self, request: Request) -> Response:
-        data = _valid(self.InputSerializer, request.data)
-        key = request.headers.get("Idempotency-Key")
+        answered: Response = self.answer(
+            _caller(request), _valid(self.InputSerializer, request.data), request.data, request.headers
+        )
+        return answered
+
+    @classmethod
+    def answer(cls, user: AbstractUser, data: dict[str, Any], sent: Any, headers: Any) -> Response:
+        key = headers.get("Idempotency-Key")
         # Without the header there is nothing to validate (its field is optional).
-        headers = {} if key is None else _valid(self.HeaderSerializer, {"idempotency_key": key})
+        header = {} if key is None else _valid(cls.HeaderSerializer, {"idempotency_key": key})
         spec = RunSpec(
             agent=data["agent"],
             input=data["input"],
@@ -217,11 +246,11 @@ class RunCollectionApi(RunApi):
             start_after=data.get("start_after"),
         )
         created = run_create_idempotent(
-            owner=_caller(request),
+            owner=user,
             spec=spec,
-            key=headers.get("idempotency_key"),
-            request_body=request.data,
-            answer=lambda run: Answer(status=201, body=_run_data(run, request)),
+            key=header.get("idempotency_key"),
+            request_body=sent,
+            answer=lambda run: Answer(status=201, body=run_json(run, ticket=access.can_see_ticket(user, run))),
         )
         replayed = {"Idempotent-Replayed": "true"} if created.replayed else None
         return Response(created.answer.body, status=created.answer.status, headers=replayed)
@@ -276,21 +305,8 @@ class RunObjectApi(RunApi):
         raise serializers.ValidationError(serializer.errors)
 
 
-class PlainApi(RunObjectApi):
-    """An operation whose common requests are answered without DRF's request cycle (runs.api.plain),
-    by its `answer`, which its DRF method answers with too: GETs; with `body` (its input
-    serializer), POSTs. `query`: a GET that takes query parameters."""
-
-    query = False
-    body: Body | None = None
-    answer: Callable[..., Any]
-
-    @classmethod
-    def as_view(cls, **initkwargs: Any) -> Any:
-        view = cls(**initkwargs)
-        view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
-        headers = {**view.default_response_headers, **cls.answer_headers}
-        return plain(super().as_view(**initkwargs), cls.answer, headers, query=cls.query, body=cls.body)
+class PlainApi(Plain, RunObjectApi):
+    """An operation on one run whose common requests `Plain` answers."""
 
 
 class RunDetailApi(PlainApi):

@@ -1,5 +1,5 @@
 """Hot requests answered without DRF's request cycle (docs/design/api.md#hot-reads): a common GET,
-or a common command (a token's JSON body its serializer accepts), is authenticated, checked and
+or a common command or create (a token's JSON body its serializer accepts), is authenticated, checked and
 answered as the operation's DRF view answers it; any other goes to that view, which keeps the
 operation's schema."""
 
@@ -38,21 +38,25 @@ def plain(
     *,
     query: bool = False,
     body: Body | None = None,
+    whole: bool = False,
 ) -> Any:
     """`drf_view` (an `ApiView` subclass's `as_view()`), with its common requests answered by
     `answer(user, **url_kwargs)`: GETs, or with `body` POSTs whose body that serializer accepts,
     `answer(user, validated_data, **url_kwargs)`; with `query`, `answer(user, query_dict,
-    **url_kwargs)`, for a GET that takes parameters (DRF's format parameter left to DRF). `headers`:
+    **url_kwargs)`, for a GET that takes parameters (DRF's format parameter left to DRF); with `whole`
+    too, `answer(user, validated_data, parsed_body, request_headers, **url_kwargs)`, for a command that
+    keeps its body as sent or reads a header. `answer` returns the JSON, or a DRF `Response` (its
+    status and headers its own), or any response. `headers`:
     what its `finalize_response` adds to every answer (Allow, and the class's own). The result keeps
     `drf_view`'s attributes, so that the schema finds the view class."""
 
     @functools.wraps(drf_view)
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
         if body is not None:
-            data = _command_body(request, body)
-            if data is None:
+            found = _command_body(request, body)
+            if found is None:
                 return drf_view(request, **kwargs)
-            given: tuple[Any, ...] = (data,)
+            given: tuple[Any, ...] = (*found, request.headers) if whole else found[:1]
         elif _plain_get(request, query=query):
             given = (request.GET,) if query else ()
         else:
@@ -60,7 +64,9 @@ def plain(
         try:
             user = _authenticated(request)
             result = answer(user, *given, **kwargs)
-            response = result if isinstance(result, HttpResponseBase) else _rendered(Response(result))
+            if not isinstance(result, HttpResponseBase):
+                result = Response(result)
+            response = _rendered(result) if isinstance(result, Response) else result
         except Exception as exc:
             # The run of a 409 shows its ticket as the DRF view's does: to the caller, who may see it.
             handled = exception_handler(exc, {"request": request})
@@ -91,8 +97,8 @@ def _plain_get(request: HttpRequest, *, query: bool) -> bool:
     )
 
 
-def _command_body(request: HttpRequest, body: Body) -> dict[str, Any] | None:
-    """The body of a common command as `body` validates it; None for a request DRF answers: another
+def _command_body(request: HttpRequest, body: Body) -> tuple[dict[str, Any], Any] | None:
+    """The body of a common command as `body` validates it, and as parsed; None for a request DRF answers: another
     method, a query string, no token (a session's write needs DRF's CSRF check), a body that is not
     JSON or that the serializer refuses (DRF refuses it, after checking the run: api.md#check-order).
     Only the body is read here, nothing else done, so DRF starts from the request as it came."""
@@ -113,7 +119,7 @@ def _command_body(request: HttpRequest, body: Body) -> dict[str, Any] | None:
     else:
         return None
     serializer = body(data=data)
-    return dict(serializer.validated_data) if serializer.is_valid() else None
+    return (dict(serializer.validated_data), data) if serializer.is_valid() else None
 
 
 def _within_limit(length: int) -> bool:

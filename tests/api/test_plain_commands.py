@@ -1,5 +1,5 @@
-"""The plain `POST /api/runs/{id}/cancel/` answers as its DRF view does (runs.api.plain,
-docs/design/api.md#hot-reads): the same status, body and headers, and the same run left behind,
+"""The plain `POST /api/runs/{id}/cancel/` and `POST /api/runs/` answer as their DRF views do
+(runs.api.plain, docs/design/api.md#hot-reads): the same status, body and headers, and the same run left behind,
 whoever asks (a token, a bad or blocked one, a session, nobody), whatever the run (theirs in any
 state, someone else's, none) and whatever the body (none, empty, a note, one the serializer refuses,
 one that is no JSON). A request it does not take (a session's, a query string, another Accept, a
@@ -23,7 +23,7 @@ from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
-from runs.api.apis import PlainApi, RunCancelApi
+from runs.api.apis import Plain, RunCancelApi, RunCollectionApi
 from runs.http import throttles
 from runs.models import AuthFailure, Run, RunEvent
 from runs.selectors.run_json import run_json
@@ -33,7 +33,8 @@ from tests.support.db import token_for
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(60)]
 
 urlpatterns = [
-    path("drf/runs/<str:run_id>/cancel/", super(PlainApi, RunCancelApi).as_view()),
+    path("drf/runs/<str:run_id>/cancel/", super(Plain, RunCancelApi).as_view()),
+    path("drf/runs/", super(Plain, RunCollectionApi).as_view()),
     path("", include("config.urls")),
 ]
 here = pytest.mark.urls(__name__)
@@ -201,3 +202,71 @@ def test_a_session_cancels_through_drf_with_its_csrf_check(alice: User) -> None:
     allowed = Client()
     allowed.force_login(alice)
     same(both(allowed, lambda: queued_run(alice)), 200, plain=False)
+
+
+def created(client: Client, body: Any, *, content_type: str = "application/json", **headers: Any) -> Any:
+    """The same create sent by the plain path and by DRF's; each response with its run's id (None
+    for none made)."""
+    answers = []
+    for prefix in ("/api", "/drf"):
+        sent = body if isinstance(body, str) else json.dumps(body)
+        response = client.post(f"{prefix}/runs/", sent, content_type, headers=headers)
+        made = response.json().get("id") if response.status_code == 201 else None
+        answers.append((response, made))
+    return answers
+
+
+@here
+def test_a_token_creates_as_drf_answers_with_every_body_key_and_limit(alice: User, bob: User, settings: Any) -> None:
+    client = Client()
+    key = token(alice)
+    parent = queued_run(alice)
+    for body in (
+        {"agent": "demo", "input": {}},
+        {
+            "agent": "demo",
+            "input": {"deltas": 2},
+            "metadata": {"team": "a"},
+            "priority": 5,
+            "max_steps": 3,
+            "max_events": 50,
+            "max_attempts": 2,
+            "parent": str(parent.pk),
+            "other": 1,
+            "start_after": (timezone.now() + timedelta(hours=1)).isoformat(),
+            "deadline": "2099-01-01T00:00:00Z",
+        },
+    ):
+        same(created(client, body, **key), 201)
+
+    # With a key: made once, then replayed (the header says so), each path its own key.
+    def keyed(n: int) -> list[Any]:
+        body = {"agent": "demo", "input": {"n": n}}
+        return [
+            client.post(f"{prefix}/runs/", body, "application/json", headers={**key, "Idempotency-Key": f"k-{prefix}"})
+            for prefix in ("/api", "/drf")
+        ]
+
+    for replayed in (False, True):
+        mine, drf = keyed(1)
+        assert ("Idempotent-Replayed" in mine.headers, "Idempotent-Replayed" in drf.headers) == (replayed, replayed)
+        same([(mine, mine.json()["id"]), (drf, drf.json()["id"])], 201)
+    mine, drf = keyed(2)
+    same([(mine, "k-/api"), (drf, "k-/drf")], 422)
+    # What the service or the header refuses after a valid body is the plain path's too; a refused
+    # body is DRF's, as are a session's and another Accept.
+    same(created(client, {"agent": "nobody", "input": {}}, **key), 400)
+    same(created(client, {"agent": "demo", "input": {}, "parent": str(queued_run(bob).pk)}, **key), 400)
+    same(created(client, {"agent": "demo", "input": {}}, **key, **{"Idempotency-Key": "a key"}), 400)
+    for refused in ({"agent": "demo"}, {"agent": "demo", "input": []}, "{not json", '{"agent": "a\\u0000"}'):
+        same(created(client, refused, **key), 400, plain=False)
+    same(created(client, {"agent": "demo", "input": {}}, **key, Accept="text/html"), 406, plain=False)
+    session = Client()
+    session.force_login(alice)
+    same(created(session, {"agent": "demo", "input": {}}), 201, plain=False)
+    settings.RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER = Run.objects.filter(owner=alice).exclude(status="cancelled").count()
+    limited = created(client, {"agent": "demo", "input": {}}, **key)
+    assert [response.status_code for response, _ in limited] == [429, 429]
+    assert "view" not in limited[0][0].renderer_context and "view" in limited[1][0].renderer_context
+    assert limited[0][0].json() == limited[1][0].json()
+    assert limited[0][0]["Retry-After"] == limited[1][0]["Retry-After"]

@@ -19,7 +19,7 @@ from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
-from runs.api.apis import PlainApi, RunDetailApi, RunEventsApi
+from runs.api.apis import Plain, RunDetailApi, RunEventsApi
 from runs.http import throttles
 from runs.models import AuthFailure
 from runs.selectors.run_json import run_json
@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytes
 
 # The DRF views the plain ones stand in front of, as `as_view` makes them without the plain path.
 urlpatterns = [
-    path("drf/runs/<str:run_id>/", super(PlainApi, RunDetailApi).as_view()),
-    path("drf/runs/<str:run_id>/events/", super(PlainApi, RunEventsApi).as_view()),
+    path("drf/runs/<str:run_id>/", super(Plain, RunDetailApi).as_view()),
+    path("drf/runs/<str:run_id>/events/", super(Plain, RunEventsApi).as_view()),
     path("", include("config.urls")),
 ]
 here = pytest.mark.urls(__name__)
