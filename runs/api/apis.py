@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractUser
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -31,7 +31,7 @@ from runs.api.filters import (
     run_filters,
 )
 from runs.api.pagination import page_size, paged_response, queryset_response, sequence_page
-from runs.api.plain import Body, plain
+from runs.api.plain import Plain
 from runs.api.schema import IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, RUN_ID, documented, responses
 from runs.api.serializers import (
     RUN_STATUSES,
@@ -145,27 +145,7 @@ class RunApi(ApiView):
         return response
 
 
-class Plain(RunApi):
-    """An operation whose common requests are answered without DRF's request cycle (runs.api.plain),
-    by its `answer`, which its DRF method answers with too: GETs; with `body` (its input
-    serializer), POSTs, and with `whole` the answer also gets the body as parsed and the request's
-    headers. `query`: a GET that takes query parameters."""
-
-    query = False
-    body: Body | None = None
-    whole = False
-    answer: Callable[..., Any]
-
-    @classmethod
-    def as_view(cls, **initkwargs: Any) -> Any:
-        view = cls(**initkwargs)
-        view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
-        headers = {**view.default_response_headers, **cls.answer_headers}
-        drf_view = super().as_view(**initkwargs)
-        return plain(drf_view, cls.answer, headers, query=cls.query, body=cls.body, whole=cls.whole)
-
-
-class RunCollectionApi(Plain):
+class RunCollectionApi(Plain, RunApi):
     FilterSerializer = RunListFilterSerializer
 
     @extend_schema_serializer(component_name="RunCreateInput")

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from runs.access import User
+from runs.api.base import ApiView
 from runs.api.errors import exception_handler
 from runs.api.parsers import JSONParser
 from runs.http.authentication import token_credentials
@@ -153,3 +154,23 @@ def _rendered(response: Response) -> Response:
     response.accepted_media_type = _RENDERER.media_type
     response.renderer_context = {}  # type: ignore[attr-defined]  # DRF's view sets it so
     return response
+
+
+class Plain(ApiView):
+    """An operation (beside its class of runs.api.apis) whose common requests `plain` answers, by its `answer`, which its DRF method answers with too: GETs; with `body` (its input
+    serializer), POSTs, and with `whole` the answer also gets the body as parsed and the request's
+    headers. `query`: a GET that takes query parameters."""
+
+    query = False
+    body: Body | None = None
+    whole = False
+    answer: Callable[..., Any]
+    answer_headers: dict[str, str]  # what the operation's DRF view adds to each answer
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        view = cls(**initkwargs)
+        view.setup(HttpRequest())  # as a request's view is: with `head`, which Allow names
+        headers = {**view.default_response_headers, **cls.answer_headers}
+        drf_view = super().as_view(**initkwargs)
+        return plain(drf_view, cls.answer, headers, query=cls.query, body=cls.body, whole=cls.whole)

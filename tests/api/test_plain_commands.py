@@ -23,7 +23,8 @@ from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
-from runs.api.apis import Plain, RunCancelApi, RunCollectionApi
+from runs.api.apis import RunCancelApi, RunCollectionApi
+from runs.api.plain import Plain
 from runs.http import throttles
 from runs.models import AuthFailure, Run, RunEvent
 from runs.selectors.run_json import run_json

@@ -19,7 +19,8 @@ from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
-from runs.api.apis import Plain, RunDetailApi, RunEventsApi
+from runs.api.apis import RunDetailApi, RunEventsApi
+from runs.api.plain import Plain
 from runs.http import throttles
 from runs.models import AuthFailure
 from runs.selectors.run_json import run_json
