@@ -21,7 +21,8 @@ class AttemptOutcome(models.TextChoices):
 
 class RunAttempt(models.Model):
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: the unique (run, generation) leads with it (docs/design/deployment.md#indexes).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     generation = models.PositiveIntegerField()
     worker = models.CharField(max_length=200)
     claimed_at = models.DateTimeField()

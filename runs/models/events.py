@@ -9,7 +9,8 @@ from runs.models.runs import Run
 
 class RunEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, seq) leads with it (docs/design/deployment.md#indexes).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.BigIntegerField()
     type = models.CharField(max_length=64)
     data = models.JSONField(default=dict)

@@ -11,7 +11,8 @@ class IdempotencyRecord(models.Model):
     """The first successful response to a create carrying an `Idempotency-Key`, per user, for 24 h."""
 
     id = models.BigAutoField(primary_key=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: the unique (user, key) leads with it (docs/design/deployment.md#indexes).
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False)
     key = models.CharField(max_length=255)
     request_body = models.JSONField()
     response_status = models.PositiveSmallIntegerField(null=True, blank=True)

@@ -32,7 +32,8 @@ PRIORITY_MIN, PRIORITY_MAX, URGENT_MAX = -100, 100, 1000
 
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: `run_owner_created` leads with it (docs/design/deployment.md#indexes).
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs", db_index=False)
     agent = models.CharField(max_length=64)
     input = models.JSONField(default=dict)
     # The caller's labels, string to string (runs.metadata), copied to the run's children. Never

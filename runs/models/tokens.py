@@ -17,7 +17,10 @@ def key_digest(key: str) -> str:
 
 class ApiToken(models.Model):
     id = models.BigAutoField(primary_key=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    # No index of its own: the unique (user, name) leads with it (docs/design/deployment.md#indexes).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens", db_index=False
+    )
     # The user's handle for it (DELETE /api/tokens/{name}/): unique per user.
     name = models.CharField(max_length=64)
     digest = models.CharField(max_length=64, editable=False)
