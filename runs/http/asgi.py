@@ -5,7 +5,6 @@ back once it ends, static files for a deployment with no web server in front, an
 A project applies it through `runs.asgi.wrap`, which adds the web process's start.
 """
 
-import functools
 import gc
 import json
 import logging
@@ -68,7 +67,23 @@ class StaticFiles(ASGIStaticFilesHandler):
             raise Http404("no such static file") from exc
 
 
-class SyncViews(ASGIHandler):
+# The path's match, found once per request: by the application, to pick the view's handler, and
+# taken by the handler's Django (`ResolvedOnce`) instead of resolving the path again.
+RESOLVED = "runledger.resolved"
+
+
+class ResolvedOnce(ASGIHandler):
+    def resolve_request(self, request: HttpRequest) -> Any:
+        found = getattr(request, "scope", {}).get(RESOLVED)
+        if found is None or hasattr(request, "urlconf"):  # a middleware chose another URLconf
+            return super().resolve_request(request)
+        if isinstance(found, Resolver404):
+            raise found
+        request.resolver_match = found
+        return found
+
+
+class SyncViews(ResolvedOnce):
     """Sync views as under WSGI: one call per request on a fixed pool of threads."""
 
     def __init__(self) -> None:
@@ -113,7 +128,7 @@ class Unanswered(Exception):
     as a new request is (503, 401, 404)."""
 
 
-class AsyncViews(ASGIHandler):
+class AsyncViews(ResolvedOnce):
     """Async views on the event loop, without a thread-sensitive context (and so no thread) each.
 
     What a view holds for its request (a stream's slot of its user's cap) is given back here, once
@@ -178,17 +193,13 @@ def _fewer_collector_pauses() -> None:
 
 def _is_async_view(scope: Scope) -> bool:
     path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
-    return _resolves_to_async(settings.ROOT_URLCONF, path)
-
-
-# Django resolves the path again for the view: the kind is kept per path (a run's reads repeat its
-# path), by the URLconf it was found in, a bounded number of them.
-@functools.lru_cache(maxsize=4096)
-def _resolves_to_async(urlconf: Any, path: str) -> bool:
     try:
-        return iscoroutinefunction(resolve(path, urlconf).func)
-    except Resolver404:
+        match = resolve(path, settings.ROOT_URLCONF)
+    except Resolver404 as exc:
+        scope[RESOLVED] = exc  # Django's handler raises it for its 404
         return False
+    scope[RESOLVED] = match
+    return iscoroutinefunction(match.func)
 
 
 class BodyLimit:
