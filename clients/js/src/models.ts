@@ -2,34 +2,46 @@
 // generated from clients/js/openapi.json at every build (`npm run types`), and a test compares that
 // file with the schema a live server serves (tests/client/test_js_schema.py). The objects keep the API's
 // field names (`last_seq`, `created_at`), as the JSON pages and the stored log have them.
-import type { components, operations, paths } from "./schema.js";
+import type {
+  CodeEnum,
+  EventOutput,
+  Error as ErrorShape,
+  RunEventsPage,
+  RunOutput,
+  RunStatusEnum as RunStatus,
+  operations,
+  paths,
+} from "./schema.js";
 
-type Schemas = components["schemas"];
+// The schema's types that this package names as the API does, or renames and no more (the build
+// exports each schema by its name: `--root-types`). A rename with a doc of its own is declared below
+// instead: a doc on a re-export is not shown, TypeScript shows the original's.
+export type {
+  Agent,
+  AttemptOutput as Attempt,
+  Conflict as ConflictBody,
+  RunCancelInputRequest as CancelBody,
+  RunCreateInputRequest as CreateRunBody,
+  RunListItem,
+  RunRerunInputRequest as RerunBody,
+  RunResumeInputRequest as ResumeBody,
+  RunStatusEnum as RunStatus,
+  RunStopInputRequest as StopBody,
+  Usage,
+} from "./schema.js";
 
 /** A run as `GET /api/runs/{id}/` answers it (docs/design/api.md#run-json). */
-export type Run = Schemas["RunOutput"];
-/** A run in a list: big values left out (`truncated` names them). */
-export type RunListItem = Schemas["RunListItem"];
-export type RunStatus = Schemas["RunStatusEnum"];
-export type Attempt = Schemas["AttemptOutput"];
-export type Usage = Schemas["Usage"];
+export type Run = RunOutput;
 /** One event of a run (docs/design/events.md#event-object): the stream's `data:`, a page's item. */
-export type RunEvent = Schemas["EventOutput"];
+export type RunEvent = EventOutput;
 /** A JSON page of a run's events (docs/design/streaming.md#json-pages). */
-export type EventPage = Schemas["RunEventsPage"];
-export type Agent = Schemas["Agent"];
+export type EventPage = RunEventsPage;
+/** A stop's end code: `staff` (the default), `policy`, `budget_exhausted` or `deadline_exceeded`. */
+export type StopCode = CodeEnum;
+/** The API's one error shape (docs/design/api.md#errors); a 409's carries the run too. */
+export type ErrorBody = ErrorShape;
 /** A run as the server's wait answers it: the run, and why the wait ended. */
 export type WaitedRun = operations["runs_wait"]["responses"][200]["content"]["application/json"];
-/** A stop's end code: `staff` (the default), `policy`, `budget_exhausted` or `deadline_exceeded`. */
-export type StopCode = Schemas["CodeEnum"];
-export type CreateRunBody = Schemas["RunCreateInputRequest"];
-export type RerunBody = Schemas["RunRerunInputRequest"];
-export type StopBody = Schemas["RunStopInputRequest"];
-export type CancelBody = Schemas["RunCancelInputRequest"];
-export type ResumeBody = Schemas["RunResumeInputRequest"];
-/** The API's one error shape (docs/design/api.md#errors); a 409's carries the run too. */
-export type ErrorBody = Schemas["Error"];
-export type ConflictBody = Schemas["Conflict"];
 /** Every path the schema names, as the standalone site mounts the app. */
 export type ApiPath = keyof paths;
 

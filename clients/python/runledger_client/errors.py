@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -31,11 +30,27 @@ class TransportError(RunledgerError):
     """The server could not be reached, or the connection failed, after the retries allowed."""
 
 
+# Each class below by the code it stands for, and by the status whose answers without a code it
+# stands for: filled as each class is defined (`APIError.__init_subclass__`), so none is left out.
+_BY_CODE: dict[str, type[APIError]] = {}
+_BY_STATUS: dict[int, type[APIError]] = {}
+
+
 class APIError(RunledgerError):
     """The server answered with an error. `code` is the API's error code
     (docs/design/api.md#errors)."""
 
     code: str = ""
+
+    def __init_subclass__(cls, *, code: str = "", status: int | None = None, **kwargs: Any) -> None:
+        # `class NotFound(APIError, code="not_found", status=404)`: the class of that code and of a
+        # 404 that names none (a proxy's page).
+        super().__init_subclass__(**kwargs)
+        if code:
+            cls.code = code
+            _BY_CODE[code] = cls
+        if status is not None:
+            _BY_STATUS[status] = cls
 
     def __init__(
         self,
@@ -59,123 +74,81 @@ class APIError(RunledgerError):
         return f"{self.code} ({self.status}): {self.message}"
 
 
-class ValidationError(APIError):
+class ValidationError(APIError, code="validation_error", status=400):
     """400: a malformed body, filter or cursor, an unknown agent, an invisible parent."""
 
-    code = "validation_error"
 
-
-class NotAuthenticated(APIError):
+class NotAuthenticated(APIError, code="not_authenticated", status=401):
     """401: no token, or a wrong one."""
 
-    code = "not_authenticated"
 
-
-class PermissionDenied(APIError):
+class PermissionDenied(APIError, code="permission_denied", status=403):
     """403: a visible run, an action the caller may not take on it."""
 
-    code = "permission_denied"
 
-
-class NotFound(APIError):
+class NotFound(APIError, code="not_found", status=404):
     """404: no such run, or one the caller cannot see."""
 
-    code = "not_found"
+
+class MethodNotAllowed(APIError, code="method_not_allowed", status=405):
+    """405: the URL does not take that method."""
 
 
-class MethodNotAllowed(APIError):
-    code = "method_not_allowed"
-
-
-class Conflict(APIError):
+class Conflict(APIError, status=409):
     """409: the run's committed state refused the command. `run` is that committed run, so the
     caller converges to the truth (e.g. a cancel that lost the race to `completed`)."""
 
     run: Run | None
 
 
-class InvalidTransition(Conflict):
-    code = "invalid_transition"
+class InvalidTransition(Conflict, code="invalid_transition"):
+    """409: the run's committed state does not allow the command (`run` is that state)."""
 
 
-class StaleTicket(Conflict):
+class StaleTicket(Conflict, code="stale_ticket"):
     """409: a resume with a ticket that is not (or no longer) the run's."""
 
-    code = "stale_ticket"
 
-
-class BudgetExhausted(Conflict):
+class BudgetExhausted(Conflict, code="budget_exhausted"):
     """409: a pause or resume whose events would pass the run's `max_events`; nothing was written
     (`.run` shows `events_used` and `max_events`). A cancel or stop is never refused for it."""
 
-    code = "budget_exhausted"
 
-
-class ScheduleOverlap(Conflict):
+class ScheduleOverlap(Conflict, code="schedule_overlap"):
     """409 from a schedule's `trigger`: its overlap policy skipped the fire (the last run is still
     live, under `skip` or `buffer_one` with one already waiting); no run was created. `run` is that
     live run, when there is one."""
 
-    code = "schedule_overlap"
 
-
-class TooManyMatches(APIError):
+class TooManyMatches(APIError, code="too_many_matches"):
     """409 from `cancel_where`/`stop_where`: more runs match than `max`; nothing was done. `count`
     is how many match (no `run`: no one run refused)."""
-
-    code = "too_many_matches"
 
     @property
     def count(self) -> int:
         return int(self.detail["count"]) if isinstance(self.detail, dict) else 0
 
 
-class PayloadTooLarge(APIError):
-    code = "payload_too_large"
+class PayloadTooLarge(APIError, code="payload_too_large", status=413):
+    """413: the body is over the size limit (`detail["limit_bytes"]`)."""
 
 
-class UnsupportedMediaType(APIError):
-    code = "unsupported_media_type"
+class UnsupportedMediaType(APIError, code="unsupported_media_type", status=415):
+    """415: the body is not `application/json`."""
 
 
-class IdempotencyMismatch(APIError):
+class IdempotencyMismatch(APIError, code="idempotency_mismatch", status=422):
     """422: the Idempotency-Key was used before with another body."""
 
-    code = "idempotency_mismatch"
 
-
-class TooManyRequests(APIError):
+class TooManyRequests(APIError, code="too_many_requests", status=429):
     """429: a limit of the caller's (active runs, open streams); `retry_after` in seconds, if said."""
 
-    code = "too_many_requests"
 
-
-class DatabaseUnavailable(APIError):
+# No status: a 503 without the error shape comes from before the server (a proxy, a balancer), not from
+# it about its database; it stays an APIError (`http_503`).
+class DatabaseUnavailable(APIError, code="database_unavailable"):
     """503: the server cannot reach its database; retried by the client before it is raised."""
-
-    code = "database_unavailable"
-
-
-def _below(base: type[APIError]) -> Iterator[type[APIError]]:
-    for cls in base.__subclasses__():
-        yield cls
-        yield from _below(cls)
-
-
-# Each class above by its code, read from the classes (all defined by now), so none is left out.
-_BY_CODE: dict[str, type[APIError]] = {cls.code: cls for cls in _below(APIError) if cls.code}
-_BY_STATUS: dict[int, type[APIError]] = {
-    400: ValidationError,
-    401: NotAuthenticated,
-    403: PermissionDenied,
-    404: NotFound,
-    405: MethodNotAllowed,
-    409: Conflict,
-    413: PayloadTooLarge,
-    415: UnsupportedMediaType,
-    422: IdempotencyMismatch,
-    429: TooManyRequests,
-}
 
 
 def retry_after(response: httpx.Response) -> float | None:
