@@ -46,10 +46,16 @@ class Run(models.Model):
     ended_by = models.CharField(max_length=150, blank=True, default="")
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    # This and `rerun_of` are indexed where set only (`run_parent`, `run_rerun_of`): most runs have
+    # neither, and an index of their nulls was written with every run (deployment.md#indexes).
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children", db_index=False
+    )
     # The run this one runs again (docs/design/commands.md#rerun). SET_NULL: purging the original
     # leaves its reruns, which have lives (and owners) of their own.
-    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns", db_index=False
+    )
     last_seq = models.BigIntegerField(default=0)
     # Generation of the current (or last) attempt; appends must name it.
     generation = models.PositiveIntegerField(default=0)
@@ -123,6 +129,8 @@ class Run(models.Model):
             models.Index(fields=["owner", "-created_at"], name="run_owner_created"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created"),
             models.Index(fields=["-created_at"], name="run_created"),
+            models.Index(fields=["parent"], name="run_parent", condition=Q(parent__isnull=False)),
+            models.Index(fields=["rerun_of"], name="run_rerun_of", condition=Q(rerun_of__isnull=False)),
             # The claim (runs.services.quotas), over the queued rows only: each owner's earliest turn ...
             models.Index(fields=["owner", "turn_at"], name="run_queued_turn", condition=Q(status="queued")),
             # ... the run the owner puts forward: highest priority, then oldest ...
