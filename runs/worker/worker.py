@@ -6,7 +6,6 @@ kills what lost attempts left on its machine, delivers webhooks and fires schedu
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -94,8 +93,11 @@ class Worker:
         self._signals = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        # The wake-up at the soonest start a create's notification announced (`_wake_at_start`).
+        # The wake-up at the soonest start a create's notification announced or a read found
+        # (`_wake_at_start`); the read is made again only after a wake that may have passed it (the
+        # timer's, the poll's, a reconnect's), not after a create's of a run due now.
         self._start_timer: asyncio.TimerHandle | None = None
+        self._read_start = True
         self._db: Db | None = None
         self._listener: Listener | None = None
         self._deliverer: Deliverer | None = None
@@ -228,22 +230,27 @@ class Worker:
                 (self.once and queue_empty) or (self.max_runs is not None and self.claimed >= self.max_runs)
             ):
                 return
-            timeout = await self._next_start(self.poll_seconds) if queue_empty else self.poll_seconds
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            if queue_empty and self._read_start:
+                await self._arm_next_start()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+            except TimeoutError:
+                self._read_start = True
 
-    async def _next_start(self, poll_seconds: float) -> float:
-        """How long a worker with free slots and nothing to claim waits: the poll interval, or less
-        when a queued run's start_after comes sooner — no NOTIFY says that a time has come, and the
+    async def _arm_next_start(self) -> None:
+        """A worker with free slots and nothing to claim sleeps no longer than the poll interval, nor
+        past the soonest start_after among queued runs — no NOTIFY says that a time has come, and the
         poll alone would start it up to a whole interval late."""
         assert self._db is not None
         try:
             ahead = await self._db.work.call(queue_next_start_in)
         except DatabaseError as exc:
             log.warning("%s: could not read the next start time (%s)", self, exc)
-            return poll_seconds
-        # A little past it: the claim compares start_after with the database's clock.
-        return poll_seconds if ahead is None else max(0.0, min(poll_seconds, ahead + START_MARGIN_SECONDS))
+            return
+        self._read_start = False
+        if ahead is not None:
+            # A little past it: the claim compares start_after with the database's clock.
+            self._wake_at_start(ahead + START_MARGIN_SECONDS)
 
     async def _claim_free_slots(self) -> bool:
         """Claim until the slots are full; True when the queue had nothing left for us. The last
@@ -329,11 +336,17 @@ class Worker:
             return
         if timer is not None:
             timer.cancel()
-        self._start_timer = self._loop.call_at(when, self._wake.set)
+        self._start_timer = self._loop.call_at(when, self._start_due)
+
+    def _start_due(self) -> None:
+        assert self._wake is not None
+        self._read_start = True  # the next one is read once this one is claimed
+        self._wake.set()
 
     def _on_listener_connect(self) -> None:
         # Whatever happened while the connection was down was not heard: re-read it all.
         assert self._wake is not None and self._deliverer is not None and self._scheduler is not None
+        self._read_start = True
         self._wake.set()
         self._deliverer.wake()
         self._scheduler.wake()

@@ -234,12 +234,14 @@ def test_a_run_starts_within_a_second_after_its_start_after_and_a_cancelled_one_
     procs.worker("w1", env=slow_poll())
     start = db_now() + timedelta(seconds=3)
     run = queued_run(alice, input=QUICK, start_after=start)
+    # Announced while the wake-up for `run` stands: its time is read again once `run` is claimed.
+    after = queued_run(alice, input=QUICK, start_after=start + timedelta(seconds=2))
     # Due before it: once the worker has started `run`, it has passed this one's time.
     cancelled = queued_run(alice, input=QUICK, start_after=start - timedelta(seconds=1))
     services.run_cancel(run_id=cancelled.pk, actor=alice)
-    run = wait_status(run, "completed", timeout=20)
-    late = (started_at(run) - start).total_seconds()
-    assert 0 <= late < 1, late
+    for each, due in ((run, start), (after, start + timedelta(seconds=2))):
+        late = (started_at(wait_status(each, "completed", timeout=20)) - due).total_seconds()
+        assert 0 <= late < 1, late
     assert event_types(cancelled) == ["run.created", "run.cancelled"]
 
 
@@ -280,6 +282,26 @@ def test_a_worker_told_of_a_run_due_later_wakes_its_claims_then_and_not_before()
 
     woken_at_once, waited, woken_for_a_run_due_now = asyncio.run(told())
     assert not woken_at_once and 0.5 <= waited < 5 and woken_for_a_run_due_now, waited
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_reads_the_next_start_again_after_its_wake_up_not_after_a_create_of_a_run_due_now() -> None:
+    """The soonest start ahead is read again only after a wake that may have passed it (the wake-up
+    for it, the poll, a reconnect): a create's note of a run due now cannot change it."""
+    worker = Worker(worker_id="w", listen=False)
+
+    async def reads() -> list[bool]:
+        worker._loop, worker._wake = asyncio.get_running_loop(), asyncio.Event()
+        seen = [worker._read_start]  # nothing read yet
+        worker._read_start = False  # as once read
+        worker._on_notify(notify.QUEUE, str(uuid4()))
+        seen.append(worker._read_start)
+        worker._wake.clear()
+        worker._on_notify(notify.QUEUE, f"{uuid4()}:0.2")
+        await asyncio.wait_for(worker._wake.wait(), timeout=10)
+        return [*seen, worker._read_start]
+
+    assert asyncio.run(reads()) == [True, False, True]
 
 
 # --- the staff console -----------------------------------------------------------------------------
