@@ -11,7 +11,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.api.apis import Page, _caller, _valid
+from runs.api.apis import PageSerializer, _caller, _valid
 from runs.api.base import ApiView
 from runs.api.pagination import queryset_response
 from runs.api.schema import documented, responses
@@ -21,12 +21,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Operations:
     """The documentation of a collection's operations (`<collection>_<name>`), each on one object
-    (`parameter`, its id in the path) unless `parameters` says otherwise."""
+    (`parameter`, its id in the path) unless `parameters` says otherwise; and its list, paged by
+    `query`."""
 
     def __init__(self, collection: str, parameter: OpenApiParameter, query: type[serializers.Serializer[Any]]) -> None:
         self.collection = collection
         self.parameter = parameter
-        # A page's query (`cursor`, `page_size`): the collection's list takes it.
         self.query = query
 
     def __call__(self, name: str, summary: str, success: dict[int, Any], *errors: int, **more: Any) -> Callable[[F], F]:
@@ -62,7 +62,7 @@ class Operations:
         self,
         summary: str,
         description: str,
-        page: type[Page],
+        page: type[PageSerializer],
         read: Callable[..., QuerySet[Any]],
         ordering: Sequence[str],
     ) -> Callable[[ApiView, Request], Response]:
