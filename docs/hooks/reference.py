@@ -39,7 +39,7 @@ DOCS = ROOT / "docs"
 PART = re.compile(r"(<!-- generated: (?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.DOTALL)
 
 
-def _sibling(name: str) -> Any:
+def sibling(name: str) -> Any:
     """docs/hooks/`name`.py, loaded from its file as MkDocs loads this one (a hook is no package)."""
     spec = importlib.util.spec_from_file_location(f"docs_hooks_{name}", Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
@@ -49,7 +49,7 @@ def _sibling(name: str) -> Any:
 
 
 def _maps() -> Any:
-    return _sibling("maps")
+    return sibling("maps")
 
 
 def _django() -> None:
@@ -302,7 +302,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "layout-tests": lambda: _maps().listing("tests"),
     "layout-bench": lambda: _maps().listing("bench"),
     "layout-clients": lambda: _maps().listing("clients/python"),
-    "benchmarks-headline": lambda: _sibling("benchmarks").headline(),
+    "benchmarks-headline": lambda: sibling("benchmarks").headline(),
 }
 
 

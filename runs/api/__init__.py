@@ -12,6 +12,8 @@ selector, and serialise the result; every error in the one error shape.
 #     bulk.py             `POST /api/runs/cancel/` and `POST /api/runs/stop/`
 #     errors.py           The API's errors in the one error shape, + "run" on 409s
 #     filters.py          The lists' query parameters
+#     objects.py          What the collections of a caller's objects (schedules, webhook endpoints,
+#                         API tokens) do alike
 #     pagination.py       Cursor-paged lists: `{"next", "previous", "results"}`, keyset pages in the
 #                         list's unique order
 #     parsers.py          The one request parser of the API

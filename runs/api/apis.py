@@ -9,7 +9,7 @@ visibility (404) and permission (403) by `runs.access` (the class's `rule`), inp
 """
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from django.contrib.auth.models import AbstractUser
 from django.http import HttpResponse, QueryDict
@@ -83,18 +83,23 @@ def _run_data(run: Run, request: Request) -> dict[str, Any]:
     return dict(RunOutputSerializer(run, context={"request": request}).data)
 
 
-def _page_of(
-    item: type[serializers.Serializer[Any]], component_name: str, noun: str
-) -> type[serializers.Serializer[Any]]:
+class PageSerializer(serializers.Serializer[Any]):
+    """A page of `item`s, as `_page_of` makes one."""
+
+    item: ClassVar[type[serializers.Serializer[Any]]]
+
+
+def _page_of(item: type[serializers.Serializer[Any]], component_name: str, noun: str) -> type[PageSerializer]:
     @extend_schema_serializer(component_name=component_name)
-    class PageSerializer(serializers.Serializer[Any]):
+    class PageOf(PageSerializer):
         __doc__ = f"A page of {noun} (`runs.api.pagination`): follow `next` until it is null."
 
         next = serializers.URLField(allow_null=True, help_text="the next page (an opaque `cursor`), or null")
         previous = serializers.URLField(allow_null=True, help_text="the page before, or null on the first")
         results = item(many=True)
 
-    return PageSerializer
+    PageOf.item = item
+    return PageOf
 
 
 RunPageSerializer = _page_of(RunListItemSerializer, "RunPage", "runs")

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
-from django.urls import URLPattern, path
 from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -45,16 +44,3 @@ class ApiView(APIView):
         # (runs/asgi.py): each big events page would stay in memory until then.
         del self.response
         return response
-
-
-def object_urls(
-    noun: str, collection: type[ApiView], detail: type[ApiView], actions: dict[str, type[ApiView]]
-) -> list[URLPattern]:
-    """A collection's URLs: itself at its root, one object at `<noun>_id/` and each action on it at
-    `<noun>_id/<action>/`; named `<noun>-collection`, `<noun>-detail` and `<noun>-<action>`."""
-    one = f"<str:{noun}_id>/"
-    return [
-        path("", collection.as_view(), name=f"{noun}-collection"),
-        path(one, detail.as_view(), name=f"{noun}-detail"),
-        *(path(f"{one}{action}/", view.as_view(), name=f"{noun}-{action}") for action, view in actions.items()),
-    ]

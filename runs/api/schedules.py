@@ -11,10 +11,9 @@ from rest_framework.response import Response
 
 from runs import services
 from runs.api.apis import MAX_INT, RunApi, _caller, _caller_and_body, _page_of, _run_data, _valid
-from runs.api.base import object_urls
 from runs.api.filters import page_filter
-from runs.api.pagination import queryset_response
-from runs.api.schema import documented, object_operations, responses
+from runs.api.objects import Operations, object_urls
+from runs.api.schema import documented, responses
 from runs.api.serializers import PRIORITY_HELP, RUN_STATUSES, ConflictSerializer, PartialInput, RunOutputSerializer
 from runs.exceptions import ScheduleOverlap
 from runs.models import Overlap, Schedule
@@ -73,6 +72,9 @@ class ScheduleOutputSerializer(serializers.Serializer[Schedule]):
         return schedule_json(instance)
 
 
+SchedulePageSerializer = _page_of(ScheduleOutputSerializer, "SchedulePage", "schedules")
+
+
 def _out(schedule: Schedule) -> dict[str, Any]:
     return schedule_json(schedule)
 
@@ -126,10 +128,6 @@ class BackfilledSerializer(serializers.Serializer[Any]):
     runs = RunOutputSerializer(many=True, help_text="the runs created, in due-time order")
 
 
-PageFilter = page_filter("SchedulePageFilter", "A page of the caller's schedules.")
-
-SchedulePageSerializer = _page_of(ScheduleOutputSerializer, "SchedulePage", "schedules")
-
 CREATE_DOC = (
     "201 with the schedule: its `id`, `next_due_at` and `paused`. Each due time creates exactly one run of "
     "`agent` with `input`, `metadata` and `priority`, as a create would — counted against the owner's limits. "
@@ -145,36 +143,22 @@ OVERLAP_409 = OpenApiResponse(
 )
 
 
-_operation = object_operations("schedules", SCHEDULE_ID)
+_operation = Operations(
+    "schedules", SCHEDULE_ID, page_filter("SchedulePageFilter", "A page of the caller's schedules.")
+)
 
 
 # A schedule carries its runs' input: as a run's JSON, no cache keeps it (RunApi).
 class ScheduleCollectionApi(RunApi):
-    @_operation(
-        "list",
+    get = _operation.list(
         "List your schedules",
-        {200: SchedulePageSerializer},
-        400,
-        description="Newest first, paged by cursor.",
-        parameters=[PageFilter],
+        "Newest first, paged by cursor.",
+        SchedulePageSerializer,
+        schedule_list,
+        ["-created_at", "-id"],
     )
-    def get(self, request: Request) -> Response:
-        query = _valid(PageFilter, request.query_params)
-        schedules = schedule_list(user=_caller(request))
-        return queryset_response(schedules, ["-created_at", "-id"], query, ScheduleOutputSerializer, request)
 
-    @_operation(
-        "create",
-        "Create a schedule",
-        {201: ScheduleOutputSerializer},
-        400,
-        413,
-        415,
-        429,
-        description=CREATE_DOC,
-        request=CreateInput,
-        parameters=[],
-    )
+    @_operation.create("Create a schedule", ScheduleOutputSerializer, request=CreateInput, description=CREATE_DOC)
     def post(self, request: Request) -> Response:
         schedule = services.schedule_create(owner=_caller(request), **_valid(CreateInput, request.data))
         return Response(_out(schedule), status=201)
@@ -201,13 +185,7 @@ class ScheduleDetailApi(RunApi):
         user, changes = _caller_and_body(request, UpdateInput, schedule_get, schedule_id=schedule_id)
         return Response(_out(services.schedule_update(schedule_id=schedule_id, actor=user, **changes)))
 
-    @_operation(
-        "destroy",
-        "Delete a schedule",
-        {204: None},
-        404,
-        description="Nothing fires any more; the runs it created stay.",
-    )
+    @_operation.destroy("Delete a schedule", "Nothing fires any more; the runs it created stay.")
     def delete(self, request: Request, schedule_id: str) -> Response:
         services.schedule_delete(schedule_id=schedule_id, actor=_caller(request))
         return Response(status=204)

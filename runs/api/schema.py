@@ -105,19 +105,6 @@ def documented(**kwargs: Any) -> Callable[[F], F]:
     return decorator
 
 
-def object_operations(collection: str, parameter: OpenApiParameter) -> Callable[..., Callable[[F], F]]:
-    """The documentation of a collection's operations (`<collection>_<name>`), each on one object
-    (`parameter`, its id in the path) unless `parameters` says otherwise."""
-
-    def operation(name: str, summary: str, success: dict[int, Any], *errors: int, **more: Any) -> Callable[[F], F]:
-        more.setdefault("parameters", [parameter])
-        return documented(
-            operation_id=f"{collection}_{name}", summary=summary, responses=responses(success, *errors), **more
-        )
-
-    return operation
-
-
 # Every drf-spectacular setting that shapes a schema, at its default where the app sets none: a
 # project's SPECTACULAR_SETTINGS, for its own APIs (a path prefix trimmed or inserted, servers, hooks,
 # whitelists, camelized names), changes nothing of the app's. The UI pages' settings stay the

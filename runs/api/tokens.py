@@ -15,8 +15,7 @@ from rest_framework.response import Response
 from runs.api.apis import _caller, _page_of, _valid
 from runs.api.base import ApiView
 from runs.api.filters import page_filter
-from runs.api.pagination import queryset_response
-from runs.api.schema import object_operations
+from runs.api.objects import Operations
 from runs.models import ApiToken
 from runs.selectors.credentials import tokens_of
 from runs.services import MAX_LIFETIME, token_create, token_delete
@@ -52,6 +51,9 @@ class TokenKeySerializer(TokenOutputSerializer):
     key = serializers.CharField(help_text="shown only in this answer: send it as `Authorization: Token <key>`")
 
 
+TokenPageSerializer = _page_of(TokenOutputSerializer, "ApiTokenPage", "API tokens")
+
+
 @extend_schema_serializer(component_name="ApiTokenCreateInput")
 class CreateInput(serializers.Serializer[Any]):
     """A new token: a `name`, and at most one of `expires_in` and `expires_at` (neither: it never
@@ -74,10 +76,7 @@ class CreateInput(serializers.Serializer[Any]):
         return attrs
 
 
-PageFilter = page_filter("ApiTokenPageFilter", "A page of the caller's tokens.")
-
-TokenPageSerializer = _page_of(TokenOutputSerializer, "ApiTokenPage", "API tokens")
-
+LIST_DOC = "Oldest first, paged by cursor: names, expiries, creation and last use — never a key."
 CREATE_DOC = (
     "201 with the token and its `key`, shown only here: Runledger keeps the key's SHA-256 digest, never the key. "
     "A request that came with a token issues one that expires no later than that token (its expiry when none is "
@@ -86,7 +85,7 @@ CREATE_DOC = (
 )
 
 
-_operation = object_operations("tokens", TOKEN_NAME)
+_operation = Operations("tokens", TOKEN_NAME, page_filter("ApiTokenPageFilter", "A page of the caller's tokens."))
 
 
 class TokenApi(ApiView):
@@ -99,32 +98,9 @@ class TokenApi(ApiView):
 
 
 class TokenCollectionApi(TokenApi):
-    @_operation(
-        "list",
-        "List your API tokens",
-        {200: TokenPageSerializer},
-        400,
-        description="Oldest first, paged by cursor: names, expiries, creation and last use — never a key.",
-        parameters=[PageFilter],
-    )
-    def get(self, request: Request) -> Response:
-        query = _valid(PageFilter, request.query_params)
-        tokens = tokens_of(user=_caller(request))
-        return queryset_response(tokens, ["created_at", "id"], query, TokenOutputSerializer, request)
+    get = _operation.list("List your API tokens", LIST_DOC, TokenPageSerializer, tokens_of, ["created_at", "id"])
 
-    @_operation(
-        "create",
-        "Issue an API token",
-        {201: TokenKeySerializer},
-        400,
-        403,
-        413,
-        415,
-        429,
-        description=CREATE_DOC,
-        request=CreateInput,
-        parameters=[],
-    )
+    @_operation.create("Issue an API token", TokenKeySerializer, 403, request=CreateInput, description=CREATE_DOC)
     def post(self, request: Request) -> Response:
         data = _valid(CreateInput, request.data)
         expires_at = data.get("expires_at")
@@ -137,13 +113,9 @@ class TokenCollectionApi(TokenApi):
 
 
 class TokenDetailApi(TokenApi):
-    @_operation(
-        "destroy",
+    @_operation.destroy(
         "Revoke an API token",
-        {204: None},
-        404,
-        description="At once, with the tokens it issued: a request with it is a 401 from now on, and the streams "
-        "it opened end.",
+        "At once, with the tokens it issued: a request with it is a 401 from now on, and the streams it opened end.",
     )
     def delete(self, request: Request, name: str) -> Response:
         token_delete(user=_caller(request), name=name)

@@ -3,6 +3,8 @@
 
 from typing import Any
 
+from django.contrib.auth.models import AbstractUser
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_serializer
 from rest_framework import serializers
@@ -10,10 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from runs.api.apis import _caller, _caller_and_body, _page_of, _valid
-from runs.api.base import ApiView, object_urls
+from runs.api.base import ApiView
 from runs.api.filters import page_filter
+from runs.api.objects import Operations, object_urls
 from runs.api.pagination import queryset_response
-from runs.api.schema import object_operations
 from runs.api.serializers import PartialInput
 from runs.events import WEBHOOK_EVENTS
 from runs.models import WebhookDelivery, WebhookEndpoint
@@ -100,13 +102,14 @@ class UpdateInput(PartialInput, _ChangeSerializer):
     """Any of the fields, each optional."""
 
 
-_operation = object_operations("webhooks", ENDPOINT_ID)
+_operation = Operations("webhooks", ENDPOINT_ID, PageFilter)
 
 
 EndpointPageSerializer = _page_of(EndpointOutputSerializer, "WebhookEndpointPage", "webhook endpoints")
 DeliveryPageSerializer = _page_of(DeliveryOutputSerializer, "WebhookDeliveryPage", "webhook deliveries")
 
 
+LIST_DOC = "Oldest first, paged by cursor; staff with runs.change_run see everyone's."
 CREATE_DOC = (
     "201 with the endpoint and its signing `secret` (`whsec_…`), shown only here. A URL that is not http(s), or "
     "whose host is written as a loopback, private, link-local or metadata address, is a 400 naming `url` (unless "
@@ -124,32 +127,18 @@ ROTATE_DOC = (
 )
 
 
-class WebhookCollectionApi(ApiView):
-    @_operation(
-        "list",
-        "List your webhook endpoints",
-        {200: EndpointPageSerializer},
-        400,
-        description="Oldest first, paged by cursor; staff with runs.change_run see everyone's.",
-        parameters=[PageFilter],
-    )
-    def get(self, request: Request) -> Response:
-        query = _valid(PageFilter, request.query_params)
-        endpoints = webhooks_visible(user=_caller(request)).select_related("owner")
-        return queryset_response(endpoints, ["created_at", "id"], query, EndpointOutputSerializer, request)
+def _with_owner(*, user: AbstractUser) -> QuerySet[WebhookEndpoint]:
+    # Each item names its owner.
+    return webhooks_visible(user=user).select_related("owner")
 
-    @_operation(
-        "create",
-        "Register a webhook endpoint",
-        {201: EndpointSecretSerializer},
-        400,
-        403,
-        413,
-        415,
-        429,
-        description=CREATE_DOC,
-        request=CreateInput,
-        parameters=[],
+
+class WebhookCollectionApi(ApiView):
+    get = _operation.list(
+        "List your webhook endpoints", LIST_DOC, EndpointPageSerializer, _with_owner, ["created_at", "id"]
+    )
+
+    @_operation.create(
+        "Register a webhook endpoint", EndpointSecretSerializer, 403, request=CreateInput, description=CREATE_DOC
     )
     def post(self, request: Request) -> Response:
         endpoint = webhook_create(owner=_caller(request), **_valid(CreateInput, request.data))
@@ -177,13 +166,7 @@ class WebhookDetailApi(ApiView):
         user, changes = _caller_and_body(request, UpdateInput, webhook_get, endpoint_id=webhook_id)
         return Response(_out(webhook_update(endpoint_id=webhook_id, user=user, changes=changes)))
 
-    @_operation(
-        "destroy",
-        "Delete a webhook endpoint",
-        {204: None},
-        404,
-        description="With its deliveries: pending ones are not sent.",
-    )
+    @_operation.destroy("Delete a webhook endpoint", "With its deliveries: pending ones are not sent.")
     def delete(self, request: Request, webhook_id: str) -> Response:
         webhook_delete(endpoint_id=webhook_id, user=_caller(request))
         return Response(status=204)

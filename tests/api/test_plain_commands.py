@@ -16,35 +16,22 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
-from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
 from runs.api.apis import RunCancelApi, RunCollectionApi
-from runs.api.plain import Plain
 from runs.http import throttles
 from runs.models import AuthFailure, Run, RunEvent
 from runs.selectors.run_json import run_json
 from tests.factories import queued_run, running_run, waiting_run
-from tests.support.db import token_for
+from tests.support.plain import drf_beside, marks, to_both, token
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(60)]
-
-urlpatterns = [
-    path("drf/runs/<str:run_id>/cancel/", super(Plain, RunCancelApi).as_view()),
-    path("drf/runs/", super(Plain, RunCollectionApi).as_view()),
-    path("", include("config.urls")),
-]
-here = pytest.mark.urls(__name__)
+urlpatterns = drf_beside({"runs/<str:run_id>/cancel/": RunCancelApi, "runs/": RunCollectionApi})
+pytestmark = marks(__name__)
 
 Make = Callable[[], Any]
-
-
-def token(user: User) -> dict[str, str]:
-    return {"Authorization": f"Token {token_for(user)}"}
 
 
 def both(
@@ -58,17 +45,14 @@ def both(
 ) -> Any:
     """The same cancel sent to a run `make` makes, by the plain path, and to another by DRF's; each
     response with its run's id."""
-    answers = []
-    for prefix in ("/api", "/drf"):
+
+    def send(prefix: str) -> tuple[Any, Any]:
         run = make()
         run_id = run.pk if hasattr(run, "pk") else run
-        answers.append(
-            (
-                client.post(f"{prefix}/runs/{run_id}/cancel/", body, content_type, headers=headers, **(meta or {})),
-                run_id,
-            )
-        )
-    return answers
+        answer = client.post(f"{prefix}/runs/{run_id}/cancel/", body, content_type, headers=headers, **(meta or {}))
+        return answer, run_id
+
+    return to_both(send)
 
 
 def _alike(content: bytes, run_id: Any) -> Any:
@@ -100,7 +84,6 @@ def _left(run_id: Any) -> Any:
     return _alike(json.dumps(run_json(run, ticket=True)).encode(), run_id), events
 
 
-@here
 def test_a_token_cancels_as_drf_answers_in_every_state_with_every_body(
     alice: User, bob: User, make_user: Callable[..., User]
 ) -> None:
@@ -165,7 +148,6 @@ def test_a_token_cancels_as_drf_answers_in_every_state_with_every_body(
     same(both(client, lambda: queued_run(alice), **gone), 401)
 
 
-@here
 def test_a_query_string_goes_to_drf_and_bad_tokens_and_a_blocked_address_are_refused_alike(alice: User) -> None:
     client = Client()
     mine = [queued_run(alice), queued_run(alice)]
@@ -193,7 +175,6 @@ def test_a_query_string_goes_to_drf_and_bad_tokens_and_a_blocked_address_are_ref
         AuthFailure.objects.filter(failed_at__gte=now - timedelta(seconds=1)).delete()
 
 
-@here
 def test_a_session_cancels_through_drf_with_its_csrf_check(alice: User) -> None:
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
@@ -217,7 +198,6 @@ def created(client: Client, body: Any, *, content_type: str = "application/json"
     return answers
 
 
-@here
 def test_a_token_creates_as_drf_answers_with_every_body_key_and_limit(alice: User, bob: User, settings: Any) -> None:
     client = Client()
     key = token(alice)

@@ -12,36 +12,25 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
-from django.urls import include, path
 from django.utils import timezone
 
 from runs import services
 from runs.api.apis import RunDetailApi, RunEventsApi
-from runs.api.plain import Plain
 from runs.http import throttles
 from runs.models import AuthFailure
 from runs.selectors.run_json import run_json
 from tests.factories import queued_run, running_run, waiting_run
-from tests.support.db import token_for
-
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(60)]
+from tests.support.plain import drf_beside, marks, to_both, token
 
 # The DRF views the plain ones stand in front of, as `as_view` makes them without the plain path.
-urlpatterns = [
-    path("drf/runs/<str:run_id>/", super(Plain, RunDetailApi).as_view()),
-    path("drf/runs/<str:run_id>/events/", super(Plain, RunEventsApi).as_view()),
-    path("", include("config.urls")),
-]
-here = pytest.mark.urls(__name__)
+urlpatterns = drf_beside({"runs/<str:run_id>/": RunDetailApi, "runs/<str:run_id>/events/": RunEventsApi})
+pytestmark = marks(__name__)
 
 
 def both(client: Client, run_id: Any, tail: str = "", **headers: Any) -> tuple[Any, Any]:
-    plain = client.get(f"/api/runs/{run_id}/{tail}", headers=headers)
-    drf = client.get(f"/drf/runs/{run_id}/{tail}", headers=headers)
-    return plain, drf
+    return to_both(lambda prefix: client.get(f"{prefix}/runs/{run_id}/{tail}", headers=headers))
 
 
 def same(plain: Any, drf: Any, status: int) -> None:
@@ -54,11 +43,6 @@ def same(plain: Any, drf: Any, status: int) -> None:
     assert dict(plain.headers) == dict(drf.headers)
 
 
-def token(user: User) -> dict[str, str]:
-    return {"Authorization": f"Token {token_for(user)}"}
-
-
-@here
 def test_a_token_reads_runs_as_drf_answers_in_every_state_and_is_refused_others_alike(
     alice: User, bob: User, make_user: Callable[..., User]
 ) -> None:
@@ -89,7 +73,6 @@ def test_a_token_reads_runs_as_drf_answers_in_every_state_and_is_refused_others_
     same(*both(client, runs[0].pk, **key), 401)
 
 
-@here
 def test_bad_tokens_nobody_and_a_blocked_address_are_refused_as_drf_refuses_them(alice: User) -> None:
     client = Client()
     run = queued_run(alice)
@@ -120,7 +103,6 @@ def test_bad_tokens_nobody_and_a_blocked_address_are_refused_as_drf_refuses_them
         AuthFailure.objects.filter(failed_at__gte=now - timedelta(seconds=1)).delete()
 
 
-@here
 def test_a_session_reads_runs_as_drf_answers(alice: User, bob: User) -> None:
     client = Client()
     client.force_login(alice)
@@ -129,7 +111,6 @@ def test_a_session_reads_runs_as_drf_answers(alice: User, bob: User) -> None:
     same(*both(client, theirs.pk), 404)
 
 
-@here
 def test_a_page_of_events_is_answered_as_drf_answers_it_with_its_parameters(alice: User, bob: User) -> None:
     client = Client()
     run = running_run(alice)

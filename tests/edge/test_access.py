@@ -45,6 +45,7 @@ from tests.support.edge import (
     stall_body,
     until_each_has,
     watch_all,
+    watch_revoked,
 )
 from tests.support.faults import Api, Stats, follow
 from tests.support.nginx import shared_folder, start_nginx
@@ -57,11 +58,14 @@ from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 from tests.support.workers import wait_status
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.edge,
+    pytest.mark.processes,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(120),
+]
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_a_connect_through_the_edge_is_refused_as_it_is_without_it(
     procs: Procs, alice: User, bob: User, make_user: Callable[..., User]
 ) -> None:
@@ -95,8 +99,6 @@ def test_a_connect_through_the_edge_is_refused_as_it_is_without_it(
     assert request_once(edge.url, stream_path(run), auth_headers(carol_token)).status == 401
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_a_streams_preflight_through_the_edge_is_answered_not_held_and_its_cors_headers_survive_the_hold(
     procs: Procs, alice: User
 ) -> None:
@@ -134,8 +136,6 @@ def test_a_streams_preflight_through_the_edge_is_answered_not_held_and_its_cors_
     assert any(line.startswith(f"GET {edge.url}{path} -> ") and line.endswith(" accept") for line in proxied)
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_a_request_that_only_claims_to_be_pushpins_gets_no_events(procs: Procs, alice: User, bob: User) -> None:
     web, edge = stack(procs, worker=False)
     run = running_run(alice)
@@ -170,8 +170,6 @@ def test_a_request_that_only_claims_to_be_pushpins_gets_no_events(procs: Procs, 
         assert (fetched.status, fetched.json()["error"]["code"]) == (404, "not_found"), what
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_a_replayed_grip_sig_or_a_link_of_another_run_gets_nothing(procs: Procs, alice: User, bob: User) -> None:
     web, _edge = stack(procs, worker=False)
     sig = real_grip_sig(procs)  # as a real Pushpin signed it: valid for an hour, on any path
@@ -212,8 +210,6 @@ def test_a_replayed_grip_sig_or_a_link_of_another_run_gets_nothing(procs: Procs,
         assert elsewhere.status == 401, path
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_nobody_but_the_web_processes_user_can_publish(procs: Procs, alice: User) -> None:
     require_root("to run the forger as another user (nobody)")
     _web, edge = stack(procs, worker=False)
@@ -247,8 +243,6 @@ def test_nobody_but_the_web_processes_user_can_publish(procs: Procs, alice: User
     assert not any(event.json()["data"].get("forged") for event in events)
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_forty_streams_through_the_edge_by_one_user_meet_the_cap(procs: Procs, alice: User) -> None:
     web, edge = stack(procs, worker=False)  # the default cap: 20 streams per user
     assert conf.MAX_STREAMS_PER_USER == 20
@@ -283,8 +277,6 @@ def test_forty_streams_through_the_edge_by_one_user_meet_the_cap(procs: Procs, a
     assert again == [200] * 20
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_a_revoked_users_edge_stream_ends_within_a_link_refresh_on_a_busy_run(
     procs: Procs, make_user: Callable[..., User]
 ) -> None:
@@ -300,24 +292,13 @@ def test_a_revoked_users_edge_stream_ends_within_a_link_refresh_on_a_busy_run(
         User.objects.filter(pk=carol.pk).update(is_active=False)
         Session.objects.all().delete()  # the staff member logged out (every session ended)
 
-    async def scenario() -> tuple[list[list[Event]], list[float], float]:
-        got, tasks = await watch_all(edge.url, stream_path(run), headers)
-        await until_each_has(got, 5)
-        await asyncio.to_thread(in_thread(revoke))
-        revoked = time.monotonic()
-        ended: list[float] = []
-        for task in tasks:
-            await asyncio.wait_for(task, 20)
-            ended.append(time.monotonic() - revoked)
-        return got, ended, revoked
-
-    got, ended, _ = asyncio.run(scenario())
+    watched = asyncio.run(watch_revoked(edge, run, headers, revoke))
     # Events came all along (the run is busy), and each stream ended within a link refresh and a
     # re-check, long before the run did.
-    print(f"streams ended {', '.join(f'{s:.1f}' for s in ended)} s after the revocation")
-    assert all(seconds < 2 * 1.5 + 1 + 2 for seconds in ended)
+    print(f"streams ended {', '.join(f'{s:.1f}' for s in watched.ended)} s after the revocation")
+    assert all(seconds < 2 * 1.5 + 1 + 2 for seconds in watched.ended)
     assert fresh(run).status == "running"
-    for events in got:
+    for events in watched.got:
         assert events[-1].event != EventType.RUN_COMPLETED
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
 
@@ -329,8 +310,6 @@ def test_a_revoked_users_edge_stream_ends_within_a_link_refresh_on_a_busy_run(
         wait_until(functools.partial(refused, header), 10, "a reconnect refused")
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_a_revocation_closes_the_users_edge_streams_at_once_without_waiting_for_a_link_fetch(
     procs: Procs, make_user: Callable[..., User]
 ) -> None:
@@ -361,26 +340,12 @@ def test_a_revocation_closes_the_users_edge_streams_at_once_without_waiting_for_
         dave.save()  # deactivated
         browser.logout()  # the staff member logged out
 
-    async def scenario() -> tuple[list[list[Event]], list[float], bool]:
-        got, tasks = await watch_all(edge.url, stream_path(run), headers)
-        await until_each_has(got, 5)
-        bystander = tasks.pop()
-        revoked = time.monotonic()
-        await asyncio.to_thread(in_thread(revoke))
-        ended: list[float] = []
-        for task in tasks:
-            await asyncio.wait_for(task, 20)
-            ended.append(time.monotonic() - revoked)
-        still_watching = not bystander.done()
-        bystander.cancel()
-        return got, ended, still_watching
-
-    got, ended, still_watching = asyncio.run(scenario())
-    print(f"streams ended {', '.join(f'{s:.1f}' for s in ended)} s after the revocation")
-    assert all(seconds < 5 for seconds in ended)
-    assert still_watching
+    watched = asyncio.run(watch_revoked(edge, run, headers, revoke, bystanders=1))
+    print(f"streams ended {', '.join(f'{s:.1f}' for s in watched.ended)} s after the revocation")
+    assert all(seconds < 5 for seconds in watched.ended)
+    assert watched.bystanders_watch
     assert fresh(run).status == "running"
-    for events in got[:-1]:
+    for events in watched.got[:-1]:
         assert events[-1].event != EventType.RUN_COMPLETED
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
     # Their reconnects are refused as any new stream would be.
@@ -388,8 +353,6 @@ def test_a_revocation_closes_the_users_edge_streams_at_once_without_waiting_for_
         assert request_once(edge.url, stream_path(run), revoked_headers).status == 401
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_an_edge_stream_ends_at_its_lifetime_and_the_client_resumes_without_a_gap(procs: Procs, alice: User) -> None:
     _web, edge = stack(procs, RUNLEDGER_SSE_MAX_SECONDS="2")
     token = token_for(alice)
@@ -409,8 +372,6 @@ def test_an_edge_stream_ends_at_its_lifetime_and_the_client_resumes_without_a_ga
     assert followed.ended_early >= 2 and followed.broken == 0, followed
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_nginx_in_front_of_the_edge_drops_half_sent_requests_before_pushpin_sees_them(
     procs: Procs, alice: User
 ) -> None:
@@ -443,8 +404,6 @@ def test_nginx_in_front_of_the_edge_drops_half_sent_requests_before_pushpin_sees
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.edge
-@pytest.mark.processes
 def test_an_edge_answer_replays_about_5_mb_at_most_and_the_client_resumes_from_there(procs: Procs, alice: User) -> None:
     web = procs.uvicorn(env=edge_env(control_socket()))
     run = running_run(alice)

@@ -48,6 +48,8 @@ import nothing of Django that needs settings, so bench can import them before `d
 #     package.py             The distributions of the checkout, as `python -m build` makes them
 #     pg.py                  The suite's own throwaway PostgreSQL cluster, which a test marked
 #                            `pg_cluster` may stop and start
+#     plain.py               The plain answers beside the DRF views they stand in front of, for the
+#                            tests that compare the two
 #     procs.py               Real processes for tests: uvicorn web processes and workers, each stopped
 #                            by its PID
 #     proxies.py             Loopback proxies that a test can cut

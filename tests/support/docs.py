@@ -8,7 +8,6 @@ reference pages' generated parts (docs/hooks/reference.py), as the docs' build l
 maps of the code it writes (docs/hooks/maps.py) and the benchmarks' headline (docs/hooks/benchmarks.py).
 """
 
-import importlib.util
 import os
 import queue
 import re
@@ -20,6 +19,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+from mkdocs.config import load_config
 
 from tests.support.procs import ROOT
 
@@ -56,28 +57,23 @@ def titled(page: str, lang: str) -> dict[str, str]:
     return found
 
 
-def _hook(name: str) -> ModuleType:
-    """docs/hooks/`name`.py, loaded from its file as `mkdocs build` loads a hook."""
-    spec = importlib.util.spec_from_file_location(f"docs_hooks_{name}", DOCS / "hooks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def reference_renderer() -> ModuleType:
-    """docs/hooks/reference.py: the renderer of the reference pages' generated parts."""
-    return _hook("reference")
+    """docs/hooks/reference.py: the renderer of the reference pages' generated parts, as `mkdocs build`
+    loads it (mkdocs.yml `hooks:`)."""
+    hook: ModuleType = load_config(str(ROOT / "mkdocs.yml"))["hooks"]["docs/hooks/reference.py"]
+    return hook
 
 
 def code_maps() -> ModuleType:
     """docs/hooks/maps.py: the maps of the code (docs/layout.md's listings, the package indexes)."""
-    return _hook("maps")
+    maps: ModuleType = reference_renderer().sibling("maps")
+    return maps
 
 
 def benchmarks_headline() -> ModuleType:
     """docs/hooks/benchmarks.py: docs/benchmarks.md's first table, from bench/results/summary.json."""
-    return _hook("benchmarks")
+    headline: ModuleType = reference_renderer().sibling("benchmarks")
+    return headline
 
 
 def generated_part(page: str, name: str) -> str:

@@ -55,6 +55,7 @@ from tests.support.procs import (
 from tests.support.raw_http import Trickled
 from tests.support.runs import assert_exact_log, fresh
 from tests.support.sse import Event, Stream, request_once, stream_path, watch
+from tests.support.threads import in_thread
 from tests.support.waiting import wait_until
 from tests.support.workers import wait_status
 
@@ -397,6 +398,33 @@ async def watch_meanwhile(
     await until_each_has(got, 10)
     await asyncio.to_thread(meanwhile)
     return list(await asyncio.wait_for(asyncio.gather(*tasks), 60))
+
+
+@dataclass
+class Revoked:
+    got: list[list[Event]]  # each watcher's events
+    ended: list[float]  # seconds from the revocation's start to each revoked watcher's stream's end
+    bystanders_watch: bool  # whether every watcher the revocation spares still follows the run
+
+
+async def watch_revoked(
+    edge: Edge, run: Run, headers: list[dict[str, str]], revoke: Callable[[], object], *, bystanders: int = 0
+) -> Revoked:
+    """Watchers of `run` through the edge, one per `headers`; once each has 5 events, `revoke` (in a
+    thread); then how long each stream but the last `bystanders` takes to end, each within 20 s."""
+    got, tasks = await watch_all(edge.url, stream_path(run), headers)
+    await until_each_has(got, 5)
+    revoked, spared = tasks[: len(tasks) - bystanders], tasks[len(tasks) - bystanders :]
+    start = time.monotonic()
+    await asyncio.to_thread(in_thread(revoke))
+    ended: list[float] = []
+    for task in revoked:
+        await asyncio.wait_for(task, 20)
+        ended.append(time.monotonic() - start)
+    watching = not any(task.done() for task in spared)
+    for task in spared:
+        task.cancel()
+    return Revoked(got, ended, watching)
 
 
 def _logged_at(edge: Edge, *texts: str) -> list[float]:
