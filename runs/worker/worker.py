@@ -245,12 +245,12 @@ class Worker:
         try:
             ahead = await self._db.work.call(queue_next_start_in)
         except DatabaseError as exc:
-            log.warning("%s: could not read the next start time (%s)", self, exc)
-            return
-        self._read_start = False
-        if ahead is not None:
-            # A little past it: the claim compares start_after with the database's clock.
-            self._wake_at_start(ahead + START_MARGIN_SECONDS)
+            log.warning("%s: could not read the next start time (%s); read at the next wake", self, exc)
+        else:
+            self._read_start = False
+            if ahead is not None:
+                # A little past it: the claim compares start_after with the database's clock.
+                self._wake_at_start(ahead + START_MARGIN_SECONDS)
 
     async def _claim_free_slots(self) -> bool:
         """Claim until the slots are full; True when the queue had nothing left for us. The last
