@@ -208,10 +208,7 @@ class RunCollectionApi(Plain, RunApi):
         responses=responses({201: RunOutputSerializer}, 400, 409, 413, 415, 422, 429),
     )
     def post(self, request: Request) -> Response:
-        answered: Response = self.answer(
-            _caller(request), _valid(self.InputSerializer, request.data), request.data, request.headers
-        )
-        return answered
+        return self.answer(_caller(request), _valid(self.InputSerializer, request.data), request.data, request.headers)
 
     @classmethod
     def answer(cls, user: AbstractUser, data: dict[str, Any], sent: Any, headers: Any) -> Response:

@@ -157,9 +157,10 @@ def _rendered(response: Response) -> Response:
 
 
 class Plain(ApiView):
-    """An operation (beside its class of runs.api.apis) whose common requests `plain` answers, by its `answer`, which its DRF method answers with too: GETs; with `body` (its input
-    serializer), POSTs, and with `whole` the answer also gets the body as parsed and the request's
-    headers. `query`: a GET that takes query parameters."""
+    """An operation (beside its class of runs.api.apis) whose common requests `plain` answers by its
+    `answer`, which its DRF method answers with too: GETs; with `body` (its input serializer), POSTs,
+    and with `whole` the answer also gets the body as parsed and the request's headers. `query`: a
+    GET that takes query parameters."""
 
     query = False
     body: Body | None = None

@@ -67,9 +67,5 @@ def test_each_request_resolves_its_path_once(monkeypatch: pytest.MonkeyPatch, al
     ]
     for method, path, query, headers, status in requests:
         resolved.clear()
-        assert async_to_status(app, method, path, query, headers) == status, path
+        assert asyncio.run(_status(app, method, path, query, headers)) == status, path
         assert resolved == [path], (method, path, query)
-
-
-def async_to_status(app: Application, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> int:
-    return asyncio.run(_status(app, method, path, query, headers))
