@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 PREFIX = "RUNLEDGER_"
 # The processes that read a setting, for the reference: the web processes, `runworker`, `runedge`.
@@ -211,6 +212,19 @@ def pattern(regex: str) -> Callable[[str], bool]:
     return lambda name: re.fullmatch(regex, name) is not None
 
 
+# What reads from Django's settings found, kept until a setting changes (override_settings and the
+# test settings fixture say so): a read of an unset one would otherwise raise and catch an
+# AttributeError every time, a few microseconds per read on every request (docs/design/api.md#hot-reads).
+_kept: dict[Setting[Any], Any] = {}
+
+
+def _forget(**kwargs: Any) -> None:
+    _kept.clear()  # any setting: a callable default may depend on another
+
+
+setting_changed.connect(_forget, dispatch_uid="runledger-settings-kept")
+
+
 class Registry:
     """Settings declared as class attributes, read from Django's settings or, given `environ`,
     from the environment variables of the same names (`prefix` and the attribute's)."""
@@ -236,8 +250,13 @@ class Registry:
         return (_UNSET, None) if text is None else (setting.parse(text), text)
 
     def read(self, setting: Setting[T]) -> T:
+        if self._environ is None and (kept := _kept.get(setting, _UNSET)) is not _UNSET:
+            return kept
         value, _ = self._given(setting)
-        return setting.convert(setting.default_value() if value is _UNSET else value)
+        read: T = setting.convert(setting.default_value() if value is _UNSET else value)
+        if self._environ is None and not isinstance(read, list | dict | set):
+            _kept[setting] = read  # a mutable value is made anew each read: its reader may change it
+        return read
 
     def problem(self, setting: Setting[Any]) -> str | None:
         """Why the value set for `setting` is refused, or None."""

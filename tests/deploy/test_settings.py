@@ -179,6 +179,20 @@ def test_a_bad_value_of_each_kind_set_in_code_is_a_system_check_error_naming_it(
 
 @pytest.mark.sqlite
 @pytest.mark.timeout(10)
+def test_a_setting_read_is_kept_until_a_setting_changes_and_a_list_is_a_new_one_each_read(settings: Settings) -> None:
+    conf = AppSettings()
+    assert conf.MAX_ACTIVE_RUNS_PER_USER == 1000  # the default, read once and kept
+    settings.RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER = 3  # as override_settings: setting_changed is sent
+    assert conf.MAX_ACTIVE_RUNS_PER_USER == 3
+    settings.RUNLEDGER_MAX_ACTIVE_RUNS_PER_USER = 0
+    assert conf.MAX_ACTIVE_RUNS_PER_USER is None  # 0: unlimited
+    agents, kept = conf.AGENTS, list(conf.AGENTS)
+    agents.append("changed by its reader")
+    assert kept == conf.AGENTS
+
+
+@pytest.mark.sqlite
+@pytest.mark.timeout(10)
 def test_settings_that_each_work_but_not_together_are_checked_once_each_is_right(settings: Settings) -> None:
     settings.RUNLEDGER_LEASE_SECONDS = 1
     assert [e.msg.split(":")[0] for e in check_settings()] == [
