@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Field, Model
 
 from runs.prepared import pipelining, send_pipelined
@@ -130,11 +130,12 @@ def insert(
     head, fields = _insert_head(model, keyed, connection.vendor)
     given = {_field(model, name).attname: value for name, value in (computed or {}).items()}
     row = "(" + ", ".join(given[f.attname][0] if f.attname in given else "%s" for f in fields) + ")"
+    db = _wrapper()
     params = [
         part
         for obj in objs
         for f in fields
-        for part in (given[f.attname][1] if f.attname in given else [_saved(f, obj)])
+        for part in (given[f.attname][1] if f.attname in given else [_saved(f, obj, db)])
     ]
     tail = f" RETURNING {_q(model._meta.pk.column)}" if returning and model._meta.pk is not None else ""
     return f"{head} VALUES {', '.join([row] * len(objs))}{tail}", params
@@ -159,7 +160,8 @@ def update(obj: Model, fields: Iterable[str]) -> Statement:
     sql, changed = _update_sql(type(obj), tuple(fields), connection.vendor)
     pk = obj._meta.pk
     assert pk is not None
-    return sql, [*(_saved(f, obj) for f in changed), _saved(pk, obj)]
+    db = _wrapper()
+    return sql, [*(_saved(f, obj, db) for f in changed), _saved(pk, obj, db)]
 
 
 @cache
@@ -177,8 +179,15 @@ def _field(model: type[Model], name: str) -> "Field[Any, Any]":
     return field
 
 
-def _saved(field: "Field[Any, Any]", obj: Model) -> Any:
-    return field.get_db_prep_save(getattr(obj, field.attname), connection)
+def _saved(field: "Field[Any, Any]", obj: Model, db: Any) -> Any:
+    return field.get_db_prep_save(getattr(obj, field.attname), db)
+
+
+def _wrapper() -> Any:
+    # The connection itself, looked up once for a statement's values: each field's preparation asks
+    # it for its operations and features, and every ask through `django.db.connection` looks it up
+    # again (a context-local read).
+    return connections[connection.alias]
 
 
 def columns(model: type[Model], alias: str = "") -> str:
