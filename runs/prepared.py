@@ -100,6 +100,7 @@ def _new_cursor(alias: str) -> Any:
     from django.db.backends.postgresql.base import TIMESTAMPTZ_OID  # type: ignore[attr-defined]
     from django.db.backends.postgresql.psycopg_any import register_tzloader  # type: ignore[import-untyped]
     from psycopg.pq import Format
+    from psycopg.types.datetime import TimestamptzLoader
 
     connection = connections[alias]
     raw = connection.connection
@@ -107,8 +108,13 @@ def _new_cursor(alias: str) -> Any:
         raw.prepare_threshold = _ONLY_WHEN_ASKED
     cursor = _preparing_class()(raw)
     cursor.shown_by = connection.ops
-    # As Django's create_cursor: a time zone of the cursor's own when the connection's differs.
-    if connection.timezone != raw.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone:
+    if connection.timezone is raw.info.timezone:
+        # Django's loader is psycopg's in Python with the time zone set again: where psycopg's own
+        # gives that zone already (a UTC session, as Django's is with USE_TZ), psycopg's compiled
+        # one reads the same times, ~4 µs less each.
+        cursor.adapters.register_loader(TIMESTAMPTZ_OID, TimestamptzLoader)
+    elif connection.timezone != raw.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT).timezone:
+        # As Django's create_cursor: a time zone of the cursor's own when the connection's differs.
         register_tzloader(connection.timezone, cursor)
     return cursor
 

@@ -194,3 +194,24 @@ def test_off_nothing_is_prepared(api: APIClient, alice: User) -> None:
     with override_settings(RUNLEDGER_PREPARED_STATEMENTS=False):
         requests(api, alice)
     assert prepared() == []
+
+
+def test_a_prepared_statement_reads_times_as_the_orm_does_with_psycopg_s_own_loader(alice: User) -> None:
+    """docs/design/deployment.md#prepared: in a UTC session (Django's with USE_TZ) psycopg's own
+    loader — compiled, where psycopg is — gives what Django's gives: the same instant, the same zone."""
+    from django.db.backends.postgresql.psycopg_any import BaseTzLoader  # type: ignore[import-untyped]
+
+    run = running_run(alice)
+    times = ("created_at", "queued_at", "started_at", "updated_at")
+    sql = f"SELECT {', '.join(times)} FROM runs_run WHERE id = %s"
+    with prepared_cursor() as cursor:
+        loader = cursor.cursor.adapters.get_loader(psycopg.adapters.types["timestamptz"].oid, psycopg.pq.Format.TEXT)
+        cursor.execute(sql, [run.pk])
+        (found,) = cursor.fetchall()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run.pk])
+        (orm,) = cursor.fetchall()
+    assert not issubclass(loader, BaseTzLoader)
+    assert found == orm and all(value is not None for value in found)
+    assert [value.tzinfo for value in found] == [value.tzinfo for value in orm] == [connection.timezone] * len(times)
+    assert all(value.tzinfo is connection.timezone for value in found)
