@@ -10,6 +10,7 @@ prepared again at their next use.
 """
 
 import contextlib
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
@@ -71,8 +72,9 @@ def send_pipelined(
     connection = connections[alias]
     with connection.cursor() as wrapper:
         wrapper.cursor.close()
-        cursors = [_new_cursor(alias) for _ in statements]
-        committing = _new_cursor(alias) if commit else None
+        taken: set[int] = set()
+        sent = [_kept_cursor(alias, sql, taken) for sql, _ in statements]
+        committing = _kept_cursor(alias, "COMMIT", taken) if commit else None
         logged: AbstractContextManager[Any] = nullcontext()
         if isinstance(wrapper, CursorDebugWrapper):
             ops: Any = connection.ops
@@ -82,17 +84,42 @@ def send_pipelined(
             logged = wrapper.debug_sql(shown)
         with logged, connection.wrap_database_errors:
             with forgetting_on_error(connection.connection), connection.connection.pipeline():
-                for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                    cursor.execute(sql, params)
+                for (cursor, text), (_, params) in zip(sent, statements, strict=True):
+                    cursor.execute(text, params)
                 if committing is not None:
-                    committing.execute("COMMIT", prepare=False)
+                    committing[0].execute(committing[1], prepare=False)
             found: list[list[tuple[Any, ...]]] = []
-            for cursor in cursors:
+            for cursor, _ in sent:
                 result = cursor.pgresult
                 found.append(cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else [])
-                cursor.close()
-            if committing is not None:
-                committing.close()
+    return found
+
+
+# The cursors a connection keeps, one per statement text sent through `send_pipelined`, the least
+# recently used closed beyond this many: a cursor sent the same text object again keeps what psycopg
+# worked out for it (the dumpers of its values' types, its adapters), ~10 µs of Python a statement.
+_KEPT_CURSORS = 64
+
+
+def _kept_cursor(alias: str, sql: str, taken: set[int]) -> tuple[Any, str]:
+    """The cursor `alias`'s connection keeps for `sql`, with the text object to send it with (the one
+    it was first sent, so that psycopg knows it again); a new one for a text already `taken` by the
+    same send (each statement of a pipeline has its own result)."""
+    raw = connections[alias].connection
+    # On the connection itself: a new or reconnected connection starts with none, and they go with it.
+    kept: OrderedDict[str, tuple[Any, str]] | None = getattr(raw, "_runledger_cursors", None)
+    if kept is None:
+        kept = raw._runledger_cursors = OrderedDict()
+    found = kept.get(sql)
+    if found is None or found[0].closed:
+        found = kept[sql] = (_new_cursor(alias), sql)
+        if len(kept) > _KEPT_CURSORS:
+            kept.popitem(last=False)[1][0].close()
+    elif id(found[0]) in taken:
+        found = (_new_cursor(alias), sql)
+    else:
+        kept.move_to_end(sql)
+    taken.add(id(found[0]))
     return found
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs.exceptions import NotFound
-from runs.prepared import prepared_cursor
+from runs.prepared import _KEPT_CURSORS, prepared_cursor, send_pipelined
 from runs.services.locks import lock_run
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
@@ -215,3 +215,17 @@ def test_a_prepared_statement_reads_times_as_the_orm_does_with_psycopg_s_own_loa
     assert found == orm and all(value is not None for value in found)
     assert [value.tzinfo for value in found] == [value.tzinfo for value in orm] == [connection.timezone] * len(times)
     assert all(value.tzinfo is connection.timezone for value in found)
+
+
+def test_a_connection_keeps_a_cursor_per_statement_text_and_two_of_one_text_in_a_send_each_answer() -> None:
+    """A cursor sent the same text again keeps psycopg's work on it (docs/design/deployment.md#prepared);
+    a text sent twice in one round trip still gives each its own rows; the kept ones are bounded."""
+    one = ("SELECT %s::int + 1", [1])
+    with transaction.atomic():
+        assert send_pipelined([one, ("SELECT %s::int + 1", [41])], separator=";") == [[(2,)], [(42,)]]
+        kept = dict(connection.connection._runledger_cursors)
+        assert send_pipelined([("SELECT %s::int + 1", [9])], separator=";") == [[(10,)]]
+        assert connection.connection._runledger_cursors["SELECT %s::int + 1"] == kept["SELECT %s::int + 1"]
+        for n in range(_KEPT_CURSORS + 5):
+            assert send_pipelined([(f"SELECT {n} + %s::int", [1])], separator=";") == [[(n + 1,)]]
+        assert len(connection.connection._runledger_cursors) == _KEPT_CURSORS
