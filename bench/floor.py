@@ -17,6 +17,10 @@ import psycopg
 
 CHANNEL = "floor_events"
 WARM_UP = 20  # transactions before the measured ones: connection caches, the first page of the index
+# The idle floor's pause before each transaction: about what a request spends away from its database
+# (HTTP, Python). On a VM whose idle CPUs halt, a round trip after such a pause waits for the server's
+# process to be woken, where back to back it does not (docs/benchmarks.md#method-floor).
+IDLE_S = 0.001
 PAGE = 1000
 # The least that runs every measurement (the suite's smoke runs: figures that mean nothing).
 SMOKE_OPTIONS = ("--samples", "5", "--append-seconds", "0.2", "--replay-rows", "1000")
@@ -104,9 +108,13 @@ def measure_lock_check_write(url: str, samples: int) -> dict[str, dict[str, floa
             raise RuntimeError("the LISTEN process did not start")
         commit_ms: list[float] = []
         notified_ms: list[float] = []
+        idle_ms: list[float] = []
         with psycopg.connect(url) as conn:
             run_id = new_run(conn)
-            for i in range(WARM_UP + samples):
+            for i in range(WARM_UP + 2 * samples):
+                idle = i >= WARM_UP + samples  # the second half: each after a pause
+                if idle:
+                    time.sleep(IDLE_S)
                 started = time.monotonic()
                 lock_check_write(conn, run_id, 1, str(i))
                 committed = time.monotonic()
@@ -115,7 +123,9 @@ def measure_lock_check_write(url: str, samples: int) -> dict[str, dict[str, floa
                 payload, arrived = receive.recv()
                 if payload != str(i):
                     raise RuntimeError(f"notification {payload} arrived for transaction {i}")
-                if i >= WARM_UP:
+                if idle:
+                    idle_ms.append((committed - started) * 1000)
+                elif i >= WARM_UP:
                     commit_ms.append((committed - started) * 1000)
                     notified_ms.append((arrived - started) * 1000)
             with conn.transaction():
@@ -127,6 +137,7 @@ def measure_lock_check_write(url: str, samples: int) -> dict[str, dict[str, floa
     return {
         "lock_check_write_ms": {"p50": percentile(commit_ms, 50), "p99": percentile(commit_ms, 99)},
         "txn_start_to_notified_ms": {"p50": percentile(notified_ms, 50), "p99": percentile(notified_ms, 99)},
+        "lock_check_write_idle_ms": {"p50": percentile(idle_ms, 50), "p99": percentile(idle_ms, 99)},
     }
 
 

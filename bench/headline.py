@@ -47,6 +47,13 @@ def _requests(key: str, p: str) -> Callable[[Tier], float]:
 
 
 FIGURES = [
+    Figure(
+        "lock-check-write p50 after 1 ms idle (raw psycopg)",
+        "ms",
+        lambda t: t["floor"]["lock_check_write_idle_ms"]["p50"],
+        _lcw("p50"),
+        "lock-check-write p50, back to back",
+    ),
     Figure("`GET /healthz/` p50 (Django, no database)", "ms", _requests("healthz_ms", "p50")),
     Figure(
         "`GET /api/runs/{id}/` p50",
