@@ -92,7 +92,17 @@ def send_pipelined(
             for cursor, _ in sent:
                 result = cursor.pgresult
                 found.append(cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else [])
+                _let_go(cursor)
+            if committing is not None:
+                _let_go(committing[0])
     return found
+
+
+def _let_go(cursor: Any) -> None:
+    # A kept cursor would hold its last result (a run's row: documents up to the body limit) until its
+    # next use: dropped as its next execute would drop it (psycopg's own reset, and its converter's).
+    cursor._reset()
+    cursor._tx.set_pgresult(None)
 
 
 # The cursors a connection keeps, one per statement text sent through `send_pipelined`, the least
