@@ -121,7 +121,7 @@ def _kept_cursor(alias: str, sql: str, taken: set[int]) -> tuple[Any, str]:
     if kept is None:
         kept = raw._runledger_cursors = OrderedDict()
     found = kept.get(sql)
-    if found is None or found[0].closed:
+    if found is None:
         found = kept[sql] = (_new_cursor(alias), sql)
         if len(kept) > _KEPT_CURSORS:
             kept.popitem(last=False)[1][0].close()
