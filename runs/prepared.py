@@ -64,26 +64,35 @@ def send_pipelined(
 ) -> list[list[tuple[Any, ...]]]:
     """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode): each runs
     once the one before has, with a snapshot of its own. The rows each one returned (empty for
-    none). `commit`: the transaction's COMMIT goes last in that round trip (Django's own then finds
-    nothing to commit). Logged as one query, its statements joined by `separator`. Only where
-    `pipelining`."""
+    none). The first statements of a transaction go with its BEGIN; with `commit`, its COMMIT goes
+    last (Django's own then finds nothing to commit). Logged as one query, its statements joined by
+    `separator` (the BEGIN and COMMIT too). Only where `pipelining`."""
     from psycopg.pq import ExecStatus
 
     connection = connections[alias]
     with connection.cursor() as wrapper:
         wrapper.cursor.close()
+        raw = connection.connection
+        begin = _begin_here(raw)
         taken: set[int] = set()
+        beginning = _kept_cursor(alias, begin, taken) if begin else None
         sent = [_kept_cursor(alias, sql, taken) for sql, _ in statements]
         committing = _kept_cursor(alias, "COMMIT", taken) if commit else None
         logged: AbstractContextManager[Any] = nullcontext()
         if isinstance(wrapper, CursorDebugWrapper):
             ops: Any = connection.ops
             shown = separator.join(
-                [*(str(ops.compose_sql(sql, params)) for sql, params in statements), *(["COMMIT"] if commit else [])]
+                [
+                    *([begin] if begin else []),
+                    *(str(ops.compose_sql(sql, params)) for sql, params in statements),
+                    *(["COMMIT"] if commit else []),
+                ]
             )
             logged = wrapper.debug_sql(shown)
         with logged, connection.wrap_database_errors:
-            with forgetting_on_error(connection.connection), connection.connection.pipeline():
+            with forgetting_on_error(raw), _beginning(raw, begin), raw.pipeline():
+                if beginning is not None:
+                    beginning[0].execute(beginning[1], prepare=False)
                 for (cursor, text), (_, params) in zip(sent, statements, strict=True):
                     cursor.execute(text, params)
                 if committing is not None:
@@ -93,9 +102,38 @@ def send_pipelined(
                 result = cursor.pgresult
                 found.append(cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else [])
                 _let_go(cursor)
-            if committing is not None:
-                _let_go(committing[0])
+            for ended in (beginning, committing):
+                if ended is not None:
+                    _let_go(ended[0])
     return found
+
+
+def _begin_here(raw: Any) -> str | None:
+    """The BEGIN psycopg would send before the next statement (its own text: with the isolation level
+    and access mode the connection is set to), for the pipeline to send first; None where nothing
+    is to begin (autocommit, or a transaction begun). psycopg sends its own in a round trip of its
+    own: it must know that the transaction has begun before it sends more."""
+    from psycopg.pq import TransactionStatus
+
+    if raw.autocommit or raw.pgconn.transaction_status != TransactionStatus.IDLE:
+        return None
+    text: str = raw._get_tx_start_command().decode()
+    return text
+
+
+@contextmanager
+def _beginning(raw: Any, begin: str | None) -> Iterator[None]:
+    """With `begin`, psycopg sends no BEGIN of its own meanwhile (its flag, which it reads before a
+    statement: the public setter would sync the pipeline to change it); after, its state is as after
+    its own BEGIN (the transaction open, or failed, and autocommit off)."""
+    if begin is None:
+        yield
+        return
+    raw._autocommit = True
+    try:
+        yield
+    finally:
+        raw._autocommit = False
 
 
 def _let_go(cursor: Any) -> None:

@@ -41,7 +41,7 @@ from runs.services.core import (
 )
 from runs.services.creation import RunSpec, insert_run
 from runs.services.quotas import pick_queued, rank_ahead
-from runs.services.statements import insert, inserted, send_together, update
+from runs.services.statements import holding, insert, inserted, send_last, update
 from runs.transitions import FailCode, Status
 
 E = TypeVar("E", bound=StrEnum)
@@ -60,12 +60,12 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
     run of an owner with no run running (a worker's kept slot).
 
     A run past its deadline is left for the sweeper to stop, never started. The claim is the start:
-    the run becomes running, its attempt opens and `run.started` is written in the one transaction,
-    whose writes go in one round trip (docs/design/execution.md#claims)."""
+    the run becomes running, its attempt opens and `run.started` is written in the one transaction:
+    its lock goes with its BEGIN, its writes with its COMMIT (docs/design/execution.md#claims)."""
     ranked = rank_ahead(newcomer=newcomer)
     if ranked == []:
         return None  # nothing to take, and no transaction opened for it
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=True), holding():
         picked = pick_queued(newcomer=newcomer, ranked=ranked)
         if picked is None:
             return None
@@ -90,11 +90,14 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
         # turn_at: the turn it took (quotas._take_turn), kept should it come back to the queue.
         changed = ["status", "generation", "started_at", "updated_at", "turn_at", *APPENDED]
         note = notify.statement(notify.events_committed(run.id, run.last_seq))
-        opened, *_ = send_together(
-            insert([attempt], returning=True), insert(rows), *([note] if note else []), update(run, changed)
+        send_last(
+            insert([attempt], returning=True),
+            insert(rows),
+            *([note] if note else []),
+            update(run, changed),
+            then=lambda found: inserted([attempt], found[0]),
         )
-        inserted([attempt], opened)
-        series.events_appended(len(rows))
+    series.events_appended(len(rows))
     return run, attempt
 
 

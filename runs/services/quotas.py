@@ -21,7 +21,7 @@ from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.selectors.clock import db_now
-from runs.services.statements import Statement, send_prepared
+from runs.services.statements import Statement, first_of, send_prepared
 from runs.transitions import Status
 
 
@@ -273,11 +273,11 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
                 Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
             )
             urgent = urgent.exclude(owner_id__in=busy.values("owner_id"))
-        run = urgent.first()
+        run = first_of(urgent)
         if run is not None:
             return run, _clock(run)
     for owner_id, turn, _ in ranked:
-        run = claimable.filter(owner_id=owner_id).first()
+        run = first_of(claimable.filter(owner_id=owner_id))
         if run is not None:
             _take_turn(run, _datetime(turn), queued=queued)
             return run, _clock(run)

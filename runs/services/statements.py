@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connection, connections
-from django.db.models import Field, Model
+from django.db.models import Field, Model, QuerySet
 
 from runs.prepared import pipelining, send_pipelined
 
@@ -108,6 +108,22 @@ class _Hold:
             if then is not None:
                 then(found[: len(sent)])
             found = found[len(sent) :]
+
+
+def first_of(queryset: "QuerySet[M]") -> M | None:
+    """`queryset.first()` (an ordered queryset of a model's own rows, with any annotations), sent by
+    `send_prepared`: prepared, and the first statement of a transaction with its BEGIN. Its
+    annotations are set on the instance, as the ORM sets them."""
+    query = queryset[:1].query
+    sql, params = query.sql_with_params()
+    [rows] = send_prepared((sql, params))
+    if not rows:
+        return None
+    split = len(queryset.model._meta.concrete_fields)
+    found = from_row(queryset.model, rows[0][:split])
+    for name, value in zip(query.annotation_select, rows[0][split:], strict=True):
+        setattr(found, name, value)
+    return found
 
 
 def _hold() -> "_Hold | None":

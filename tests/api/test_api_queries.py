@@ -25,6 +25,7 @@ from runs.services.webhook_endpoints import webhook_create
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 from tests.support.token_cache import token_cache_listening
+from tests.support.wire import round_trips, wire_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,18 +39,22 @@ def statements(call: Callable[[], Any], status: int) -> list[str]:
 
 def _kinds(captured: CaptureQueriesContext) -> list[str]:
     """Each round trip: its statements (a send of several: runs.services.statements), each as its
-    first word and the table it is about. A COMMIT sent with the last writes (`holding`) ends their
-    round trip; Django still logs its own at the atomic block's end, which sends nothing then
-    (tests/core/test_statements.py): not a round trip, not listed."""
+    first word and the table it is about. Django logs a BEGIN as the atomic block starts, which psycopg
+    sends with the next statement, in a round trip of its own, unless the statements sent together
+    start with it (runs.prepared): then it is theirs, and Django's is not listed. A COMMIT sent with
+    the last writes (`holding`) ends their round trip; Django still logs its own at the atomic
+    block's end, which sends nothing then (tests/core/test_statements.py): not listed either."""
     kinds: list[str] = []
     for query in captured.captured_queries:
         kind = " + ".join(_kind(sql) for sql in query["sql"].split(SEPARATOR))
+        if kind.startswith(f"{BEGIN} + ") and kinds and kinds[-1] == BEGIN:
+            kinds.pop()
         if not (kind == COMMIT and kinds and kinds[-1].endswith(f"+ {COMMIT}")):
             kinds.append(kind)
     return kinds
 
 
-COMMIT = "COMMIT "
+BEGIN, COMMIT = "BEGIN ", "COMMIT "
 
 
 def _kind(sql: str) -> str:
@@ -98,17 +103,16 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
     assert statements(lambda: api.post(url(queued, "cancel"), {}), 200) == [
         # The key, its user and its address's standing (blocked?), one statement (docs/design/fair-use.md)
         "SELECT runs_apitoken",
-        "BEGIN ",
-        # FOR NO KEY UPDATE, the owner joined: visibility, permission, transition; then, once the lock
-        # is held, whether any child is unfinished and any endpoint enabled (runs.services.locks.Around)
-        "SELECT runs_run + SELECT runs_run",
+        # The transaction's BEGIN with its first statements (runs.prepared). FOR NO KEY UPDATE, the
+        # owner joined: visibility, permission, transition; then, once the lock is held, whether any
+        # child is unfinished and any endpoint enabled (runs.services.locks.Around)
+        "BEGIN  + SELECT runs_run + SELECT runs_run",
         # Neither: no read of them. The event, the run, the notification and the COMMIT, one round trip
         "INSERT runs_runevent + UPDATE runs_run + SELECT pg_notify + COMMIT ",
     ]
     assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
         "SELECT runs_apitoken",
-        "BEGIN ",
-        "SELECT runs_run + SELECT runs_run",
+        "BEGIN  + SELECT runs_run + SELECT runs_run",
         # The attempt closed, RETURNING it: the answer shows it without a read after the commit
         "INSERT runs_runevent + UPDATE runs_runattempt + UPDATE runs_run + SELECT pg_notify + COMMIT ",
     ]
@@ -117,10 +121,9 @@ def test_a_cancel_is_authentication_one_locked_transaction_and_the_attempt_it_an
 def test_a_create_and_a_read_send_no_statement_beyond_their_work(api: APIClient, alice: User) -> None:
     assert statements(lambda: api.post("/api/runs/", {"agent": "demo", "input": {}}), 201) == [
         "SELECT runs_apitoken",
-        "BEGIN ",
-        # pg_advisory_xact_lock: the owner's creates, one at a time; then, a statement of its own
-        # (its snapshot taken once the lock is held), their totals (active, kept, bytes): the caps' truth
-        "SELECT  + SELECT runs_run",
+        # BEGIN, then pg_advisory_xact_lock: the owner's creates, one at a time; then, a statement of its
+        # own (its snapshot taken once the lock is held), their totals (active, kept, bytes): the caps' truth
+        "BEGIN  + SELECT  + SELECT runs_run",
         # The run with its last_seq (no second write of the row), and events and queue, one notification
         "INSERT runs_runevent + INSERT runs_run + SELECT pg_notify + COMMIT ",
     ]
@@ -193,13 +196,12 @@ def test_a_create_scheduled_ahead_sends_the_statements_of_any_create(api: APICli
         assert api.post("/api/runs/", body, format="json").status_code == 201
     assert _kinds(captured) == [
         "SELECT runs_apitoken",
-        "BEGIN ",
-        "SELECT  + SELECT runs_run",  # the owner's lock: a run scheduled ahead counts against the caps like any
+        "BEGIN  + SELECT  + SELECT runs_run",  # the owner's lock: a run scheduled ahead counts against the caps like any
         "INSERT runs_runevent + INSERT runs_run + SELECT pg_notify + COMMIT ",
     ]
     # The queue's note says when it falls due, by the database's clock: the workers wake then, and
     # not now to find nothing to claim (docs/design/fair-use.md#start-after).
-    assert "EXTRACT(EPOCH FROM" in captured.captured_queries[3]["sql"]
+    assert "EXTRACT(EPOCH FROM" in next(q["sql"] for q in captured.captured_queries if "pg_notify" in q["sql"])
 
 
 def test_a_read_of_a_claimed_or_ended_run_is_one_statement_with_its_attempt_and_partial_output(
@@ -228,9 +230,8 @@ def test_a_cancel_with_a_webhook_endpoint_adds_the_outbox_writes(api: APIClient,
     first, second = running_run(alice), running_run(alice)
     without = statements(lambda: api.post(url(first, "cancel"), {}), 200)
     webhook_create(owner=alice, url="https://hooks.example.test/in", events=["run.cancelled"])
-    locked = without.index("BEGIN ") + 2
     assert statements(lambda: api.post(url(second, "cancel"), {}), 200) == [
-        *without[:locked],  # the lock, which now finds an endpoint enabled
+        *without[:2],  # the token, and the lock with its BEGIN, which now finds an endpoint enabled
         # The endpoints, FOR KEY SHARE, read with the event and the attempt written: the notification's
         # body is the run as it ended, its attempt from this UPDATE's RETURNING
         "INSERT runs_runevent + UPDATE runs_runattempt + SELECT runs_webhookendpoint",
@@ -250,7 +251,7 @@ def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: Us
 
 def test_a_claim_is_one_transaction_that_opens_the_attempt_and_writes_run_started(alice: User) -> None:
     """The start path's middle (docs/design/execution.md#claims): what a worker sends between a
-    create's notification and the watcher's `run.started` — five round trips."""
+    create's notification and the watcher's `run.started` — three round trips."""
     queued_run(alice)
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
@@ -259,11 +260,10 @@ def test_a_claim_is_one_transaction_that_opens_the_attempt_and_writes_run_starte
         # (runs.services.quotas): none is, so no statement looks for one. Before the transaction:
         # a claim that finds nothing sends this alone.
         "WITH runs_run",
-        "BEGIN ",
-        "SELECT runs_run",  # that owner's first claimable run, locked, with the database's clock
-        # The attempt, run.started, its notification and the run: one round trip (runs.services.statements).
-        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run",
-        "COMMIT ",
+        "BEGIN  + SELECT runs_run",  # that owner's first claimable run, locked, with the database's clock
+        # The attempt, run.started, its notification, the run and the COMMIT: one round trip
+        # (runs.services.statements).
+        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run + COMMIT ",
     ]
 
 
@@ -278,14 +278,12 @@ def test_a_claim_looks_for_a_run_that_jumps_fair_share_only_when_one_is_queued(
     assert claimed is not None and claimed[0].pk == urgent.pk
     assert _kinds(captured) == [
         "WITH runs_run",
-        "BEGIN ",
-        "SELECT runs_run",  # the urgent run, locked, with the clock: no fair-share pick after it
-        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run",
-        "COMMIT ",
+        "BEGIN  + SELECT runs_run",  # the urgent run, locked, with the clock: no fair-share pick after it
+        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run + COMMIT ",
     ]
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None  # alice's, by fair share
-    assert _kinds(captured)[:3] == ["WITH runs_run", "BEGIN ", "SELECT runs_run"]
+    assert _kinds(captured)[:2] == ["WITH runs_run", "BEGIN  + SELECT runs_run"]
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is None
     assert _kinds(captured) == ["WITH runs_run"]  # nothing to take: one statement, no transaction
@@ -298,7 +296,7 @@ def test_a_claim_under_a_running_cap_takes_the_claims_lock_with_the_ranking(alic
     queued_run(alice)
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
-    assert _kinds(captured)[:3] == ["BEGIN ", "SELECT  + WITH runs_run", "SELECT runs_run"]
+    assert _kinds(captured)[:2] == ["BEGIN  + SELECT  + WITH runs_run", "SELECT runs_run"]
 
 
 def test_with_the_token_cache_warm_a_read_sends_the_run_alone_and_a_cancel_no_token_read(
@@ -311,9 +309,39 @@ def test_with_the_token_cache_warm_a_read_sends_the_run_alone_and_a_cancel_no_to
         assert statements(lambda: api.get(url(queued)), 200) == ["SELECT runs_apitoken", "SELECT runs_run"]
         assert statements(lambda: api.get(url(queued)), 200) == ["SELECT runs_run"]
         assert statements(lambda: api.post(url(running, "cancel"), {}), 200) == [
-            "BEGIN ",
-            "SELECT runs_run + SELECT runs_run",
+            "BEGIN  + SELECT runs_run + SELECT runs_run",
             "INSERT runs_runevent + UPDATE runs_runattempt + UPDATE runs_run + SELECT pg_notify + COMMIT ",
         ]
     # The listener gone, the statement is back.
     assert statements(lambda: api.get(url(queued)), 200) == ["SELECT runs_apitoken", "SELECT runs_run"]
+
+
+def test_on_the_wire_a_create_and_a_cancel_are_two_round_trips_and_a_read_one(api: APIClient, alice: User) -> None:
+    """What the connection sends and waits for (libpq's trace), with the token cache warm: a
+    transaction's BEGIN goes with its first statements (runs.prepared), its COMMIT with its last
+    writes — no round trip of its own for either."""
+    running = running_run(alice)
+    ahead = (timezone.now() + timedelta(hours=1)).isoformat()
+    with token_cache_listening():
+        assert api.get(url(running)).status_code == 200  # the key read once, then kept
+
+        def executes(call: Callable[[], Any], status: int) -> list[int]:
+            with wire_messages() as messages:
+                assert call().status_code == status
+            return [trip.count("Execute") for trip in round_trips(messages)]
+
+        assert executes(lambda: api.get(url(running)), 200) == [1]
+        create = {"agent": "demo", "input": {}, "start_after": ahead}
+        # BEGIN, the owner's lock, the caps' totals; the event, the run, the notification, COMMIT
+        assert executes(lambda: api.post("/api/runs/", create, format="json"), 201) == [3, 4]
+        # BEGIN, the lock, what is around it; the event, the attempt, the run, the notification, COMMIT
+        assert executes(lambda: api.post(url(running, "cancel"), {}), 200) == [3, 5]
+
+
+def test_on_the_wire_a_claim_is_three_round_trips(alice: User) -> None:
+    """The ranking; the pick, locked, with the transaction's BEGIN; the writes with its COMMIT."""
+    queued_run(alice)
+    with wire_messages() as messages:
+        assert services.run_claim(worker="w") is not None
+    # The attempt, run.started, its notification, the run, COMMIT
+    assert [trip.count("Execute") for trip in round_trips(messages)] == [1, 2, 5]

@@ -80,4 +80,6 @@ import nothing of Django that needs settings, so bench can import them before `d
 #     webhook_receiver.py    A webhook receiver in its own process, as a user's service would be one
 #     webhooks.py            Receivers of webhooks, each a process of its own, as the tests and
 #                            benchmarks start them
+#     wire.py                What a connection says on the wire (libpq's own trace of the PostgreSQL
+#                            protocol)
 #     workers.py             Runs that worker processes execute
