@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
+from functools import cache
 from typing import Any
 
 from django.db import connection
@@ -21,7 +22,7 @@ from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.selectors.clock import db_now
-from runs.services.statements import Statement, first_of, send_prepared
+from runs.services.statements import Statement, first_in, first_statement, send_prepared
 from runs.transitions import Status
 
 
@@ -260,28 +261,56 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
         *_, ranked = send_prepared(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
     if not ranked:
         return None
-    queued = Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)
-    within = queued.filter(Q(deadline__isnull=True) | Q(deadline__gt=DbNow()))
-    claimable = within.order_by("-priority", "created_at", "id")
-    if connection.vendor == "postgresql":
-        claimable = claimable.annotate(clock=DbNow())
     if ranked[0][2]:
-        urgent = claimable.filter(priority__gt=PRIORITY_MAX)
+        statement, annotations = _pick(connection.vendor, cap, urgent=True)
+        run = first_in(Run, statement, annotations)
+        if run is not None:
+            return run, _clock(run)
+    (sql, params), annotations = _pick(connection.vendor, cap, urgent=False)
+    for owner_id, turn, _ in ranked:
+        run = first_in(Run, (sql, [owner_id if p is _OWNER else p for p in params]), annotations)
+        if run is not None:
+            _take_turn(run, _datetime(turn))
+            return run, _clock(run)
+    return None
+
+
+def _queued() -> QuerySet[Run]:
+    """The queue's runs that are due, locked as they are read, passing over those others hold."""
+    return Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)
+
+
+# Where the owner's key goes among the values of `_pick`'s fair-share statement.
+_OWNER = object()
+
+
+@cache
+def _pick(vendor: str, cap: int, *, urgent: bool) -> tuple[tuple[str, list[Any]], tuple[str, ...]]:
+    """The statement of a pick, compiled by the ORM once per process (a queryset's building and
+    compiling cost more Python than its round trip): the highest-priority then oldest claimable run,
+    locked, with the database's clock; `urgent`, one above PRIORITY_MAX, whose owner is under `cap`;
+    else one owner's, the owner's key at `_OWNER` among its values."""
+    within = _queued().filter(Q(deadline__isnull=True) | Q(deadline__gt=DbNow()))
+    claimable = within.order_by("-priority", "created_at", "id")
+    if vendor == "postgresql":
+        claimable = claimable.annotate(clock=DbNow())
+    if urgent:
+        picked = claimable.filter(priority__gt=PRIORITY_MAX)
         if cap:
             # The caps still hold for it: it jumps the line, not the limits.
             busy = (
                 Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
             )
-            urgent = urgent.exclude(owner_id__in=busy.values("owner_id"))
-        run = first_of(urgent)
-        if run is not None:
-            return run, _clock(run)
-    for owner_id, turn, _ in ranked:
-        run = first_of(claimable.filter(owner_id=owner_id))
-        if run is not None:
-            _take_turn(run, _datetime(turn), queued=queued)
-            return run, _clock(run)
-    return None
+            picked = picked.exclude(owner_id__in=busy.values("owner_id"))
+        (sql, params), annotations = first_statement(picked)
+        return (sql, list(params)), annotations
+    (sql, params), annotations = first_statement(claimable.filter(owner_id=_SOME_OWNER))
+    assert list(params).count(_SOME_OWNER) == 1, params
+    return (sql, [_OWNER if p == _SOME_OWNER else p for p in params]), annotations
+
+
+# An owner's key that no other value of the statement equals, for `_pick` to find it among them.
+_SOME_OWNER = -271828182
 
 
 def _clock(run: Run) -> datetime:
@@ -292,7 +321,7 @@ def _clock(run: Run) -> datetime:
     return clock if clock is not None else db_now()
 
 
-def _take_turn(run: Run, turn: datetime, *, queued: QuerySet[Run]) -> None:
+def _take_turn(run: Run, turn: datetime) -> None:
     """The locked `run`, picked for its priority, takes its owner's earliest turn, and the run that
     held that turn takes the later one `run` had: an owner's turns stay those their runs' times
     give, whatever the priorities, so a priority never moves an owner ahead of another. The caller
@@ -300,7 +329,7 @@ def _take_turn(run: Run, turn: datetime, *, queued: QuerySet[Run]) -> None:
     ended, and leaves the queue)."""
     if run.turn_at is None or run.turn_at <= turn:
         return
-    holder = queued.filter(owner_id=run.owner_id, turn_at=turn).exclude(pk=run.pk).values_list("pk", flat=True)
+    holder = _queued().filter(owner_id=run.owner_id, turn_at=turn).exclude(pk=run.pk).values_list("pk", flat=True)
     holder_id = holder.order_by("id").first()
     if holder_id is not None:
         Run.objects.filter(pk=holder_id).update(turn_at=run.turn_at)

@@ -110,18 +110,24 @@ class _Hold:
             found = found[len(sent) :]
 
 
-def first_of(queryset: "QuerySet[M]") -> M | None:
-    """`queryset.first()` (an ordered queryset of a model's own rows, with any annotations), sent by
-    `send_prepared`: prepared, and the first statement of a transaction with its BEGIN. Its
-    annotations are set on the instance, as the ORM sets them."""
+def first_statement(queryset: "QuerySet[Any]") -> tuple[Statement, tuple[str, ...]]:
+    """The statement of `queryset.first()` (an ordered queryset of a model's own rows, with any
+    annotations) as the ORM compiles it, and the names of its annotations (its last columns): made
+    once, to be sent again and again by `first_in` (building and compiling a queryset costs more
+    Python than the statement's round trip)."""
     query = queryset[:1].query
-    sql, params = query.sql_with_params()
-    [rows] = send_prepared((sql, params))
+    return query.sql_with_params(), tuple(query.annotation_select)
+
+
+def first_in(model: type[M], statement: Statement, annotations: tuple[str, ...] = ()) -> M | None:
+    """The row `statement` (a `first_statement`) finds, as the ORM reads it, its annotations set on
+    it, sent by `send_prepared`: prepared, and the first statement of a transaction with its BEGIN."""
+    [rows] = send_prepared(statement)
     if not rows:
         return None
-    split = len(queryset.model._meta.concrete_fields)
-    found = from_row(queryset.model, rows[0][:split])
-    for name, value in zip(query.annotation_select, rows[0][split:], strict=True):
+    split = len(model._meta.concrete_fields)
+    found = from_row(model, rows[0][:split])
+    for name, value in zip(annotations, rows[0][split:], strict=True):
         setattr(found, name, value)
     return found
 
