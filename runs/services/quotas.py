@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
-from functools import cache
 from typing import Any
 
 from django.db import connection
@@ -22,7 +21,8 @@ from runs.conf import conf
 from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.selectors.clock import db_now
-from runs.services.statements import Statement, first_in, first_statement, send_prepared
+from runs.selectors.compiled import CompiledRead, Param, as_first
+from runs.services.statements import Statement, send_prepared
 from runs.transitions import Status
 
 
@@ -262,13 +262,13 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
     if not ranked:
         return None
     if ranked[0][2]:
-        statement, annotations = _pick(connection.vendor, cap, urgent=True)
-        run = first_in(Run, statement, annotations)
+        [rows] = send_prepared(_URGENT.statement(cap))
+        run = next(iter(_URGENT.from_rows(rows, cap)), None)
         if run is not None:
             return run, _clock(run)
-    (sql, params), annotations = _pick(connection.vendor, cap, urgent=False)
     for owner_id, turn, _ in ranked:
-        run = first_in(Run, (sql, [owner_id if p is _OWNER else p for p in params]), annotations)
+        [rows] = send_prepared(_FAIR.statement(owner=owner_id))
+        run = next(iter(_FAIR.from_rows(rows)), None)
         if run is not None:
             _take_turn(run, _datetime(turn))
             return run, _clock(run)
@@ -280,37 +280,32 @@ def _queued() -> QuerySet[Run]:
     return Run.objects.select_for_update(no_key=True, skip_locked=True).filter(DUE, status=Status.QUEUED)
 
 
-# Where the owner's key goes among the values of `_pick`'s fair-share statement.
-_OWNER = object()
-
-
-@cache
-def _pick(vendor: str, cap: int, *, urgent: bool) -> tuple[tuple[str, list[Any]], tuple[str, ...]]:
-    """The statement of a pick, compiled by the ORM once per process (a queryset's building and
-    compiling cost more Python than its round trip): the highest-priority then oldest claimable run,
-    locked, with the database's clock; `urgent`, one above PRIORITY_MAX, whose owner is under `cap`;
-    else one owner's, the owner's key at `_OWNER` among its values."""
+def _claimable() -> QuerySet[Run]:
+    """The queue's runs a claim may take, highest priority then oldest first, with the database's
+    clock as the statement reads it (PostgreSQL; elsewhere `_clock` reads it)."""
     within = _queued().filter(Q(deadline__isnull=True) | Q(deadline__gt=DbNow()))
     claimable = within.order_by("-priority", "created_at", "id")
-    if vendor == "postgresql":
-        claimable = claimable.annotate(clock=DbNow())
-    if urgent:
-        picked = claimable.filter(priority__gt=PRIORITY_MAX)
-        if cap:
-            # The caps still hold for it: it jumps the line, not the limits.
-            busy = (
-                Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
-            )
-            picked = picked.exclude(owner_id__in=busy.values("owner_id"))
-        (sql, params), annotations = first_statement(picked)
-        return (sql, list(params)), annotations
-    (sql, params), annotations = first_statement(claimable.filter(owner_id=_SOME_OWNER))
-    assert list(params).count(_SOME_OWNER) == 1, params
-    return (sql, [_OWNER if p == _SOME_OWNER else p for p in params]), annotations
+    return claimable.annotate(clock=DbNow()) if connection.vendor == "postgresql" else claimable
 
 
-# An owner's key that no other value of the statement equals, for `_pick` to find it among them.
-_SOME_OWNER = -271828182
+def _urgent_pick(cap: int) -> QuerySet[Run]:
+    """The claimable run whose priority jumps fair share (above PRIORITY_MAX), its owner under `cap`."""
+    urgent = _claimable().filter(priority__gt=PRIORITY_MAX)
+    if cap:
+        # The caps still hold for it: it jumps the line, not the limits.
+        busy = Run.objects.filter(status=Status.RUNNING).values("owner_id").annotate(n=Count("id")).filter(n__gte=cap)
+        urgent = urgent.exclude(owner_id__in=busy.values("owner_id"))
+    return as_first(urgent)
+
+
+# The picks, compiled once per process (runs.selectors.compiled): building and compiling their
+# querysets cost more Python than their round trips, on every claim a notification wakes.
+_URGENT = CompiledRead(Run, _urgent_pick)
+_FAIR = CompiledRead(
+    Run,
+    lambda *, owner: as_first(_claimable().filter(owner_id=owner)),
+    owner=Param(Run._meta.get_field("owner"), (-271828, -314159)),
+)
 
 
 def _clock(run: Run) -> datetime:

@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import connection, connections
-from django.db.models import Field, Model, QuerySet
+from django.db.models import Field, Model
 
 from runs.prepared import pipelining, send_pipelined
 
@@ -108,28 +108,6 @@ class _Hold:
             if then is not None:
                 then(found[: len(sent)])
             found = found[len(sent) :]
-
-
-def first_statement(queryset: "QuerySet[Any]") -> tuple[Statement, tuple[str, ...]]:
-    """The statement of `queryset.first()` (an ordered queryset of a model's own rows, with any
-    annotations) as the ORM compiles it, and the names of its annotations (its last columns): made
-    once, to be sent again and again by `first_in` (building and compiling a queryset costs more
-    Python than the statement's round trip)."""
-    query = queryset[:1].query
-    return query.sql_with_params(), tuple(query.annotation_select)
-
-
-def first_in(model: type[M], statement: Statement, annotations: tuple[str, ...] = ()) -> M | None:
-    """The row `statement` (a `first_statement`) finds, as the ORM reads it, its annotations set on
-    it, sent by `send_prepared`: prepared, and the first statement of a transaction with its BEGIN."""
-    [rows] = send_prepared(statement)
-    if not rows:
-        return None
-    split = len(model._meta.concrete_fields)
-    found = from_row(model, rows[0][:split])
-    for name, value in zip(annotations, rows[0][split:], strict=True):
-        setattr(found, name, value)
-    return found
 
 
 def _hold() -> "_Hold | None":

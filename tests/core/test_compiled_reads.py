@@ -13,7 +13,7 @@ from uuid import UUID
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import F, FilteredRelation, Model, Q, Subquery
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -27,6 +27,7 @@ from runs.selectors.compiled import CompiledRead, Param
 from runs.selectors.credentials import _TOKEN, _TOKEN_AND_FAILURE, token_with_failure
 from runs.selectors.results import partial_output_rules, run_partial_output
 from runs.selectors.run_json import _ATTEMPT, JOINED_ATTEMPT, run_current_attempt
+from runs.services.quotas import _FAIR, _URGENT
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 
@@ -90,6 +91,9 @@ def test_every_kept_statement_is_the_one_its_queryset_compiles_to_now(alice: Use
     ]
     for read, shape in shapes:
         assert read.kept_sql(*shape) == read.fresh_sql(*shape), read.build.__qualname__
+    with transaction.atomic():  # a claim's picks lock what they read: compiled in its transaction
+        for read, shape in [(_FAIR, ()), (_URGENT, (0,)), (_URGENT, (2,))]:
+            assert read.kept_sql(*shape) == read.fresh_sql(*shape), read.build.__qualname__
 
 
 def test_the_token_read_sends_what_the_orm_sends_and_gives_the_same_token(alice: User) -> None:
