@@ -17,6 +17,7 @@ from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES, TypeSelection
 from runs.exceptions import ValidationFailed
 from runs.models import Run, RunEvent
+from runs.prepared import prepared_cursor
 from runs.transitions import is_terminal
 
 
@@ -58,7 +59,7 @@ def run_events_json_after(*, run_id: UUID | str, after_seq: int, limit: int) -> 
         return [
             (e.seq, e.type, event_json(e)) for e in run_events_after(run_id=run_id, after_seq=after_seq, limit=limit)
         ]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_EVENTS_JSON_SQL, [NOT_PLAIN, run_id, after_seq, after_seq + limit, limit])
         return json_rows(cursor.fetchall())
 
@@ -154,7 +155,7 @@ def run_events_json_bounded(
             params["limit"], params["types"] = limit, sorted(types.exact)
             # LIKE's own wildcard `_` may be in a type; `\` is PostgreSQL's default escape.
             params["prefixes"] = [prefix.replace("_", "\\_") + "%" for prefix in types.prefixes]
-        with connection.cursor() as cursor:
+        with prepared_cursor() as cursor:
             cursor.execute(sql, params)
             fetched = cursor.fetchall()
         if not fetched:

@@ -77,6 +77,18 @@ def test_a_request_s_hot_statements_are_prepared_on_its_connection(api: APIClien
     assert len(prepared()) == before
 
 
+def test_the_reads_of_events_pages_and_streams_share_are_prepared(api: APIClient, alice: User) -> None:
+    run = running_run(alice)
+    new_session()
+    for _ in range(2):
+        assert api.get(f"/api/runs/{run.pk}/events/").status_code == 200  # what a stream's reads send too
+        assert api.get(f"/api/runs/{run.pk}/events/?types=run.started").status_code == 200
+    texts = prepared()
+    # A range of seqs, and the chosen types: each prepared once (both cut at the page's bytes)
+    assert len(holding(texts, "FROM runs_runevent", "(SELECT last FROM cut)")) == 2, texts
+    assert len(holding(texts, "FROM runs_runevent", "type = ANY($")) == 1, texts
+
+
 def test_a_failed_transaction_leaves_no_prepared_statement_and_the_next_lock_prepares_again(alice: User) -> None:
     run = queued_run(alice)
     with transaction.atomic():
