@@ -70,11 +70,13 @@ class CompiledRead(Generic[M]):
     def objects(self, *shape: Hashable, **values: Any) -> list[M]:
         """The objects the QuerySet would give (`Model.from_db`, select_related's objects set,
         annotations as attributes), from the one statement."""
-        sql, params = self.statement(*shape, **values)
-        with prepared_cursor(router.db_for_read(self.model)) as cursor:
+        alias = router.db_for_read(self.model)
+        entry = self._entry(alias, shape)
+        sql, params = self._statement(alias, entry, values)
+        with prepared_cursor(alias) as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        return self.from_rows(rows, *shape)
+        return self._objects(alias, entry, rows)
 
     def statement(self, *shape: Hashable, **values: Any) -> tuple[str, list[Any]]:
         """The statement of `shape` with `values`, for a caller that sends it with others
@@ -85,7 +87,9 @@ class CompiledRead(Generic[M]):
     def from_rows(self, rows: list[Any], *shape: Hashable) -> list[M]:
         """The objects of the rows `statement(*shape, ...)` read."""
         alias = router.db_for_read(self.model)
-        entry = self._entry(alias, shape)
+        return self._objects(alias, self._entry(alias, shape), rows)
+
+    def _objects(self, alias: str, entry: _Compiled, rows: list[Any]) -> list[M]:
         compiler, converters = self._converters(alias, entry)
         if converters:
             rows = list(compiler.apply_converters(rows, converters))

@@ -77,7 +77,7 @@ def test_a_request_s_hot_statements_are_prepared_on_its_connection(api: APIClien
     assert len(prepared()) == before
 
 
-def test_the_reads_of_events_pages_and_streams_share_are_prepared(api: APIClient, alice: User) -> None:
+def test_the_events_reads_that_pages_and_streams_share_are_prepared(api: APIClient, alice: User) -> None:
     run = running_run(alice)
     new_session()
     for _ in range(2):
