@@ -270,6 +270,8 @@ class Worker:
                 log.warning("%s: could not claim (%s); retrying later", self, exc)
                 return False
             if claimed is None:
+                if newcomer and self.concurrency - len(self._executions) > self.newcomer_slots:
+                    continue  # runs ended while it claimed: the slot is no longer only a newcomer's
                 return True
             self.claimed += 1
             self._start(*claimed, claimed_at=claimed_at)
