@@ -50,6 +50,7 @@ import nothing of Django that needs settings, so bench can import them before `d
 #                            `pg_cluster` may stop and start
 #     plain.py               The plain answers beside the DRF views they stand in front of, for the
 #                            tests that compare the two
+#     ports.py               A free port for a server a test or benchmark is about to start
 #     procs.py               Real processes for tests: uvicorn web processes and workers, each stopped
 #                            by its PID
 #     proxies.py             Loopback proxies that a test can cut

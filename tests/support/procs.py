@@ -23,17 +23,12 @@ import pytest
 from django.db import connection
 
 from tests.support import sse_writer
+from tests.support.ports import free_port
 
 if TYPE_CHECKING:
     from runs.models import Run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def database_url() -> str:
