@@ -5,6 +5,8 @@ back once it ends, static files for a deployment with no web server in front, an
 A project applies it through `runs.asgi.wrap`, which adds the web process's start.
 """
 
+import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -207,7 +209,13 @@ class BodyLimit:
     whole body to a temporary file before any middleware, and checks its size only when a view
     reads it): a declared Content-Length over the limit at once, a chunked body as soon as it
     passes the limit. For deployments without the proxy, which refuses them first (deploy/).
-    The connection is closed with the answer: the rest of the body is never read."""
+    The connection is closed with the answer. A declared body up to `LINGER_FACTOR` times the limit
+    is read and dropped first, for at most `LINGER_SECONDS` (a lingering close, as nginx's): closed
+    with its body unread, the connection would be reset, and a client still sending its body, or a
+    proxy between, may lose the answer. Any other body's rest is never read."""
+
+    LINGER_FACTOR = 4
+    LINGER_SECONDS = 1.0
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -215,9 +223,13 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        for name, value in scope["headers"]:
-            if name == b"content-length" and (not value.isdigit() or int(value) > self.limit):
-                return await self.refuse(send)
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            # Not when the client waits for a 100 Continue before it sends its body.
+            if declared.isdigit() and int(declared) <= self.LINGER_FACTOR * self.limit and b"expect" not in headers:
+                await self.drop_body(receive)
+            return await self.refuse(send)
         seen, over, started = 0, False, False
 
         async def receive_within_limit() -> dict[str, Any]:
@@ -241,13 +253,23 @@ class BodyLimit:
         if over and not started:
             await self.refuse(send)
 
+    async def drop_body(self, receive: Any) -> None:
+        """Reads the body and drops it, for at most LINGER_SECONDS."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.LINGER_SECONDS):
+                while (message := await receive())["type"] == "http.request" and message.get("more_body"):
+                    pass
+
     async def refuse(self, send: Any) -> None:
         message = "the request body is larger than the server accepts"
         body = json.dumps(error_body("payload_too_large", message, {"limit_bytes": self.limit})).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close"),  # the body is left unread: this connection cannot carry another request
+            (
+                b"connection",
+                b"close",
+            ),  # what is left of the body is not read: this connection cannot carry another request
         ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

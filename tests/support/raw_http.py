@@ -23,13 +23,15 @@ class Answer:
     sent: int  # body bytes the client had sent when the answer's first bytes arrived
     seconds: float  # from the end of the request's headers to the answer's first bytes
     closed: bool  # the server closed the connection after the answer
+    reset: bool = False  # ... by a reset (it closed with bytes of the client's unread), not a FIN
 
 
 def _read_answer(
     sock: socket.socket, head: bytes, deadline: float, close_wait: float
-) -> tuple[int, dict[str, str], bytes, bool]:
-    """The answer whose first bytes are `head`: status, headers, body, and whether the server then
-    closed the connection within `close_wait` seconds (0: not looked at, False)."""
+) -> tuple[int, dict[str, str], bytes, bool, bool]:
+    """The answer whose first bytes are `head`: status, headers, body, whether the server then
+    closed the connection within `close_wait` seconds (0: not looked at, False), and whether by a
+    reset."""
     data = head
     while b"\r\n\r\n" not in data:
         sock.settimeout(max(deadline - time.monotonic(), 0.01))
@@ -51,16 +53,16 @@ def _read_answer(
     if chunked:
         body = _dechunk(body)
     if not close_wait:
-        return int(status_line.split(" ")[1]), headers, body, False
-    closed = False
+        return int(status_line.split(" ")[1]), headers, body, False, False
+    closed = reset = False
     sock.settimeout(min(max(deadline - time.monotonic(), 0.01), close_wait))
     try:
         closed = sock.recv(1) == b""
     except ConnectionResetError:  # closed with the client's unread body still arriving: a reset
-        closed = True
+        closed = reset = True
     except TimeoutError:
         closed = False
-    return int(status_line.split(" ")[1]), headers, body, closed
+    return int(status_line.split(" ")[1]), headers, body, closed, reset
 
 
 def _dechunk(data: bytes) -> bytes:
@@ -123,8 +125,8 @@ def upload(
                 continue  # the server closed it: its answer is waiting to be read
             sent += part
         seconds = time.monotonic() - headers_sent
-        status, answer_headers, body, closed = _read_answer(sock, first, deadline, close_wait)
-    return Answer(status, answer_headers, body, sent, seconds, closed)
+        status, answer_headers, body, closed, reset = _read_answer(sock, first, deadline, close_wait)
+    return Answer(status, answer_headers, body, sent, seconds, closed, reset)
 
 
 def request(
@@ -158,10 +160,12 @@ def request(
         else:
             sock.bind((source, 0))
             sock.connect(address)
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        # If the server closes it before the body is all sent, what it answered is read below.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         started = time.monotonic()
-        status, answer_headers, answer_body, closed = _read_answer(sock, b"", deadline, CLOSE_WAIT)
-    return Answer(status, answer_headers, answer_body, size, time.monotonic() - started, closed)
+        status, answer_headers, answer_body, closed, reset = _read_answer(sock, b"", deadline, CLOSE_WAIT)
+    return Answer(status, answer_headers, answer_body, size, time.monotonic() - started, closed, reset)
 
 
 @dataclass
