@@ -11,7 +11,7 @@ prepared again at their next use.
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 from typing import Any
@@ -21,6 +21,9 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.utils.asyncio import async_unsafe
 
 from runs.conf import conf
+
+# What joins the statements of a send in the log: the statement pins split a captured send on it.
+SEPARATOR = ";\n"
 
 # psycopg prepares nothing while a connection's threshold is None (Django's default); with this one
 # it prepares only what asks (Django's own cursors bind on the client and never prepare).
@@ -60,7 +63,11 @@ def prepared_cursor(alias: str = "default") -> CursorWrapper:
 
 
 def send_pipelined(
-    statements: Sequence[tuple[str, Sequence[Any]]], *, separator: str, alias: str = "default", commit: bool = False
+    statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
+    *,
+    separator: str,
+    alias: str = "default",
+    commit: bool = False,
 ) -> list[list[tuple[Any, ...]]]:
     """Send `statements` prepared, in order, in one round trip (psycopg's pipeline mode): each runs
     once the one before has, with a snapshot of its own. The rows each one returned (empty for

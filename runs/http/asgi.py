@@ -26,7 +26,7 @@ from django.urls import Resolver404, resolve, set_script_prefix
 
 from runs.conf import conf
 from runs.http.errors import error_body
-from runs.http.middleware import Phased
+from runs.http.middleware import RESOLVED, Phased
 from runs.http.request_end import request_ended
 
 Scope = dict[str, Any]
@@ -67,11 +67,6 @@ class StaticFiles(ASGIStaticFilesHandler):
             return super().serve(request)
         except SuspiciousFileOperation as exc:
             raise Http404("no such static file") from exc
-
-
-# The path's match, found once per request: by the application, to pick the view's handler, and
-# taken by the handler's Django (`ResolvedOnce`) instead of resolving the path again.
-RESOLVED = "runledger.resolved"
 
 
 class ResolvedOnce(ASGIHandler):
@@ -142,6 +137,57 @@ class AsyncViews(ResolvedOnce):
         # Their sync middleware in two hops to its thread, not one per method (middleware.py).
         if is_async and (phased := Phased.load(self)) is not None:
             self._middleware_chain = phased
+
+    async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
+        """Django 5.2's `ASGIHandler.handle`, but for `request_started`: with the middleware phased,
+        their first hop sends it (on the thread it would hop to here, a hop fewer)."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        if not isinstance(self._middleware_chain, Phased):
+            await signals.request_started.asend(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            assert error_response is not None  # create_request answers one or the other
+            if isinstance(self._middleware_chain, Phased):
+                await signals.request_started.asend(sender=self.__class__, scope=scope)
+            body_file.close()
+            await self.send_response(error_response, send)
+            await sync_to_async(error_response.close)()
+            return
+
+        async def process_request(request: HttpRequest, send: Any) -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            with contextlib.suppress(asyncio.CancelledError):  # the client left during the send
+                await self.send_response(response, send)
+            return response
+
+        # A disconnect heard while the response is made ends it.
+        responding = asyncio.create_task(process_request(request, send))
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self.listen_for_disconnect(receive)), responding]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()  # the view may handle its cancellation
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            answered = responding.result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            await sync_to_async(answered.close)()
+        body_file.close()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         try:

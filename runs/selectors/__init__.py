@@ -21,7 +21,7 @@ the hot reads' statements kept.
 #     webhooks.py     Reads of webhook endpoints and deliveries
 #     wire.py         The event wire format's one home
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -52,9 +52,11 @@ from django.db.models.functions import Cast, Left
 from runs.access import SEES_EVERY_RUN, AnyUser, can_see, sees_every_run
 from runs.exceptions import NotFound
 from runs.models import Run, RunEvent
+from runs.prepared import SEPARATOR, pipelining, send_pipelined
 from runs.selectors.compiled import CompiledRead, Param, as_get
 from runs.selectors.results import JOINED_PARTIAL_OUTPUT, partial_output_column, partial_output_rules
 from runs.selectors.run_json import JOINED_ATTEMPT
+from runs.selectors.wire import EventsRead, events_bounded_read, events_bounded_statement
 
 __all__ = ["run_get", "run_list"]
 
@@ -124,12 +126,37 @@ def run_get(
         found = _RUN.objects(only, for_json, partial_output_rules() if for_json else None, pk=run_id)
     except (ValueError, DjangoValidationError) as exc:
         raise NotFound(f"run {run_id} not found") from exc
-    if not found or (user is not None and not can_see(user, found[0])):
-        raise NotFound(f"run {run_id} not found")
-    run = found[0]
+    run = _visible(found, user, run_id)
     if for_json and not hasattr(run, JOINED_ATTEMPT):
         setattr(run, JOINED_ATTEMPT, None)  # none joined: the ORM sets no attribute then
     return run
+
+
+def _visible(found: list[Run], user: AnyUser | None, run_id: UUID | str) -> Run:
+    if not found or (user is not None and not can_see(user, found[0])):
+        raise NotFound(f"run {run_id} not found")
+    return found[0]
+
+
+def run_get_with_events(
+    *, run_id: UUID | str, user: AnyUser, after_seq: int, limit: int, max_bytes: int | None
+) -> tuple[Run, EventsRead | None]:
+    """`run_get` for `user` and, in its round trip, the events after `after_seq` as
+    `run_events_json_bounded` reads them: read before the run is known to be `user`'s, and never
+    returned unless it is (a stream's opening, docs/design/streaming.md#opening). None for the
+    events where statements are not pipelined: the caller reads them itself if it still wants them."""
+    if not pipelining() or not user.is_authenticated or max_bytes is None:
+        return run_get(run_id=run_id, user=user), None
+    try:
+        pk = run_id if isinstance(run_id, UUID) else UUID(run_id)
+    except ValueError as exc:
+        raise NotFound(f"run {run_id} not found") from exc
+    statements: list[tuple[str, Sequence[Any] | Mapping[str, Any]]] = [
+        _RUN.statement((), False, None, pk=pk),
+        events_bounded_statement(pk, after_seq, limit, max_bytes),
+    ]
+    run_rows, event_rows = send_pipelined(statements, separator=SEPARATOR)
+    return _visible(_RUN.from_rows(run_rows, (), False, None), user, run_id), events_bounded_read(event_rows)
 
 
 def run_list(

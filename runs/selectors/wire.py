@@ -147,21 +147,9 @@ def run_events_json_bounded(
     if max_bytes is None:
         return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
     if connection.vendor == "postgresql":
-        params: dict[str, Any] = {"run": run_id, "after": after_seq, "upper": after_seq + limit, "bytes": max_bytes}
-        params["not_plain"] = NOT_PLAIN
-        sql = _EVENTS_JSON_BOUNDED_SQL
-        if types is not None:
-            sql = _EVENTS_CHOSEN_JSON_BOUNDED_SQL
-            params["limit"], params["types"] = limit, sorted(types.exact)
-            # LIKE's own wildcard `_` may be in a type; `\` is PostgreSQL's default escape.
-            params["prefixes"] = [prefix.replace("_", "\\_") + "%" for prefix in types.prefixes]
         with prepared_cursor() as cursor:
-            cursor.execute(sql, params)
-            fetched = cursor.fetchall()
-        if not fetched:
-            return EventsRead(rows=[], cut=False)
-        status, last_seq, reached = fetched[-1][-3:]
-        return EventsRead(rows=json_rows(fetched), cut=fetched[-1][0] < reached, run_state=(status, last_seq))
+            cursor.execute(*events_bounded_statement(run_id, after_seq, limit, max_bytes, types))
+            return events_bounded_read(cursor.fetchall())
     if types is not None:
         return _chosen_rows(run_id, after_seq, limit, max_bytes, types)
     in_range = RunEvent.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=after_seq + limit)
@@ -174,6 +162,28 @@ def run_events_json_bounded(
             return EventsRead(rows=rows, cut=True)
         last = seq
     return EventsRead(rows=run_events_json_after(run_id=run_id, after_seq=after_seq, limit=limit), cut=False)
+
+
+def events_bounded_statement(
+    run_id: UUID | str, after_seq: int, limit: int, max_bytes: int, types: TypeSelection | None = None
+) -> tuple[str, dict[str, Any]]:
+    """`run_events_json_bounded`'s statement on PostgreSQL, for a caller that sends it with others;
+    `events_bounded_read` is the read its rows make."""
+    params: dict[str, Any] = {"run": run_id, "after": after_seq, "upper": after_seq + limit, "bytes": max_bytes}
+    params["not_plain"] = NOT_PLAIN
+    if types is None:
+        return _EVENTS_JSON_BOUNDED_SQL, params
+    params["limit"], params["types"] = limit, sorted(types.exact)
+    # LIKE's own wildcard `_` may be in a type; `\` is PostgreSQL's default escape.
+    params["prefixes"] = [prefix.replace("_", "\\_") + "%" for prefix in types.prefixes]
+    return _EVENTS_CHOSEN_JSON_BOUNDED_SQL, params
+
+
+def events_bounded_read(fetched: list[Any]) -> EventsRead:
+    if not fetched:
+        return EventsRead(rows=[], cut=False)
+    status, last_seq, reached = fetched[-1][-3:]
+    return EventsRead(rows=json_rows(fetched), cut=fetched[-1][0] < reached, run_state=(status, last_seq))
 
 
 def _chosen_rows(run_id: UUID | str, after_seq: int, limit: int, max_bytes: int, types: TypeSelection) -> EventsRead:

@@ -10,15 +10,12 @@ from typing import Any, TypeVar
 from django.db import connection, connections
 from django.db.models import Field, Model
 
-from runs.prepared import pipelining, send_pipelined
+from runs.prepared import SEPARATOR, pipelining, send_pipelined
 
 M = TypeVar("M", bound=Model)
 
 Statement = tuple[str, Sequence[Any]]
 Rows = list[tuple[Any, ...]]
-
-# What joins the statements of a send: the statement pins split a captured send on it.
-SEPARATOR = ";\n"
 
 
 def send_together(*statements: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:

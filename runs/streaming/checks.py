@@ -13,13 +13,15 @@ from django.http import HttpRequest, HttpResponse
 
 from runs.access import User
 from runs.agents import declared_types
+from runs.conf import conf
 from runs.cursors import plain_int
 from runs.events import TypeSelection, type_selection
 from runs.exceptions import NotFound, TooManyRequests, ValidationFailed
 from runs.http.authentication import request_credentials
 from runs.http.errors import error_response, error_response_for
 from runs.models import Run
-from runs.selectors import run_get
+from runs.selectors import run_get, run_get_with_events
+from runs.selectors.wire import EventsRead
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class Opened:
     session_key: str | None
     # The types the stream sends (docs/design/streaming.md#types); None: every one.
     types: TypeSelection | None = None
+    # The events after the cursor, read in the run's round trip (`open_checks`'s `first_rows`).
+    first: EventsRead | None = None
 
 
 def parse_cursor(name: str, value: str) -> int | HttpResponse:
@@ -45,6 +49,19 @@ def parse_cursor(name: str, value: str) -> int | HttpResponse:
     return cursor
 
 
+def cursor_named(request: HttpRequest) -> tuple[int, str] | HttpResponse:
+    """The cursor a stream starts after, and the name it came as (`Last-Event-ID` wins over
+    `after_seq`); 0 without one; the 400 for one that is not a number."""
+    cursor, cursor_name = 0, "after_seq"
+    for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", last_event_id(request))):
+        if value is not None:
+            parsed = parse_cursor(name, value)
+            if isinstance(parsed, HttpResponse):
+                return parsed
+            cursor, cursor_name = parsed, name  # the header comes second, so it wins
+    return cursor, cursor_name
+
+
 @dataclass(frozen=True)
 class Reader:
     """Who asked to read a run, with what, and the run as read then."""
@@ -53,10 +70,14 @@ class Reader:
     user: User
     token_id: int | None
     session_key: str | None
+    # The events after a cursor, read with the run (`read_checks`'s `first`).
+    first: EventsRead | None = None
 
 
-def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
-    """The first checks of a read that waits (a stream, a wait): authentication, visibility, method."""
+def read_checks(request: HttpRequest, run_id: str, first: tuple[int, int] | None = None) -> Reader | HttpResponse:
+    """The first checks of a read that waits (a stream, a wait): authentication, visibility, method.
+    `first`: (cursor, rows): the events after that cursor, at most so many, read in the run's round
+    trip where it can be (`run_get_with_events`)."""
     try:
         authenticated = request_credentials(request)
     except TooManyRequests as exc:
@@ -66,8 +87,15 @@ def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
         response["WWW-Authenticate"] = "Token"
         return response
     user, token_id, session_key = authenticated
+    read = None
     try:
-        run = run_get(run_id=run_id, user=user)
+        if first is None:
+            run = run_get(run_id=run_id, user=user)
+        else:
+            after, rows = first
+            run, read = run_get_with_events(
+                run_id=run_id, user=user, after_seq=after, limit=rows, max_bytes=conf.MAX_PAGE_BYTES
+            )
     except NotFound as exc:
         return error_response_for(exc)
     if request.method != "GET":
@@ -75,13 +103,18 @@ def read_checks(request: HttpRequest, run_id: str) -> Reader | HttpResponse:
         not_allowed = error_response(405, "method_not_allowed", f"method {request.method} is not allowed")
         not_allowed["Allow"] = "GET"
         return not_allowed
-    return Reader(run=run, user=user, token_id=token_id, session_key=session_key)
+    return Reader(run=run, user=user, token_id=token_id, session_key=session_key, first=read)
 
 
-def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
+def open_checks(request: HttpRequest, run_id: str, first_rows: int = 0) -> Opened | HttpResponse:
     """Every check that opens a stream, in order, or the answer that refuses it; run on the opening
-    threads (opening.py), which close the connection it used."""
-    reader = read_checks(request, run_id)
+    threads (opening.py), which close the connection it used. `first_rows`: for a stream of every
+    type, the events after its cursor, at most so many, read with the run (`Opened.first`), for the
+    caller to use if it wants them."""
+    named = cursor_named(request)
+    every_type = not request.GET.get("types")
+    first = (named[0], first_rows) if first_rows and every_type and not isinstance(named, HttpResponse) else None
+    reader = read_checks(request, run_id, first)
     if isinstance(reader, HttpResponse):
         return reader
     run, user = reader.run, reader.user
@@ -91,13 +124,9 @@ def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
             types = type_selection(spec, declared_types(run.agent))
         except ValidationFailed as exc:
             return error_response_for(exc)
-    cursor, cursor_name = 0, "after_seq"
-    for name, value in (("after_seq", request.GET.get("after_seq")), ("Last-Event-ID", last_event_id(request))):
-        if value is not None:
-            parsed = parse_cursor(name, value)
-            if isinstance(parsed, HttpResponse):
-                return parsed
-            cursor, cursor_name = parsed, name  # the header comes second, so it wins
+    if isinstance(named, HttpResponse):
+        return named
+    cursor, cursor_name = named
     if run.is_terminal and cursor >= run.last_seq:
         # The HTML spec's way to make EventSource stop reconnecting: nothing more will come.
         return HttpResponse(status=204, headers={"Cache-Control": "no-cache"})
@@ -117,6 +146,7 @@ def open_checks(request: HttpRequest, run_id: str) -> Opened | HttpResponse:
         token_id=reader.token_id,
         session_key=reader.session_key,
         types=types,
+        first=reader.first,
     )
 
 

@@ -19,7 +19,7 @@ from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.notify.listener import Listener
 from runs.selectors.states import run_last_seqs
-from runs.selectors.wire import run_events_frames, run_events_json_bounded, sse_frame
+from runs.selectors.wire import EventsRead, run_events_frames, run_events_json_bounded, sse_frame
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,15 @@ def read_frames_now(run_id: str, after_seq: int, rows: int = PAGE) -> Read:
     return _read_sync(run_id, after_seq, rows)
 
 
+def frames_of(read: EventsRead, rows: int) -> Read:
+    """The frames of `read`, a read of at most `rows` events."""
+    return Read(frames=[make_frame(*row) for row in read.rows], full=read.cut or len(read.rows) >= rows)
+
+
 def _read_sync(run_id: str, after_seq: int, rows: int) -> Read:
     try:
         read = run_events_json_bounded(run_id=run_id, after_seq=after_seq, limit=rows, max_bytes=conf.MAX_PAGE_BYTES)
-        return Read(frames=[make_frame(*row) for row in read.rows], full=read.cut or len(read.rows) >= rows)
+        return frames_of(read, rows)
     finally:
         # The connection belongs to this pool thread; closing it is what keeps idle streams free of
         # database connections (a pooled backend would return it here instead).

@@ -103,5 +103,15 @@ async def answer(fn: Callable[P, T | HttpResponse], *args: P.args, **kwargs: P.k
         return unavailable()
 
 
+def answer_here(fn: Callable[P, T | HttpResponse], *args: P.args, **kwargs: P.kwargs) -> T | HttpResponse:
+    """`answer` for a call already on the opening threads (`call`'s own `fn` runs it): `fn(...)`, or
+    the 503 when the database fails it, the failure noted as `call` notes it."""
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        _failed()
+        return unavailable()
+
+
 def unavailable() -> HttpResponse:
     return error_response(503, "database_unavailable", "the database is unavailable; retry later")

@@ -31,18 +31,29 @@ CLOSE_SECONDS = 10.0
 
 class WatchedResponse(StreamingHttpResponse):
     """A stream's (or a wait's) answer: gives its slot back when closed, as Django's own handler
-    closes a response it sent or began to send, however the client left."""
+    closes a response it sent or began to send, however the client left. Made without them, it is
+    the head a stream's opening makes before its slot is taken (views.py), `watched` after."""
 
-    def __init__(self, watch: Watch, body: AsyncGenerator[bytes, None], **kwargs: Any) -> None:
-        super().__init__(body, **kwargs)
-        self.watch = watch
-        self.body = body
+    watch: Watch | None = None
+
+    def __init__(
+        self, watch: Watch | None = None, body: AsyncGenerator[bytes, None] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__((), **kwargs)
+        if watch is not None and body is not None:
+            self.watched(watch, body)
+
+    def watched(self, watch: Watch, body: AsyncGenerator[bytes, None]) -> "WatchedResponse":
+        self.watch, self.body = watch, body
+        self.streaming_content = body
+        return self
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            self.watch.release()
+            if self.watch is not None:
+                self.watch.release()
 
 
 def served_under_wsgi(view: View) -> View:

@@ -9,7 +9,8 @@ edge/hold.py instead.
 import asyncio
 import logging
 import math
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
 from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -17,16 +18,18 @@ from django.views.decorators.csrf import csrf_exempt
 
 from runs.conf import conf
 from runs.http.errors import error_response_for
+from runs.http.middleware import opened as opened_in_hop
 from runs.http.request_end import at_request_end
 from runs.metrics import series
 from runs.streaming import opening
 from runs.streaming.checks import Opened, open_checks
 from runs.streaming.edge import grip, hold
 from runs.streaming.guard import StreamGuard, Watch, get_guard, too_many_streams
-from runs.streaming.hub import Frame, Hub, Read, get_hub, read_frames, read_frames_now
+from runs.streaming.hub import Frame, Hub, Read, frames_of, get_hub, read_frames, read_frames_now
 from runs.streaming.responses import WatchedResponse, served_under_wsgi
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 KEEPALIVE = b": keep-alive\n\n"
 # The most one write of a stream joins (a bigger frame goes alone, as the shared bytes it is).
@@ -40,23 +43,30 @@ SHORT_BACKLOG = 100
 @csrf_exempt
 @served_under_wsgi
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    if conf.GRIP_URL:
-        edge_client(request)
-    if conf.GRIP_URL and not request.GET.get("types"):
-        # Behind the edge (docs/design/edge.md#grip): a request Pushpin signed is answered with hold
-        # instructions instead of a stream; any other falls through to the stream below. The edge
-        # sends a run's every event, so a stream of chosen types is served here, through it.
-        held = await hold.respond(request, run_id)
-        if held is not None:
-            return held
-    hub, guard = get_hub(), get_guard()
-    found = await opening.answer(_open, request, run_id, hub, guard)
-    if isinstance(found, HttpResponse):
-        return found
+    early = opened_in_hop(request)
+    if early is not None:
+        # Opened in the middleware's hop (`_Opening`): a refusal, or the stream's head.
+        head, found = early
+        if found is None:
+            return head
+    else:
+        head = None
+        if conf.GRIP_URL:
+            edge_client(request)
+        if conf.GRIP_URL and not request.GET.get("types"):
+            # Behind the edge (docs/design/edge.md#grip): a request Pushpin signed is answered with
+            # hold instructions instead of a stream; any other falls through to the stream below.
+            # The edge sends a run's every event, so a stream of chosen types is served here.
+            held = await hold.respond(request, run_id)
+            if held is not None:
+                return held
+        found = await opening.answer(_open, request, run_id, get_hub(), get_guard())
+        if isinstance(found, HttpResponse):
+            return found
     opened, first = found
     # Caps and state come last (docs/design/api.md#check-order): here, on the event loop, the count is checked and
     # taken in one step; a 204 above never counted.
-    watch = guard.take_slot(
+    watch = get_guard().take_slot(
         user_id=opened.user_id, token_id=opened.token_id, session_key=opened.session_key, run_id=opened.run_id
     )
     if watch is None:
@@ -64,10 +74,45 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request (guard.py says how, under each server).
     at_request_end(request, watch.release)
-    stream = WatchedResponse(watch, _stream(opened, watch, first), content_type="text/event-stream")
+    stream = head if isinstance(head, WatchedResponse) else _head()
+    return stream.watched(watch, _stream(opened, watch, first))
+
+
+def _head() -> WatchedResponse:
+    """A stream's answer before its body: its status and headers."""
+    stream = WatchedResponse(content_type="text/event-stream")
     stream["Cache-Control"] = "no-cache"
     stream["X-Accel-Buffering"] = "no"  # nginx: pass each frame on at once
     return stream
+
+
+class _Opening:
+    """The stream's opening in the middleware's one hop (runs/http/middleware.py `Opening`): its
+    checks and first read on the opening threads, answered as `opening.answer` answers them, and the
+    response phase over its refusal or its head. Not behind the edge, where the view first learns
+    whether Pushpin holds the request."""
+
+    def prepare(self, request: HttpRequest) -> tuple[Hub, StreamGuard] | None:
+        if conf.GRIP_URL and not request.GET.get("types"):
+            return None
+        return get_hub(), get_guard()
+
+    def hop(self, fn: Callable[[], T]) -> Awaitable[T]:
+        return opening.call(fn)
+
+    def open(
+        self, request: HttpRequest, prepared: tuple[Hub, StreamGuard], run_id: str
+    ) -> tuple[HttpResponseBase, tuple[Opened, Read | None] | None]:
+        found = opening.answer_here(_open, request, run_id, *prepared)
+        return (found, None) if isinstance(found, HttpResponse) else (_head(), found)
+
+    def failed(self, exc: Exception) -> HttpResponseBase:
+        if isinstance(exc, DatabaseError | TimeoutError):
+            return opening.unavailable()
+        raise exc
+
+
+run_stream.opening = _Opening()  # type: ignore[attr-defined]
 
 
 def edge_client(request: HttpRequest) -> None:
@@ -86,7 +131,7 @@ def _open(request: HttpRequest, run_id: str, hub: Hub, guard: StreamGuard) -> tu
     cursor, if the stream is to start its run's feed here and is a short backlog behind, and its
     user has room for it: the stream's first bytes carry them, with no read of their own after.
     `hub` and `guard` are only looked at (from this thread, a hint: the event loop decides)."""
-    opened = open_checks(request, run_id)
+    opened = open_checks(request, run_id, SHORT_BACKLOG if run_id not in hub.feeds else 0)
     if isinstance(opened, HttpResponse):
         return opened
     reads_first = (
@@ -95,7 +140,12 @@ def _open(request: HttpRequest, run_id: str, hub: Hub, guard: StreamGuard) -> tu
         and opened.run_id not in hub.feeds
         and guard.has_room(opened.user_id)
     )
-    return opened, read_frames_now(opened.run_id, opened.cursor, SHORT_BACKLOG) if reads_first else None
+    if not reads_first:
+        return opened, None
+    # Read with the run where it could be (one round trip), else now.
+    if opened.first is not None:
+        return opened, frames_of(opened.first, SHORT_BACKLOG)
+    return opened, read_frames_now(opened.run_id, opened.cursor, SHORT_BACKLOG)
 
 
 async def _stream(opened: Opened, watch: Watch, first: Read | None) -> AsyncGenerator[bytes, None]:

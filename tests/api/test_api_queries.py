@@ -13,15 +13,17 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client, override_settings
+from django.http import HttpResponse
+from django.test import Client, RequestFactory, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
 from runs.models import PRIORITY_MAX
-from runs.services.statements import SEPARATOR
+from runs.prepared import SEPARATOR
 from runs.services.webhook_endpoints import webhook_create
+from runs.streaming.checks import open_checks
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 from tests.support.token_cache import token_cache_listening
@@ -345,3 +347,30 @@ def test_on_the_wire_a_claim_is_three_round_trips(alice: User) -> None:
         assert services.run_claim(worker="w") is not None
     # The attempt, run.started, its notification, the run, COMMIT
     assert [trip.count("Execute") for trip in round_trips(messages)] == [1, 2, 5]
+
+
+def test_on_the_wire_a_streams_checks_and_its_first_events_are_one_round_trip(alice: User, bob: User) -> None:
+    """A stream's opening (runs.streaming.checks) reads the run and the events after the cursor in
+    one send, the events dropped unless the run is the user's to see."""
+    running = running_run(alice)
+    services.run_events_append(run_id=running.pk, generation=1, events=[("output.delta", {"text": "hi"})])
+
+    tokens = {user: token_for(user) for user in (alice, bob)}
+
+    def opening(user: User) -> Any:
+        request = RequestFactory().get(
+            f"/api/runs/{running.pk}/stream/?after_seq=0", HTTP_AUTHORIZATION=f"Token {tokens[user]}"
+        )
+        return open_checks(request, str(running.pk), first_rows=100)
+
+    with token_cache_listening():
+        opening(alice)  # the key read once, then kept
+        with wire_messages() as messages:
+            opened = opening(alice)
+        assert not isinstance(opened, HttpResponse) and opened.first is not None
+        assert [seq for seq, _, _ in opened.first.rows] == [1, 2, 3]  # run.created, run.started, the delta
+        # The run; the events after the cursor
+        assert [trip.count("Execute") for trip in round_trips(messages)] == [2]
+        opening(bob)
+        refused = opening(bob)
+    assert isinstance(refused, HttpResponse) and refused.status_code == 404
