@@ -10,7 +10,8 @@ from uuid import UUID
 
 from django.db import connection
 
-# payload "<run_id>:<last_seq>" — new events were committed
+# payload "<run_id>:<last_seq>" — new events were committed; then, when they fit, a newline and the
+# events themselves as the database wrote them (runs.selectors.wire `carried_events`)
 EVENTS = "runledger_events"
 # payload "<run_id>:<status>" — the run's control state changed (terminal, waiting, pause
 # requested); status is the one its transaction committed
@@ -39,8 +40,9 @@ REVOKED = "runledger_revoked"
 CREDENTIALS = "runledger_credentials"
 
 
-# (channel, payload)
-Note = tuple[str, str]
+# (channel, payload), or (channel, payload, (an SQL text expression, its parameters)): a payload the
+# database ends with that expression's value as the note is sent (the events a write inserted).
+Note = tuple[str, str] | tuple[str, str, tuple[str, list[Any]]]
 
 
 def send(*notes: Note) -> None:
@@ -57,16 +59,25 @@ def statement(*notes: Note, scheduled: tuple[UUID, datetime] | None = None) -> t
     says as the seconds until then by the database's clock, the clock claims compare with."""
     if connection.vendor != "postgresql" or not (notes or scheduled):
         return None
-    calls = ["pg_notify(%s, %s)" for _ in notes]
-    params: list[Any] = [part for note in notes for part in note]
+    calls: list[str] = []
+    params: list[Any] = []
+    for channel, payload, *written in notes:
+        if written:
+            [(expression, values)] = written
+            calls.append(f"pg_notify(%s, %s || {expression})")
+            params += [channel, payload, *values]
+        else:
+            calls.append("pg_notify(%s, %s)")
+            params += [channel, payload]
     if scheduled is not None:
         calls.append("pg_notify(%s, %s || ':' || EXTRACT(EPOCH FROM %s - STATEMENT_TIMESTAMP())::text)")
         params += [QUEUE, str(scheduled[0]), scheduled[1]]
     return f"SELECT {', '.join(calls)}", params
 
 
-def events_committed(run_id: UUID, last_seq: int) -> Note:
-    return EVENTS, f"{run_id}:{last_seq}"
+def events_committed(run_id: UUID, last_seq: int, events: tuple[str, list[Any]] | None = None) -> Note:
+    """`events`: the expression that writes the events themselves (runs.selectors.wire `carried_events_sql`)."""
+    return (EVENTS, f"{run_id}:{last_seq}") if events is None else (EVENTS, f"{run_id}:{last_seq}", events)
 
 
 def control_changed(run_id: UUID, status: str) -> Note:
@@ -123,8 +134,14 @@ def parse_queue_payload(payload: str) -> float | None:
 
 
 def parse_events_payload(payload: str) -> tuple[str, int]:
-    run_id, _, seq = payload.rpartition(":")
+    run_id, _, seq = payload.partition("\n")[0].rpartition(":")
     return run_id, int(seq)
+
+
+def carried_events(payload: str) -> str | None:
+    """The events an EVENTS payload carries, as the database wrote them; None if it carries none."""
+    _, carried, events = payload.partition("\n")
+    return events if carried else None
 
 
 def parse_control_payload(payload: str) -> tuple[str, str]:

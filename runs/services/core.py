@@ -29,6 +29,7 @@ from runs.events import (
 from runs.exceptions import BudgetExhausted, InvalidTransition
 from runs.metrics import series
 from runs.models import AttemptOutcome, Run, RunAttempt, RunEvent
+from runs.selectors.wire import carried_events_sql
 from runs.services import webhooks
 
 # The locks live in runs.services.locks; the services built on this core take them from here.
@@ -80,9 +81,17 @@ def append(
     notification."""
     rows = event_rows(run, events, attempt=attempt, now=now)
     RunEvent.objects.bulk_create(rows)
-    notify.send(notify.events_committed(run.id, run.last_seq), *notes)
+    notify.send(events_note(run, rows), *notes)
     series.events_appended(len(rows))
     return rows
+
+
+def events_note(run: Run, rows: Sequence[RunEvent]) -> notify.Note:
+    """The notification of `rows`, the run's events this transaction inserts, sent after them: it
+    carries them when they fit (runs.selectors.wire `carried_events_sql`), so a stream that hears
+    it sends them without a read (docs/design/streaming.md#hub)."""
+    carried = carried_events_sql(run.id, rows[0].seq - 1, run.last_seq) if rows else None
+    return notify.events_committed(run.id, run.last_seq, carried)
 
 
 def event_rows(
@@ -131,7 +140,7 @@ def write_appended(
     written, so that its body is the run as this write leaves it. `ended`: the run's bytes are
     final once its notification's are counted."""
     sent = [insert(rows), *([closing] if closing is not None else [])]
-    notes = [notify.events_committed(run.id, run.last_seq), *notes]
+    notes = [events_note(run, rows), *notes]
     if event_type is not None and around(run).endpoints:
         found = send_prepared(*sent, webhooks.endpoints_read(run))
         if closing is not None:

@@ -18,7 +18,7 @@ from runs.exceptions import InvalidTransition, ValidationFailed
 from runs.metadata import check_metadata
 from runs.metrics import series
 from runs.models import PRIORITY_MAX, PRIORITY_MIN, URGENT_MAX, Run
-from runs.services.core import event_rows, lock_run
+from runs.services.core import event_rows, events_note, lock_run
 from runs.services.quotas import check_create
 from runs.services.statements import holding, insert, send_last
 from runs.storable import json_bytes, value_problem
@@ -212,7 +212,7 @@ def insert_run(
     # The event first, so the run is inserted with its last_seq at once (no second write of the
     # row): foreign keys are checked at commit (Django declares them DEFERRABLE INITIALLY DEFERRED).
     rows = event_rows(run, [(EventType.RUN_CREATED, created), *copies], attempt=None, now=now)
-    events = notify.events_committed(run.id, run.last_seq)
+    events = events_note(run, rows)
     if due > now:
         # Nothing to claim yet: the workers only learn when it falls due, and wake then.
         noted = notify.statement(events, scheduled=(run.id, due))

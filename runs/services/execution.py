@@ -32,6 +32,7 @@ from runs.services.core import (
     close_attempt,
     end,
     event_rows,
+    events_note,
     lock_current,
     lock_run,
     park,
@@ -89,7 +90,7 @@ def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tupl
         rows = event_rows(run, [(EventType.RUN_STARTED, started)], attempt=run.generation, now=now)
         # turn_at: the turn it took (quotas._take_turn), kept should it come back to the queue.
         changed = ["status", "generation", "started_at", "updated_at", "turn_at", *APPENDED]
-        note = notify.statement(notify.events_committed(run.id, run.last_seq))
+        note = notify.statement(events_note(run, rows))
         send_last(
             insert([attempt], returning=True),
             insert(rows),

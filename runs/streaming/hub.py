@@ -19,7 +19,13 @@ from runs.conf import conf
 from runs.events import TERMINAL_EVENT_TYPES
 from runs.notify.listener import Listener
 from runs.selectors.states import run_last_seqs
-from runs.selectors.wire import EventsRead, run_events_frames, run_events_json_bounded, sse_frame
+from runs.selectors.wire import (
+    EventsRead,
+    carried_events_rows,
+    run_events_frames,
+    run_events_json_bounded,
+    sse_frame,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +206,19 @@ class RunFeed:
             self._pump_task.cancel()
             self._pump_task = None
 
+    def carried(self, frames: list[Frame]) -> None:
+        """The frames a notification carried: published if they follow head, else read."""
+        if frames[0].seq == self.head + 1:
+            self._publish(frames)
+        else:
+            self.wake()
+
     def _publish(self, frames: list[Frame]) -> None:
+        # A read in flight as a notification's events were published may bring some of them again.
+        if frames[0].seq <= self.head:
+            frames = [frame for frame in frames if frame.seq > self.head]
+            if not frames:
+                return
         if frames[0].seq != self.head + 1:
             # Cannot happen with a gap-free log; if it ever does, stop serving the buffer rather
             # than splice a hole into it — watchers then read the table themselves.
@@ -323,7 +341,21 @@ class Hub:
             log.warning("ignoring malformed %s payload %r", channel, payload)
             return
         feed = self.feeds.get(run_id)
-        if feed is not None and seq > feed.head:
+        if feed is None or seq <= feed.head or feed.ended:
+            return
+        carried = notify.carried_events(payload)
+        if carried is None:
+            feed.wake()
+            return
+        try:
+            frames = [make_frame(*row) for row in carried_events_rows(carried)]
+        except ValueError:
+            log.warning("ignoring the malformed events of %s payload %r", channel, payload[:200])
+            feed.wake()
+            return
+        if frames and frames[-1].seq == seq:
+            feed.carried(frames)
+        else:
             feed.wake()
 
     def _on_connect(self) -> None:

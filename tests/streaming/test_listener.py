@@ -9,7 +9,9 @@ from django.db import connection
 
 from runs import notify, services
 from runs.notify.listener import Listener
-from tests.factories import queued_run
+from runs.selectors.wire import carried_events_rows, run_events_json_after
+from runs.streaming.hub import Hub, RunFeed, make_frame
+from tests.factories import queued_run, running_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +56,7 @@ def listening() -> Iterator[ListenerThread]:
 def test_commits_are_heard_and_rollbacks_are_not(listening: ListenerThread, alice: User) -> None:
     run = queued_run(alice)
     assert listening.next_note(notify.QUEUE) == str(run.pk)
-    assert listening.next_note(notify.EVENTS) == f"{run.pk}:1"
+    assert notify.parse_events_payload(listening.next_note(notify.EVENTS)) == (str(run.pk), 1)
     services.run_cancel(run_id=run.pk, actor=alice)
     assert listening.next_note(notify.CONTROL) == f"{run.pk}:cancelled"
 
@@ -80,3 +82,48 @@ def test_the_listener_reconnects_after_its_connection_is_killed(listening: Liste
     listening.connects.get(timeout=15)  # on_connect runs again: consumers re-read what they missed
     run = queued_run(alice)
     assert listening.next_note(notify.QUEUE) == str(run.pk)
+
+
+def test_an_events_note_carries_the_events_as_a_read_gives_them_unless_they_do_not_fit(
+    listening: ListenerThread, alice: User
+) -> None:
+    """The events a write inserts go in its notification when they fit (runs.selectors.wire
+    `carried_events_sql`): the rows, and so the bytes, a read of the table gives, whatever their
+    data — strings PostgreSQL prints otherwise, numbers, nesting, other scripts. Too big, the note
+    says only how far the run got, and its readers read."""
+    run = running_run(alice)  # run.created, run.started
+    odd = [{"text": "a, b: c"}, {"n": 1.5, "big": 10**20, "s": 'é ✓ "q"\n', "nested": {"b": [1, {"a": None}]}}, {}]
+    services.run_events_append(run_id=run.pk, generation=1, events=[("output.delta", data) for data in odd])
+    services.run_events_append(run_id=run.pk, generation=1, events=[("output.delta", {"text": "x" * 8000})])
+    notes: list[str] = []
+    while not notes or notify.parse_events_payload(notes[-1])[1] < 6:
+        notes.append(listening.next_note(notify.EVENTS))
+    carried = [notify.carried_events(note) for note in notes]
+    assert carried[-1] is None and notify.parse_events_payload(notes[-1]) == (str(run.pk), 6)
+    rows = [row for events in carried[:-1] if events is not None for row in carried_events_rows(events)]
+    assert rows == run_events_json_after(run_id=run.pk, after_seq=0, limit=5)
+    assert [seq for seq, _, _ in rows] == [1, 2, 3, 4, 5]
+
+
+def test_a_feed_publishes_the_events_a_note_carries_without_a_read_and_reads_past_a_gap(
+    listening: ListenerThread, alice: User
+) -> None:
+    """A feed at the run's head before a note takes its events as they are (docs/design/streaming.md#hub);
+    one further behind is woken to read, as by a note that carries none."""
+    run = running_run(alice)
+    services.run_events_append(run_id=run.pk, generation=1, events=[("output.delta", {"text": "hi"})])
+    note = ""
+    while notify.parse_events_payload(note or "x:0")[1] < 3:
+        note = listening.next_note(notify.EVENTS)
+
+    async def heard_at(head: int) -> tuple[int, list[bytes], bool]:
+        hub = Hub(asyncio.get_running_loop())
+        # Not started: no pump, so nothing here reads the table.
+        feed = hub.feeds[str(run.pk)] = RunFeed(hub, str(run.pk), head=head, ended=False)
+        feed._wake.clear()
+        hub._on_notify(notify.EVENTS, note)
+        return feed.head, [frame.data for frame in feed.frames], feed._wake.is_set()
+
+    read = [make_frame(*row).data for row in run_events_json_after(run_id=run.pk, after_seq=2, limit=1)]
+    assert asyncio.run(heard_at(2)) == (3, read, False)
+    assert asyncio.run(heard_at(1)) == (1, [], True)
