@@ -53,29 +53,29 @@ _EVENTS_JSON_SQL = (
 
 
 # The most a notification's events may take (PostgreSQL refuses a payload of 8000 bytes or more,
-# and the rest of it is a run id and a number): bigger, the note carries none and its readers read.
+# and the rest of it is a run id and a number), counted first by their stored sizes with
+# EVENT_ENVELOPE_BYTES each: a bigger write (a batch of an agent's output) sends no events, and its
+# readers read. The database checks the size of what it wrote too.
 CARRIED_EVENTS_BYTES = 7500
 _CARRIED_EVENTS_SQL = f"""COALESCE((
     SELECT E'\\n' || carried FROM (
         SELECT json_agg(json_build_array({EVENT_COLUMNS}) ORDER BY seq)::text AS carried
         FROM (
             SELECT seq, type, data::text AS data, data::text !~ %s AS plain, created_at, attempt
-            FROM (
-                SELECT seq, type, data, created_at, attempt, SUM(COALESCE(data_bytes, 0)) OVER () AS total
-                FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s
-            ) sized
-            WHERE total <= {CARRIED_EVENTS_BYTES}
+            FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s
             OFFSET 0
         ) page
     ) events WHERE octet_length(carried) <= {CARRIED_EVENTS_BYTES}
 ), '')"""
 
 
-def carried_events_sql(run_id: UUID, after_seq: int, last_seq: int) -> tuple[str, list[Any]]:
-    """The expression that writes the events (after_seq, last_seq] of the run into its notification
-    (runs.notify `events_committed`), in the writing transaction after they are inserted: the rows
-    of `run_events_json_after`, as JSON. Nothing when they would not fit."""
-    return _CARRIED_EVENTS_SQL, [NOT_PLAIN, run_id, after_seq, last_seq]
+def carried_events_sql(run_id: UUID, rows: Sequence[RunEvent]) -> tuple[str, list[Any]] | None:
+    """The expression that writes `rows`, the run's events this transaction inserts, into its
+    notification (runs.notify `events_committed`), sent after them: the rows of
+    `run_events_json_after`, as JSON. None when they would not fit."""
+    if not rows or sum((row.data_bytes or 0) + EVENT_ENVELOPE_BYTES for row in rows) > CARRIED_EVENTS_BYTES:
+        return None
+    return _CARRIED_EVENTS_SQL, [NOT_PLAIN, run_id, rows[0].seq - 1, rows[-1].seq]
 
 
 def carried_events_rows(carried: str) -> list[tuple[int, str, str]]:

@@ -90,8 +90,7 @@ def events_note(run: Run, rows: Sequence[RunEvent]) -> notify.Note:
     """The notification of `rows`, the run's events this transaction inserts, sent after them: it
     carries them when they fit (runs.selectors.wire `carried_events_sql`), so a stream that hears
     it sends them without a read (docs/design/streaming.md#hub)."""
-    carried = carried_events_sql(run.id, rows[0].seq - 1, run.last_seq) if rows else None
-    return notify.events_committed(run.id, run.last_seq, carried)
+    return notify.events_committed(run.id, run.last_seq, carried_events_sql(run.id, rows))
 
 
 def event_rows(
