@@ -3,18 +3,21 @@ same as Django's own chain gives, method by method — statuses, headers, bodies
 stream or a wait opens or is refused. Real uvicorn processes: the site's application and Django's own
 handler (tests.support.stock_asgi) side by side."""
 
+import asyncio
+
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from runs import services
-from runs.http.asgi import AsyncViews
+from runs.http.asgi import Application, AsyncViews
 from runs.http.middleware import Phased
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
 from tests.support.procs import Procs
 from tests.support.sse import auth_headers, request_once
+from tests.support.threads_seen import answer_head, noting_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -64,3 +67,22 @@ def test_a_middleware_that_is_not_a_plain_middleware_mixin_leaves_djangos_own_ch
         handler = AsyncViews()
         assert Phased.load(handler) is None
         assert not isinstance(handler._middleware_chain, Phased)
+
+
+@pytest.mark.sqlite
+def test_a_streams_opening_is_one_call_on_an_opening_thread(alice: User) -> None:
+    """Django's `request_started`, every `process_request` and every `process_response` of a stream
+    run in the one call on the opening threads that runs its checks (runs/http/middleware.py
+    `Opening`): for the stream's head and for a refusal alike, where each was a hop of its own."""
+    running, ended = running_run(alice), running_run(alice)
+    last_seq = services.run_cancel(run_id=ended.pk, actor=alice).run.last_seq
+    token = [(b"authorization", f"Token {token_for(alice)}".encode())]
+    with override_settings(MIDDLEWARE=[*settings.MIDDLEWARE, "tests.support.threads_seen.ThreadsSeen"]):
+        app = Application(None, on_startup=lambda: None, on_shutdown=lambda: asyncio.sleep(0))
+        for run, query, status in ((running, b"after_seq=0", 200), (ended, f"after_seq={last_seq}".encode(), 204)):
+            with noting_threads() as seen:
+                assert asyncio.run(answer_head(app, f"/api/runs/{run.pk}/stream/", query, token)) == status
+            steps = [step for step, _ in seen]
+            assert steps == ["request_started", "process_request", "process_response"], seen
+            threads = {thread for _, thread in seen}
+            assert len(threads) == 1 and threads.pop().startswith("runledger-sse-open"), seen

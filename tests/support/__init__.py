@@ -73,6 +73,7 @@ import nothing of Django that needs settings, so bench can import them before `d
 #     terminal.py            A command run on a pseudo-terminal of its own, answering its prompts as a
 #                            person at a keyboard would
 #     threads.py             Real threads against the database
+#     threads_seen.py        Where a request's synchronous steps run
 #     token_cache.py         This process's token cache listening (runs.http.token_cache), as a web
 #                            process's lifespan starts it
 #     urls.py                Every route a URLconf declares, read from the resolver
