@@ -90,12 +90,10 @@ class _Opening:
     """The stream's opening in the middleware's one hop (runs/http/middleware.py `Opening`): its
     checks and first read on the opening threads, answered as `opening.answer` answers them, and the
     response phase over its refusal or its head. Not behind the edge, where the view first learns
-    whether Pushpin holds the request."""
+    whether Pushpin holds the request and whose client a request Pushpin signed is (`edge_client`)."""
 
     def prepare(self, request: HttpRequest) -> tuple[Hub, StreamGuard] | None:
-        if conf.GRIP_URL and not request.GET.get("types"):
-            return None
-        return get_hub(), get_guard()
+        return None if conf.GRIP_URL else (get_hub(), get_guard())
 
     def hop(self, fn: Callable[[], T]) -> Awaitable[T]:
         return opening.call(fn)
