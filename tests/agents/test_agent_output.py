@@ -65,7 +65,10 @@ def run_script(owner: User, script: list[Any]) -> Run:
     run = queued_run(owner, agent=SCRIPTED, input={})
     SCRIPTS[str(run.pk)] = script
     try:
-        Worker(once=True, listen=False).run(install_signals=False)
+        # One slot, so seven database lanes rather than nine: with this process's own connection,
+        # nine took the whole pool of ten, and a connection held anywhere else in the process made
+        # every lane's call wait out the pool's timeout (3 s each, past the test's own).
+        Worker(once=True, listen=False, concurrency=1).run(install_signals=False)
     finally:
         SCRIPTS.pop(str(run.pk), None)
     run.refresh_from_db()
