@@ -312,10 +312,8 @@ class BodyLimit:
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
-            (
-                b"connection",
-                b"close",
-            ),  # what is left of the body is not read: this connection cannot carry another request
+            # What is left of the body is not read: this connection cannot carry another request.
+            (b"connection", b"close"),
         ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

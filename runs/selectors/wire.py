@@ -45,11 +45,12 @@ NOT_PLAIN = rf'^(?:[^".]|{_STRING})*(?:\.|"(?:[^"\\]|\\.)*(?:, |: ))'
 EVENT_COLUMNS = """seq, type, CASE WHEN plain THEN replace(replace(data, ', ', ','), ': ', ':') ELSE data END, plain,
     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), attempt"""
 # OFFSET 0 keeps the inner query whole, so each row's data is printed once, not once per use.
-_EVENTS_JSON_SQL = (
-    f"SELECT {EVENT_COLUMNS} FROM (SELECT seq, type, data::text AS data, data::text !~ %s AS plain, created_at,"
-    f" attempt FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s ORDER BY seq LIMIT %s"
-    " OFFSET 0) page ORDER BY seq"
+# The rows the codec reads, parameters (NOT_PLAIN, run, after, upto): a range of a run's events.
+_EVENTS_RANGE = (
+    "SELECT seq, type, data::text AS data, data::text !~ %s AS plain, created_at, attempt"
+    f" FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s"
 )
+_EVENTS_JSON_SQL = f"SELECT {EVENT_COLUMNS} FROM ({_EVENTS_RANGE} ORDER BY seq LIMIT %s OFFSET 0) page ORDER BY seq"
 
 
 # The most a notification's events may take (PostgreSQL refuses a payload of 8000 bytes or more,
@@ -60,11 +61,7 @@ CARRIED_EVENTS_BYTES = 7500
 _CARRIED_EVENTS_SQL = f"""COALESCE((
     SELECT E'\\n' || carried FROM (
         SELECT json_agg(json_build_array({EVENT_COLUMNS}) ORDER BY seq)::text AS carried
-        FROM (
-            SELECT seq, type, data::text AS data, data::text !~ %s AS plain, created_at, attempt
-            FROM {RunEvent._meta.db_table} WHERE run_id = %s AND seq > %s AND seq <= %s
-            OFFSET 0
-        ) page
+        FROM ({_EVENTS_RANGE} OFFSET 0) page
     ) events WHERE octet_length(carried) <= {CARRIED_EVENTS_BYTES}
 ), '')"""
 

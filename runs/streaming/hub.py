@@ -207,8 +207,9 @@ class RunFeed:
             self._pump_task = None
 
     def carried(self, frames: list[Frame]) -> None:
-        """The frames a notification carried: published if they follow head, else read."""
-        if frames[0].seq == self.head + 1:
+        """The frames a notification carried: published if they reach head (`_publish` drops those
+        it has), else read."""
+        if frames[0].seq <= self.head + 1:
             self._publish(frames)
         else:
             self.wake()

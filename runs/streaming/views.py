@@ -47,8 +47,8 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if early is not None:
         # Opened in the middleware's hop (`_Opening`): a refusal, or the stream's head.
         head, found = early
-        if found is None:
-            return head
+        if found is None or not isinstance(head, WatchedResponse):
+            return head  # a refusal, or what a middleware's process_response made of the head
     else:
         head = None
         if conf.GRIP_URL:
@@ -74,7 +74,7 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     # The body gives the slot back when it ends; a client gone before the body ever ran leaves
     # it to the end of the request (guard.py says how, under each server).
     at_request_end(request, watch.release)
-    stream = head if isinstance(head, WatchedResponse) else _head()
+    stream = head if head is not None else _head()
     return stream.watched(watch, _stream(opened, watch, first))
 
 

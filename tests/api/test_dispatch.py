@@ -15,26 +15,13 @@ from runs import services
 from runs.http.asgi import Application
 from tests.factories import queued_run
 from tests.support.db import token_for
+from tests.support.threads_seen import http_scope
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite, pytest.mark.timeout(30)]
 
 
 async def _status(app: Application, method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> int:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query,
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": ("127.0.0.1", 5000),
-        "server": ("testserver", 80),
-    }
-    talk = ApplicationCommunicator(app, scope)
+    talk = ApplicationCommunicator(app, http_scope(method, path, query, headers))
     await talk.send_input({"type": "http.request", "body": b"{}" if method == "POST" else b""})
     start = await talk.receive_output(10)
     while (await talk.receive_output(10)).get("more_body"):

@@ -1,6 +1,5 @@
 """Where a request's synchronous steps run: a middleware and a `request_started` receiver that note
-the thread of each (runs/http/middleware.py), and an in-process ASGI request that stops at the
-answer's head."""
+the thread of each (runs/http/middleware.py); and requests to an ASGI app in this process."""
 
 import threading
 from collections.abc import Iterator
@@ -46,14 +45,13 @@ def noting_threads() -> Iterator[list[tuple[str, str]]]:
         signals.request_started.disconnect(_started)
 
 
-async def answer_head(app: Any, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> int:
-    """GET `path` from the ASGI `app` in this process: the answer's status, read from its head; the
-    client then leaves (a stream's body is never read)."""
-    scope = {
+def http_scope(method: str, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    """The ASGI scope of an HTTP/1.1 request from a loopback client."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -63,7 +61,12 @@ async def answer_head(app: Any, path: str, query: bytes, headers: list[tuple[byt
         "client": ("127.0.0.1", 5000),
         "server": ("testserver", 80),
     }
-    talk = ApplicationCommunicator(app, scope)
+
+
+async def answer_head(app: Any, path: str, query: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    """GET `path` from the ASGI `app` in this process: the answer's status, read from its head; the
+    client then leaves (a stream's body is never read)."""
+    talk = ApplicationCommunicator(app, http_scope("GET", path, query, headers))
     await talk.send_input({"type": "http.request", "body": b""})
     start = await talk.receive_output(10)
     await talk.send_input({"type": "http.disconnect"})
