@@ -18,6 +18,7 @@ LISTEN is runs/notify/; the error shape and the credentials, runs/http/.
 #     guard.py      Fair use of the streams a web process serves
 #     hub.py        The per-process hub that feeds SSE streams
 #     opening.py    The few threads that open streams and waits
+#     recent.py     The events notifications a web process heard last, whatever run they were for
 #     responses.py  How a stream and a wait answer, under any server
 #     schema.py     The SSE stream and the wait in the OpenAPI schema
 #     views.py      The SSE stream of a run's events

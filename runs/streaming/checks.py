@@ -38,6 +38,8 @@ class Opened:
     types: TypeSelection | None = None
     # The events after the cursor, read in the run's round trip (`open_checks`'s `first_rows`).
     first: EventsRead | None = None
+    # Where the hub's recent notes stood before the run was read (runs.streaming.recent `mark`).
+    mark: int | None = None
 
 
 def parse_cursor(name: str, value: str) -> int | HttpResponse:
@@ -106,11 +108,13 @@ def read_checks(request: HttpRequest, run_id: str, first: tuple[int, int] | None
     return Reader(run=run, user=user, token_id=token_id, session_key=session_key, first=read)
 
 
-def open_checks(request: HttpRequest, run_id: str, first_rows: int = 0) -> Opened | HttpResponse:
+def open_checks(
+    request: HttpRequest, run_id: str, first_rows: int = 0, mark: int | None = None
+) -> Opened | HttpResponse:
     """Every check that opens a stream, in order, or the answer that refuses it; run on the opening
     threads (opening.py), which close the connection it used. `first_rows`: for a stream of every
     type, the events after its cursor, at most so many, read with the run (`Opened.first`), for the
-    caller to use if it wants them."""
+    caller to use if it wants them. `mark`: the hub's recent notes' mark, read before this."""
     named = cursor_named(request)
     every_type = not request.GET.get("types")
     first = (named[0], first_rows) if first_rows and every_type and not isinstance(named, HttpResponse) else None
@@ -147,6 +151,7 @@ def open_checks(request: HttpRequest, run_id: str, first_rows: int = 0) -> Opene
         session_key=reader.session_key,
         types=types,
         first=reader.first,
+        mark=mark,
     )
 
 

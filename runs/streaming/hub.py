@@ -26,6 +26,7 @@ from runs.selectors.wire import (
     run_events_json_bounded,
     sse_frame,
 )
+from runs.streaming.recent import RecentNotes
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +150,7 @@ class RunFeed:
         # Advances with head; a shared read is only joined by watchers of the same version.
         self.version = 0
         self._reads: dict[tuple[int, int], asyncio.Task[Read]] = {}
-        self._wake = asyncio.Event()
-        self._wake.set()  # read at once: events may have committed since the caller read head
+        self._wake = asyncio.Event()  # set by the hub at once if what the caller read may be behind
         # Resolved at the next advance of head (a dict: a watcher woken otherwise takes its own out).
         self._waiters: dict[asyncio.Future[None], None] = {}
         self._pump_task: asyncio.Task[None] | None = None
@@ -277,20 +277,29 @@ class Hub:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.feeds: dict[str, RunFeed] = {}
+        self.recent = RecentNotes()
         self.listener: Listener | None = None
         self._listener_task: asyncio.Task[None] | None = None
         self._tick_task: asyncio.Task[None] | None = None
         self.postgresql = connections["default"].vendor == "postgresql"
         self.poll_seconds = conf.POLL_SECONDS if self.postgresql else conf.SQLITE_POLL_SECONDS
 
-    def subscribe(self, run_id: str, *, head: int, ended: bool) -> RunFeed:
-        """Join (or create) the run's feed; `head` and `ended` are what the caller just read."""
+    def subscribe(self, run_id: str, *, head: int, ended: bool, mark: int | None = None) -> RunFeed:
+        """Join (or create) the run's feed; `head` and `ended` are what the caller just read, and
+        `mark` where the recent notes stood before that read (`RecentNotes.mark`), if it read the
+        table. A new feed then takes what committed since from the notes heard since, else it reads
+        at once."""
         self._ensure_listener()
         self._ensure_tick()
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = self.feeds[run_id] = RunFeed(self, run_id, head=head, ended=ended)
             feed.start()
+            heard = self.recent.after(run_id, head, mark)
+            if heard is None:
+                feed.wake()
+            for seq, payload in heard or ():
+                self._heard(feed, seq, payload)
         feed.watchers += 1
         return feed
 
@@ -306,7 +315,11 @@ class Hub:
         if self._listener_task is not None and not self._listener_task.done():
             return
         self.listener = Listener(
-            role="web", on_notify=self._on_notify, on_connect=self._on_connect, channels=(notify.EVENTS,)
+            role="web",
+            on_notify=self._on_notify,
+            on_connect=self._on_connect,
+            on_disconnect=self.recent.disconnected,
+            channels=(notify.EVENTS,),
         )
         self._listener_task = detached(self.loop, self.listener.run())
         self._listener_task.add_done_callback(_log_task_end)
@@ -341,8 +354,14 @@ class Hub:
         except ValueError:
             log.warning("ignoring malformed %s payload %r", channel, payload)
             return
+        self.recent.add(run_id, seq, payload)
         feed = self.feeds.get(run_id)
-        if feed is None or seq <= feed.head or feed.ended:
+        if feed is not None:
+            self._heard(feed, seq, payload)
+
+    def _heard(self, feed: RunFeed, seq: int, payload: str) -> None:
+        """The note of `feed`'s run that the run got to `seq`, with the events it carries if any."""
+        if seq <= feed.head or feed.ended:
             return
         carried = notify.carried_events(payload)
         if carried is None:
@@ -351,7 +370,7 @@ class Hub:
         try:
             frames = [make_frame(*row) for row in carried_events_rows(carried)]
         except ValueError:
-            log.warning("ignoring the malformed events of %s payload %r", channel, payload[:200])
+            log.warning("ignoring the malformed events of %s payload %r", notify.EVENTS, payload[:200])
             feed.wake()
             return
         if frames and frames[-1].seq == seq:
@@ -361,6 +380,7 @@ class Hub:
 
     def _on_connect(self) -> None:
         # Whatever was committed while the connection was down was announced to nobody.
+        self.recent.connected()
         for feed in self.feeds.values():
             feed.wake()
 

@@ -129,7 +129,9 @@ def _open(request: HttpRequest, run_id: str, hub: Hub, guard: StreamGuard) -> tu
     cursor, if the stream is to start its run's feed here and is a short backlog behind, and its
     user has room for it: the stream's first bytes carry them, with no read of their own after.
     `hub` and `guard` are only looked at (from this thread, a hint: the event loop decides)."""
-    opened = open_checks(request, run_id, SHORT_BACKLOG if run_id not in hub.feeds else 0)
+    # Before any read: the notes heard after it say what committed since (Hub.subscribe).
+    mark = hub.recent.mark()
+    opened = open_checks(request, run_id, SHORT_BACKLOG if run_id not in hub.feeds else 0, mark)
     if isinstance(opened, HttpResponse):
         return opened
     reads_first = (
@@ -163,20 +165,22 @@ async def _stream(opened: Opened, watch: Watch, first: Read | None) -> AsyncGene
     lifetime = conf.SSE_MAX_SECONDS
     ends_at = loop.time() + lifetime if lifetime > 0 else math.inf
     hub = get_hub()
-    # A new feed starts where the opening's read ended (`_open`): its pump reads on from there at
-    # once (hub.py), for what committed since. Without that read, a new feed of a live run starts
-    # at a short backlog's start: the pump's first read brings the backlog with whatever committed
-    # since — one read where the watcher's own would be a second. (An ended run's feed has no pump:
-    # its watchers read the table.)
+    # A new feed starts where the opening's read ended (`_open`), with what committed since from
+    # the notes heard since, or a read at once if they cannot say (hub.py). Without that read, a
+    # new feed of a live run starts at a short backlog's start: the pump's first read brings the
+    # backlog with whatever committed since — one read where the watcher's own would be a second.
+    # (An ended run's feed has no pump: its watchers read the table.)
     read_first = first.frames if first is not None else []
+    mark = opened.mark
     if first is not None:
         head = read_first[-1].seq if read_first else cursor
+        mark = None if first.full else mark  # more to read
     elif not opened.terminal and types is None and opened.last_seq - cursor <= SHORT_BACKLOG:
-        head = cursor
+        head, mark = cursor, None
     else:
         head = opened.last_seq
     ended = opened.terminal or bool(read_first and read_first[-1].terminal)
-    feed = hub.subscribe(opened.run_id, head=max(head, opened.last_seq) if ended else head, ended=ended)
+    feed = hub.subscribe(opened.run_id, head=max(head, opened.last_seq) if ended else head, ended=ended, mark=mark)
     series.stream_opened()
     try:
         retry = f"retry: {conf.SSE_RETRY_MS}\n\n".encode()
