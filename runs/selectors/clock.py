@@ -11,7 +11,7 @@ def db_now() -> datetime:
     machines; reading both against this one clock means no machine's clock skew can expire a live
     lease or a deadline early."""
     if connection.vendor != "postgresql":
-        # To the millisecond, as SQLite's own clock reads (runs.services.quotas' Now()): a time taken
+        # To the millisecond, as SQLite's own clock reads (runs.services.ranking's DbNow()): a time taken
         # here is never ahead of the one the claims compare it with.
         local = timezone.now()
         return local.replace(microsecond=local.microsecond // 1000 * 1000)

@@ -1,10 +1,10 @@
 """Every write, one module per job, each service importable from here (docs/layout.md): `core` the
 locked write core (lock, check, append, end, park, requeue); `creation`, `commands`, `bulk`,
 `rerun`, `scheduling` what callers ask of runs; `execution` a worker's writes; `sweeper`,
-`retention`, `idempotency`; `quotas` the owner's limits and the fair-share pick; `tokens`,
-`webhook_endpoints`, `webhooks` (the outbox). One transaction under the run's row lock each
-(docs/design/commands.md). `__all__` is the public API for host code (docs/reference/python.md);
-the other names are the project's own and may change.
+`retention`, `idempotency`; `quotas` the owner's limits and the fair-share pick, `ranking` the
+order of owners it reads; `tokens`, `webhook_endpoints`, `webhooks` (the outbox). One transaction
+under the run's row lock each (docs/design/commands.md). `__all__` is the public API for host
+code (docs/reference/python.md); the other names are the project's own and may change.
 """
 
 # Modules (docs/hooks/reference.py --write keeps this index):
@@ -20,6 +20,7 @@ the other names are the project's own and may change.
 #     idempotency.py        Retry-safe creates: at most one run per
 #     locks.py              Locking a run for a command
 #     quotas.py             Per-owner limits, enforced where runs are made and claimed
+#     ranking.py            The order claims serve owners in, as SQL
 #     rerun.py              Running an ended run again, and forking it from the middle of its log
 #     retention.py          Retention: deleting old terminal runs with their events and attempts
 #     schedule_notices.py   What a schedule tells webhooks

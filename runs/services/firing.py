@@ -18,7 +18,7 @@ from runs.recurrence import Rule
 from runs.selectors.schedules import with_owner_and_last_run
 from runs.services.core import SYSTEM, end, lock_run
 from runs.services.creation import RunSpec, insert_run
-from runs.services.quotas import DbNow
+from runs.services.ranking import DbNow
 from runs.services.schedule_notices import tell
 from runs.transitions import CancelCode, Status
 

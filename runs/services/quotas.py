@@ -4,16 +4,13 @@ fair share of the workers at claim, and the cap on webhook endpoints. A count an
 allows must not race another of the same owner's, so each check first takes a transaction-scoped
 advisory lock (on SQLite, whose IMMEDIATE transactions serialise writers, none is needed)."""
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
-from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Model, Q, QuerySet
-from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -22,6 +19,7 @@ from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.selectors.clock import db_now
 from runs.selectors.compiled import CompiledRead, Param, as_first
+from runs.services.ranking import DbNow, Ranked, ranking
 from runs.services.statements import Statement, send_prepared
 from runs.transitions import Status
 
@@ -170,62 +168,8 @@ def _refused(message: str, **detail: int) -> TooManyRequests:
     return TooManyRequests(message, retry_after=conf.LIMIT_RETRY_AFTER_SECONDS, detail=detail)
 
 
-# Owners with runs queued and due, in the order claims serve them: the fewest running runs first,
-# then the earliest turn (`Run.turn_at`: when their earliest such run fell due, created or reached
-# its start_after). The recursive part walks the queued rows one owner at a time, and each count and
-# minimum is an index lookup (`run_queued_turn`), so the cost follows the number of owners waiting,
-# not the number of runs queued. Owners at the running cap are left out. Each row also says whether
-# any run that jumps fair share is queued (`run_queued_urgent`, an index almost always empty), so
-# the claim looks for one only then. No row at all: nothing is claimable, urgent or not (an urgent
-# run's owner is in the list unless its runs are not due or the owner is at the cap, which rule it
-# out as well).
-_OWNERS = """
-WITH RECURSIVE owners(owner_id) AS (
-    SELECT MIN(owner_id) FROM runs_run WHERE status = %(queued)s
-    UNION ALL
-    SELECT (SELECT MIN(q.owner_id) FROM runs_run q WHERE q.status = %(queued)s AND q.owner_id > owners.owner_id)
-    FROM owners WHERE owners.owner_id IS NOT NULL
-), ranked AS (
-    SELECT owner_id,
-           (SELECT COUNT(*) FROM runs_run r WHERE r.owner_id = owners.owner_id AND r.status = %(running)s) AS running,
-           (SELECT MIN(q.turn_at) FROM runs_run q WHERE q.owner_id = owners.owner_id AND q.status = %(queued)s
-                AND (q.start_after IS NULL OR q.start_after <= {now})) AS turn
-    FROM owners WHERE owner_id IS NOT NULL
-)
-SELECT owner_id, turn,
-       EXISTS (SELECT 1 FROM runs_run u WHERE u.status = %(queued)s AND u.priority > %(urgent)s) AS urgent
-FROM ranked
-WHERE turn IS NOT NULL AND (%(cap)s = 0 OR running < %(cap)s) ORDER BY running, turn, owner_id
-"""
-# The database's clock (SQLite's to the millisecond, written as Django writes a time there, with
-# six digits: its times are text, compared as text, and "…12.345" sorts before "…12.345000").
-_NOW = {"postgresql": "STATEMENT_TIMESTAMP()", "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f000', 'NOW')"}
-
-
-class DbNow(Now):
-    """Django's Now(), read on SQLite as `_NOW` reads it: a time `runs.selectors.clock.db_now` took
-    is due by it at once."""
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return self.as_sql(compiler, connection, template=_NOW["sqlite"].replace("%", "%%"), **extra_context)
-
-
-_OWNERS_PARAMETERS = re.findall(r"%\((\w+)\)s", _OWNERS)
-
-
-def _ranking(*, cap: int) -> Statement:
-    """`_OWNERS` with positional parameters, to go with other statements (`send_prepared`)."""
-    values = {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap, "urgent": PRIORITY_MAX}
-    sql = re.sub(r"%\(\w+\)s", "%s", _OWNERS).format(now=_NOW[connection.vendor])
-    return sql, [values[name] for name in _OWNERS_PARAMETERS]
-
-
 # Due: not scheduled, or its start_after has come (docs/design/fair-use.md#start-after).
 DUE = Q(start_after__isnull=True) | Q(start_after__lte=DbNow())
-
-
-# `_OWNERS`' rows: (owner_id, turn, urgent).
-Ranked = list[tuple[Any, ...]]
 
 
 def rank_ahead(*, newcomer: bool = False) -> Ranked | None:
@@ -237,7 +181,7 @@ def rank_ahead(*, newcomer: bool = False) -> Ranked | None:
     a running cap, whose counts are read under the claims' lock)."""
     if connection.vendor != "postgresql" or newcomer or conf.MAX_RUNNING_PER_USER:
         return None
-    [ranked] = send_prepared(_ranking(cap=0))
+    [ranked] = send_prepared(ranking(cap=0))
     return ranked
 
 
@@ -248,7 +192,7 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
     claim's time, without a statement of its own.
 
     First a run whose priority jumps fair share (above PRIORITY_MAX), highest then oldest. Then fair
-    share: owners in `_OWNERS` order, each owner's highest-priority run, oldest among equals, which
+    share: owners in the ranking's order (`runs.services.ranking`), each owner's highest-priority run, oldest among equals, which
     takes the owner's earliest turn (`_take_turn`). `newcomer`: only an owner with no run running may
     have it — the slot a worker keeps for them (`Worker.newcomer_slots`), which is a running cap of 1
     for this claim. Under a cap the claims' lock is taken before the ranking, so the counts it reads
@@ -258,7 +202,7 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
     `ranked`: the ranking `rank_ahead` read."""
     cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
     if ranked is None:
-        *_, ranked = send_prepared(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), _ranking(cap=cap))
+        *_, ranked = send_prepared(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), ranking(cap=cap))
     if not ranked:
         return None
     if ranked[0][2]:

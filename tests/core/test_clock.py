@@ -5,7 +5,8 @@ from django.contrib.auth.models import User
 
 from runs.models import Run
 from runs.selectors.clock import db_now
-from runs.services.quotas import DUE, DbNow
+from runs.services.quotas import DUE
+from runs.services.ranking import DbNow
 from tests.factories import queued_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
