@@ -55,15 +55,19 @@ def _known(vocabulary: type[E], value: str, what: str) -> E:
         raise ValidationFailed(f"unknown {what} {value!r}") from exc
 
 
-def run_claim(*, worker: str, machine: str = "", newcomer: bool = False) -> tuple[Run, RunAttempt] | None:
+def run_claim(
+    *, worker: str, machine: str = "", newcomer: bool = False, expect_run: bool = True
+) -> tuple[Run, RunAttempt] | None:
     """Take the queued run fair share says is next (`quotas.pick_queued`) and open its next attempt.
     `machine` says where the worker runs (`runs.worker.orphans.machine`); `newcomer` takes only a
-    run of an owner with no run running (a worker's kept slot).
+    run of an owner with no run running (a worker's kept slot). `expect_run`: the caller was told of
+    a run to take (a create's notification): the ranking is read with the pick, in the lock's round
+    trip; otherwise first, alone, which is all a claim that finds nothing sends (`quotas.rank_ahead`).
 
     A run past its deadline is left for the sweeper to stop, never started. The claim is the start:
     the run becomes running, its attempt opens and `run.started` is written in the one transaction:
     its lock goes with its BEGIN, its writes with its COMMIT (docs/design/execution.md#claims)."""
-    ranked = rank_ahead(newcomer=newcomer)
+    ranked = rank_ahead(newcomer=newcomer, expect_run=expect_run)
     if ranked == []:
         return None  # nothing to take, and no transaction opened for it
     with transaction.atomic(durable=True), holding():

@@ -11,6 +11,7 @@ from enum import IntEnum
 
 from django.db import connection
 from django.db.models import Count, Model, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -19,7 +20,7 @@ from runs.exceptions import TooManyRequests
 from runs.models import LIVE_VALUES, PRIORITY_MAX, TERMINAL_VALUES, Run, Schedule, WebhookEndpoint
 from runs.selectors.clock import db_now
 from runs.selectors.compiled import CompiledRead, Param, as_first
-from runs.services.ranking import DbNow, Ranked, ranking
+from runs.services.ranking import FIRST_OWNER, DbNow, Ranked, folded, ranking
 from runs.services.statements import Statement, send_prepared
 from runs.transitions import Status
 
@@ -172,14 +173,15 @@ def _refused(message: str, **detail: int) -> TooManyRequests:
 DUE = Q(start_after__isnull=True) | Q(start_after__lte=DbNow())
 
 
-def rank_ahead(*, newcomer: bool = False) -> Ranked | None:
-    """The ranking a claim's `pick_queued` reads, read before the claim's transaction where it reads
-    the same there (PostgreSQL without a running cap: no lock guards it, and each statement reads
-    its own snapshot anyway). A claim that finds nothing to take then sends this one statement and
-    no transaction — what every worker but one does for a create's notification. None: the
-    ranking is read in the transaction (SQLite, whose claims queue for the file's write lock first;
-    a running cap, whose counts are read under the claims' lock)."""
-    if connection.vendor != "postgresql" or newcomer or conf.MAX_RUNNING_PER_USER:
+def rank_ahead(*, newcomer: bool = False, expect_run: bool = False) -> Ranked | None:
+    """The ranking `pick_queued` reads, read alone before the claim's transaction where it reads the
+    same there — on PostgreSQL without a running cap: no lock guards it, and each statement reads its
+    own snapshot anyway — for a claim that does not `expect_run` (a poll's, the one after a taken
+    run: they mostly find nothing, and that is then this one statement and no transaction). None:
+    read in the transaction. With the pick, in one statement, for a claim that expects a run (a
+    round trip less to take it, one more, the COMMIT, to find none); after the claims' lock, under a
+    running cap and for a kept slot; on SQLite, whose claims queue for the file's write lock first."""
+    if connection.vendor != "postgresql" or newcomer or conf.MAX_RUNNING_PER_USER or expect_run:
         return None
     [ranked] = send_prepared(ranking(cap=0))
     return ranked
@@ -192,16 +194,25 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
     claim's time, without a statement of its own.
 
     First a run whose priority jumps fair share (above PRIORITY_MAX), highest then oldest. Then fair
-    share: owners in the ranking's order (`runs.services.ranking`), each owner's highest-priority run, oldest among equals, which
-    takes the owner's earliest turn (`_take_turn`). `newcomer`: only an owner with no run running may
-    have it — the slot a worker keeps for them (`Worker.newcomer_slots`), which is a running cap of 1
-    for this claim. Under a cap the claims' lock is taken before the ranking, so the counts it reads
-    include every claim before it: an owner ranked below the cap stays below it until this claim
-    commits (two workers' kept slots never go to one owner's two runs). The lock and the ranking go
-    in one round trip, the ranking a statement of its own that reads after the lock is granted.
-    `ranked`: the ranking `rank_ahead` read."""
+    share: owners in the ranking's order (`runs.services.ranking`), each owner's highest-priority
+    run, oldest among equals, which takes the owner's earliest turn (`_take_turn`). `newcomer`: only
+    an owner with no run running may have it — the slot a worker keeps for them
+    (`Worker.newcomer_slots`), which is a running cap of 1 for this claim. Under a cap the claims'
+    lock is taken before the ranking, so the counts it reads include every claim before it: an owner
+    ranked below the cap stays below it until this claim commits (two workers' kept slots never go
+    to one owner's two runs). The lock and the ranking go in one round trip, the ranking a statement
+    of its own that reads after the lock is granted. `ranked`: the ranking `rank_ahead` read; None
+    on PostgreSQL without a cap: read with the first owner's pick (`_pick_first`)."""
     cap = 1 if newcomer else (conf.MAX_RUNNING_PER_USER or 0)
-    if ranked is None:
+    tried = 0
+    if ranked is None and not cap and connection.vendor == "postgresql":
+        ranked, picked = _pick_first()
+        if picked is not None:
+            return picked
+        # It looked at the first owner's runs (another claim holds each, or none may start), unless
+        # an urgent run is queued: then at none.
+        tried = 0 if ranked and ranked[0][2] else 1
+    elif ranked is None:
         *_, ranked = send_prepared(*owner_lock(EVERY_OWNER, OwnerLock.CLAIM, taken=bool(cap)), ranking(cap=cap))
     if not ranked:
         return None
@@ -210,13 +221,26 @@ def pick_queued(*, newcomer: bool = False, ranked: Ranked | None = None) -> tupl
         run = next(iter(_URGENT.from_rows(rows, cap)), None)
         if run is not None:
             return run, _clock(run)
-    for owner_id, turn, _ in ranked:
+    for owner_id, turn, _ in ranked[tried:]:
         [rows] = send_prepared(_FAIR.statement(owner=owner_id))
         run = next(iter(_FAIR.from_rows(rows)), None)
         if run is not None:
             _take_turn(run, _datetime(turn))
             return run, _clock(run)
     return None
+
+
+def _pick_first() -> tuple[Ranked, tuple[Run, datetime] | None]:
+    """The ranking (no cap), and the first owner's claimable run locked by the statement that reads
+    it, with that statement's clock: one round trip, with the transaction's BEGIN. No run when an
+    urgent run is queued, or when none of the first owner's is free to take."""
+    [rows] = send_prepared(folded(_FIRST.statement()))
+    ranked = [row[-3:] for row in rows]
+    if not rows or rows[0][0] is None:
+        return ranked, None
+    run = _FIRST.from_rows([rows[0][:-3]])[0]
+    _take_turn(run, _datetime(ranked[0][1]))
+    return ranked, (run, _clock(run))
 
 
 def _queued() -> QuerySet[Run]:
@@ -250,6 +274,8 @@ _FAIR = CompiledRead(
     lambda *, owner: as_first(_claimable().filter(owner_id=owner)),
     owner=Param(Run._meta.get_field("owner"), (-271828, -314159)),
 )
+# The first-ranked owner's, in the ranking's statement (`ranking.folded`).
+_FIRST = CompiledRead(Run, lambda: as_first(_claimable().filter(owner_id=RawSQL(FIRST_OWNER, ()))))
 
 
 def _clock(run: Run) -> datetime:

@@ -1,5 +1,6 @@
-"""The order claims serve owners in (docs/design/fair-use.md#fair-claiming), as SQL: the ranking a
-claim reads (docs/design/execution.md#claims)."""
+"""The order claims serve owners in (docs/design/fair-use.md#fair-claiming), as SQL: the ranking
+alone, and the ranking with the first owner's run picked and locked in the same statement
+(docs/design/execution.md#claims)."""
 
 import re
 from functools import cache
@@ -16,32 +17,54 @@ from runs.transitions import Status
 # then the earliest turn (`Run.turn_at`: when their earliest such run fell due, created or reached
 # its start_after). The recursive part walks the queued rows one owner at a time, and each count and
 # minimum is an index lookup (`run_queued_turn`), so the cost follows the number of owners waiting,
-# not the number of runs queued. Owners at the running cap are left out. Each row also says whether
-# any run that jumps fair share is queued (`run_queued_urgent`, an index almost always empty), so
-# the claim looks for one only then. No row at all: nothing is claimable, urgent or not (an urgent
-# run's owner is in the list unless its runs are not due or the owner is at the cap, which rule it
-# out as well).
-_OWNERS = """
+# not the number of runs queued (each once: `counted` is materialized, or the filter on `turn`
+# would look it up again). Owners at the running cap are left out. `flags` says whether any run
+# that jumps fair share is queued (`run_queued_urgent`, an index almost always empty), so the
+# claim looks for one only then. No owner at all: nothing is claimable, urgent or not (an urgent
+# run's owner is ranked unless its runs are not due or the owner is at the cap, which rule it out
+# as well).
+_RANKED = """
 WITH RECURSIVE owners(owner_id) AS (
     SELECT MIN(owner_id) FROM runs_run WHERE status = %(queued)s
     UNION ALL
     SELECT (SELECT MIN(q.owner_id) FROM runs_run q WHERE q.status = %(queued)s AND q.owner_id > owners.owner_id)
     FROM owners WHERE owners.owner_id IS NOT NULL
-), ranked AS (
+), counted AS MATERIALIZED (
     SELECT owner_id,
            (SELECT COUNT(*) FROM runs_run r WHERE r.owner_id = owners.owner_id AND r.status = %(running)s) AS running,
            (SELECT MIN(q.turn_at) FROM runs_run q WHERE q.owner_id = owners.owner_id AND q.status = %(queued)s
                 AND (q.start_after IS NULL OR q.start_after <= {now})) AS turn
     FROM owners WHERE owner_id IS NOT NULL
+), ranked AS (
+    SELECT owner_id, running, turn FROM counted WHERE turn IS NOT NULL AND (%(cap)s = 0 OR running < %(cap)s)
+), flags AS (
+    SELECT EXISTS (SELECT 1 FROM runs_run u WHERE u.status = %(queued)s AND u.priority > %(urgent)s) AS urgent
+)"""
+# Its rows: (owner_id, turn, urgent), in claim order.
+_OWNERS = _RANKED + "\nSELECT owner_id, turn, urgent FROM ranked, flags ORDER BY running, turn, owner_id\n"
+# The same rows, the first owner's row led by `pick`'s columns: their best claimable run, locked
+# (`pick` compares the owner with FIRST_OWNER), none when an urgent run is queued (it goes first)
+# or when another claim holds each of theirs. Materialized: locked once, whatever the join does.
+_FOLDED = (
+    _RANKED
+    + """, first_owner AS (
+    SELECT owner_id FROM ranked, flags WHERE NOT flags.urgent ORDER BY running, turn, owner_id LIMIT 1
+), picked AS MATERIALIZED (
+{pick}
 )
-SELECT owner_id, turn,
-       EXISTS (SELECT 1 FROM runs_run u WHERE u.status = %(queued)s AND u.priority > %(urgent)s) AS urgent
-FROM ranked
-WHERE turn IS NOT NULL AND (%(cap)s = 0 OR running < %(cap)s) ORDER BY running, turn, owner_id
+SELECT picked.*, ranked.owner_id, ranked.turn, flags.urgent
+FROM ranked CROSS JOIN flags LEFT JOIN picked ON picked.owner_id = ranked.owner_id
+ORDER BY ranked.running, ranked.turn, ranked.owner_id
 """
+)
+FIRST_OWNER = "SELECT owner_id FROM first_owner"
+
 # The database's clock (SQLite's to the millisecond, written as Django writes a time there, with
 # six digits: its times are text, compared as text, and "…12.345" sorts before "…12.345000").
 _NOW = {"postgresql": "STATEMENT_TIMESTAMP()", "sqlite": "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f000', 'NOW')"}
+
+# A row of the ranking: (owner_id, turn, urgent).
+Ranked = list[tuple[Any, ...]]
 
 
 class DbNow(Now):
@@ -52,21 +75,35 @@ class DbNow(Now):
         return self.as_sql(compiler, connection, template=_NOW["sqlite"].replace("%", "%%"), **extra_context)
 
 
-# A row of the ranking: (owner_id, turn, urgent).
-Ranked = list[tuple[Any, ...]]
-
-
 def ranking(*, cap: int) -> Statement:
-    """`_OWNERS`, its owners under `cap` running runs (0: no cap), with positional parameters, to go
-    with other statements (`send_prepared`)."""
+    """`_OWNERS`, its owners under `cap` running runs (0: no cap)."""
     sql, names = _positional(_OWNERS, connection.vendor)
-    values = {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap, "urgent": PRIORITY_MAX}
-    return sql, [values[name] for name in names]
+    return sql, _values(names, cap=cap)
+
+
+def folded(pick: Statement) -> Statement:
+    """The ranking (no cap) with `pick` run in it: its rows as `ranking`'s, each led by `pick`'s
+    columns, set on the first owner's row alone (PostgreSQL: `MATERIALIZED`)."""
+    return _folded(pick[0], tuple(pick[1]), connection.vendor)
+
+
+@cache
+def _folded(pick: str, picking: tuple[Any, ...], vendor: str) -> Statement:
+    # Built once per process: every claim a notification wakes sends it.
+    head, tail = _FOLDED.split("{pick}")
+    head_sql, head_names = _positional(head, vendor)
+    tail_sql, tail_names = _positional(tail, vendor)
+    return head_sql + pick + tail_sql, (*_values(head_names, cap=0), *picking, *_values(tail_names, cap=0))
 
 
 @cache
 def _positional(sql: str, vendor: str) -> tuple[str, tuple[str, ...]]:
-    """`sql` with positional parameters, and the names they take the values of, in order: built
-    once, not at every claim."""
+    """`sql` with positional parameters (to go with other statements: `send_prepared`), and the
+    names they take the values of, in order."""
     names = tuple(re.findall(r"%\((\w+)\)s", sql))
     return re.sub(r"%\(\w+\)s", "%s", sql).replace("{now}", _NOW[vendor]), names
+
+
+def _values(names: tuple[str, ...], *, cap: int) -> list[Any]:
+    values = {"queued": Status.QUEUED.value, "running": Status.RUNNING.value, "cap": cap, "urgent": PRIORITY_MAX}
+    return [values[name] for name in names]

@@ -26,6 +26,7 @@ from runs.services.webhook_endpoints import webhook_create
 from runs.streaming.checks import open_checks
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
+from tests.support.threads import rows_held
 from tests.support.token_cache import token_cache_listening
 from tests.support.wire import round_trips, wire_messages
 
@@ -251,21 +252,43 @@ def test_a_page_of_events_reads_the_run_and_its_events(api: APIClient, alice: Us
     ]
 
 
+CLAIM_WRITES = "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run + COMMIT "
+
+
 def test_a_claim_is_one_transaction_that_opens_the_attempt_and_writes_run_started(alice: User) -> None:
     """The start path's middle (docs/design/execution.md#claims): what a worker sends between a
-    create's notification and the watcher's `run.started` — three round trips."""
+    create's notification and the watcher's `run.started` — two round trips."""
     queued_run(alice)
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None
     assert _kinds(captured) == [
-        # The owners in fair-share order, and whether a run that jumps fair share is queued at all
-        # (runs.services.quotas): none is, so no statement looks for one. Before the transaction:
-        # a claim that finds nothing sends this alone.
-        "WITH runs_run",
-        "BEGIN  + SELECT runs_run",  # that owner's first claimable run, locked, with the database's clock
+        # The transaction's BEGIN with one statement: the owners in fair-share order, whether a run
+        # that jumps fair share is queued (none is, so no statement looks for one), and the first
+        # owner's first claimable run, locked, with the database's clock (runs.services.ranking)
+        "BEGIN  + WITH runs_run",
         # The attempt, run.started, its notification, the run and the COMMIT: one round trip
         # (runs.services.statements).
-        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run + COMMIT ",
+        CLAIM_WRITES,
+    ]
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w") is None
+    # Nothing to take: the transaction ends at once, its COMMIT a round trip of its own.
+    assert _kinds(captured) == ["BEGIN  + WITH runs_run", COMMIT]
+
+
+def test_a_claim_not_told_of_a_run_reads_the_ranking_first_and_alone(alice: User) -> None:
+    """`expect_run=False` (a poll's claim, the claim after a taken run): nothing to take is one
+    statement and no transaction; a run to take, one round trip more than told."""
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w", expect_run=False) is None
+    assert _kinds(captured) == ["WITH runs_run"]
+    queued_run(alice)
+    with CaptureQueriesContext(connection) as captured:
+        assert services.run_claim(worker="w", expect_run=False) is not None
+    assert _kinds(captured) == [
+        "WITH runs_run",  # the ranking, before the transaction
+        "BEGIN  + SELECT runs_run",  # that owner's first claimable run, locked, with the database's clock
+        CLAIM_WRITES,
     ]
 
 
@@ -279,16 +302,58 @@ def test_a_claim_looks_for_a_run_that_jumps_fair_share_only_when_one_is_queued(
         claimed = services.run_claim(worker="w")
     assert claimed is not None and claimed[0].pk == urgent.pk
     assert _kinds(captured) == [
-        "WITH runs_run",
-        "BEGIN  + SELECT runs_run",  # the urgent run, locked, with the clock: no fair-share pick after it
-        "INSERT runs_runattempt + INSERT runs_runevent + SELECT pg_notify + UPDATE runs_run + COMMIT ",
+        "BEGIN  + WITH runs_run",  # the ranking says one is queued: no run of the first owner locked
+        "SELECT runs_run",  # the urgent run, locked, with the clock: no fair-share pick after it
+        CLAIM_WRITES,
     ]
     with CaptureQueriesContext(connection) as captured:
         assert services.run_claim(worker="w") is not None  # alice's, by fair share
-    assert _kinds(captured)[:2] == ["WITH runs_run", "BEGIN  + SELECT runs_run"]
-    with CaptureQueriesContext(connection) as captured:
-        assert services.run_claim(worker="w") is None
-    assert _kinds(captured) == ["WITH runs_run"]  # nothing to take: one statement, no transaction
+    assert _kinds(captured) == ["BEGIN  + WITH runs_run", CLAIM_WRITES]
+
+
+def test_a_claim_whose_first_owners_runs_another_transaction_holds_takes_the_next_owners(
+    alice: User, bob: User
+) -> None:
+    """The fold's fallback (docs/design/execution.md#claims): another connection's open transaction
+    holds Alice's run, as a claim in flight would; the ranking read with the pick says Bob is next,
+    and the same transaction takes his run, one statement later."""
+    alices, bobs = queued_run(alice), queued_run(bob)
+    with rows_held(alices.pk):
+        with CaptureQueriesContext(connection) as captured:
+            claimed = services.run_claim(worker="w")
+        assert claimed is not None and claimed[0].pk == bobs.pk
+        assert _kinds(captured) == [
+            "BEGIN  + WITH runs_run",  # Alice first: her run held, passed over, nothing locked
+            "SELECT runs_run",  # Bob's, locked
+            CLAIM_WRITES,
+        ]
+        with CaptureQueriesContext(connection) as captured:
+            assert services.run_claim(worker="w") is None  # Alice's still held: skipped, not waited for
+        assert _kinds(captured) == ["BEGIN  + WITH runs_run", COMMIT]
+    claimed = services.run_claim(worker="w")
+    assert claimed is not None and claimed[0].pk == alices.pk
+
+
+def test_a_claim_takes_an_urgent_run_first_and_fair_share_while_another_transaction_holds_it(
+    alice: User, make_user: Callable[..., User]
+) -> None:
+    """docs/design/fair-use.md#priority, through the fold: the ranking says an urgent run is queued,
+    so the first owner's run is not locked with it; the urgent run held elsewhere, fair share takes
+    its turn from the first owner on."""
+    alices = queued_run(alice)
+    urgent = queued_run(make_user("staff", perms=("runs.prioritize_run",)), priority=PRIORITY_MAX + 1)
+    with rows_held(urgent.pk):
+        with CaptureQueriesContext(connection) as captured:
+            claimed = services.run_claim(worker="w")
+        assert claimed is not None and claimed[0].pk == alices.pk
+        assert _kinds(captured) == [
+            "BEGIN  + WITH runs_run",  # an urgent run is queued: none of Alice's locked
+            "SELECT runs_run",  # the urgent run: held, passed over
+            "SELECT runs_run",  # Alice's, first by fair share, locked
+            CLAIM_WRITES,
+        ]
+    claimed = services.run_claim(worker="w")
+    assert claimed is not None and claimed[0].pk == urgent.pk
 
 
 @override_settings(RUNLEDGER_MAX_RUNNING_PER_USER=2)
@@ -340,13 +405,21 @@ def test_on_the_wire_a_create_and_a_cancel_are_two_round_trips_and_a_read_one(ap
         assert executes(lambda: api.post(url(running, "cancel"), {}), 200) == [3, 5]
 
 
-def test_on_the_wire_a_claim_is_three_round_trips(alice: User) -> None:
-    """The ranking; the pick, locked, with the transaction's BEGIN; the writes with its COMMIT."""
+def test_on_the_wire_a_claim_is_two_round_trips_and_one_that_finds_nothing_two_or_one(alice: User) -> None:
+    """The ranking and the pick, locked, with the transaction's BEGIN; the writes with its COMMIT.
+    Nothing to take: the BEGIN, the ranking, then the COMMIT; not told of a run, the ranking alone."""
     queued_run(alice)
     with wire_messages() as messages:
         assert services.run_claim(worker="w") is not None
-    # The attempt, run.started, its notification, the run, COMMIT
-    assert [trip.count("Execute") for trip in round_trips(messages)] == [1, 2, 5]
+    # BEGIN, the ranking with the pick; the attempt, run.started, its notification, the run, COMMIT
+    assert [trip.count("Execute") for trip in round_trips(messages)] == [2, 5]
+    with wire_messages() as messages:
+        assert services.run_claim(worker="w") is None
+    # BEGIN, the ranking with the pick; the COMMIT, which psycopg sends as a simple query
+    assert [(trip.count("Execute"), trip.count("Query")) for trip in round_trips(messages)] == [(2, 0), (0, 1)]
+    with wire_messages() as messages:
+        assert services.run_claim(worker="w", expect_run=False) is None
+    assert [trip.count("Execute") for trip in round_trips(messages)] == [1]
 
 
 def test_on_the_wire_a_streams_checks_and_its_first_events_are_one_round_trip(alice: User, bob: User) -> None:

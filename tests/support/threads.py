@@ -2,8 +2,9 @@
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -109,3 +110,25 @@ def first_holds_second_waits(
             release.set()
         held.result(timeout=30)
         waiting.result(timeout=30)
+
+
+@contextmanager
+def rows_held(*run_ids: Any) -> Iterator[None]:
+    """The runs `run_ids` locked as a claim in flight locks the run it takes (FOR NO KEY UPDATE) by
+    another connection's open transaction while the block runs; released as it ends."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            assert len(Run.objects.select_for_update(no_key=True).filter(pk__in=run_ids)) == len(run_ids)
+            held.set()
+            assert release.wait(30)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        holder = pool.submit(in_thread(hold))
+        try:
+            assert held.wait(30) or holder.result()
+            yield
+        finally:
+            release.set()
+            holder.result(timeout=30)
