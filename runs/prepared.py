@@ -82,9 +82,9 @@ def send_pipelined(
         raw = connection.connection
         begin = _begin_here(raw)
         taken: set[int] = set()
-        beginning = _kept_cursor(alias, begin, taken) if begin else None
-        sent = [_kept_cursor(alias, sql, taken) for sql, _ in statements]
-        committing = _kept_cursor(alias, "COMMIT", taken) if commit else None
+        beginning = _kept_cursor(alias, raw, begin, taken) if begin else None
+        sent = [_kept_cursor(alias, raw, sql, taken) for sql, _ in statements]
+        committing = _kept_cursor(alias, raw, "COMMIT", taken) if commit else None
         logged: AbstractContextManager[Any] = nullcontext()
         if isinstance(wrapper, CursorDebugWrapper):
             ops: Any = connection.ops
@@ -156,11 +156,10 @@ def _let_go(cursor: Any) -> None:
 _KEPT_CURSORS = 64
 
 
-def _kept_cursor(alias: str, sql: str, taken: set[int]) -> tuple[Any, str]:
-    """The cursor `alias`'s connection keeps for `sql`, with the text object to send it with (the one
-    it was first sent, so that psycopg knows it again); a new one for a text already `taken` by the
-    same send (each statement of a pipeline has its own result)."""
-    raw = connections[alias].connection
+def _kept_cursor(alias: str, raw: Any, sql: str, taken: set[int]) -> tuple[Any, str]:
+    """The cursor `alias`'s connection (psycopg's: `raw`) keeps for `sql`, with the text object to
+    send it with (the one it was first sent, so that psycopg knows it again); a new one for a text
+    already `taken` by the same send (each statement of a pipeline has its own result)."""
     # On the connection itself: a new or reconnected connection starts with none, and they go with it.
     kept: OrderedDict[str, tuple[Any, str]] | None = getattr(raw, "_runledger_cursors", None)
     if kept is None:

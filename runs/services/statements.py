@@ -4,11 +4,27 @@ the values go to the database as the ORM would send them, and rows come back as 
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from functools import cache
 from typing import Any, TypeVar
+from uuid import UUID
 
 from django.db import connection, connections
-from django.db.models import Field, Model
+from django.db.models import (
+    BigIntegerField,
+    CharField,
+    DateTimeField,
+    Field,
+    ForeignKey,
+    IntegerField,
+    Model,
+    PositiveBigIntegerField,
+    PositiveIntegerField,
+    PositiveSmallIntegerField,
+    SmallIntegerField,
+    TextField,
+    UUIDField,
+)
 
 from runs.prepared import SEPARATOR, pipelining, send_pipelined
 
@@ -124,18 +140,17 @@ def insert(
     back (`inserted`)."""
     model = type(objs[0])
     keyed = model._meta.pk is not None and getattr(objs[0], model._meta.pk.attname) is not None
-    head, fields = _insert_head(model, keyed, connection.vendor)
-    given = {_field(model, name).attname: value for name, value in (computed or {}).items()}
-    row = "(" + ", ".join(given[f.attname][0] if f.attname in given else "%s" for f in fields) + ")"
     db = _wrapper()
+    head, fields, tail = _insert_head(model, keyed, db.vendor)
+    given = {_field(model, name).attname: value for name, value in (computed or {}).items()}
+    row = "(" + ", ".join(given[f.attname][0] if f.attname in given else "%s" for f, _ in fields) + ")"
     params = [
         part
         for obj in objs
-        for f in fields
-        for part in (given[f.attname][1] if f.attname in given else [_saved(f, obj, db)])
+        for f, saved in fields
+        for part in (given[f.attname][1] if f.attname in given else [saved(obj, db)])
     ]
-    tail = f" RETURNING {_q(model._meta.pk.column)}" if returning and model._meta.pk is not None else ""
-    return f"{head} VALUES {', '.join([row] * len(objs))}{tail}", params
+    return f"{head} VALUES {', '.join([row] * len(objs))}{tail if returning else ''}", params
 
 
 def inserted(objs: Sequence[Model], rows: Sequence[tuple[Any, ...]]) -> None:
@@ -147,27 +162,31 @@ def inserted(objs: Sequence[Model], rows: Sequence[tuple[Any, ...]]) -> None:
 
 
 @cache
-def _insert_head(model: type[Model], keyed: bool, vendor: str) -> tuple[str, list["Field[Any, Any]"]]:
+def _insert_head(model: type[Model], keyed: bool, vendor: str) -> tuple[str, list["_Saving"], str]:
+    """The INSERT's text up to its values, its fields with how each value is saved, and the
+    RETURNING of its key."""
     fields = [f for f in model._meta.concrete_fields if keyed or not f.primary_key]
-    return f"INSERT INTO {_q(model._meta.db_table)} ({', '.join(_q(f.column) for f in fields)})", fields
+    head = f"INSERT INTO {_q(model._meta.db_table)} ({', '.join(_q(f.column) for f in fields)})"
+    tail = f" RETURNING {_q(model._meta.pk.column)}" if model._meta.pk is not None else ""
+    return head, [(f, _saver(f)) for f in fields], tail
 
 
 def update(obj: Model, fields: Iterable[str]) -> Statement:
     """The UPDATE of `obj`'s `fields` (names, as `save(update_fields=)` takes them), by its key."""
-    sql, changed = _update_sql(type(obj), tuple(fields), connection.vendor)
-    pk = obj._meta.pk
-    assert pk is not None
     db = _wrapper()
-    return sql, [*(_saved(f, obj, db) for f in changed), _saved(pk, obj, db)]
+    sql, changed = _update_sql(type(obj), tuple(fields), db.vendor)
+    return sql, [saved(obj, db) for saved in changed]
 
 
 @cache
-def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> tuple[str, list["Field[Any, Any]"]]:
+def _update_sql(model: type[Model], names: tuple[str, ...], vendor: str) -> tuple[str, list["_Saved"]]:
+    """The UPDATE's text, and how each of its values is saved: its fields', then its key's."""
     changed = [_field(model, name) for name in names]
     pk = model._meta.pk
     assert pk is not None
     sets = ", ".join(f"{_q(f.column)} = %s" for f in changed)
-    return f"UPDATE {_q(model._meta.db_table)} SET {sets} WHERE {_q(pk.column)} = %s", changed
+    sql = f"UPDATE {_q(model._meta.db_table)} SET {sets} WHERE {_q(pk.column)} = %s"
+    return sql, [_saver(f) for f in [*changed, pk]]
 
 
 def _field(model: type[Model], name: str) -> "Field[Any, Any]":
@@ -176,8 +195,51 @@ def _field(model: type[Model], name: str) -> "Field[Any, Any]":
     return field
 
 
-def _saved(field: "Field[Any, Any]", obj: Model, db: Any) -> Any:
-    return field.get_db_prep_save(getattr(obj, field.attname), db)
+# How a field's value of an object is saved: `get_db_prep_save`'s answer, given the object and the
+# connection.
+_Saved = Callable[[Model, Any], Any]
+_Saving = tuple["Field[Any, Any]", _Saved]
+_INTEGERS = (
+    IntegerField,
+    BigIntegerField,
+    SmallIntegerField,
+    PositiveIntegerField,
+    PositiveBigIntegerField,
+    PositiveSmallIntegerField,
+)
+
+
+def _saver(field: "Field[Any, Any]") -> _Saved:
+    """`field.get_db_prep_save` of the object's value; for a value of the one type this kind of field
+    is given (an aware time, a whole number, text, a UUID), what Django's layers make of it without
+    their calls, which are most of a statement's Python: the value as it is, adapted by the backend
+    where they adapt it (tests/core/test_statements.py holds the two to each other)."""
+    attname, generic = field.attname, field.get_db_prep_save
+    target = field.target_field if type(field) is ForeignKey else field
+    kind = type(target)
+    if kind in (CharField, TextField) and target is field:  # a key's "" is None: Django's way
+        return lambda obj, db: value if isinstance(value := getattr(obj, attname), str) else generic(value, db)
+    if kind in _INTEGERS:
+        internal = target.get_internal_type()
+
+        def integer(obj: Model, db: Any) -> Any:
+            value = getattr(obj, attname)
+            return db.ops.adapt_integerfield_value(value, internal) if type(value) is int else generic(value, db)
+
+        return integer
+    if kind is DateTimeField and target is field:
+        return lambda obj, db: (
+            db.ops.adapt_datetimefield_value(value)
+            if type(value := getattr(obj, attname)) is datetime and value.utcoffset() is not None
+            else generic(value, db)
+        )
+    if kind is UUIDField:
+        return lambda obj, db: (
+            (value if db.features.has_native_uuid_field else value.hex)
+            if type(value := getattr(obj, attname)) is UUID
+            else generic(value, db)
+        )
+    return lambda obj, db: generic(getattr(obj, attname), db)
 
 
 def _wrapper() -> Any:

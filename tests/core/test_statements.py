@@ -4,15 +4,20 @@ command's last writes held and sent with its COMMIT (`holding`): the tests witho
 mark are PostgreSQL's."""
 
 import uuid
+import warnings
+from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
 import pytest
+from django.apps import apps
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.utils import DatabaseError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 from psycopg.pq import TransactionStatus
 
 from runs.models import Run, RunAttempt, RunEvent
@@ -20,6 +25,7 @@ from runs.notify import conninfo
 from runs.services.core import lock_run
 from runs.services.creation import RunSpec, insert_run
 from runs.services.statements import (
+    _saver,
     from_row,
     holding,
     insert,
@@ -29,6 +35,7 @@ from runs.services.statements import (
     send_together,
     update,
 )
+from runs.transitions import Status
 from tests.conftest import ON_SQLITE
 from tests.factories import queued_run
 from tests.support.threads import first_holds_second_waits
@@ -116,6 +123,40 @@ def test_an_insert_returning_its_key_leaves_the_instance_saved_as_the_orm_would(
     assert not attempt._state.adding
     stored = RunAttempt.objects.get(run=run)
     assert stored.pk == attempt.pk and (stored.worker, stored.claimed_at) == ("w", now)
+
+
+def _outcome(prepare: Any) -> tuple[Any, ...]:
+    """What preparing a value gave, comparable: its type and value (a JSON adapter's object), or the
+    error's type and message; and the warnings it raised."""
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            value = prepare()
+        except Exception as exc:
+            return type(exc), str(exc), [str(w.message) for w in warned]
+    return type(value), getattr(value, "obj", value), [str(w.message) for w in warned]
+
+
+@pytest.mark.sqlite
+def test_each_value_is_saved_as_django_saves_it() -> None:
+    """`insert` and `update` prepare the value of each field (`_saver`), taking a short way for the
+    type a kind of field is mostly given: what they send is what `get_db_prep_save` gives, for every
+    field of every model, whatever the value."""
+    now = timezone.now()
+    samples = [
+        *(None, "", "text", Status.RUNNING, gettext_lazy("lazy"), 0, 7, -3, 2**40, True, 1.5, Decimal("2")),
+        *(now, now.replace(tzinfo=None), now.astimezone(timezone.get_fixed_timezone(120)), now.date()),
+        *(uuid.uuid4(), str(uuid.uuid4()), {"a": [1]}, [1, "b"]),
+    ]
+    differ = [
+        (model.__name__, field.name, value)
+        for model in apps.get_app_config("runs").get_models()
+        for field in model._meta.concrete_fields
+        for value in samples
+        if _outcome(lambda: _saver(field)(SimpleNamespace(**{field.attname: value}), connection))  # noqa: B023
+        != _outcome(lambda: field.get_db_prep_save(value, connection))  # noqa: B023
+    ]
+    assert differ == []
 
 
 # Held writes (`holding`, `send_last`): a command's last writes go with its COMMIT.
