@@ -4,8 +4,9 @@ objects as the ORM makes them — the same statement and the same objects, witho
 compiling the query again on every request.
 """
 
+import re
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -60,10 +61,15 @@ class _Compiled:
 class CompiledRead(Generic[M]):
     """A read built by `build(*shape, **values)`, compiled once per database alias, vendor and
     `shape` (what changes the statement's text: a LIMIT, a column more), its `values` (one per
-    `Param`) sent as parameters."""
+    `Param`) sent as parameters. `inline`: on PostgreSQL its other values, the queryset's constants,
+    are written into its text as literals, so that the server plans it once per connection: a status
+    compared with a partial index's predicate as a parameter is planned again at every execution
+    (the generic plan cannot prove the predicate, so the server keeps to custom plans)."""
 
-    def __init__(self, model: type[M], build: Callable[..., QuerySet[M]], **params: Param) -> None:
-        self.model, self.build, self.params = model, build, params
+    def __init__(
+        self, model: type[M], build: Callable[..., QuerySet[M]], *, inline: bool = False, **params: Param
+    ) -> None:
+        self.model, self.build, self.params, self.inline = model, build, params, inline
         self._compiled: dict[tuple[str, str, Hashable], _Compiled] = {}
         self._local = threading.local()
 
@@ -115,11 +121,11 @@ class CompiledRead(Generic[M]):
         return obj
 
     def fresh_sql(self, *shape: Hashable) -> tuple[str, tuple[Any, ...]]:
-        """The statement the QuerySet compiles to now, with the first samples: what a test holds the
-        kept text to, so that a changed model cannot leave it stale."""
-        alias = router.db_for_read(self.model)
-        sql, params = self._compile(alias, shape, 0).as_sql()
-        return sql, tuple(params)
+        """The statement the QuerySet compiles to now (its constants inlined where `inline` says),
+        with the first samples: what a test holds the kept text to, so that a changed model cannot
+        leave it stale."""
+        entry = self._make(router.db_for_read(self.model), shape)
+        return entry.sql, entry.params
 
     def kept_sql(self, *shape: Hashable) -> tuple[str, tuple[Any, ...]]:
         """The statement kept for `shape`, with the first samples."""
@@ -170,6 +176,8 @@ class CompiledRead(Generic[M]):
         claimed = [i for _, positions in slots for i in positions]
         if len(claimed) != len(set(claimed)) or changed != set(claimed):
             raise ValueError(f"{self.build.__qualname__}: its parameters are not told apart by their samples")
+        if self.inline and connection.vendor == "postgresql":
+            sql, first, slots = _inlined(connection, sql, first, slots)
         compiler = compilers[0]
         select, klass_info = compiler.select, compiler.klass_info
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
@@ -185,3 +193,27 @@ class CompiledRead(Generic[M]):
             related=tuple(get_related_populators(klass_info, select, alias)),
             annotations=tuple(compiler.annotation_col_map.items()),
         )
+
+
+def _inlined(
+    connection: Any, sql: str, params: Sequence[Any], slots: list[tuple[str, tuple[int, ...]]]
+) -> tuple[str, list[Any], list[tuple[str, tuple[int, ...]]]]:
+    """`sql` with each of its `params` that no slot takes written in as a literal (psycopg's, as its
+    client-side binding writes it), and the slots' positions among the parameters left."""
+    from psycopg.sql import Literal
+
+    connection.ensure_connection()
+    taken = {position for _, positions in slots for position in positions}
+    kept: dict[int, int] = {}
+    parts: list[str] = []
+    position = 0
+    for part in re.split(r"(%%|%s)", sql):
+        if part == "%s":
+            if position in taken:
+                kept[position] = len(kept)
+            else:
+                part = Literal(params[position]).as_string(connection.connection).replace("%", "%%")
+            position += 1
+        parts.append(part)
+    left = [params[position] for position in sorted(kept)]
+    return "".join(parts), left, [(name, tuple(kept[p] for p in positions)) for name, positions in slots]

@@ -267,15 +267,18 @@ def _urgent_pick(cap: int) -> QuerySet[Run]:
 
 
 # The picks, compiled once per process (runs.selectors.compiled): building and compiling their
-# querysets cost more Python than their round trips, on every claim a notification wakes.
-_URGENT = CompiledRead(Run, _urgent_pick)
+# querysets cost more Python than their round trips, on every claim a notification wakes. Their
+# constants inlined: with the status a parameter the server may plan them again at every claim (a
+# generic plan cannot use the partial index `run_queued_pick`).
+_URGENT = CompiledRead(Run, _urgent_pick, inline=True)
 _FAIR = CompiledRead(
     Run,
     lambda *, owner: as_first(_claimable().filter(owner_id=owner)),
+    inline=True,
     owner=Param(Run._meta.get_field("owner"), (-271828, -314159)),
 )
 # The first-ranked owner's, in the ranking's statement (`ranking.folded`).
-_FIRST = CompiledRead(Run, lambda: as_first(_claimable().filter(owner_id=RawSQL(FIRST_OWNER, ()))))
+_FIRST = CompiledRead(Run, lambda: as_first(_claimable().filter(owner_id=RawSQL(FIRST_OWNER, ()))), inline=True)
 
 
 def _clock(run: Run) -> datetime:

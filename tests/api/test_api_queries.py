@@ -356,6 +356,28 @@ def test_a_claim_takes_an_urgent_run_first_and_fair_share_while_another_transact
     assert claimed is not None and claimed[0].pk == urgent.pk
 
 
+def test_a_claims_statements_are_planned_once_per_connection(alice: User, make_user: Callable[..., User]) -> None:
+    """Their constants are written into their text (runs.services.ranking, and the picks'
+    `CompiledRead(inline=True)`): given as parameters, a status compared with a partial index's
+    predicate left the server to plan the ranking again at every claim (~1 ms of its time: a generic
+    plan cannot use the index). A prepared statement without parameters is planned once; the pick
+    of an owner's run has the owner alone, so a plan of its own once five custom ones are made."""
+    staff = make_user("staff", perms=("runs.prioritize_run",))
+    for expect_run in (True, False) * 8:
+        queued_run(alice)
+        queued_run(staff, priority=PRIORITY_MAX + 1)  # the urgent pick too
+        for _ in range(2):
+            assert services.run_claim(worker="w", expect_run=expect_run) is not None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement LIKE '%%$1%%', custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%WITH RECURSIVE owners%%' OR statement LIKE '%%SKIP LOCKED%%'"
+        )
+        custom = sorted(cursor.fetchall())
+    # The ranking alone, the ranking with the pick, the urgent pick; the pick of an owner's run.
+    assert len(custom) == 4 and custom[:3] == [(False, 0)] * 3 and custom[3][0] and custom[3][1] <= 5, custom
+
+
 @override_settings(RUNLEDGER_MAX_RUNNING_PER_USER=2)
 def test_a_claim_under_a_running_cap_takes_the_claims_lock_with_the_ranking(alice: User) -> None:
     """docs/design/fair-use.md#fair-claiming: the lock and the ranking read after it, one round trip,

@@ -193,3 +193,22 @@ def test_a_read_whose_values_are_not_all_parameters_is_refused_when_it_is_compil
     )
     with pytest.raises(ValueError, match="no parameter takes"):
         unused.objects(generation=1)
+
+
+def test_a_read_with_its_constants_inlined_sends_what_the_orm_sends_and_gives_the_same_runs(
+    alice: User, bob: User
+) -> None:
+    """`inline` (the claim's picks): on PostgreSQL the queryset's constants are written into the
+    statement's text, a `%` in one too, and its Params alone go as parameters; what the server
+    receives and the objects are the ORM's, on both databases."""
+    for priority in (1, 7):
+        queued_run(alice, priority=priority)
+    queued_run(bob, priority=7)
+
+    def runs(*, owner: Any) -> Any:
+        return Run.objects.filter(owner_id=owner, status="queued", priority__gt=5, agent__startswith="de")
+
+    read = CompiledRead(Run, runs, inline=True, owner=Param(Run._meta.get_field("owner"), (-1, -2)))
+    found = same_read(lambda: list(runs(owner=alice.pk)), lambda: read.objects(owner=alice.pk))
+    assert [(run.owner_id, run.priority) for run in found] == [(alice.pk, 7)]
+    assert len(read.statement(owner=alice.pk)[1]) == (4 if connection.vendor == "sqlite" else 1)
