@@ -5,24 +5,24 @@ takes what committed between its opening's read and its start from them rather t
 
 from collections import deque
 
-# The most notes kept, and bytes of their payloads (a payload is at most 8,000 bytes): at a busy
+# The most notes kept, and characters of their payloads (a payload is at most 8,000 bytes): at a busy
 # moment a few tens of milliseconds of notes, far more than an opening takes.
 NOTES = 2000
-NOTES_BYTES = 1_000_000
+NOTES_CHARACTERS = 1_000_000
 
 
 class RecentNotes:
     """The last notes heard, numbered as heard, with what it takes to vouch for them: every note
     numbered above `complete_after` is kept, or None when they are not (the listener is down)."""
 
-    def __init__(self, *, notes: int = NOTES, size: int = NOTES_BYTES) -> None:
+    def __init__(self, *, notes: int = NOTES, size: int = NOTES_CHARACTERS) -> None:
         self.notes = notes
         self.size = size
         self.heard = 0
         self.complete_after: int | None = None
-        self._order: deque[tuple[int, str, int]] = deque()  # (number, run_id, bytes), oldest first
+        self._order: deque[tuple[int, str, int]] = deque()  # (number, run_id, characters), oldest first
         self._runs: dict[str, deque[tuple[int, int, str]]] = {}  # run_id: (number, seq, payload)
-        self._bytes = 0
+        self._characters = 0
 
     def connected(self) -> None:
         """Listening (again): what was sent before now was heard, or lost with the connection — so
@@ -42,14 +42,14 @@ class RecentNotes:
         self.heard += 1
         self._order.append((self.heard, run_id, len(payload)))
         self._runs.setdefault(run_id, deque()).append((self.heard, seq, payload))
-        self._bytes += len(payload)
-        while len(self._order) > self.notes or self._bytes > self.size:
+        self._characters += len(payload)
+        while len(self._order) > self.notes or self._characters > self.size:
             number, dropped, size = self._order.popleft()
             kept = self._runs[dropped]
             kept.popleft()
             if not kept:
                 del self._runs[dropped]
-            self._bytes -= size
+            self._characters -= size
             if self.complete_after is not None:
                 self.complete_after = max(self.complete_after, number)
 
