@@ -81,11 +81,15 @@ async def _close(hub: Hub, feed: RunFeed) -> None:
             await asyncio.gather(task, return_exceptions=True)
 
 
+Step = Callable[[Hub, Run], Awaitable[None]] | None
+
+
 def _opened(
-    run: Run, data: dict[str, Any], between: Callable[[Hub, Run], Awaitable[None]] | None = None, hub_notes: int = 2000
+    run: Run, data: dict[str, Any], before: Step = None, after: Step = None, hub_notes: int = 2000
 ) -> tuple[int, bool, list[bytes], int, list[bytes]]:
     """Mark, read the run's head, commit an event, hear its note, then start the run's feed: its
-    head and whether it was woken to read as it started, its frames then, and after its pump."""
+    head and whether it was woken to read as it started, its frames then, and after its pump.
+    `before` and `after`: what else happens before the event commits, and once its note is heard."""
 
     async def main() -> tuple[int, bool, list[bytes], int, list[bytes]]:
         hub = Hub(asyncio.get_running_loop())
@@ -93,17 +97,19 @@ def _opened(
         await _listening(hub)
         mark = hub.recent.mark()
         head = await asyncio.to_thread(_last_seq, run)
+        if before is not None:
+            await before(hub, run)
         heard = hub.recent.heard
         await asyncio.to_thread(_append, run, data)
         await _until(lambda: hub.recent.heard > heard)
-        if between is not None:
-            await between(hub, run)
+        if after is not None:
+            await after(hub, run)
         feed = hub.subscribe(str(run.pk), head=head, ended=False, mark=mark)
         started = feed.head, feed._wake.is_set(), [frame.data for frame in feed.frames]
         await _until(lambda: feed.head > head)
-        after = feed.head, [frame.data for frame in feed.frames]
+        pumped = feed.head, [frame.data for frame in feed.frames]
         await _close(hub, feed)
-        return *started, *after
+        return *started, *pumped
 
     return asyncio.run(main())
 
@@ -154,17 +160,18 @@ async def _others(hub: Hub, run: Run) -> None:
 
 
 @pytest.mark.parametrize(
-    "why, data, between",
+    "why, data, before, after",
     [
-        ("the listener reconnected since the mark: notes may have been lost", {"text": "hi"}, _reconnect),
-        ("the run's note was dropped for newer ones", {"text": "hi"}, _others),
-        ("the note carries no events: they did not fit", {"text": "x" * 8000}, None),
+        # Heard nothing meanwhile: only the reconnect tells the mark from one that vouches.
+        ("the listener reconnected since the mark: notes may have been lost", {"text": "hi"}, _reconnect, None),
+        ("the run's note was dropped for newer ones", {"text": "hi"}, None, _others),
+        ("the note carries no events: they did not fit", {"text": "x" * 8000}, None, None),
     ],
 )
 def test_a_new_feed_reads_at_once_when_the_notes_cannot_say_and_gets_the_same_events(
-    alice: User, why: str, data: dict[str, Any], between: Callable[[Hub, Run], Awaitable[None]] | None
+    alice: User, why: str, data: dict[str, Any], before: Step, after: Step
 ) -> None:
     run = running_run(alice)
-    head, woken, frames, read_head, read = _opened(run, data, between, hub_notes=2)
+    head, woken, frames, read_head, read = _opened(run, data, before, after, hub_notes=2)
     assert (head, woken, frames) == (2, True, []), why
     assert (read_head, read) == (3, _frames_after(run, 2)), why
