@@ -97,7 +97,7 @@ def send_pipelined(
             )
             logged = wrapper.debug_sql(shown)
         with logged, connection.wrap_database_errors:
-            with forgetting_on_error(raw), _beginning(raw, begin), raw.pipeline():
+            with forgetting_on_error(raw), _beginning(raw, begin), _pipeline(raw):
                 if beginning is not None:
                     beginning[0].execute(beginning[1], prepare=False)
                 for (cursor, text), (_, params) in zip(sent, statements, strict=True):
@@ -113,6 +113,33 @@ def send_pipelined(
                 if ended is not None:
                     _let_go(ended[0])
     return found
+
+
+def _pipeline(raw: Any) -> AbstractContextManager[Any]:
+    """psycopg's pipeline on `raw`, ended by its Sync alone. psycopg's own sends a Flush after the
+    Sync, and a server that reads any message after its ReadyForQuery stops timing the session's
+    idling: `idle_in_transaction_session_timeout` would never end a transaction that a pipeline
+    began and a stalled client left open (a worker's run lock, `runs.worker.db`)."""
+    if raw._pipeline is None:
+        raw._pipeline = _synced_pipeline_class()(raw)  # `pipeline()` takes the one it finds
+    pipeline: AbstractContextManager[Any] = raw.pipeline()
+    return pipeline
+
+
+@cache
+def _synced_pipeline_class() -> type[Any]:
+    from psycopg import Pipeline
+
+    class SyncedPipeline(Pipeline):
+        def _exit_gen(self) -> Any:
+            try:
+                self._enqueue_sync()
+                yield from self._communicate_gen()
+            finally:
+                # The Sync flushes the server's answers: fetched without asking for a Flush.
+                yield from self._fetch_gen(flush=False)
+
+    return SyncedPipeline
 
 
 def _begin_here(raw: Any) -> str | None:

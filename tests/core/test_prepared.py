@@ -19,6 +19,7 @@ from runs.prepared import _KEPT_CURSORS, prepared_cursor, send_pipelined
 from runs.services.locks import lock_run
 from tests.factories import queued_run, running_run
 from tests.support.db import token_for
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -170,6 +171,26 @@ def test_a_session_that_died_takes_its_prepared_statements_with_it(alice: User) 
         cursor.execute("SELECT pg_backend_pid()")
         assert cursor.fetchone()[0] != dead
     assert len(holding(prepared(), "FOR NO KEY UPDATE OF r")) == 1
+
+
+def test_a_transaction_a_send_began_and_left_idle_is_ended_by_the_servers_idle_timeout(alice: User) -> None:
+    """A worker's sessions bound how long they idle inside a transaction (runs.worker.db): a worker
+    stalled between a lock's round trip and its writes must not hold the run's row for good. The
+    send ends with its Sync, no message after it, so the server times the session's idling."""
+    run = queued_run(alice)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', '300', false)")
+        cursor.execute("SELECT pg_backend_pid()")
+        (stalled,) = cursor.fetchone()
+    with pytest.raises(OperationalError), transaction.atomic():
+        lock_run(run.pk, ending=True)  # its BEGIN and the lock in one send; then the client idles
+        with psycopg.connect(_dsn(), autocommit=True) as other:
+            ended = "SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = %s)"
+            wait_until(lambda: other.execute(ended, [stalled]).fetchone()[0], timeout=10, what="the session's end")
+        lock_run(run.pk, ending=True)
+    connection.close_if_unusable_or_obsolete()
+    with transaction.atomic():
+        assert lock_run(run.pk, ending=True).pk == run.pk  # the row is free
 
 
 def test_a_table_changed_under_a_prepared_statement_is_planned_again() -> None:
